@@ -1,0 +1,52 @@
+// One error type with context. Library code throws smol::Error and never exits; the command line
+// maps the kind to an exit status (bad_input → 2, everything else → 1).
+//
+// The message reads like: `cluster.json: at /node_groups/0/nics/bandwidth: expected a bandwidth
+// such as "25 GB/s", found "-3 GB/s"`.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace smol {
+
+enum class ErrorKind {
+    bad_input,  // the user's file, flag or plan is wrong: exit 2
+    deadlock,   // the simulated graph cannot make progress
+    internal,   // a bug in smolcluster
+};
+
+struct ErrorContext {
+    std::string file;       // "cluster.json", or a preset name such as "preset dgx-a100"
+    std::string json_path;  // "/node_groups/0/count"
+    std::string flag;       // "--micro-batch"
+};
+
+class Error : public std::runtime_error {
+public:
+    Error(ErrorKind kind, std::string message, ErrorContext context = {});
+
+    ErrorKind kind() const { return kind_; }
+    const ErrorContext& context() const { return context_; }
+    /// The message without context, as given to the constructor.
+    const std::string& detail() const { return detail_; }
+
+    /// Returns a copy with context fields filled where they were empty (inner context wins).
+    Error with_context(const ErrorContext& outer) const;
+
+private:
+    ErrorKind kind_;
+    std::string detail_;
+    ErrorContext context_;
+};
+
+/// Throws a bad_input error. `expected` and `found` are joined as "expected X, found Y".
+[[noreturn]] void fail_input(const std::string& expected, const std::string& found, ErrorContext context = {});
+/// Throws a bad_input error with a free-form message.
+[[noreturn]] void fail_input(const std::string& message, ErrorContext context = {});
+
+/// The candidate closest to `name` by edit distance, or "" when none is close enough.
+std::string nearest_name(const std::string& name, const std::vector<std::string>& candidates);
+
+}  // namespace smol

@@ -1,0 +1,492 @@
+#include "core/op_graph.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace smol {
+
+namespace {
+constexpr OpId kNone = std::numeric_limits<OpId>::max();
+
+std::string list_ranks(const std::vector<int>& members) {
+    std::ostringstream s;
+    s << '[';
+    for (std::size_t i = 0; i < members.size(); ++i) {
+        if (i == 4 && members.size() > 6) {
+            s << ",…," << members.back();
+            break;
+        }
+        s << (i ? "," : "") << members[i];
+    }
+    s << ']';
+    return s.str();
+}
+
+[[noreturn]] void fail_graph(const std::string& message) { throw Error(ErrorKind::internal, "op graph: " + message); }
+}  // namespace
+
+const char* to_string(OpKind k) {
+    switch (k) {
+        case OpKind::compute: return "compute";
+        case OpKind::collective: return "collective";
+        case OpKind::send: return "send";
+        case OpKind::recv: return "recv";
+        case OpKind::copy: return "copy";
+        case OpKind::alloc: return "alloc";
+        case OpKind::free: return "free";
+    }
+    return "?";
+}
+const char* to_string(Stream s) {
+    switch (s) {
+        case Stream::compute: return "compute";
+        case Stream::comm: return "comm";
+        case Stream::p2p: return "p2p";
+        case Stream::copy: return "copy";
+    }
+    return "?";
+}
+const char* to_string(Phase p) {
+    switch (p) {
+        case Phase::none: return "";
+        case Phase::fwd: return "fwd";
+        case Phase::bwd: return "bwd";
+        case Phase::bwd_input: return "bwd_input";
+        case Phase::bwd_weight: return "bwd_weight";
+        case Phase::recompute: return "recompute";
+        case Phase::opt: return "opt";
+        case Phase::comm: return "comm";
+    }
+    return "?";
+}
+const char* to_string(KernelClass k) {
+    switch (k) {
+        case KernelClass::gemm: return "gemm";
+        case KernelClass::attention: return "attention";
+        case KernelClass::elementwise: return "elementwise";
+        case KernelClass::optimizer: return "optimizer";
+    }
+    return "?";
+}
+const char* to_string(CollectiveKind k) {
+    switch (k) {
+        case CollectiveKind::all_reduce: return "all_reduce";
+        case CollectiveKind::reduce_scatter: return "reduce_scatter";
+        case CollectiveKind::all_gather: return "all_gather";
+        case CollectiveKind::broadcast: return "broadcast";
+        case CollectiveKind::reduce: return "reduce";
+        case CollectiveKind::all_to_all: return "all_to_all";
+        case CollectiveKind::barrier: return "barrier";
+    }
+    return "?";
+}
+const char* to_string(Tier t) {
+    switch (t) {
+        case Tier::device: return "device";
+        case Tier::host: return "host";
+        case Tier::nvme: return "nvme";
+    }
+    return "?";
+}
+const char* to_string(BufferLabel b) {
+    switch (b) {
+        case BufferLabel::parameters: return "parameters";
+        case BufferLabel::gradients: return "gradients";
+        case BufferLabel::optimizer_state: return "optimizer_state";
+        case BufferLabel::activations: return "activations";
+        case BufferLabel::workspace: return "workspace";
+        case BufferLabel::bucket: return "bucket";
+        case BufferLabel::staging: return "staging";
+    }
+    return "?";
+}
+
+OpGraph::OpGraph(int ranks) : ranks_(ranks), last_on_stream_(static_cast<std::size_t>(ranks) * kStreams, kNone) {
+    if (ranks < 1) fail_graph("a graph needs at least one rank");
+}
+
+OpId OpGraph::add(const Op& op) {
+    if (finalized_) fail_graph("cannot add ops after finalize()");
+    if (op.rank < 0 || op.rank >= ranks_)
+        fail_graph("op on rank " + std::to_string(op.rank) + " outside 0.." + std::to_string(ranks_ - 1));
+    if (ops_.size() >= kNone - 1) fail_graph("too many ops");
+    const OpId id = static_cast<OpId>(ops_.size());
+    ops_.push_back(op);
+    OpId& last = last_on_stream_[static_cast<std::size_t>(op.rank) * kStreams + static_cast<int>(op.stream)];
+    if (last != kNone) pending_edges_.emplace_back(last, id);
+    last = id;
+    return id;
+}
+
+void OpGraph::depend(OpId before, OpId after) {
+    if (finalized_) fail_graph("cannot add edges after finalize()");
+    if (before >= ops_.size() || after >= ops_.size()) fail_graph("edge to an op that does not exist");
+    if (before == after) fail_graph("op " + describe(before) + " cannot wait for itself");
+    pending_edges_.emplace_back(before, after);
+}
+
+std::int32_t OpGraph::intern_shape(GemmShape s) {
+    if (s.m == 0 && s.n == 0 && s.k == 0) return -1;
+    for (std::size_t i = shapes_.size(); i-- > 0;) {  // few distinct shapes: newest first
+        const GemmShape& t = shapes_[i];
+        if (t.m == s.m && t.n == s.n && t.k == s.k) return static_cast<std::int32_t>(i);
+    }
+    shapes_.push_back(s);
+    return static_cast<std::int32_t>(shapes_.size() - 1);
+}
+
+std::int32_t OpGraph::intern_communicator(const std::vector<int>& members) {
+    for (std::size_t i = communicators_.size(); i-- > 0;)
+        if (communicators_[i] == members) return static_cast<std::int32_t>(i);
+    communicators_.push_back(members);
+    return static_cast<std::int32_t>(communicators_.size() - 1);
+}
+
+OpId OpGraph::add_compute(int rank, Phase phase, int layer, int microbatch, Flops flops, Bytes traffic,
+                          KernelClass kernel, DType dtype, GemmShape shape, bool on_host, Stream stream) {
+    Op op;
+    op.kind = OpKind::compute;
+    op.rank = rank;
+    op.phase = phase;
+    op.layer = layer;
+    op.microbatch = microbatch;
+    op.flops = flops.count();
+    op.bytes = traffic.count();
+    op.sub = static_cast<std::uint8_t>(static_cast<int>(kernel) | static_cast<int>(dtype) << 3 | (on_host ? 64 : 0));
+    op.ref = intern_shape(shape);
+    op.stream = stream;
+    return add(op);
+}
+
+std::vector<OpId> OpGraph::add_collective(CollectiveKind kind, const std::vector<int>& communicator,
+                                          Bytes bytes_per_rank, Stream stream, Phase phase, int layer,
+                                          int microbatch, int index, int root) {
+    if (communicator.empty()) fail_graph("a collective needs at least one rank");
+    std::vector<int> sorted = communicator;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+        fail_graph("communicator " + list_ranks(communicator) + " names a rank twice");
+    if ((kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) &&
+        std::find(communicator.begin(), communicator.end(), root) == communicator.end())
+        fail_graph(std::string(to_string(kind)) + " root " + std::to_string(root) + " is not in " + list_ranks(communicator));
+    Collective c{kind, intern_communicator(communicator), bytes_per_rank.count(), root,
+                 static_cast<OpId>(ops_.size())};
+    const auto cid = static_cast<std::int32_t>(collectives_.size());
+    collectives_.push_back(c);
+    std::vector<OpId> ids;
+    ids.reserve(communicator.size());
+    for (int r : communicator) {
+        Op op;
+        op.kind = OpKind::collective;
+        op.rank = r;
+        op.stream = stream;
+        op.phase = phase;
+        op.layer = layer;
+        op.microbatch = microbatch;
+        op.index = index;
+        op.bytes = bytes_per_rank.count();
+        op.ref = cid;
+        ids.push_back(add(op));
+    }
+    return ids;
+}
+
+std::pair<OpId, OpId> OpGraph::add_send_recv(int src, int dst, Bytes bytes, Phase phase, int layer, int microbatch,
+                                             Stream stream) {
+    if (src == dst) fail_graph("send from rank " + std::to_string(src) + " to itself");
+    const auto pid = static_cast<std::int32_t>(p2ps_.size());
+    Op s;
+    s.kind = OpKind::send;
+    s.rank = src;
+    s.stream = stream;
+    s.phase = phase;
+    s.layer = layer;
+    s.microbatch = microbatch;
+    s.bytes = bytes.count();
+    s.ref = pid;
+    Op r = s;
+    r.kind = OpKind::recv;
+    r.rank = dst;
+    const OpId sid = add(s);
+    const OpId rid = add(r);
+    p2ps_.push_back({sid, rid, src, dst, bytes.count()});
+    return {sid, rid};
+}
+
+OpId OpGraph::add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer, int microbatch) {
+    if (from == to) fail_graph("copy within one tier");
+    Op op;
+    op.kind = OpKind::copy;
+    op.rank = rank;
+    op.stream = Stream::copy;
+    op.phase = phase;
+    op.layer = layer;
+    op.microbatch = microbatch;
+    op.bytes = bytes.count();
+    op.sub = static_cast<std::uint8_t>((static_cast<int>(from) << 4) | static_cast<int>(to));
+    return add(op);
+}
+
+std::int32_t OpGraph::add_buffer(int rank, Tier tier, Bytes bytes, BufferLabel label) {
+    if (rank < 0 || rank >= ranks_) fail_graph("buffer on rank " + std::to_string(rank) + " out of range");
+    buffers_.push_back({rank, tier, bytes.count(), static_cast<std::int32_t>(label)});
+    return static_cast<std::int32_t>(buffers_.size() - 1);
+}
+
+OpId OpGraph::add_alloc(std::int32_t buffer, Stream stream, int layer, int microbatch) {
+    const Buffer& b = buffers_.at(static_cast<std::size_t>(buffer));
+    Op op;
+    op.kind = OpKind::alloc;
+    op.rank = b.rank;
+    op.stream = stream;
+    op.layer = layer;
+    op.microbatch = microbatch;
+    op.bytes = b.bytes;
+    op.ref = buffer;
+    op.sub = static_cast<std::uint8_t>(b.tier);
+    return add(op);
+}
+
+OpId OpGraph::add_free(std::int32_t buffer, Stream stream, int layer, int microbatch) {
+    OpId id = add_alloc(buffer, stream, layer, microbatch);
+    ops_[id].kind = OpKind::free;
+    return id;
+}
+
+// ---- finalize ----------------------------------------------------------------------------------
+
+void OpGraph::finalize() {
+    if (finalized_) return;
+    std::sort(pending_edges_.begin(), pending_edges_.end());
+    pending_edges_.erase(std::unique(pending_edges_.begin(), pending_edges_.end()), pending_edges_.end());
+    csr_ = Csr(boost::edges_are_sorted, pending_edges_.begin(), pending_edges_.end(), static_cast<OpId>(ops_.size()));
+    in_degree_.assign(ops_.size(), 0);
+    for (const auto& e : pending_edges_) ++in_degree_[e.second];
+    std::vector<std::pair<OpId, OpId>>().swap(pending_edges_);
+    std::vector<OpId>().swap(last_on_stream_);
+    finalized_ = true;
+    check_acyclic();
+    check_collectives();
+    check_p2p();
+    check_buffers();
+}
+
+std::span<const OpId> OpGraph::successors(OpId id) const {
+    auto [first, last] = boost::adjacent_vertices(id, csr_);
+    return {first, last};
+}
+
+std::size_t OpGraph::num_edges() const { return boost::num_edges(csr_); }
+
+std::vector<OpId> OpGraph::predecessors(OpId id) const {
+    std::vector<OpId> out;
+    for (OpId v = 0; v < ops_.size(); ++v)
+        for (OpId s : successors(v))
+            if (s == id) out.push_back(v);
+    return out;
+}
+
+void OpGraph::check_acyclic() {
+    // Kahn's algorithm; the order it yields is kept for critical-path queries.
+    std::vector<std::uint32_t> indeg = in_degree_;
+    topo_order_.clear();
+    topo_order_.reserve(ops_.size());
+    for (OpId v = 0; v < ops_.size(); ++v)
+        if (indeg[v] == 0) topo_order_.push_back(v);
+    for (std::size_t i = 0; i < topo_order_.size(); ++i)
+        for (OpId s : successors(topo_order_[i]))
+            if (--indeg[s] == 0) topo_order_.push_back(s);
+    if (topo_order_.size() == ops_.size()) return;
+
+    // Walk backwards along unfinished predecessors from a stuck op until an op repeats: a cycle.
+    OpId v = 0;
+    while (indeg[v] == 0) ++v;
+    std::vector<OpId> walk;
+    std::vector<std::int64_t> seen_at(ops_.size(), -1);
+    while (seen_at[v] < 0) {
+        seen_at[v] = static_cast<std::int64_t>(walk.size());
+        walk.push_back(v);
+        for (OpId p : predecessors(v))
+            if (indeg[p] > 0) {
+                v = p;
+                break;
+            }
+    }
+    std::string cycle;
+    for (auto i = static_cast<std::size_t>(seen_at[v]); i < walk.size() && i < static_cast<std::size_t>(seen_at[v]) + 8; ++i)
+        cycle += "\n  " + describe(walk[i]);
+    fail_graph("the graph has a cycle (each op below waits for the next):" + cycle);
+}
+
+void OpGraph::check_collectives() const {
+    // Per communicator and rank: the sequence of collectives in stream order, and its stream.
+    struct Seen {
+        std::vector<std::int32_t> order;
+        int stream = -1;
+        OpId first_op = 0;
+    };
+    std::map<std::pair<std::int32_t, int>, Seen> per;  // (communicator, rank)
+    std::vector<std::int32_t> count(collectives_.size(), 0);
+    for (OpId id = 0; id < ops_.size(); ++id) {
+        const Op& op = ops_[id];
+        if (op.kind != OpKind::collective) continue;
+        const Collective& c = collectives_.at(static_cast<std::size_t>(op.ref));
+        const std::vector<int>& members = communicators_[c.communicator];
+        if (std::find(members.begin(), members.end(), op.rank) == members.end())
+            fail_graph(describe(id) + " runs on a rank outside its communicator " + list_ranks(members));
+        if (op.bytes != c.bytes)
+            fail_graph(describe(id) + " has " + std::to_string(op.bytes) + " bytes but its collective has " +
+                       std::to_string(c.bytes));
+        ++count[op.ref];
+        Seen& s = per[{c.communicator, op.rank}];
+        if (s.stream >= 0 && s.stream != static_cast<int>(op.stream))
+            fail_graph(describe(s.first_op) + " and " + describe(id) + " use one communicator on two streams (" +
+                       to_string(static_cast<Stream>(s.stream)) + ", " + to_string(op.stream) +
+                       "): their order is not fixed, and NCCL needs one order on every rank");
+        if (s.stream < 0) s.first_op = id;
+        s.stream = static_cast<int>(op.stream);
+        s.order.push_back(op.ref);
+    }
+    for (std::size_t c = 0; c < collectives_.size(); ++c)
+        if (count[c] != static_cast<std::int32_t>(communicators_[collectives_[c].communicator].size()))
+            fail_graph(describe(collectives_[c].first_op) + " has " + std::to_string(count[c]) + " ops for " +
+                       std::to_string(communicators_[collectives_[c].communicator].size()) + " ranks");
+    // The same order on every rank of each communicator.
+    for (std::size_t comm = 0; comm < communicators_.size(); ++comm) {
+        const std::vector<int>& members = communicators_[comm];
+        const auto ci = static_cast<std::int32_t>(comm);
+        auto first = per.find({ci, members[0]});
+        if (first == per.end()) continue;
+        for (std::size_t m = 1; m < members.size(); ++m) {
+            const Seen& a = first->second;
+            const Seen& b = per.at({ci, members[m]});
+            for (std::size_t i = 0; i < a.order.size(); ++i) {
+                if (a.order[i] == b.order[i]) continue;
+                const auto ops_a = collective_ops(a.order[i]);
+                const auto ops_b = collective_ops(b.order[i]);
+                fail_graph("collectives out of order on communicator " + list_ranks(members) + ": rank " +
+                           std::to_string(members[0]) + " runs '" + op_name(ops_a[0]) + "' where rank " +
+                           std::to_string(members[m]) + " runs '" + op_name(ops_b[0]) +
+                           "' (NCCL would deadlock)");
+            }
+        }
+    }
+}
+
+void OpGraph::check_p2p() const {
+    for (const P2P& p : p2ps_) {
+        const Op& s = ops_[p.send];
+        const Op& r = ops_[p.recv];
+        if (s.kind != OpKind::send || r.kind != OpKind::recv || s.bytes != r.bytes || s.rank != p.src || r.rank != p.dst)
+            fail_graph("send " + describe(p.send) + " does not match its receive " + describe(p.recv));
+    }
+}
+
+void OpGraph::check_buffers() const {
+    // Allocs and frees in stream order per buffer: alloc, then at most one free, never twice.
+    std::vector<std::uint8_t> state(buffers_.size(), 0);  // 0 none, 1 allocated, 2 freed
+    std::vector<std::uint32_t> position(ops_.size());
+    for (std::size_t i = 0; i < topo_order_.size(); ++i) position[topo_order_[i]] = static_cast<std::uint32_t>(i);
+    std::vector<OpId> ids;
+    for (OpId id = 0; id < ops_.size(); ++id)
+        if (ops_[id].kind == OpKind::alloc || ops_[id].kind == OpKind::free) ids.push_back(id);
+    std::sort(ids.begin(), ids.end(), [&](OpId a, OpId b) { return position[a] < position[b]; });
+    for (OpId id : ids) {
+        std::uint8_t& s = state[static_cast<std::size_t>(ops_[id].ref)];
+        if (ops_[id].kind == OpKind::alloc) {
+            if (s != 0) fail_graph(describe(id) + ": the buffer is allocated twice");
+            s = 1;
+        } else {
+            if (s != 1) fail_graph(describe(id) + ": frees a buffer that is not allocated");
+            s = 2;
+        }
+    }
+}
+
+// ---- reading -----------------------------------------------------------------------------------
+
+std::vector<OpId> OpGraph::collective_ops(std::int32_t collective) const {
+    const Collective& c = collectives_.at(static_cast<std::size_t>(collective));
+    const std::size_t n = communicators_[c.communicator].size();
+    std::vector<OpId> out;
+    out.reserve(n);
+    // add_collective appends one op per member consecutively, but stream edges do not change ids.
+    for (OpId id = c.first_op; id < ops_.size() && out.size() < n; ++id)
+        if (ops_[id].kind == OpKind::collective && ops_[id].ref == collective) out.push_back(id);
+    return out;
+}
+
+std::string OpGraph::op_name(OpId id) const {
+    const Op& op = ops_[id];
+    std::ostringstream s;
+    auto labels = [&] {
+        if (op.layer >= 0) s << " L" << op.layer;
+        if (op.microbatch >= 0) s << " mb" << op.microbatch;
+    };
+    switch (op.kind) {
+        case OpKind::compute:
+            s << (op.phase == Phase::none ? to_string(op.kernel()) : to_string(op.phase));
+            labels();
+            break;
+        case OpKind::collective: {
+            const Collective& c = collectives_[static_cast<std::size_t>(op.ref)];
+            s << to_string(c.kind);
+            if (op.phase != Phase::none && op.phase != Phase::comm) s << ' ' << to_string(op.phase);
+            if (op.index >= 0) s << " bucket " << op.index;
+            labels();
+            s << ' ' << list_ranks(communicators_[c.communicator]);
+            break;
+        }
+        case OpKind::send:
+        case OpKind::recv: {
+            const P2P& p = p2ps_[static_cast<std::size_t>(op.ref)];
+            s << to_string(op.kind);
+            if (op.phase != Phase::none) s << ' ' << to_string(op.phase);
+            labels();
+            s << " r" << p.src << "->r" << p.dst;
+            break;
+        }
+        case OpKind::copy:
+            s << "copy " << to_string(op.copy_from()) << "->" << to_string(op.copy_to());
+            labels();
+            break;
+        case OpKind::alloc:
+        case OpKind::free:
+            s << to_string(op.kind) << ' '
+              << to_string(static_cast<BufferLabel>(buffers_[static_cast<std::size_t>(op.ref)].label));
+            labels();
+            break;
+    }
+    return s.str();
+}
+
+std::string OpGraph::describe(OpId id) const { return "rank " + std::to_string(ops_[id].rank) + ": " + op_name(id); }
+
+std::vector<OpId> OpGraph::critical_path(const std::function<Time(OpId)>& duration) const {
+    if (!finalized_) fail_graph("critical_path needs a finalized graph");
+    std::vector<Time> finish(ops_.size());
+    std::vector<OpId> via(ops_.size(), kNone);
+    std::vector<Time> ready(ops_.size());
+    for (OpId v : topo_order_) {
+        finish[v] = ready[v] + duration(v);
+        for (OpId s : successors(v))
+            if (via[s] == kNone || finish[v] > ready[s]) {
+                ready[s] = finish[v];
+                via[s] = v;
+            }
+    }
+    if (ops_.empty()) return {};
+    OpId end = 0;
+    for (OpId v = 0; v < ops_.size(); ++v)
+        if (finish[v] > finish[end]) end = v;
+    std::vector<OpId> path;
+    for (OpId v = end; v != kNone; v = via[v]) path.push_back(v);
+    std::reverse(path.begin(), path.end());
+    return path;
+}
+
+}  // namespace smol

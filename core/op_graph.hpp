@@ -1,0 +1,183 @@
+// The op graph: what a strategy emits and what both backends (simulator, real executor) run.
+//
+// A DAG of ops. Each op is a small value record (40 bytes, no strings, no heap blocks) so a plan
+// with millions of ops stays cheap; names are derived from labels when printed.
+//
+// Streams are in-order queues, as CUDA streams are: an op waits for the op added before it on the
+// same (rank, stream), and that is recorded as an ordinary edge. So the order in which a strategy
+// adds ops to a stream *is* the schedule, and every ordering constraint is visible in the graph
+// (critical path, cycle check). Explicit edges (`depend`) add the cross-stream and cross-rank
+// dependencies.
+//
+// finalize() freezes the graph into a Boost compressed-sparse-row graph and checks the invariants
+// of DESIGN.md, throwing an Error that names the ops: acyclic; every collective has one op on each
+// rank of its communicator, all of the same size; on every rank the collectives of one
+// communicator run on one stream, in the same order on all ranks (what NCCL needs to not
+// deadlock); every Free follows its Alloc; every send has its receive.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <boost/graph/compressed_sparse_row_graph.hpp>
+
+#include "core/model.hpp"
+#include "core/units.hpp"
+
+namespace smol {
+
+using OpId = std::uint32_t;
+
+enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc, free };
+enum class Stream : std::uint8_t { compute, comm, p2p, copy };
+inline constexpr int kStreams = 4;
+enum class Phase : std::uint8_t { none, fwd, bwd, bwd_input, bwd_weight, recompute, opt, comm };
+enum class KernelClass : std::uint8_t { gemm, attention, elementwise, optimizer };
+enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier };
+enum class Tier : std::uint8_t { device, host, nvme };
+inline constexpr int kTiers = 3;
+
+const char* to_string(OpKind k);
+const char* to_string(Stream s);
+const char* to_string(Phase p);
+const char* to_string(KernelClass k);
+const char* to_string(CollectiveKind k);
+const char* to_string(Tier t);
+
+struct Op {
+    double flops = 0;          // compute: FLOPs
+    std::int64_t bytes = 0;    // compute: bytes moved; collective: bytes per rank; send/recv/copy/alloc/free: size
+    std::int32_t rank = 0;
+    std::int32_t layer = -1;   // label: block index, -1 when none
+    std::int32_t microbatch = -1;
+    std::int32_t index = -1;   // label: bucket, chunk or stage, by op
+    std::int32_t ref = -1;     // collective id | p2p id | buffer id | gemm shape id | copy: -1
+    OpKind kind = OpKind::compute;
+    Stream stream = Stream::compute;
+    Phase phase = Phase::none;
+    std::uint8_t sub = 0;      // compute: KernelClass | DType << 3 | on host << 6; copy: from tier << 4 | to tier
+
+    KernelClass kernel() const { return static_cast<KernelClass>(sub & 7); }
+    DType dtype() const { return static_cast<DType>((sub >> 3) & 7); }
+    bool on_host() const { return (sub >> 6) & 1; }
+    Tier copy_from() const { return static_cast<Tier>(sub >> 4); }
+    Tier copy_to() const { return static_cast<Tier>(sub & 15); }
+};
+static_assert(sizeof(Op) <= 40, "an op is a small value record");
+
+struct Collective {
+    CollectiveKind kind;
+    std::int32_t communicator;   // index into communicators()
+    std::int64_t bytes;          // per rank: the buffer each rank contributes / receives
+    std::int32_t root = -1;      // broadcast / reduce: the root rank
+    OpId first_op;               // the op of communicator rank 0; the others follow by member order
+};
+
+struct P2P {
+    OpId send, recv;
+    std::int32_t src, dst;
+    std::int64_t bytes;
+};
+
+struct Buffer {
+    std::int32_t rank;
+    Tier tier;
+    std::int64_t bytes;
+    std::int32_t label;        // a BufferLabel
+};
+
+/// What a buffer holds, for people reading a trace or an out-of-memory message.
+enum class BufferLabel : std::int32_t { parameters, gradients, optimizer_state, activations, workspace, bucket, staging };
+const char* to_string(BufferLabel b);
+
+class OpGraph {
+public:
+    explicit OpGraph(int ranks);
+
+    int ranks() const { return ranks_; }
+    std::size_t size() const { return ops_.size(); }
+    const Op& op(OpId id) const { return ops_[id]; }
+    const std::vector<Op>& ops() const { return ops_; }
+
+    // ---- building ------------------------------------------------------------------------------
+    /// Appends an op; it follows the previous op on its (rank, stream).
+    OpId add(const Op& op);
+    /// `after` waits for `before`.
+    void depend(OpId before, OpId after);
+
+    /// `traffic`: bytes read and written by the op's memory-bound kernels. `on_host`: runs on the
+    /// node's CPU instead of the device (offloaded optimizer steps).
+    OpId add_compute(int rank, Phase phase, int layer, int microbatch, Flops flops, Bytes traffic,
+                     KernelClass kernel, DType dtype, GemmShape shape = {}, bool on_host = false,
+                     Stream stream = Stream::compute);
+    /// One op per member of `communicator` (ranks, in ring order), returned in that order.
+    std::vector<OpId> add_collective(CollectiveKind kind, const std::vector<int>& communicator, Bytes bytes_per_rank,
+                                     Stream stream, Phase phase, int layer = -1, int microbatch = -1, int index = -1,
+                                     int root = -1);
+    /// A send on `src` and its receive on `dst`; returns {send, recv}.
+    std::pair<OpId, OpId> add_send_recv(int src, int dst, Bytes bytes, Phase phase, int layer, int microbatch,
+                                        Stream stream = Stream::p2p);
+    OpId add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer = -1, int microbatch = -1);
+    std::int32_t add_buffer(int rank, Tier tier, Bytes bytes, BufferLabel label);
+    OpId add_alloc(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
+    OpId add_free(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
+
+    /// Freezes the graph and checks the invariants; throws Error naming the offending ops.
+    void finalize();
+    bool finalized() const { return finalized_; }
+
+    // ---- reading (after finalize) --------------------------------------------------------------
+    std::span<const OpId> successors(OpId id) const;
+    /// Number of ops `id` waits for.
+    std::uint32_t in_degree(OpId id) const { return in_degree_[id]; }
+    /// Ops `id` waits for. Scans the graph: for error messages, not for hot paths.
+    std::vector<OpId> predecessors(OpId id) const;
+    std::size_t num_edges() const;
+    const std::vector<OpId>& topological_order() const { return topo_order_; }
+
+    const std::vector<Collective>& collectives() const { return collectives_; }
+    const std::vector<std::vector<int>>& communicators() const { return communicators_; }
+    const std::vector<P2P>& p2ps() const { return p2ps_; }
+    const std::vector<Buffer>& buffers() const { return buffers_; }
+    const std::vector<GemmShape>& shapes() const { return shapes_; }
+
+    /// The ops of a collective, in communicator order.
+    std::vector<OpId> collective_ops(std::int32_t collective) const;
+    /// "bwd L3 mb0", "all_reduce bucket 2 [0,1,2,3]", "send L11 mb2 r3->r4", "alloc activations L3".
+    std::string op_name(OpId id) const;
+    /// op_name plus the rank: "rank 3: bwd L3 mb0".
+    std::string describe(OpId id) const;
+
+    /// The longest chain of ops by `duration`, from a source to a sink, in order.
+    std::vector<OpId> critical_path(const std::function<Time(OpId)>& duration) const;
+
+private:
+    using Csr = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, boost::no_property,
+                                                   boost::no_property, OpId, std::uint32_t>;
+
+    std::int32_t intern_communicator(const std::vector<int>& members);
+    std::int32_t intern_shape(GemmShape s);
+    void check_acyclic();
+    void check_collectives() const;
+    void check_buffers() const;
+    void check_p2p() const;
+
+    int ranks_;
+    bool finalized_ = false;
+    std::vector<Op> ops_;
+    std::vector<std::pair<OpId, OpId>> pending_edges_;   // until finalize
+    std::vector<OpId> last_on_stream_;                   // rank * kStreams + stream → op, or max
+    Csr csr_;
+    std::vector<std::uint32_t> in_degree_;
+    std::vector<OpId> topo_order_;
+    std::vector<Collective> collectives_;
+    std::vector<std::vector<int>> communicators_;
+    std::vector<P2P> p2ps_;
+    std::vector<Buffer> buffers_;
+    std::vector<GemmShape> shapes_;
+};
+
+}  // namespace smol

@@ -1,0 +1,96 @@
+// The flow-level network: every transfer is a flow on its route, and the links' bandwidth is
+// shared max-min fairly among the flows crossing them (progressive filling). Rates change only
+// when a flow starts or ends, and only for the flows connected to the change through shared
+// links, so a solve touches the affected component, not the whole network.
+//
+// Changes are batched: start() and complete() mark links dirty, solve(now) recomputes once for
+// everything that happened at `now`. The engine asks next_completion() for this model's next
+// event (SimGrid's "ask each resource model for its next event").
+//
+// Hot path: no allocation per flow or per solve once the pools have grown; flows live in a
+// free-listed pool; completions sit in a heap with lazy deletion (a version per flow).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/timeline.hpp"
+#include "core/units.hpp"
+
+namespace smol::sim {
+
+using FlowId = std::uint32_t;
+
+class FlowNetwork {
+public:
+    /// One capacity per link.
+    explicit FlowNetwork(const std::vector<Bandwidth>& capacity);
+
+    /// Starts a flow of `bytes` over `route` (link ids; the span must stay valid while the flow
+    /// lives). `tag` is returned by complete(). Rates are stale until solve().
+    FlowId start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now);
+    /// Recomputes the rates of flows connected to links changed since the last solve.
+    void solve(Time now);
+    /// When the next flow finishes (after solve); Time::max() when none is active.
+    Time next_completion();
+    /// Removes every flow finishing at `now`, appending their tags in flow-id order.
+    void complete(Time now, std::vector<std::uint32_t>& tags);
+
+    std::size_t active_flows() const { return active_; }
+    /// Current rate of a flow, for tests.
+    Bandwidth rate(FlowId f) const { return Bandwidth::bytes_per_s(flows_[f].rate * 1e12); }
+    /// Record link utilisation samples (for traces) into `out` on every solve.
+    void record_links(std::vector<LinkSample>* out) { samples_ = out; }
+    std::uint64_t solves() const { return solves_; }
+
+private:
+    struct Flow {
+        double remaining = 0;      // bytes
+        double rate = 0;           // bytes per picosecond
+        Time updated;              // when `remaining` was last brought up to date
+        const std::int32_t* route = nullptr;
+        std::uint32_t hops = 0;
+        std::uint32_t tag = 0;
+        std::uint32_t version = 0;
+        std::uint32_t stamp = 0;   // component search mark
+        bool active = false;
+        bool frozen = false;       // water-filling mark
+    };
+    struct Pending {               // completion heap entry
+        Time time;
+        FlowId flow;
+        std::uint32_t version;
+    };
+    struct ShareEntry {            // water-filling heap entry
+        double share;
+        std::int32_t link;
+        std::uint32_t version;
+    };
+
+    void mark_dirty(std::int32_t link);
+    void push_pending(FlowId f, Time t);
+
+    std::vector<double> capacity_;                  // bytes per picosecond
+    std::vector<std::vector<FlowId>> on_link_;
+    std::vector<Flow> flows_;
+    std::vector<FlowId> free_;
+    std::size_t active_ = 0;
+    std::vector<Pending> pending_;                  // min-heap on (time, flow)
+
+    // Scratch, sized to the link count once.
+    std::vector<std::int32_t> dirty_;
+    std::vector<std::uint32_t> link_stamp_;
+    std::vector<double> residual_;
+    std::vector<std::uint32_t> unfrozen_;
+    std::vector<std::uint32_t> link_version_;
+    std::vector<float> last_util_;
+    std::vector<std::int32_t> comp_links_;
+    std::vector<FlowId> comp_flows_;
+    std::vector<ShareEntry> shares_;
+    std::uint32_t stamp_ = 0;
+    std::uint64_t solves_ = 0;
+    std::vector<LinkSample>* samples_ = nullptr;
+};
+
+}  // namespace smol::sim

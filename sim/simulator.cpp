@@ -1,0 +1,470 @@
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "sim/compute.hpp"
+#include "sim/engine.hpp"
+#include "sim/network.hpp"
+
+namespace smol::sim {
+
+const char* to_string(NetworkMode m) { return m == NetworkMode::flow ? "flow" : "analytic"; }
+
+NetworkMode parse_network_mode(const std::string& text) {
+    if (text == "flow") return NetworkMode::flow;
+    if (text == "analytic") return NetworkMode::analytic;
+    fail_input("flow or analytic", "'" + text + "'", {"", "", "--network"});
+}
+
+namespace {
+
+using topo::LinkId;
+
+enum EventKind : std::uint32_t { op_done, phase_start, phase_end };
+
+/// A transfer's plan with routes resolved: shared by every transfer with the same key (the
+/// thousands of identical tensor-parallel all-reduces of a run reuse one).
+struct Plan {
+    struct Flow {
+        std::span<const LinkId> route;
+        Bytes bytes;   // on the wire (payload / protocol efficiency)
+    };
+    struct Phase {
+        std::vector<Flow> flows;
+        Time latency;  // steps × step latency, after the phase's flows
+    };
+    std::vector<Phase> phases;
+    Time base;         // before the first phase
+    Time analytic;     // the alpha-beta prediction of the whole transfer
+};
+
+struct Transfer {
+    const Plan* plan = nullptr;
+    OpId owner = 0;            // collective: any member op; p2p: the send; copy: the copy
+    std::uint32_t phase = 0;
+    std::uint32_t flows_left = 0;
+};
+
+struct PlanKey {
+    std::uint64_t a, b;
+    bool operator==(const PlanKey&) const = default;
+};
+struct PlanKeyHash {
+    std::size_t operator()(const PlanKey& k) const { return std::hash<std::uint64_t>()(k.a * 0x9E3779B97F4A7C15ull ^ k.b); }
+};
+
+class Simulator {
+public:
+    Simulator(const OpGraph& g, const topo::Cluster& c, const topo::Topology& t, const SimOptions& o)
+        : graph_(g), cluster_(c), topo_(t), options_(o), network_(link_bandwidths(t)) {
+        const int ranks = g.ranks();
+        if (ranks != c.num_devices())
+            throw Error(ErrorKind::internal, "the graph has " + std::to_string(ranks) + " ranks but the cluster has " +
+                                                 std::to_string(c.num_devices()) + " devices");
+        group_.reserve(ranks);
+        gpu_ = false;
+        for (int r = 0; r < ranks; ++r) {
+            group_.push_back(&c.group_of(r));
+            gpu_ = gpu_ || !group_.back()->device.is_cpu;
+        }
+        routes_.route = [this](int a, int b) { return topo_.route(topo_.device_vertex(a), topo_.device_vertex(b)); };
+        routes_.latency = [this](int a, int b) {
+            return topo_.route_latency(topo_.device_vertex(a), topo_.device_vertex(b));
+        };
+        routes_.link_bandwidth = link_bandwidths(t);
+        node_of_ = [this](int r) { return cluster_.device(r).node; };
+
+        tl_.resize(g.size(), ranks);
+        for (int r = 0; r < ranks; ++r) {
+            tl_.device_names[r] = c.device_name(r);
+            const topo::NodeGroup& grp = *group_[r];
+            tl_.capacity[r][static_cast<int>(Tier::device)] = grp.device.memory;
+            // The host's DRAM and NVMe are shared by the node's devices: each gets an equal share.
+            tl_.capacity[r][static_cast<int>(Tier::host)] = grp.host_memory / grp.devices_per_node;
+            if (grp.nvme_capacity) tl_.capacity[r][static_cast<int>(Tier::nvme)] = *grp.nvme_capacity / grp.devices_per_node;
+        }
+        in_use_.assign(ranks, {});
+        active_comm_.assign(ranks, 0);
+        remaining_.resize(g.size());
+        for (OpId id = 0; id < g.size(); ++id) remaining_[id] = g.in_degree(id);
+        arrived_.assign(g.collectives().size(), 0);
+        p2p_ready_.assign(g.p2ps().size(), 0);
+        if (o.record_links) {
+            network_.record_links(&tl_.links);
+            for (std::size_t l = 0; l < t.links().size(); ++l) tl_.link_names.push_back(t.link_name(static_cast<LinkId>(l)));
+        }
+    }
+
+    Timeline run() {
+        const auto wall0 = std::chrono::steady_clock::now();
+        for (OpId id = 0; id < graph_.size(); ++id)
+            if (remaining_[id] == 0) ready_.push_back(id);
+        drain_ready();
+        std::vector<std::uint32_t> finished;
+        for (;;) {
+            network_.solve(engine_.now());
+            const Time tn = network_.next_completion();
+            const Time te = engine_.next_time();
+            if (tn == Time::max() && te == Time::max()) break;
+            if (te <= tn) {
+                const Event e = engine_.pop();
+                handle(e);
+            } else {
+                engine_.advance_to(tn);
+                finished.clear();
+                network_.complete(tn, finished);
+                for (std::uint32_t tr : finished) flow_done(tr);
+            }
+            drain_ready();
+        }
+        check_finished();
+        tl_.makespan = engine_.now();
+        tl_.events = engine_.processed();
+        tl_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+        return std::move(tl_);
+    }
+
+private:
+    static std::vector<Bandwidth> link_bandwidths(const topo::Topology& t) {
+        std::vector<Bandwidth> out;
+        out.reserve(t.links().size());
+        for (const auto& l : t.links()) out.push_back(l.bandwidth);
+        return out;
+    }
+
+    // ---- op lifecycle ---------------------------------------------------------------------------
+
+    void drain_ready() {
+        while (ready_head_ < ready_.size()) start(ready_[ready_head_++]);
+        ready_.clear();
+        ready_head_ = 0;
+    }
+
+    void finish(OpId id) {
+        tl_.end[id] = engine_.now();
+        for (OpId s : graph_.successors(id))
+            if (--remaining_[s] == 0) ready_.push_back(s);
+    }
+
+    void start(OpId id) {
+        const Op& op = graph_.op(id);
+        tl_.start[id] = engine_.now();
+        switch (op.kind) {
+            case OpKind::compute: {
+                const GemmShape* shape = op.ref >= 0 ? &graph_.shapes()[static_cast<std::size_t>(op.ref)] : nullptr;
+                const bool slowed = active_comm_[op.rank] > 0;
+                engine_.schedule(engine_.now() + compute_time(op, shape, *group_[op.rank], slowed), op_done, id);
+                break;
+            }
+            case OpKind::alloc:
+            case OpKind::free:
+                memory(id, op);
+                finish(id);
+                break;
+            case OpKind::collective: {
+                const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
+                const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
+                if (++arrived_[static_cast<std::size_t>(op.ref)] == members.size()) {
+                    for (int r : members) ++active_comm_[r];
+                    begin(collective_plan(c, members), id);
+                }
+                break;
+            }
+            case OpKind::send:
+            case OpKind::recv: {
+                const P2P& p = graph_.p2ps()[static_cast<std::size_t>(op.ref)];
+                std::uint8_t& bits = p2p_ready_[static_cast<std::size_t>(op.ref)];
+                bits |= op.kind == OpKind::send ? 1 : 2;
+                if (bits == 3) {
+                    ++active_comm_[p.src];
+                    ++active_comm_[p.dst];
+                    begin(p2p_plan(p), p.send);
+                }
+                break;
+            }
+            case OpKind::copy:
+                begin(copy_plan(op), id);
+                break;
+        }
+    }
+
+    /// Called when a transfer is complete: finishes the op(s) it stands for.
+    void transfer_done(OpId owner) {
+        const Op& op = graph_.op(owner);
+        if (op.kind == OpKind::collective) {
+            const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
+            for (int r : graph_.communicators()[static_cast<std::size_t>(c.communicator)]) --active_comm_[r];
+            for (OpId m : graph_.collective_ops(op.ref)) finish(m);
+        } else if (op.kind == OpKind::send) {
+            const P2P& p = graph_.p2ps()[static_cast<std::size_t>(op.ref)];
+            --active_comm_[p.src];
+            --active_comm_[p.dst];
+            finish(p.send);
+            finish(p.recv);
+        } else {
+            finish(owner);
+        }
+    }
+
+    // ---- transfers ------------------------------------------------------------------------------
+
+    void begin(const Plan* plan, OpId owner) {
+        if (options_.network == NetworkMode::analytic) {
+            // One event at the predicted end; the owner op's completion event carries it.
+            engine_.schedule(engine_.now() + plan->analytic, op_done, owner);
+            return;
+        }
+        std::uint32_t t;
+        if (!free_transfers_.empty()) {
+            t = free_transfers_.back();
+            free_transfers_.pop_back();
+        } else {
+            t = static_cast<std::uint32_t>(transfers_.size());
+            transfers_.emplace_back();
+        }
+        transfers_[t] = {plan, owner, 0, 0};
+        if (plan->base > Time::zero())
+            engine_.schedule(engine_.now() + plan->base, phase_start, t);
+        else
+            start_phase(t);
+    }
+
+    void start_phase(std::uint32_t t) {
+        Transfer& tr = transfers_[t];
+        if (tr.phase == tr.plan->phases.size()) {  // no phases: a collective of one rank
+            const OpId owner = tr.owner;
+            free_transfers_.push_back(t);
+            transfer_done(owner);
+            return;
+        }
+        const Plan::Phase& ph = tr.plan->phases[tr.phase];
+        tr.flows_left = static_cast<std::uint32_t>(ph.flows.size());
+        if (ph.flows.empty()) {
+            engine_.schedule(engine_.now() + ph.latency, phase_end, t);
+            return;
+        }
+        for (const auto& f : ph.flows) network_.start(f.route, f.bytes, t, engine_.now());
+    }
+
+    void flow_done(std::uint32_t t) {
+        Transfer& tr = transfers_[t];
+        if (--tr.flows_left == 0)
+            engine_.schedule(engine_.now() + tr.plan->phases[tr.phase].latency, phase_end, t);
+    }
+
+    void handle(const Event& e) {
+        switch (e.kind) {
+            case op_done: {
+                const Op& op = graph_.op(e.id);
+                if (op.kind == OpKind::compute)
+                    finish(e.id);
+                else
+                    transfer_done(e.id);  // analytic mode
+                break;
+            }
+            case phase_start: start_phase(e.id); break;
+            case phase_end: {
+                Transfer& tr = transfers_[e.id];
+                ++tr.phase;
+                if (tr.phase < tr.plan->phases.size()) {
+                    start_phase(e.id);
+                } else {
+                    const OpId owner = tr.owner;
+                    free_transfers_.push_back(e.id);
+                    transfer_done(owner);
+                }
+                break;
+            }
+            default: throw Error(ErrorKind::internal, "engine: unknown event kind");
+        }
+    }
+
+    // ---- plans ----------------------------------------------------------------------------------
+
+    const Plan* remember(const PlanKey& key, Plan&& plan) {
+        plans_.push_back(std::move(plan));
+        plan_index_.emplace(key, &plans_.back());
+        return &plans_.back();
+    }
+
+    const Plan* collective_plan(const Collective& c, const std::vector<int>& members) {
+        const PlanKey key{(static_cast<std::uint64_t>(c.communicator) << 8) | static_cast<std::uint64_t>(c.kind) |
+                              (static_cast<std::uint64_t>(c.root + 1) << 40),
+                          static_cast<std::uint64_t>(c.bytes)};
+        if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
+        const CollectiveSchedule s =
+            choose(c.kind, members, Bytes(c.bytes), c.root, options_.algo, gpu_, node_of_, routes_);
+        const double eff = protocol_costs(s.protocol).efficiency;
+        Plan plan;
+        plan.base = base_latency(s.algo, s.protocol);
+        plan.analytic = predict(s, routes_);
+        for (const auto& ph : s.phases) {
+            Plan::Phase out;
+            out.latency = step_latency(ph, s.protocol, routes_) * static_cast<std::int64_t>(ph.steps);
+            for (const auto& f : ph.flows) out.flows.push_back({routes_.route(f.src, f.dst), f.bytes * (1.0 / eff)});
+            plan.phases.push_back(std::move(out));
+        }
+        return remember(key, std::move(plan));
+    }
+
+    const Plan* single_flow_plan(const PlanKey& key, topo::VertexId a, topo::VertexId b, Bytes bytes, Time extra) {
+        if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
+        Plan plan;
+        Plan::Phase ph;
+        ph.flows.push_back({topo_.route(a, b), bytes});
+        ph.latency = topo_.route_latency(a, b) + extra;
+        plan.analytic = ph.latency + bytes / topo_.route_bandwidth(a, b);
+        plan.phases.push_back(std::move(ph));
+        return remember(key, std::move(plan));
+    }
+
+    const Plan* p2p_plan(const P2P& p) {
+        // A point-to-point transfer pays the route's latency plus, on GPUs, NCCL's per-hop cost.
+        const bool net = cluster_.device(p.src).node != cluster_.device(p.dst).node;
+        const ProtocolCosts& costs = protocol_costs(gpu_ ? Protocol::simple : Protocol::host);
+        const PlanKey key{(1ull << 62) | (static_cast<std::uint64_t>(p.src) << 31) | static_cast<std::uint64_t>(p.dst),
+                          static_cast<std::uint64_t>(p.bytes)};
+        return single_flow_plan(key, topo_.device_vertex(p.src), topo_.device_vertex(p.dst), Bytes(p.bytes),
+                                net ? costs.hop_net : costs.hop_intra);
+    }
+
+    topo::VertexId tier_vertex(int rank, Tier tier) const {
+        switch (tier) {
+            case Tier::device: return topo_.device_vertex(rank);
+            case Tier::host: return topo_.host_vertex(rank);
+            case Tier::nvme: {
+                const topo::VertexId v = topo_.nvme_vertex(rank);
+                if (v < 0)
+                    throw Error(ErrorKind::bad_input, "a copy to NVMe on " + cluster_.device_name(rank) +
+                                                          ", whose node has no NVMe drive");
+                return v;
+            }
+        }
+        return -1;
+    }
+
+    const Plan* copy_plan(const Op& op) {
+        const PlanKey key{(2ull << 62) | (static_cast<std::uint64_t>(op.rank) << 8) | op.sub,
+                          static_cast<std::uint64_t>(op.bytes)};
+        return single_flow_plan(key, tier_vertex(op.rank, op.copy_from()), tier_vertex(op.rank, op.copy_to()),
+                                Bytes(op.bytes), Time::zero());
+    }
+
+    // ---- memory ---------------------------------------------------------------------------------
+
+    void memory(OpId id, const Op& op) {
+        const Buffer& b = graph_.buffers()[static_cast<std::size_t>(op.ref)];
+        int tier = static_cast<int>(b.tier);
+        // Unified memory (Jetson, CPU boards): host allocations come out of the same DRAM.
+        if (b.tier == Tier::host && group_[b.rank]->device.unified_memory) tier = static_cast<int>(Tier::device);
+        Bytes& used = in_use_[b.rank][tier];
+        const Bytes cap = tl_.capacity[b.rank][tier];
+        if (op.kind == OpKind::alloc) {
+            if (used + Bytes(b.bytes) > cap && !tl_.oom)
+                tl_.oom = OutOfMemory{b.rank, cluster_.device_name(b.rank), static_cast<Tier>(tier), id,
+                                      Bytes(b.bytes), cap > used ? cap - used : Bytes(0)};
+            used += Bytes(b.bytes);
+            tl_.peak[b.rank][tier] = std::max(tl_.peak[b.rank][tier], used);
+        } else {
+            used -= Bytes(b.bytes);
+        }
+        if (options_.record_memory) tl_.memory.push_back({b.rank, static_cast<Tier>(tier), engine_.now(), used});
+    }
+
+    // ---- deadlock -------------------------------------------------------------------------------
+
+    void check_finished() const {
+        // Per rank and stream, the first op that never finished; nothing to say when all did.
+        std::vector<std::array<OpId, kStreams>> first(static_cast<std::size_t>(graph_.ranks()));
+        for (auto& a : first) a.fill(static_cast<OpId>(-1));
+        bool stuck = false;
+        for (OpId id = 0; id < graph_.size(); ++id) {
+            if (tl_.end[id] >= Time::zero()) continue;
+            const Op& op = graph_.op(id);
+            OpId& f = first[static_cast<std::size_t>(op.rank)][static_cast<int>(op.stream)];
+            if (f == static_cast<OpId>(-1)) f = id;
+            stuck = true;
+        }
+        if (!stuck) return;
+        std::ostringstream msg;
+        int shown = 0;
+        for (int r = 0; r < graph_.ranks() && shown < 8; ++r) {
+            bool any = false;
+            for (OpId id : first[static_cast<std::size_t>(r)]) {
+                if (id == static_cast<OpId>(-1)) continue;
+                if (!any) msg << "\n  rank " << r << " (" << tl_.device_names[r] << "):";
+                any = true;
+                msg << "\n    " << graph_.op_name(id) << " — " << waits_for(id);
+            }
+            shown += any;
+        }
+        throw Error(ErrorKind::deadlock, "deadlock at " + to_string(engine_.now()) +
+                                             ": no event is pending and these ops cannot run:" + msg.str());
+    }
+
+    std::string waits_for(OpId id) const {
+        const Op& op = graph_.op(id);
+        if (tl_.start[id] >= Time::zero()) {
+            if (op.kind == OpKind::collective) {
+                std::string missing;
+                for (OpId m : graph_.collective_ops(op.ref))
+                    if (tl_.start[m] < Time::zero()) missing += (missing.empty() ? "" : ", ") + std::to_string(graph_.op(m).rank);
+                return "started, waits for ranks " + missing + " to reach it";
+            }
+            if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+                const P2P& p = graph_.p2ps()[static_cast<std::size_t>(op.ref)];
+                return op.kind == OpKind::send ? "waits for the receive on rank " + std::to_string(p.dst)
+                                               : "waits for the send on rank " + std::to_string(p.src);
+            }
+            return "started but never finished";
+        }
+        for (OpId p : graph_.predecessors(id))
+            if (tl_.end[p] < Time::zero()) return "waits for " + graph_.describe(p);
+        return "never became ready";
+    }
+
+    const OpGraph& graph_;
+    const topo::Cluster& cluster_;
+    const topo::Topology& topo_;
+    SimOptions options_;
+    Engine engine_;
+    FlowNetwork network_;
+    Timeline tl_;
+    bool gpu_ = false;
+    std::vector<const topo::NodeGroup*> group_;
+    RouteInfo routes_;
+    std::function<int(int)> node_of_;
+
+    std::vector<std::uint32_t> remaining_;
+    std::vector<OpId> ready_;
+    std::size_t ready_head_ = 0;
+    std::vector<std::uint32_t> arrived_;
+    std::vector<std::uint8_t> p2p_ready_;
+    std::vector<std::uint32_t> active_comm_;
+    std::vector<std::array<Bytes, kTiers>> in_use_;
+    std::vector<Transfer> transfers_;
+    std::vector<std::uint32_t> free_transfers_;
+    std::deque<Plan> plans_;
+    std::unordered_map<PlanKey, const Plan*, PlanKeyHash> plan_index_;
+};
+
+}  // namespace
+
+Timeline simulate(const OpGraph& graph, const topo::Cluster& cluster, const topo::Topology& topology,
+                  const SimOptions& options) {
+    if (!graph.finalized()) throw Error(ErrorKind::internal, "simulate() needs a finalized graph");
+    Simulator s(graph, cluster, topology, options);
+    return s.run();
+}
+
+Timeline simulate(const OpGraph& graph, const topo::Cluster& cluster, const SimOptions& options) {
+    const topo::Topology topology(cluster);
+    return simulate(graph, cluster, topology, options);
+}
+
+}  // namespace smol::sim

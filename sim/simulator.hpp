@@ -1,0 +1,41 @@
+// simulate(): runs an op graph on a described cluster and returns its Timeline.
+//
+// An op starts when every op it depends on has finished (stream order is an edge of the graph).
+// Compute ops take their roofline time; a collective starts when all members have reached it and
+// runs as its algorithm's phases of flows; a send and its receive start together when both are
+// ready (rendezvous); copies are flows between a device and a memory tier; allocs and frees are
+// instant and drive the memory model. The first allocation that does not fit is reported as the
+// out-of-memory result, and the run goes on so the summary can still be printed.
+//
+// Two network modes: `flow` (default) shares link bandwidth max-min fairly among concurrent
+// flows; `analytic` prices each transfer alone with the alpha-beta model, for fast sweeps.
+// When no event is pending and ops remain, simulate() throws a deadlock Error listing the stuck
+// ops per rank and what each waits for.
+#pragma once
+
+#include "core/op_graph.hpp"
+#include "core/timeline.hpp"
+#include "sim/collectives.hpp"
+#include "topologies/cluster.hpp"
+#include "topologies/topology.hpp"
+
+namespace smol::sim {
+
+enum class NetworkMode { flow, analytic };
+const char* to_string(NetworkMode m);
+NetworkMode parse_network_mode(const std::string& text);   // "flow" | "analytic"
+
+struct SimOptions {
+    NetworkMode network = NetworkMode::flow;
+    CollectiveAlgo algo = CollectiveAlgo::automatic;
+    bool record_links = false;    // link utilisation samples, for traces
+    bool record_memory = true;    // every memory change, for traces
+};
+
+/// The graph must be finalized and have as many ranks as the cluster has devices.
+Timeline simulate(const OpGraph& graph, const topo::Cluster& cluster, const topo::Topology& topology,
+                  const SimOptions& options = {});
+/// Builds the topology from the cluster first.
+Timeline simulate(const OpGraph& graph, const topo::Cluster& cluster, const SimOptions& options = {});
+
+}  // namespace smol::sim

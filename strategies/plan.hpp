@@ -1,0 +1,75 @@
+// The plan: how a model is laid out on a cluster, as the user asked for it on the command line,
+// and the Layout it resolves to once checked against the model and the cluster.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model.hpp"
+#include "core/op_graph.hpp"
+#include "topologies/cluster.hpp"
+
+namespace smol::strategies {
+
+/// The data-parallel flavour (--strategy).
+enum class DataParallel { ps, ps_async, ring, ddp, zero1, zero2, zero3, fsdp };
+const char* to_string(DataParallel s);
+DataParallel parse_data_parallel(const std::string& text);   // bad_input lists the valid names
+
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1 };
+const char* to_string(Schedule s);
+Schedule parse_schedule(const std::string& text);
+
+enum class Offload { none, cpu, nvme };
+const char* to_string(Offload o);
+Offload parse_offload(const std::string& text);
+
+/// What the user asked for. Zero means "derive it".
+struct Plan {
+    DataParallel strategy = DataParallel::ddp;
+    int tp = 1;
+    int pp = 1;
+    int dp = 0;                       // 0: devices / (tp · pp)
+    Schedule schedule = Schedule::one_f_one_b;
+    int virtual_stages = 1;
+    bool sequence_parallel = false;
+    Recompute recompute = Recompute::none;
+    Offload offload = Offload::none;
+    std::int64_t global_batch = 0;    // 0: dp · micro_batch (one micro-batch per replica)
+    int micro_batch = 1;
+    int seq = 0;                      // 0: the model's default
+    std::optional<DType> dtype;       // unset: the device's default (bf16, or fp32 on CPUs)
+    double bucket_mb = 25;            // DDP gradient bucket (PyTorch default 25 MB)
+};
+
+/// The plan resolved against a model and a cluster: every number known and consistent.
+struct Layout {
+    int devices = 0;
+    int tp = 1, pp = 1, dp = 1;
+    int microbatches = 1;             // per replica per step (gradient accumulation steps)
+    int micro_batch = 1;
+    std::int64_t global_batch = 1;
+    int seq = 1;
+    DType dtype = DType::bf16;
+
+    /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
+    int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }
+};
+
+/// Checks the plan against the model and cluster; throws bad_input saying why a plan is
+/// impossible (tp·pp·dp ≠ devices, micro-batch not dividing the per-replica batch, …).
+Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& plan);
+
+/// The strategy's output: the graph plus what the summary needs to know about it.
+struct Built {
+    OpGraph graph;
+    Layout layout;
+    Flops model_flops;                 // per iteration (Narayanan et al. 2021, eq. 3)
+};
+
+/// The one entry point: (model, cluster, plan) → op graph. Pure: no clock, no I/O.
+Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan);
+
+}  // namespace smol::strategies

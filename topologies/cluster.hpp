@@ -1,0 +1,122 @@
+// The cluster description: what hardware a plan runs on.
+//
+// A cluster is a list of node groups (small clusters are often mixed: two Pi 5 beside two Pi 4,
+// a Jetson beside a workstation), each group `count` identical nodes of `devices_per_node`
+// devices of one kind, plus the network that joins the nodes. Ranks are numbered group by group,
+// node by node, device by device: rank = first rank of the node + local index.
+//
+// Every figure is a datasheet lead (see ../shared/HARDWARE.md) that a calibration profile
+// replaces; the preset files under topologies/presets name their sources.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.hpp"
+#include "core/model.hpp"
+#include "core/units.hpp"
+
+namespace smol::topo {
+
+struct DeviceKind {
+    std::string name;                     // "a100-80gb"
+    bool is_cpu = false;                  // a CPU board (Pi): fp32 by default, compute on the host
+    std::array<std::optional<FlopRate>, 3> peak;  // dense matrix peak per DType (bf16, fp16, fp32)
+    Bytes memory;                         // device memory capacity (the node's DRAM for CPUs)
+    Bandwidth memory_bandwidth;
+    bool unified_memory = false;          // Jetson / CPU: device memory is host memory
+    Time launch_overhead;                 // per kernel (per op for CPUs)
+    double gemm_efficiency = 0.8;         // fraction of peak a large GEMM reaches
+    double gemm_half_dim = 128;           // GEMM size (cube root of m·n·k) at half that efficiency
+    double memory_efficiency = 0.8;       // fraction of memory bandwidth streaming kernels reach
+    double comm_slowdown = 1.0;           // compute runs this much slower while comm kernels run
+
+    bool supports(DType d) const { return peak[static_cast<int>(d)].has_value(); }
+    /// Peak for `d`; bad_input naming the device when it has none.
+    FlopRate peak_for(DType d) const;
+    /// bf16 where the device has 16-bit matrix units, else fp32 (CPUs such as the Pi's).
+    DType default_dtype() const;
+};
+
+enum class IntraKind { none, nvswitch, nvlink, pcie };
+const char* to_string(IntraKind k);
+
+struct LinkSpec {
+    Bandwidth bandwidth;   // per direction
+    Time latency;          // per hop
+};
+
+struct NodeGroup {
+    std::string name;                 // "pi5"
+    int count = 1;                    // nodes in this group
+    int devices_per_node = 1;
+    DeviceKind device;
+    // Host side of each node.
+    Bytes host_memory;                // DRAM capacity (shared with the devices if unified)
+    Bandwidth host_memory_bandwidth;
+    std::optional<Bytes> nvme_capacity;
+    Bandwidth nvme_read, nvme_write;
+    // Inside a node.
+    IntraKind intra = IntraKind::none;
+    LinkSpec intra_link;              // device ↔ NVSwitch / peer / PCIe switch, per device
+    LinkSpec host_link;               // PCIe root link shared by the node's devices and NICs
+    // Out of the node.
+    int nics = 1;                     // 1: shared by all devices; devices_per_node: one per device
+    LinkSpec nic_link;                // NIC ↔ first switch
+    // (Added.) Any NIC count that divides devices_per_node is allowed: each NIC serves
+    // devices_per_node / nics consecutive devices (a DGX-2 has 8 NICs for 16 GPUs). A node cut
+    // short by Cluster::first_devices keeps its original sharing through devices_per_nic.
+    int devices_per_nic = 0;          // consecutive devices per NIC; 0: ceil(devices_per_node / nics)
+    /// (Added.) The NIC, counted from 0 within the node, that local device `local` uses.
+    int nic_of(int local) const;
+};
+
+enum class FabricKind { single_switch, fat_tree };
+const char* to_string(FabricKind k);
+
+struct Network {
+    FabricKind fabric = FabricKind::single_switch;
+    Time switch_latency;              // per switch traversal
+    // Fat tree (leaf/spine), rail-optimized when nodes have one NIC per device:
+    int nodes_per_leaf = 0;           // 0: one leaf per rail holding every node (two levels only if needed)
+    double oversubscription = 1.0;    // leaf downlink : uplink bandwidth ratio (1 = non-blocking)
+};
+
+struct DeviceRef {
+    int group = 0;
+    int node = 0;     // global node index
+    int local = 0;    // index within the node
+};
+
+class Cluster {
+public:
+    std::string name;
+    std::string description;
+    std::vector<std::string> sources;
+    std::vector<NodeGroup> groups;
+    Network network;
+
+    int num_nodes() const;
+    int num_devices() const;
+    DeviceRef device(int rank) const;
+    const DeviceKind& device_kind(int rank) const;
+    const NodeGroup& group_of(int rank) const;
+    int first_rank_of_node(int node) const;
+    /// "node1/gpu3" (or "node0/cpu0" for CPU boards); nodes and devices counted from 0.
+    std::string device_name(int rank) const;
+
+    /// --nodes N: the same cluster with N nodes. Single-group clusters only; zero is bad_input.
+    Cluster with_nodes(int n) const;
+    /// --devices N: the first N devices (whole groups and nodes trimmed); bad_input if N is out of range.
+    Cluster first_devices(int n) const;
+};
+
+std::vector<std::string> cluster_preset_names();
+Cluster cluster_preset(const std::string& name);
+Cluster cluster_from_json(const JsonView& json);
+/// `spec` is a preset name or a path to a JSON file.
+Cluster load_cluster(const std::string& spec);
+
+}  // namespace smol::topo
