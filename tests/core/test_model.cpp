@@ -1,0 +1,489 @@
+// Model description: parameter counts against published figures and Narayanan et al. 2021 eq. 2,
+// FLOPs against Narayanan eq. 3, activation bytes against Korthikanti et al. 2022 Table 2,
+// tensor-parallel bookkeeping, the JSON readers (own format, HuggingFace GPT-2 and Llama), and
+// every bad input. The expected values are computed here from the papers' closed forms, not
+// from model.cpp's per-term construction.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "core/model.hpp"
+
+using namespace smol;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string data_dir = SMOL_TEST_DATA;
+
+template <typename F>
+std::string bad_input(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::bad_input);
+        return e.what();
+    }
+    FAIL("no error thrown");
+    return "";
+}
+
+Model from_text(const std::string& text, const std::string& name = "inline") {
+    static Json keep;  // the view points into the document; keep it alive for the call
+    keep = parse_json_text(text, name + ".json");
+    return model_from_json(JsonView(keep, name + ".json"), name);
+}
+
+std::int64_t sum_params(const std::vector<Block>& blocks) {
+    std::int64_t n = 0;
+    for (const auto& b : blocks) n += b.params;
+    return n;
+}
+
+/// Narayanan et al. 2021 eq. 2, plus the final layer norm (2h) the equation leaves out.
+double narayanan_params(double l, double h, double V, double s) {
+    return 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)) + 2 * h;
+}
+
+}  // namespace
+
+TEST_CASE("preset parameter counts match the published models", "[core][model]") {
+    // Exact counts, from the published architectures (HuggingFace model cards).
+    CHECK(model_preset("gpt2-small").parameters() == 124'439'808);
+    CHECK(model_preset("gpt2-medium").parameters() == 354'823'168);
+    CHECK(model_preset("gpt2-large").parameters() == 774'030'080);
+    CHECK(model_preset("gpt2-xl").parameters() == 1'557'611'200);
+    CHECK(model_preset("llama2-7b").parameters() == 6'738'415'616);
+    CHECK(model_preset("llama3-8b").parameters() == 8'030'261'248);
+
+    // Rounded figures from the papers, within 1 %.
+    auto near = [](const std::string& name, double published) {
+        CAPTURE(name);
+        CHECK(static_cast<double>(model_preset(name).parameters()) == Approx(published).epsilon(0.01));
+    };
+    near("gpt2-small", 124e6);
+    near("gpt2-xl", 1.56e9);
+    near("llama2-7b", 6.74e9);
+    near("gpt3-175b", 174.6e9);
+    near("llama3-8b", 8.03e9);
+}
+
+TEST_CASE("GPT parameter counts follow Narayanan et al. eq. 2", "[core][model]") {
+    const std::string name = GENERATE("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b");
+    const Model m = model_preset(name);
+    const TransformerShape& s = m.shape();
+    CAPTURE(name);
+    CHECK(static_cast<double>(m.parameters()) ==
+          Approx(narayanan_params(s.layers, s.hidden, s.vocab, s.max_seq)).epsilon(1e-12));
+}
+
+TEST_CASE("blocks: embedding, layers, head; parameters add up", "[core][model]") {
+    for (const std::string name : {"gpt2-small", "llama2-7b", "llama3-8b"}) {
+        CAPTURE(name);
+        const Model m = model_preset(name);
+        const auto blocks = m.blocks(Workload{});
+        REQUIRE(blocks.size() == static_cast<std::size_t>(m.shape().layers) + 2);
+        CHECK(blocks.front().kind == Block::Kind::embedding);
+        CHECK(blocks.back().kind == Block::Kind::head);
+        for (std::size_t i = 0; i < blocks.size(); ++i) CHECK(blocks[i].index == static_cast<int>(i));
+        CHECK(sum_params(blocks) == m.parameters());
+        for (const auto& b : blocks) CHECK(b.bwd.count() == Approx(2 * b.fwd.count()));
+    }
+}
+
+TEST_CASE("layer FLOPs are 24bsh² + 4bs²h for GPT and split by tp", "[core][model]") {
+    const Model m = model_preset("gpt2-medium");
+    const double b = 4, s = 1024, h = 1024, V = 50257;
+    const int tp = GENERATE(1, 2, 4, 8);
+    Workload w;
+    w.micro_batch = 4;
+    w.tp = tp;
+    const auto blocks = m.blocks(w);
+    const Block& layer = blocks[1];
+    CHECK(layer.fwd.count() == Approx((24 * b * s * h * h + 4 * b * s * s * h) / tp).epsilon(1e-12));
+    CHECK(layer.gemm.m == 4 * 1024);
+    CHECK(layer.gemm.n == 4096 / tp);
+    CHECK(layer.gemm.k == 1024);
+    // Vocab-parallel head, vocabulary padded to a multiple of tp (Megatron pads too).
+    const double v_rank = std::ceil(V / tp);
+    CHECK(blocks.back().fwd.count() == Approx(2 * b * s * h * v_rank).epsilon(1e-12));
+    CHECK(blocks.front().fwd.count() == 0);
+}
+
+TEST_CASE("FLOPs per iteration match Narayanan et al. eq. 3", "[core][model]") {
+    // Narayanan's eq. 3 is 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)): every layer's forward counted
+    // 4× (forward, backward 2×, full recompute) and the logit layer 3× (6·B·s·h·V). Without
+    // recompute the layers count 3×, the logit layer still 3×: 72·B·s·l·h²·(1 + s/(6h) +
+    // V/(12·l·h)). (Writing V/(16lh) in the 72 form would undercount the logit layer by a quarter.)
+    struct Case {
+        const char* name;
+        double B;
+    };
+    const Case c = GENERATE(Case{"gpt3-175b", 1536}, Case{"gpt2-small", 512}, Case{"gpt2-xl", 64});
+    CAPTURE(c.name);
+    const Model m = model_preset(c.name);
+    const double l = m.shape().layers, h = m.shape().hidden, V = m.shape().vocab, s = m.shape().max_seq;
+    const double B = c.B;
+    const double plain = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    const double full = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    const auto Bi = static_cast<std::int64_t>(B);
+    CHECK(m.flops_per_iteration(Bi, 0, Recompute::none).count() == Approx(plain).epsilon(0.001));
+    CHECK(m.flops_per_iteration(Bi, 0, Recompute::full).count() == Approx(full).epsilon(0.001));
+    // Selective recompute redoes only the attention core: 4·B·s²·h per layer.
+    CHECK(m.flops_per_iteration(Bi, 0, Recompute::selective).count() ==
+          Approx(plain + 4 * B * s * s * h * l).epsilon(0.001));
+    // The seq argument is honoured (half the sequence: less than half the FLOPs).
+    CHECK(m.flops_per_iteration(Bi, static_cast<int>(s / 2), Recompute::none).count() < plain / 2);
+}
+
+TEST_CASE("activation bytes match Korthikanti et al. 2022", "[core][model]") {
+    // GPT-3 175B at s = 2048, b = 1 (Korthikanti Table 2 and §4, 16-bit).
+    const Model m = model_preset("gpt3-175b");
+    const double s = 2048, b = 1, h = 12288, a = 96;
+    const double sbh = s * b * h;
+    auto layer_bytes = [&](int tp, bool sp, Recompute r, DType d = DType::bf16) {
+        Workload w;
+        w.tp = tp;
+        w.sequence_parallel = sp;
+        w.recompute = r;
+        w.dtype = d;
+        return m.blocks(w)[1].activations.as_double();
+    };
+    SECTION("no parallelism: sbh(34 + 5as/h)") {
+        CHECK(layer_bytes(1, false, Recompute::none) == Approx(sbh * (34 + 5 * a * s / h)).epsilon(0.02));
+    }
+    SECTION("tp 8 without sp: sbh(10 + 24/t + 5as/(ht))") {
+        CHECK(layer_bytes(8, false, Recompute::none) == Approx(sbh * (10 + 24.0 / 8 + 5 * a * s / (h * 8))).epsilon(0.02));
+    }
+    SECTION("tp 8 with sp: sbh(34 + 5as/h)/t") {
+        CHECK(layer_bytes(8, true, Recompute::none) == Approx(sbh * (34 + 5 * a * s / h) / 8).epsilon(0.02));
+    }
+    SECTION("selective recompute, tp 8 with sp: 34sbh/t") {
+        CHECK(layer_bytes(8, true, Recompute::selective) == Approx(sbh * 34 / 8).epsilon(0.02));
+    }
+    SECTION("selective recompute, tp 8 without sp: sbh(10 + 24/t)") {
+        CHECK(layer_bytes(8, false, Recompute::selective) == Approx(sbh * (10 + 24.0 / 8)).epsilon(0.02));
+    }
+    SECTION("full recompute keeps the layer input: 2sbh, /t with sp") {
+        CHECK(layer_bytes(1, false, Recompute::full) == Approx(2 * sbh).epsilon(0.02));
+        CHECK(layer_bytes(8, false, Recompute::full) == Approx(2 * sbh).epsilon(0.02));
+        CHECK(layer_bytes(8, true, Recompute::full) == Approx(2 * sbh / 8).epsilon(0.02));
+    }
+    SECTION("fp32 doubles the element terms, not the 1-byte dropout masks") {
+        // 16-bit: masks are 2sbh + as²b of the total; the rest (32sbh + 4as²b) doubles.
+        CHECK(layer_bytes(1, false, Recompute::none, DType::fp32) == Approx(sbh * (66 + 9 * a * s / h)).epsilon(0.02));
+    }
+    SECTION("output and the head") {
+        Workload w;
+        w.tp = 8;
+        w.sequence_parallel = true;
+        const auto blocks = m.blocks(w);
+        CHECK(blocks[1].output.as_double() == Approx(2 * sbh / 8));
+        // Korthikanti §4.3: 4sbh/t·(1 + v/h) with sp.
+        CHECK(blocks.back().activations.as_double() == Approx(4 * sbh / 8 * (1 + 50257 / h)).epsilon(0.02));
+    }
+}
+
+TEST_CASE("GQA and gated MLP shrink and grow the right terms", "[core][model]") {
+    // Llama 3 8B: K and V are a quarter of Q; the gated MLP keeps gate, up and their product.
+    const Model m = model_preset("llama3-8b");
+    Workload w;
+    w.seq = 4096;
+    const Block layer = m.blocks(w)[1];
+    const double s = 4096, h = 4096, a = 32, kv = 1024, f = 14336, e = 2;
+    const double expected = s * h * e            // QKV input
+                            + s * (h + kv) * e   // Q, K
+                            + s * kv * e         // V
+                            + s * h * e          // output projection input
+                            + s * h              // dropout mask
+                            + 5 * a * s * s      // softmax output, mask, dropout output
+                            + s * h * e          // MLP input
+                            + 3 * s * f * e      // gate, up, product
+                            + s * h              // dropout mask
+                            + 2 * s * h * e;     // two norms
+    CHECK(layer.activations.as_double() == Approx(expected));
+    // QKV: 2·s·h·(h + 2kv); scores and attention·V: 4·s²·h; output: 2·s·h²; MLP: 3 · 2·s·h·f.
+    CHECK(layer.fwd.count() == Approx(2 * s * h * (h + 2 * kv) + 4 * s * s * h + 2 * s * h * h + 6 * s * h * f));
+}
+
+TEST_CASE("tensor-parallel collectives per block", "[core][model]") {
+    const Model m = model_preset("gpt2-small");
+    Workload w;
+    w.micro_batch = 2;
+    SECTION("none at tp 1") {
+        for (const auto& b : m.blocks(w)) CHECK(b.tp_collectives_fwd == 0);
+    }
+    SECTION("two per layer, one for the embedding and one for the head at tp 4") {
+        w.tp = 4;
+        const auto blocks = m.blocks(w);
+        CHECK(blocks.front().tp_collectives_fwd == 1);
+        CHECK(blocks[1].tp_collectives_fwd == 2);
+        CHECK(blocks.back().tp_collectives_fwd == 1);
+        for (const auto& b : blocks) CHECK(b.tp_bytes_per_collective.count() == 2 * 1024 * 768 * 2);
+        // Per-rank layer parameters: split weights and column biases, replicated norms and row biases.
+        const std::int64_t h = 768, split = 3 * h * h + h * h + 8 * h * h + 3 * h + 4 * h, replicated = 4 * h + 2 * h;
+        CHECK(blocks[1].params == split / 4 + replicated);
+    }
+    SECTION("sequence parallelism splits the replicated tensors") {
+        w.tp = 4;
+        const auto plain = m.blocks(w);
+        w.sequence_parallel = true;
+        const auto sp = m.blocks(w);
+        CHECK(sp[1].output.count() == plain[1].output.count() / 4);
+        CHECK(sp[1].mem_traffic < plain[1].mem_traffic);
+        CHECK(sp[1].fwd == plain[1].fwd);
+    }
+}
+
+TEST_CASE("memory traffic estimate is in the documented range", "[core][model]") {
+    // Roughly 16–20 sbh·e for the norms, residuals and GeLU, plus the softmax's a·s²·b terms.
+    const Model m = model_preset("gpt2-small");
+    const Block layer = m.blocks(Workload{})[1];
+    const double s = 1024, h = 768, a = 12, e = 2;
+    const double softmax = 4 * a * s * s * e + a * s * s;
+    const double rest = layer.mem_traffic.as_double() - softmax;
+    CHECK(rest >= 16 * s * h * e);
+    CHECK(rest <= 21 * s * h * e);
+}
+
+TEST_CASE("HuggingFace config.json files load to the preset shapes", "[core][model]") {
+    auto same_shape = [](const Model& a, const Model& b) {
+        const TransformerShape &x = a.shape(), &y = b.shape();
+        CHECK(x.layers == y.layers);
+        CHECK(x.hidden == y.hidden);
+        CHECK(x.heads == y.heads);
+        CHECK(x.kv_heads == y.kv_heads);
+        CHECK(x.ffn_hidden == y.ffn_hidden);
+        CHECK(x.vocab == y.vocab);
+        CHECK(x.max_seq == y.max_seq);
+        CHECK(x.tied_embeddings == y.tied_embeddings);
+        CHECK(x.gated_mlp == y.gated_mlp);
+        CHECK(x.learned_positions == y.learned_positions);
+        CHECK(x.biases == y.biases);
+        CHECK(x.layer_norm == y.layer_norm);
+        CHECK(a.parameters() == b.parameters());
+    };
+    SECTION("GPT-2") {
+        const Model m = load_model(data_dir + "/hf-gpt2-config.json");
+        CHECK(m.name() == "hf-gpt2-config");
+        same_shape(m, model_preset("gpt2-small"));
+    }
+    SECTION("Llama 2 7B") {
+        same_shape(load_model(data_dir + "/hf-llama2-7b-config.json"), model_preset("llama2-7b"));
+    }
+    SECTION("GPT-2 with n_inner null means 4h") {
+        const Model m = from_text(R"({"n_layer": 48, "n_embd": 1600, "n_head": 25, "n_positions": 1024,
+                                      "vocab_size": 50257, "n_inner": null, "model_type": "gpt2"})");
+        same_shape(m, model_preset("gpt2-xl"));
+    }
+    SECTION("Llama 3 with grouped-query attention") {
+        const Model m = from_text(R"({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+            "max_position_embeddings": 8192, "tie_word_embeddings": false, "rope_theta": 500000.0})");
+        same_shape(m, model_preset("llama3-8b"));
+    }
+}
+
+TEST_CASE("smolcluster's own model JSON", "[core][model]") {
+    SECTION("transformer") {
+        const Model m = load_model(data_dir + "/model-tiny-transformer.json");
+        CHECK(m.name() == "tiny");
+        const TransformerShape& s = m.shape();
+        CHECK(s.kv_heads == 2);
+        CHECK(s.gated_mlp);
+        CHECK_FALSE(s.layer_norm);
+        CHECK_FALSE(s.learned_positions);
+        // Embedding 1000·64; per layer q 64², k and v 64·32 each, o 64², MLP 3·64·256, norms 2·64;
+        // final norm 64; untied head 1000·64.
+        CHECK(m.parameters() == 64000 + 2 * (4096 + 2048 + 2048 + 4096 + 49152 + 128) + 64 + 64000);
+        CHECK(sum_params(m.blocks(Workload{})) == m.parameters());
+    }
+    SECTION("transformer defaults: kv_heads = heads, ffn_hidden = 4h, GPT-2 style") {
+        const Model m = from_text(R"({"kind": "transformer", "layers": 12, "hidden": 768, "heads": 12,
+                                      "vocab": 50257, "seq": 1024})");
+        CHECK(m.parameters() == 124'439'808);
+    }
+    SECTION("layer list") {
+        const Model m = load_model(data_dir + "/model-tiny-mlp.json");
+        CHECK_FALSE(m.is_transformer());
+        CHECK(m.name() == "tiny-mlp");
+        CHECK(m.layers().size() == 3);
+        CHECK(m.parameters() == 200960 + 2570);
+        CHECK(m.default_seq() == 1);
+        CHECK(m.input_bytes_per_sample() == 3136);
+        CHECK(m.layers()[1].activations.count() == 1024);
+        Workload w;
+        w.micro_batch = 4;
+        const auto blocks = m.blocks(w);
+        REQUIRE(blocks.size() == 3);
+        CHECK(blocks[0].kind == Block::Kind::layer);
+        CHECK(blocks[0].fwd.count() == Approx(4 * 401408.0));
+        CHECK(blocks[0].bwd.count() == Approx(8 * 401408.0));
+        CHECK(blocks[0].activations.count() == 4 * 3136 / 2);  // fp32 spec, bf16 workload
+        CHECK(blocks[0].output.count() == 4 * 1024 / 2);
+        CHECK(blocks[0].gemm.m == 4);  // an fc layer: one output position per sample
+        w.dtype = DType::fp32;
+        w.recompute = Recompute::full;
+        const auto full = m.blocks(w);
+        CHECK(full[2].activations.count() == 4 * 1024);  // only the input of fc2 is kept
+        CHECK(full[2].recompute == full[2].fwd);
+        CHECK(m.flops_per_iteration(10, 0, Recompute::none).count() == Approx(10 * 3 * (401408.0 + 5120.0)));
+    }
+}
+
+TEST_CASE("presets and load_model", "[core][model]") {
+    const auto names = model_preset_names();
+    CHECK(std::is_sorted(names.begin(), names.end()));
+    CHECK(names.size() == 7);
+    for (const auto& n : names) CHECK(load_model(n).name() == n);
+    CHECK(model_preset("gpt2-small").default_seq() == 1024);
+}
+
+TEST_CASE("dtype and recompute names", "[core][model]") {
+    CHECK(dtype_bytes(DType::bf16) == 2);
+    CHECK(dtype_bytes(DType::fp16) == 2);
+    CHECK(dtype_bytes(DType::fp32) == 4);
+    for (DType d : {DType::bf16, DType::fp16, DType::fp32}) CHECK(parse_dtype(to_string(d), {}) == d);
+    for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+        CHECK(parse_recompute(to_string(r), {}) == r);
+}
+
+TEST_CASE("bad model inputs", "[core][model]") {
+    SECTION("tp does not divide the attention heads") {
+        Workload w;
+        w.tp = 5;
+        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }),
+                   Contains("tp 5 does not divide the 12 attention heads of gpt2-small"));
+    }
+    SECTION("tp does not divide the key-value heads") {
+        Workload w;
+        w.tp = 16;
+        CHECK_THAT(bad_input([&] { model_preset("llama3-8b").blocks(w); }),
+                   Contains("tp 16 does not divide the 8 key-value heads of llama3-8b"));
+    }
+    SECTION("tp does not divide the ffn hidden size") {
+        const Model m = from_text(R"({"kind": "transformer", "layers": 1, "hidden": 64, "heads": 8,
+                                      "ffn_hidden": 100, "vocab": 10, "seq": 8})");
+        Workload w;
+        w.tp = 8;
+        CHECK_THAT(bad_input([&] { m.blocks(w); }), Contains("tp 8 does not divide the ffn hidden size 100"));
+    }
+    SECTION("tp zero") {
+        Workload w;
+        w.tp = 0;
+        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }), Contains("at least 1"));
+    }
+    SECTION("vocab not divisible by tp is padded, not an error") {
+        Workload w;
+        w.tp = 2;  // 50257 is odd
+        const auto blocks = model_preset("gpt2-small").blocks(w);
+        CHECK(blocks.front().params == 25129 * 768 + 1024 * 768);
+    }
+    SECTION("sequence longer than the learned positions") {
+        Workload w;
+        w.seq = 2048;
+        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }),
+                   Contains("sequence length 2048 exceeds the 1024 learned positions of gpt2-small"));
+    }
+    SECTION("zero micro-batch") {
+        Workload w;
+        w.micro_batch = 0;
+        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }), Contains("micro-batch"));
+    }
+    SECTION("tp on a layer list") {
+        Workload w;
+        w.tp = 2;
+        CHECK_THAT(bad_input([&] { load_model(data_dir + "/model-tiny-mlp.json").blocks(w); }),
+                   Contains("tensor parallelism is not modelled"));
+    }
+    SECTION("unknown model suggests the nearest preset") {
+        const std::string m = bad_input([] { load_model("gpt2-smal"); });
+        CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: gpt2-large"));
+        CHECK_THAT(m, Contains("or give a path to a JSON file"));
+    }
+    SECTION("unknown preset") {
+        CHECK_THAT(bad_input([] { model_preset("llama2-8b"); }), Contains("did you mean 'llama2-7b'"));
+    }
+    SECTION("unknown key in the own format") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hiden": 64, "heads": 4,
+                                                "vocab": 10, "seq": 8})", "typo"); }),
+                   Contains("typo.json: at /hiden: unknown key 'hiden' (did you mean 'hidden'?)"));
+    }
+    SECTION("missing required key names the path") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
+                                                "seq": 8})", "m"); }),
+                   Contains("m.json: at /vocab: missing required key 'vocab'"));
+    }
+    SECTION("missing HuggingFace key names the path") {
+        CHECK_THAT(bad_input([] { from_text(R"({"n_layer": 2, "n_embd": 64, "n_positions": 8,
+                                                "vocab_size": 10})", "hf"); }),
+                   Contains("hf.json: at /n_head: missing required key 'n_head'"));
+    }
+    SECTION("negative size") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": -2, "hidden": 64, "heads": 4,
+                                                "vocab": 10, "seq": 8})"); }),
+                   Contains("at /layers: expected a positive integer, found -2"));
+    }
+    SECTION("zero size in a HuggingFace file") {
+        CHECK_THAT(bad_input([] { from_text(R"({"num_hidden_layers": 2, "hidden_size": 0,
+            "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10,
+            "max_position_embeddings": 8})"); }),
+                   Contains("at /hidden_size: expected a positive integer, found 0"));
+    }
+    SECTION("hidden not a multiple of heads") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 65, "heads": 4,
+                                                "vocab": 10, "seq": 8})"); }),
+                   Contains("hidden size 65 is not a multiple of the 4 attention heads"));
+    }
+    SECTION("heads not a multiple of kv heads") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
+                                                "kv_heads": 3, "vocab": 10, "seq": 8})"); }),
+                   Contains("not a multiple of the 3 key-value heads"));
+    }
+    SECTION("bad norm") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
+                                                "vocab": 10, "seq": 8, "norm": "batchnorm"})"); }),
+                   Contains("at /norm: expected \"layernorm\" or \"rmsnorm\", found \"batchnorm\""));
+    }
+    SECTION("bad kind") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "cnn"})"); }),
+                   Contains("at /kind: expected \"transformer\" or \"layers\", found \"cnn\""));
+    }
+    SECTION("neither own nor HuggingFace") {
+        CHECK_THAT(bad_input([] { from_text(R"({"foo": 1})"); }), Contains("HuggingFace config.json"));
+    }
+    SECTION("bad layer kind suggests the nearest") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4,
+            "layers": [{"name": "c", "kind": "conv2", "params": 1, "fwd_flops": 2, "activations": 4, "output": 4}]})"); }),
+                   Contains("at /layers/0/kind: expected one of conv, fc"));
+    }
+    SECTION("negative layer activations") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4,
+            "layers": [{"name": "c", "kind": "fc", "params": 1, "fwd_flops": 2, "activations": -4, "output": 4}]})"); }),
+                   Contains("at /layers/0/activations: expected a non-negative size in bytes, found -4"));
+    }
+    SECTION("empty layer list") {
+        CHECK_THAT(bad_input([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4, "layers": []})"); }),
+                   Contains("at /layers: expected a non-empty array of layers"));
+    }
+    SECTION("bad dtype") {
+        CHECK_THAT(bad_input([] { parse_dtype("fp8", {"", "", "--dtype"}); }),
+                   Contains("--dtype: expected bf16, fp16 or fp32, found \"fp8\""));
+    }
+    SECTION("bad recompute") {
+        CHECK_THAT(bad_input([] { parse_recompute("some", {"", "", "--recompute"}); }),
+                   Contains("--recompute: expected none, selective or full, found \"some\""));
+    }
+    SECTION("malformed model file gives line and column") {
+        const std::string path = (std::filesystem::temp_directory_path() / "smol_bad_model.json").string();
+        { std::ofstream(path) << "{\n  \"kind\": \"transformer\",\n  \"layers\": 2,,\n}"; }
+        CHECK_THAT(bad_input([&] { load_model(path); }), Contains(path + ": line 3, column"));
+        std::filesystem::remove(path);
+    }
+}
