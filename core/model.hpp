@@ -98,6 +98,8 @@ public:
     bool is_transformer() const { return transformer_.has_value(); }
     const TransformerShape& shape() const;        // transformers only
     const std::vector<LayerSpec>& layers() const { return layers_; }
+    /// Bytes of one input sample, in fp32 (layer lists; 0 for transformers, whose input is tokens).
+    int input_bytes_per_sample() const { return input_bytes_per_sample_; }
 
     /// Total trainable parameters (tied embeddings counted once).
     std::int64_t parameters() const;
