@@ -162,36 +162,53 @@ OpId OpGraph::add_compute(int rank, Phase phase, int layer, int microbatch, Flop
     return add(op);
 }
 
-std::vector<OpId> OpGraph::add_collective(CollectiveKind kind, const std::vector<int>& communicator,
-                                          Bytes bytes_per_rank, Stream stream, Phase phase, int layer,
-                                          int microbatch, int index, int root) {
+std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<int>& communicator,
+                                        Bytes bytes_per_rank, int root) {
     if (communicator.empty()) fail_graph("a collective needs at least one rank");
     std::vector<int> sorted = communicator;
     std::sort(sorted.begin(), sorted.end());
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
         fail_graph("communicator " + list_ranks(communicator) + " names a rank twice");
+    if (sorted.front() < 0 || sorted.back() >= ranks_)
+        fail_graph("communicator " + list_ranks(communicator) + " names a rank outside 0.." + std::to_string(ranks_ - 1));
     if ((kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) &&
         std::find(communicator.begin(), communicator.end(), root) == communicator.end())
         fail_graph(std::string(to_string(kind)) + " root " + std::to_string(root) + " is not in " + list_ranks(communicator));
-    Collective c{kind, intern_communicator(communicator), bytes_per_rank.count(), root,
-                 static_cast<OpId>(ops_.size())};
-    const auto cid = static_cast<std::int32_t>(collectives_.size());
-    collectives_.push_back(c);
+    collectives_.push_back({kind, intern_communicator(communicator), bytes_per_rank.count(), root,
+                            static_cast<std::uint32_t>(member_ops_.size())});
+    member_ops_.resize(member_ops_.size() + communicator.size(), kNone);
+    return static_cast<std::int32_t>(collectives_.size() - 1);
+}
+
+OpId OpGraph::add_collective_op(std::int32_t collective, int rank, Stream stream, Phase phase, int layer,
+                                int microbatch, int index) {
+    const Collective& c = collectives_.at(static_cast<std::size_t>(collective));
+    const std::vector<int>& members = communicators_[static_cast<std::size_t>(c.communicator)];
+    const auto pos = static_cast<std::size_t>(std::find(members.begin(), members.end(), rank) - members.begin());
+    if (pos == members.size()) fail_graph("rank " + std::to_string(rank) + " is not in " + list_ranks(members));
+    OpId& slot = member_ops_[c.members + pos];
+    if (slot != kNone) fail_graph(describe(slot) + " is added twice");
+    Op op;
+    op.kind = OpKind::collective;
+    op.rank = rank;
+    op.stream = stream;
+    op.phase = phase;
+    op.layer = layer;
+    op.microbatch = microbatch;
+    op.index = index;
+    op.bytes = c.bytes;
+    op.ref = collective;
+    slot = add(op);
+    return slot;
+}
+
+std::vector<OpId> OpGraph::add_collective(CollectiveKind kind, const std::vector<int>& communicator,
+                                          Bytes bytes_per_rank, Stream stream, Phase phase, int layer,
+                                          int microbatch, int index, int root) {
+    const std::int32_t cid = declare_collective(kind, communicator, bytes_per_rank, root);
     std::vector<OpId> ids;
     ids.reserve(communicator.size());
-    for (int r : communicator) {
-        Op op;
-        op.kind = OpKind::collective;
-        op.rank = r;
-        op.stream = stream;
-        op.phase = phase;
-        op.layer = layer;
-        op.microbatch = microbatch;
-        op.index = index;
-        op.bytes = bytes_per_rank.count();
-        op.ref = cid;
-        ids.push_back(add(op));
-    }
+    for (int r : communicator) ids.push_back(add_collective_op(cid, r, stream, phase, layer, microbatch, index));
     return ids;
 }
 
@@ -330,7 +347,6 @@ void OpGraph::check_collectives() const {
         OpId first_op = 0;
     };
     std::map<std::pair<std::int32_t, int>, Seen> per;  // (communicator, rank)
-    std::vector<std::int32_t> count(collectives_.size(), 0);
     for (OpId id = 0; id < ops_.size(); ++id) {
         const Op& op = ops_[id];
         if (op.kind != OpKind::collective) continue;
@@ -341,7 +357,6 @@ void OpGraph::check_collectives() const {
         if (op.bytes != c.bytes)
             fail_graph(describe(id) + " has " + std::to_string(op.bytes) + " bytes but its collective has " +
                        std::to_string(c.bytes));
-        ++count[op.ref];
         Seen& s = per[{c.communicator, op.rank}];
         if (s.stream >= 0 && s.stream != static_cast<int>(op.stream))
             fail_graph(describe(s.first_op) + " and " + describe(id) + " use one communicator on two streams (" +
@@ -351,10 +366,17 @@ void OpGraph::check_collectives() const {
         s.stream = static_cast<int>(op.stream);
         s.order.push_back(op.ref);
     }
-    for (std::size_t c = 0; c < collectives_.size(); ++c)
-        if (count[c] != static_cast<std::int32_t>(communicators_[collectives_[c].communicator].size()))
-            fail_graph(describe(collectives_[c].first_op) + " has " + std::to_string(count[c]) + " ops for " +
-                       std::to_string(communicators_[collectives_[c].communicator].size()) + " ranks");
+    for (std::size_t c = 0; c < collectives_.size(); ++c) {
+        const std::vector<int>& members = communicators_[collectives_[c].communicator];
+        for (std::size_t i = 0; i < members.size(); ++i)
+            if (member_ops_[collectives_[c].members + i] == kNone) {
+                OpId any = kNone;
+                for (std::size_t j = 0; j < members.size() && any == kNone; ++j) any = member_ops_[collectives_[c].members + j];
+                fail_graph((any == kNone ? std::string("a collective") : "'" + op_name(any) + "'") +
+                           " has no op on rank " + std::to_string(members[i]) + " of its communicator " +
+                           list_ranks(members));
+            }
+    }
     // The same order on every rank of each communicator.
     for (std::size_t comm = 0; comm < communicators_.size(); ++comm) {
         const std::vector<int>& members = communicators_[comm];
@@ -409,15 +431,9 @@ void OpGraph::check_buffers() const {
 
 // ---- reading -----------------------------------------------------------------------------------
 
-std::vector<OpId> OpGraph::collective_ops(std::int32_t collective) const {
+std::span<const OpId> OpGraph::collective_ops(std::int32_t collective) const {
     const Collective& c = collectives_.at(static_cast<std::size_t>(collective));
-    const std::size_t n = communicators_[c.communicator].size();
-    std::vector<OpId> out;
-    out.reserve(n);
-    // add_collective appends one op per member consecutively, but stream edges do not change ids.
-    for (OpId id = c.first_op; id < ops_.size() && out.size() < n; ++id)
-        if (ops_[id].kind == OpKind::collective && ops_[id].ref == collective) out.push_back(id);
-    return out;
+    return {member_ops_.data() + c.members, communicators_[static_cast<std::size_t>(c.communicator)].size()};
 }
 
 std::string OpGraph::op_name(OpId id) const {

@@ -73,7 +73,7 @@ struct Collective {
     std::int32_t communicator;   // index into communicators()
     std::int64_t bytes;          // per rank: the buffer each rank contributes / receives
     std::int32_t root = -1;      // broadcast / reduce: the root rank
-    OpId first_op;               // the op of communicator rank 0; the others follow by member order
+    std::uint32_t members;       // offset of its member ops in the graph's member table
 };
 
 struct P2P {
@@ -113,7 +113,14 @@ public:
     OpId add_compute(int rank, Phase phase, int layer, int microbatch, Flops flops, Bytes traffic,
                      KernelClass kernel, DType dtype, GemmShape shape = {}, bool on_host = false,
                      Stream stream = Stream::compute);
-    /// One op per member of `communicator` (ranks, in ring order), returned in that order.
+    /// Declares a collective whose member ops are added one rank at a time with
+    /// add_collective_op (a strategy emitting per-rank programs, such as a pipeline schedule).
+    std::int32_t declare_collective(CollectiveKind kind, const std::vector<int>& communicator, Bytes bytes_per_rank,
+                                    int root = -1);
+    OpId add_collective_op(std::int32_t collective, int rank, Stream stream, Phase phase, int layer = -1,
+                           int microbatch = -1, int index = -1);
+    /// Declares a collective and adds one op per member of `communicator` (ranks, in ring order),
+    /// returned in that order.
     std::vector<OpId> add_collective(CollectiveKind kind, const std::vector<int>& communicator, Bytes bytes_per_rank,
                                      Stream stream, Phase phase, int layer = -1, int microbatch = -1, int index = -1,
                                      int root = -1);
@@ -145,7 +152,7 @@ public:
     const std::vector<GemmShape>& shapes() const { return shapes_; }
 
     /// The ops of a collective, in communicator order.
-    std::vector<OpId> collective_ops(std::int32_t collective) const;
+    std::span<const OpId> collective_ops(std::int32_t collective) const;
     /// "bwd L3 mb0", "all_reduce bucket 2 [0,1,2,3]", "send L11 mb2 r3->r4", "alloc activations L3".
     std::string op_name(OpId id) const;
     /// op_name plus the rank: "rank 3: bwd L3 mb0".
@@ -174,6 +181,7 @@ private:
     std::vector<std::uint32_t> in_degree_;
     std::vector<OpId> topo_order_;
     std::vector<Collective> collectives_;
+    std::vector<OpId> member_ops_;                       // per collective, per member
     std::vector<std::vector<int>> communicators_;
     std::vector<P2P> p2ps_;
     std::vector<Buffer> buffers_;

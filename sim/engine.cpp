@@ -32,11 +32,11 @@ Event Engine::pop() {
     return e;
 }
 
-void Engine::advance_to(Time t) {
+void Engine::advance_to(Time t, std::uint64_t events) {
     if (t < now_)
         throw Error(ErrorKind::internal, "engine: time would go backwards from " + to_string(now_) + " to " + to_string(t));
     now_ = t;
-    ++processed_;
+    processed_ += events;
 }
 
 }  // namespace smol::sim

@@ -30,9 +30,10 @@ public:
     Time next_time() const { return heap_.empty() ? Time::max() : heap_.front().time; }
     /// Removes the next event and advances the clock to it.
     Event pop();
-    /// Advances the clock to `t` (≥ now) for a resource model's own event (a flow completing).
-    void advance_to(Time t);
-    /// Events handled so far: popped events plus those advance_to() was called for.
+    /// Advances the clock to `t` (≥ now) for `events` events of a resource model's own (flows
+    /// completing together).
+    void advance_to(Time t, std::uint64_t events = 1);
+    /// Events handled so far: popped events plus those advance_to() counted.
     std::uint64_t processed() const { return processed_; }
     void reserve(std::size_t n) { heap_.reserve(n); }
 

@@ -115,9 +115,9 @@ public:
                 const Event e = engine_.pop();
                 handle(e);
             } else {
-                engine_.advance_to(tn);
                 finished.clear();
                 network_.complete(tn, finished);
+                engine_.advance_to(tn, finished.size());
                 for (std::uint32_t tr : finished) flow_done(tr);
             }
             drain_ready();

@@ -1,0 +1,179 @@
+#include "traces/summary.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace smol::traces {
+
+namespace {
+
+using Interval = std::pair<Time, Time>;
+
+/// Sorts and merges overlapping intervals in place.
+void merge(std::vector<Interval>& v) {
+    std::sort(v.begin(), v.end());
+    std::size_t out = 0;
+    for (const auto& iv : v) {
+        if (out > 0 && iv.first <= v[out - 1].second)
+            v[out - 1].second = std::max(v[out - 1].second, iv.second);
+        else
+            v[out++] = iv;
+    }
+    v.resize(out);
+}
+
+Time length(const std::vector<Interval>& v) {
+    Time t;
+    for (const auto& iv : v) t += iv.second - iv.first;
+    return t;
+}
+
+/// Length of the intersection of two merged interval lists.
+Time overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+    Time t;
+    std::size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        const Time lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+        if (lo < hi) t += hi - lo;
+        (a[i].second < b[j].second) ? ++i : ++j;
+    }
+    return t;
+}
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+}  // namespace
+
+Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info) {
+    Summary s;
+    s.info = info;
+    s.iteration = tl.makespan;
+    s.oom = tl.oom;
+    s.events = tl.events;
+    s.sim_wall_s = tl.wall_s;
+    const double secs = s.iteration.to_seconds();
+    if (secs > 0) {
+        s.samples_per_s = static_cast<double>(info.global_batch) / secs;
+        s.tokens_per_s = s.samples_per_s * info.seq;
+        s.tflops_per_device = info.model_flops.count() / secs / info.devices * 1e-12;
+        double peak = 0;
+        for (FlopRate p : info.peak) peak += p.per_second();
+        if (peak > 0) s.mfu = info.model_flops.count() / (secs * peak);
+    }
+    const int ranks = graph.ranks();
+    std::vector<std::vector<Interval>> compute(ranks), comm(ranks);
+    for (OpId id = 0; id < graph.size(); ++id) {
+        if (tl.start[id] < Time::zero()) continue;
+        const Op& op = graph.op(id);
+        const Interval iv{tl.start[id], tl.end[id]};
+        if (op.kind == OpKind::compute)
+            compute[op.rank].push_back(iv);
+        else if (op.kind == OpKind::collective || op.kind == OpKind::send || op.kind == OpKind::recv)
+            comm[op.rank].push_back(iv);
+    }
+    double bubble = 0;
+    for (int r = 0; r < ranks; ++r) {
+        merge(compute[r]);
+        merge(comm[r]);
+        DeviceSummary d;
+        d.rank = r;
+        d.device = tl.device_names[r];
+        d.peak_memory = tl.peak[r][static_cast<int>(Tier::device)];
+        d.busy = length(compute[r]);
+        d.comm = length(comm[r]);
+        d.exposed_comm = d.comm - overlap(compute[r], comm[r]);
+        if (secs > 0) bubble += (s.iteration - d.busy - d.exposed_comm) / s.iteration;
+        s.peak_memory = std::max(s.peak_memory, d.peak_memory);
+        s.exposed_comm = std::max(s.exposed_comm, d.exposed_comm);
+        s.total_comm = std::max(s.total_comm, d.comm);
+        s.per_device.push_back(std::move(d));
+    }
+    s.bubble_fraction = ranks > 0 ? bubble / ranks : 0;
+    return s;
+}
+
+Json to_json(const Summary& s) {
+    Json j;
+    j["model"] = s.info.model;
+    j["cluster"] = s.info.cluster;
+    j["strategy"] = s.info.strategy;
+    j["network"] = s.info.network;
+    j["devices"] = s.info.devices;
+    j["tp"] = s.info.tp;
+    j["pp"] = s.info.pp;
+    j["dp"] = s.info.dp;
+    j["global_batch"] = s.info.global_batch;
+    j["micro_batch"] = s.info.micro_batch;
+    j["microbatches"] = s.info.microbatches;
+    j["seq"] = s.info.seq;
+    j["dtype"] = s.info.dtype;
+    j["iteration_time_s"] = s.iteration.to_seconds();
+    j["samples_per_s"] = s.samples_per_s;
+    j["tokens_per_s"] = s.tokens_per_s;
+    j["model_flops_per_iteration"] = s.info.model_flops.count();
+    j["tflops_per_device"] = s.tflops_per_device;
+    j["mfu"] = s.mfu;
+    j["peak_memory_bytes"] = s.peak_memory.count();
+    j["fits"] = s.fits();
+    if (s.oom) {
+        j["oom"] = {{"device", s.oom->device},          {"rank", s.oom->rank},
+                    {"tier", to_string(s.oom->tier)},   {"op", s.oom->op},
+                    {"requested_bytes", s.oom->requested.count()}, {"free_bytes", s.oom->free.count()}};
+    } else {
+        j["oom"] = nullptr;
+    }
+    j["exposed_comm_s"] = s.exposed_comm.to_seconds();
+    j["total_comm_s"] = s.total_comm.to_seconds();
+    j["bubble_fraction"] = s.bubble_fraction;
+    Json devices = Json::array();
+    for (const auto& d : s.per_device)
+        devices.push_back({{"rank", d.rank},
+                           {"device", d.device},
+                           {"peak_memory_bytes", d.peak_memory.count()},
+                           {"busy_s", d.busy.to_seconds()},
+                           {"comm_s", d.comm.to_seconds()},
+                           {"exposed_comm_s", d.exposed_comm.to_seconds()}});
+    j["per_device"] = std::move(devices);
+    j["events"] = s.events;
+    j["sim_wall_s"] = s.sim_wall_s;
+    return j;
+}
+
+void print_table(std::ostream& out, const Summary& s) {
+    const auto& i = s.info;
+    out << i.model << " on " << i.cluster << " (" << i.devices << " devices): " << i.strategy << ", tp " << i.tp
+        << " · pp " << i.pp << " · dp " << i.dp << ", global batch " << i.global_batch << " = " << i.dp << " × "
+        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << ", " << i.network
+        << " network\n\n";
+    auto row = [&](const std::string& k, const std::string& v) {
+        out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';
+    };
+    row("step time", to_string(s.iteration));
+    row("throughput", fmt("%.4g samples/s", s.samples_per_s) + fmt(", %.4g tokens/s", s.tokens_per_s));
+    row("model FLOPs / step", fmt("%.4g", i.model_flops.count()));
+    row("TFLOP/s per device", fmt("%.4g", s.tflops_per_device) + fmt(" (MFU %.1f %%)", s.mfu * 100));
+    row("communication", to_string(s.total_comm) + " (exposed " + to_string(s.exposed_comm) + ")");
+    row("bubble", fmt("%.1f %% of the step", s.bubble_fraction * 100));
+    row("peak memory", to_string(s.peak_memory) + (s.fits() ? " (fits)" : " (DOES NOT FIT)"));
+    if (s.oom)
+        row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": asked " + to_string(s.oom->requested) +
+                                 " with " + to_string(s.oom->free) + " free");
+    row("simulated", std::to_string(s.events) + fmt(" events in %.3g s", s.sim_wall_s));
+    out << "\n  rank  device            busy        comm        exposed     peak memory\n";
+    const std::size_t shown = std::min<std::size_t>(s.per_device.size(), 16);
+    for (std::size_t k = 0; k < shown; ++k) {
+        const auto& d = s.per_device[k];
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "  %-5d %-17s %-11s %-11s %-11s %s\n", d.rank, d.device.c_str(),
+                      to_string(d.busy).c_str(), to_string(d.comm).c_str(), to_string(d.exposed_comm).c_str(),
+                      to_string(d.peak_memory).c_str());
+        out << buf;
+    }
+    if (shown < s.per_device.size()) out << "  … " << s.per_device.size() - shown << " more ranks (--json lists all)\n";
+}
+
+}  // namespace smol::traces

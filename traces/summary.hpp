@@ -1,0 +1,61 @@
+// The summary of a step: the contract's --json keys (DESIGN.md) and the human table.
+//
+// Definitions (per rank; the step-level figure is the worst rank unless said otherwise):
+//   busy        — time the rank's compute ops run (compute ops on a stream never overlap)
+//   comm        — time covered by the rank's collectives, sends and receives (from arrival, so
+//                 waiting for a slow peer counts, as a profiler shows it)
+//   exposed     — comm time during which no compute op runs
+//   bubble      — time with neither compute nor comm, as a fraction of the step (mean over ranks)
+//   mfu         — model FLOPs / (step time × Σ peak FLOP/s of the devices) (Narayanan et al. 2021)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/json.hpp"
+#include "core/op_graph.hpp"
+#include "core/timeline.hpp"
+
+namespace smol::traces {
+
+/// What the summary needs to know about the plan; filled by the caller.
+struct StepInfo {
+    std::string model, cluster, strategy, network;
+    int devices = 1, tp = 1, pp = 1, dp = 1, microbatches = 1, micro_batch = 1;
+    std::int64_t global_batch = 1;
+    int seq = 1;
+    std::string dtype;
+    Flops model_flops;                  // per iteration
+    std::vector<FlopRate> peak;         // per rank, in the plan's dtype
+};
+
+struct DeviceSummary {
+    int rank = 0;
+    std::string device;
+    Bytes peak_memory;                  // device tier
+    Time busy, comm, exposed_comm;
+};
+
+struct Summary {
+    StepInfo info;
+    Time iteration;
+    double samples_per_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
+    Bytes peak_memory;                  // the largest device-tier peak over ranks
+    std::optional<OutOfMemory> oom;
+    Time exposed_comm, total_comm;      // worst rank
+    double bubble_fraction = 0;
+    std::vector<DeviceSummary> per_device;
+    std::uint64_t events = 0;
+    double sim_wall_s = 0;
+
+    bool fits() const { return !oom.has_value(); }
+};
+
+Summary summarize(const OpGraph& graph, const Timeline& timeline, const StepInfo& info);
+Json to_json(const Summary& s);
+void print_table(std::ostream& out, const Summary& s);
+
+}  // namespace smol::traces
