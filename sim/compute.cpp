@@ -11,7 +11,7 @@ double gemm_efficiency(const topo::DeviceKind& device, const GemmShape* shape) {
     return device.gemm_efficiency * d / (d + device.gemm_half_dim);
 }
 
-Time compute_time(const Op& op, const GemmShape* shape, const topo::NodeGroup& group, bool slowed) {
+Time compute_time(const Op& op, const GemmShape* shape, const topo::NodeGroup& group) {
     const topo::DeviceKind& dev = group.device;
     const Flops flops(op.flops);
     const Bytes traffic(op.bytes);
@@ -34,7 +34,6 @@ Time compute_time(const Op& op, const GemmShape* shape, const topo::NodeGroup& g
                 break;
         }
     }
-    if (slowed) t = t * dev.comm_slowdown;
     return t + dev.launch_overhead;
 }
 

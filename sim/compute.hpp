@@ -17,7 +17,7 @@ namespace smol::sim {
 
 /// Efficiency of a GEMM of the given shape on `device` (0 < e ≤ gemm_efficiency).
 double gemm_efficiency(const topo::DeviceKind& device, const GemmShape* shape);
-/// Duration of a compute op on rank's device; `slowed` applies the device's comm_slowdown.
-Time compute_time(const Op& op, const GemmShape* shape, const topo::NodeGroup& group, bool slowed);
+/// Duration of a compute op on the group's device, with nothing else running on it.
+Time compute_time(const Op& op, const GemmShape* shape, const topo::NodeGroup& group);
 
 }  // namespace smol::sim

@@ -90,6 +90,7 @@ public:
         }
         in_use_.assign(ranks, {});
         active_comm_.assign(ranks, 0);
+        running_.resize(static_cast<std::size_t>(ranks));
         remaining_.resize(g.size());
         for (OpId id = 0; id < g.size(); ++id) remaining_[id] = g.in_degree(id);
         arrived_.assign(g.collectives().size(), 0);
@@ -157,8 +158,17 @@ private:
         switch (op.kind) {
             case OpKind::compute: {
                 const GemmShape* shape = op.ref >= 0 ? &graph_.shapes()[static_cast<std::size_t>(op.ref)] : nullptr;
-                const bool slowed = active_comm_[op.rank] > 0;
-                engine_.schedule(engine_.now() + compute_time(op, shape, *group_[op.rank], slowed), op_done, id);
+                const Time d = compute_time(op, shape, *group_[op.rank]);
+                const double k = group_[op.rank]->device.comm_slowdown;
+                if (k == 1.0) {
+                    engine_.schedule(engine_.now() + d, op_done, id);
+                } else {
+                    // Track it: its rate changes whenever communication starts or stops on the rank.
+                    Running run{id, static_cast<double>(d.count_ps()), engine_.now(), active_comm_[op.rank] > 0, Time()};
+                    run.end = engine_.now() + Time::ps(static_cast<std::int64_t>(run.remaining_ps * (run.slowed ? k : 1.0)));
+                    running_[static_cast<std::size_t>(op.rank)].push_back(run);
+                    engine_.schedule(run.end, op_done, id);
+                }
                 break;
             }
             case OpKind::alloc:
@@ -170,7 +180,7 @@ private:
                 const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
                 const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
                 if (++arrived_[static_cast<std::size_t>(op.ref)] == members.size()) {
-                    for (int r : members) ++active_comm_[r];
+                    for (int r : members) comm_changed(r, +1);
                     begin(collective_plan(c, members), id);
                 }
                 break;
@@ -181,8 +191,8 @@ private:
                 std::uint8_t& bits = p2p_ready_[static_cast<std::size_t>(op.ref)];
                 bits |= op.kind == OpKind::send ? 1 : 2;
                 if (bits == 3) {
-                    ++active_comm_[p.src];
-                    ++active_comm_[p.dst];
+                    comm_changed(p.src, +1);
+                    comm_changed(p.dst, +1);
                     begin(p2p_plan(p), p.send);
                 }
                 break;
@@ -198,17 +208,58 @@ private:
         const Op& op = graph_.op(owner);
         if (op.kind == OpKind::collective) {
             const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
-            for (int r : graph_.communicators()[static_cast<std::size_t>(c.communicator)]) --active_comm_[r];
+            for (int r : graph_.communicators()[static_cast<std::size_t>(c.communicator)]) comm_changed(r, -1);
             for (OpId m : graph_.collective_ops(op.ref)) finish(m);
         } else if (op.kind == OpKind::send) {
             const P2P& p = graph_.p2ps()[static_cast<std::size_t>(op.ref)];
-            --active_comm_[p.src];
-            --active_comm_[p.dst];
+            comm_changed(p.src, -1);
+            comm_changed(p.dst, -1);
             finish(p.send);
             finish(p.recv);
         } else {
             finish(owner);
         }
+    }
+
+    // ---- compute slowed by communication -------------------------------------------------------
+
+    /// A compute op on a device whose compute slows down while communication kernels run
+    /// (comm_slowdown k ≠ 1): it progresses at 1/k of its rate whenever the rank communicates.
+    struct Running {
+        OpId op;
+        double remaining_ps;   // of unslowed work
+        Time updated;
+        bool slowed;
+        Time end;              // the scheduled completion; other events for the op are stale
+    };
+
+    void comm_changed(int rank, int delta) {
+        std::uint32_t& n = active_comm_[static_cast<std::size_t>(rank)];
+        const bool was = n > 0;
+        n = static_cast<std::uint32_t>(static_cast<int>(n) + delta);
+        const bool now_active = n > 0;
+        if (was == now_active) return;
+        const double k = group_[rank]->device.comm_slowdown;
+        for (Running& run : running_[static_cast<std::size_t>(rank)]) {
+            const double elapsed = static_cast<double>((engine_.now() - run.updated).count_ps());
+            run.remaining_ps = std::max(0.0, run.remaining_ps - elapsed / (run.slowed ? k : 1.0));
+            run.updated = engine_.now();
+            run.slowed = now_active;
+            run.end = engine_.now() + Time::ps(static_cast<std::int64_t>(run.remaining_ps * (run.slowed ? k : 1.0)));
+            engine_.schedule(run.end, op_done, run.op);
+        }
+    }
+
+    /// True when the event at `t` is the op's current completion (not a stale one).
+    bool finish_running(int rank, OpId op, Time t) {
+        auto& v = running_[static_cast<std::size_t>(rank)];
+        for (std::size_t i = 0; i < v.size(); ++i)
+            if (v[i].op == op) {
+                if (v[i].end != t) return false;
+                v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+                return true;
+            }
+        return false;
     }
 
     // ---- transfers ------------------------------------------------------------------------------
@@ -261,9 +312,10 @@ private:
         switch (e.kind) {
             case op_done: {
                 const Op& op = graph_.op(e.id);
-                if (op.kind == OpKind::compute)
+                if (op.kind == OpKind::compute) {
+                    if (group_[op.rank]->device.comm_slowdown != 1.0 && !finish_running(op.rank, e.id, e.time)) break;
                     finish(e.id);
-                else
+                } else
                     transfer_done(e.id);  // analytic mode
                 break;
             }
@@ -446,6 +498,7 @@ private:
     std::vector<std::uint32_t> arrived_;
     std::vector<std::uint8_t> p2p_ready_;
     std::vector<std::uint32_t> active_comm_;
+    std::vector<std::vector<Running>> running_;
     std::vector<std::array<Bytes, kTiers>> in_use_;
     std::vector<Transfer> transfers_;
     std::vector<std::uint32_t> free_transfers_;

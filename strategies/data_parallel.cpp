@@ -55,7 +55,7 @@ OpGraph build_data_parallel(const Model& model, const Layout& layout, const Plan
 
     // PyTorch: bucket_cap_mb = 25 (MiB) and a 1 MiB first bucket (_DEFAULT_FIRST_BUCKET_BYTES).
     const Bytes cap = Bytes::mib(plan.bucket_mb);
-    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, std::min(cap, Bytes::mib(1)));
+    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, std::min(cap, Bytes::mib(plan.first_bucket_mb)));
 
     OpGraph g(layout.devices);
     std::vector<int> replicas;

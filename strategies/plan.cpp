@@ -82,8 +82,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     if (plan.pp > 1) fail_input("pipeline parallelism (--pp > 1) is not available yet; use --pp 1", {"", "", "--pp"});
     if (plan.micro_batch < 1)
         fail_input("--micro-batch must be at least 1, found " + std::to_string(plan.micro_batch), {"", "", "--micro-batch"});
-    if (plan.bucket_mb <= 0)
+    if (!(plan.bucket_mb > 0))
         fail_input("--bucket-mb must be positive, found " + std::to_string(plan.bucket_mb), {"", "", "--bucket-mb"});
+    if (!(plan.first_bucket_mb > 0))
+        fail_input("--first-bucket-mb must be positive, found " + std::to_string(plan.first_bucket_mb),
+                   {"", "", "--first-bucket-mb"});
     l.tp = plan.tp;
     l.pp = plan.pp;
     if (l.devices % (l.tp * l.pp) != 0)

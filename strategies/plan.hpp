@@ -41,7 +41,8 @@ struct Plan {
     int micro_batch = 1;
     int seq = 0;                      // 0: the model's default
     std::optional<DType> dtype;       // unset: the device's default (bf16, or fp32 on CPUs)
-    double bucket_mb = 25;            // DDP gradient bucket (PyTorch default 25 MB)
+    double bucket_mb = 25;            // DDP gradient bucket in MiB (PyTorch's bucket_cap_mb)
+    double first_bucket_mb = 1;       // DDP's first bucket in MiB (PyTorch's _DEFAULT_FIRST_BUCKET_BYTES)
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.

@@ -31,7 +31,7 @@ struct PlanFlags {
     std::int64_t global_batch = 0;
     int micro_batch = 1, seq = 0;
     std::string dtype;
-    double bucket_mb = 25;
+    double bucket_mb = 25, first_bucket_mb = 1;
     std::string network = "flow", collective_algo = "auto";
     std::string trace;
     std::string trace_ranks;
@@ -59,6 +59,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--seq", f.seq, "sequence length (default: the model's)");
     app.add_option("--dtype", f.dtype, "bf16, fp16 or fp32 (default: bf16 on GPUs, fp32 on CPUs)");
     app.add_option("--bucket-mb", f.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
+    app.add_option("--first-bucket-mb", f.first_bucket_mb, "DDP's first (smaller) bucket in MiB")->capture_default_str();
     app.add_option("--network", f.network, "flow (max-min fair sharing) or analytic (alpha-beta)")->capture_default_str();
     app.add_option("--collective-algo", f.collective_algo,
                    "auto, ring, tree, halving-doubling, hierarchical, direct")
@@ -98,6 +99,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.seq = f.seq;
     if (!f.dtype.empty()) p.dtype = parse_dtype(f.dtype, flag("--dtype"));
     p.bucket_mb = f.bucket_mb;
+    p.first_bucket_mb = f.first_bucket_mb;
     return p;
 }
 

@@ -205,3 +205,15 @@ TEST_CASE("the same graph simulates to the same timeline", "[sim][determinism]")
     CHECK(a.end == b.end);
     CHECK(a.events == b.events);
 }
+
+TEST_CASE("compute slows down while communication runs on the same device", "[sim][compute]") {
+    // comm_slowdown 2: a 1 s compute op overlapping a 0.5 s transfer does 0.25 s of work in the
+    // first 0.5 s, then the remaining 0.75 s at full speed: it ends at 1.25 s.
+    const topo::Cluster c = test::uniform_switch_cluster(2, 1.0, 0, 0, 2.0);
+    OpGraph g(2);
+    const OpId work = g.add_compute(0, Phase::fwd, 0, 0, Flops(1e11), Bytes(0), KernelClass::gemm, DType::fp32);
+    g.add_send_recv(0, 1, Bytes::gb(0.5), Phase::fwd, 1, 0);
+    g.finalize();
+    const Timeline tl = simulate(g, c);
+    CHECK(tl.end[work].to_seconds() == Approx(1.25).epsilon(1e-4));
+}
