@@ -1,0 +1,396 @@
+// Cluster descriptions: presets against shared/HARDWARE.md, rank arithmetic, --nodes / --devices,
+// and one SECTION per bad input (each a bad_input smol::Error naming the file and JSON path).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "topologies/cluster.hpp"
+
+using namespace smol;
+using namespace smol::topo;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string data_file(const std::string& name) { return std::string(SMOL_TEST_DATA) + "/" + name; }
+
+/// Runs `f`, which must throw a bad_input smol::Error; returns its full message.
+std::string bad_input_message(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::bad_input);
+        return e.what();
+    }
+    FAIL("expected a bad_input smol::Error");
+    return "";
+}
+
+double tflops(const DeviceKind& d, DType t) { return d.peak_for(t).to_tflops(); }
+double gb_per_s(Bandwidth b) { return b.to_gb_per_s(); }
+
+/// The dgx-a100 preset file as a mutable JSON document, for the bad-input sections.
+Json dgx_a100_json() { return load_json_file(std::string(SMOL_SOURCE_DIR) + "/topologies/presets/dgx-a100.json"); }
+
+std::string load_error(const Json& doc) {
+    return bad_input_message([&] { cluster_from_json(JsonView(doc, "cluster.json")); });
+}
+
+}  // namespace
+
+TEST_CASE("every preset loads and names itself and its sources", "[topologies][cluster]") {
+    const auto names = cluster_preset_names();
+    for (const char* expected : {"pi5-1gbe", "pi4-1gbe", "jetson-orin-nano", "jetson-agx-orin", "workstation-4gpu",
+                                 "dgx-a100", "dgx-h100", "dgx2-v100"}) {
+        CHECK(std::find(names.begin(), names.end(), expected) != names.end());
+    }
+    for (const auto& name : names) {
+        INFO(name);
+        const Cluster c = cluster_preset(name);
+        CHECK(c.name == name);
+        CHECK_FALSE(c.sources.empty());
+        CHECK_FALSE(c.description.empty());
+        REQUIRE(c.groups.size() == 1);
+        CHECK(c.num_devices() >= 1);
+        // Boards default to 4 nodes; workstation and DGX nodes to 1 (--nodes scales them).
+        const bool board = name.starts_with("pi") || name.starts_with("jetson");
+        CHECK(c.num_nodes() == (board ? 4 : 1));
+        CHECK(load_cluster(name).num_devices() == c.num_devices());
+    }
+}
+
+TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
+    SECTION("dgx-a100") {
+        const Cluster c = cluster_preset("dgx-a100");
+        const NodeGroup& g = c.groups[0];
+        CHECK(g.devices_per_node == 8);
+        CHECK(tflops(g.device, DType::bf16) == Approx(312));
+        CHECK(tflops(g.device, DType::fp32) == Approx(19.5));
+        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(2039));
+        CHECK(g.intra == IntraKind::nvswitch);
+        CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(300));  // 600 GB/s total NVLink
+        CHECK(gb_per_s(g.host_link.bandwidth) == Approx(31.5));  // PCIe Gen4 x16
+        CHECK(g.nics == 8);
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(25));     // HDR
+        REQUIRE(g.nvme_capacity);
+        CHECK(gb_per_s(g.nvme_read) == Approx(7.45));
+        CHECK(gb_per_s(g.nvme_write) == Approx(6.9));
+        CHECK(c.network.fabric == FabricKind::fat_tree);
+        CHECK(g.device.default_dtype() == DType::bf16);
+    }
+    SECTION("dgx-h100") {
+        const NodeGroup& g = cluster_preset("dgx-h100").groups[0];
+        CHECK(tflops(g.device, DType::bf16) == Approx(989));
+        CHECK(tflops(g.device, DType::fp32) == Approx(67));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(3350));
+        CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(450));
+        CHECK(gb_per_s(g.host_link.bandwidth) == Approx(63.0));  // PCIe Gen5 x16
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(50));     // NDR
+    }
+    SECTION("dgx2-v100: 8 NICs for 16 GPUs, no bf16") {
+        const NodeGroup& g = cluster_preset("dgx2-v100").groups[0];
+        CHECK(g.devices_per_node == 16);
+        CHECK(g.nics == 8);
+        CHECK(g.nic_of(0) == 0);
+        CHECK(g.nic_of(3) == 1);
+        CHECK(g.nic_of(15) == 7);
+        CHECK(tflops(g.device, DType::fp16) == Approx(125));
+        CHECK(tflops(g.device, DType::fp32) == Approx(15.7));
+        CHECK_FALSE(g.device.supports(DType::bf16));
+        CHECK(g.device.default_dtype() == DType::fp16);
+        CHECK_THAT(bad_input_message([&] { g.device.peak_for(DType::bf16); }), Contains("no bf16"));
+        CHECK(g.device.memory == Bytes::gb(32));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(900));
+        CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(150));  // 6 × 25 GB/s per direction
+        CHECK(gb_per_s(g.host_link.bandwidth) == Approx(15.75)); // PCIe Gen3 x16
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(12.5));   // EDR
+    }
+    SECTION("pi5-1gbe") {
+        const Cluster c = cluster_preset("pi5-1gbe");
+        const NodeGroup& g = c.groups[0];
+        CHECK(g.device.is_cpu);
+        CHECK(g.device.peak_for(DType::fp32).per_second() == Approx(2 * 30.2e9));  // 2 × HPL FP64
+        CHECK_FALSE(g.device.supports(DType::bf16));
+        CHECK(g.device.default_dtype() == DType::fp32);
+        CHECK(g.device.memory == Bytes::gb(8));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(17.1));
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(0.125));  // 1 GbE line rate
+        CHECK(g.intra == IntraKind::none);
+        CHECK(c.network.fabric == FabricKind::single_switch);
+    }
+    SECTION("pi4-1gbe") {
+        const NodeGroup& g = cluster_preset("pi4-1gbe").groups[0];
+        CHECK(g.device.peak_for(DType::fp32).per_second() == Approx(2 * 11.9e9));
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(0.125));
+    }
+    SECTION("jetson-orin-nano") {
+        const NodeGroup& g = cluster_preset("jetson-orin-nano").groups[0];
+        CHECK(tflops(g.device, DType::fp16) == Approx(40.0 / 2 / 2));  // 40 TOPS INT8 sparse
+        CHECK(g.device.unified_memory);
+        CHECK_FALSE(g.device.is_cpu);
+        CHECK(g.device.memory == Bytes::gb(8));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(68));
+    }
+    SECTION("jetson-agx-orin") {
+        const NodeGroup& g = cluster_preset("jetson-agx-orin").groups[0];
+        CHECK(tflops(g.device, DType::fp16) == Approx(170.0 / 2 / 2));
+        CHECK(tflops(g.device, DType::fp32) == Approx(5.3));
+        CHECK(g.device.memory == Bytes::gb(64));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(204.8));
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(1.25));  // 10 GbE
+    }
+    SECTION("workstation-4gpu") {
+        const NodeGroup& g = cluster_preset("workstation-4gpu").groups[0];
+        CHECK(g.devices_per_node == 4);
+        CHECK(g.intra == IntraKind::pcie);
+        CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(31.5));
+        CHECK(g.device.memory == Bytes::gb(24));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(1008));
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(1.25));
+    }
+}
+
+TEST_CASE("ranks are numbered group by group then node by node", "[topologies][cluster]") {
+    SECTION("dgx-a100 × 2") {
+        const Cluster c = cluster_preset("dgx-a100").with_nodes(2);
+        CHECK(c.num_nodes() == 2);
+        CHECK(c.num_devices() == 16);
+        CHECK(c.device_name(0) == "node0/gpu0");
+        CHECK(c.device_name(11) == "node1/gpu3");
+        const DeviceRef d = c.device(11);
+        CHECK(d.group == 0);
+        CHECK(d.node == 1);
+        CHECK(d.local == 3);
+        CHECK(c.first_rank_of_node(1) == 8);
+        CHECK(c.device_kind(15).name == "a100-80gb");
+    }
+    SECTION("mixed Pi cluster from a file") {
+        const Cluster c = load_cluster(data_file("cluster-mixed-pi.json"));
+        CHECK(c.name == "mixed-pi");
+        REQUIRE(c.groups.size() == 2);
+        CHECK(c.num_nodes() == 4);
+        CHECK(c.num_devices() == 4);
+        CHECK(c.device_name(0) == "node0/cpu0");
+        CHECK(c.device_name(3) == "node3/cpu0");
+        CHECK(c.group_of(1).name == "pi5");
+        CHECK(c.group_of(2).name == "pi4");
+        CHECK(c.device_kind(3).peak_for(DType::fp32).per_second() == Approx(23.8e9));
+        CHECK(c.first_rank_of_node(2) == 2);
+        // Defaults: a CPU is unified memory, efficiencies 0.8 unless given.
+        CHECK(c.groups[0].device.unified_memory);
+        CHECK(c.groups[0].device.gemm_efficiency == Approx(0.8));
+        CHECK(c.groups[1].device.gemm_efficiency == Approx(0.9));
+    }
+}
+
+TEST_CASE("with_nodes (--nodes) scales a single-group cluster", "[topologies][cluster]") {
+    const Cluster dgx = cluster_preset("dgx-a100");
+    CHECK(dgx.with_nodes(4).num_devices() == 32);
+    CHECK(dgx.with_nodes(4).num_nodes() == 4);
+    CHECK(cluster_preset("pi5-1gbe").with_nodes(16).num_devices() == 16);
+
+    SECTION("zero nodes") {
+        CHECK_THAT(bad_input_message([&] { dgx.with_nodes(0); }), Contains("--nodes must be at least 1, found 0"));
+    }
+    SECTION("negative nodes") {
+        CHECK_THAT(bad_input_message([&] { dgx.with_nodes(-3); }), Contains("found -3"));
+    }
+    SECTION("a cluster of several groups") {
+        const Cluster mixed = load_cluster(data_file("cluster-mixed-pi.json"));
+        const std::string m = bad_input_message([&] { mixed.with_nodes(8); });
+        CHECK_THAT(m, Contains("node groups"));
+        CHECK_THAT(m, Contains("pi5 (2 nodes)"));
+    }
+}
+
+TEST_CASE("first_devices (--devices) takes the first devices", "[topologies][cluster]") {
+    SECTION("whole nodes") {
+        const Cluster c = cluster_preset("dgx-a100").with_nodes(4).first_devices(16);
+        CHECK(c.num_nodes() == 2);
+        CHECK(c.num_devices() == 16);
+        CHECK(c.groups.size() == 1);
+    }
+    SECTION("a node cut short becomes a group of its own") {
+        const Cluster c = cluster_preset("dgx-a100").with_nodes(2).first_devices(12);
+        REQUIRE(c.groups.size() == 2);
+        CHECK(c.groups[0].count == 1);
+        CHECK(c.groups[1].count == 1);
+        CHECK(c.groups[1].devices_per_node == 4);
+        CHECK(c.groups[1].nics == 4);
+        CHECK(c.num_devices() == 12);
+        CHECK(c.device_name(11) == "node1/gpu3");
+    }
+    SECTION("fewer devices than one node") {
+        const Cluster c = cluster_preset("workstation-4gpu").first_devices(2);
+        CHECK(c.num_devices() == 2);
+        CHECK(c.num_nodes() == 1);
+    }
+    SECTION("shared NICs keep their sharing") {
+        const Cluster c = cluster_preset("dgx2-v100").first_devices(5);
+        const NodeGroup& g = c.groups.at(0);
+        CHECK(g.devices_per_node == 5);
+        CHECK(g.nics == 3);
+        CHECK(g.nic_of(1) == 0);
+        CHECK(g.nic_of(2) == 1);
+        CHECK(g.nic_of(4) == 2);
+    }
+    SECTION("across groups") {
+        const Cluster c = load_cluster(data_file("cluster-mixed-pi.json")).first_devices(3);
+        REQUIRE(c.groups.size() == 2);
+        CHECK(c.groups[0].count == 2);
+        CHECK(c.groups[1].count == 1);
+        CHECK(c.group_of(2).name == "pi4");
+    }
+    SECTION("zero devices") {
+        CHECK_THAT(bad_input_message([] { cluster_preset("dgx-a100").first_devices(0); }),
+                   Contains("--devices must be between 1 and 8"));
+    }
+    SECTION("more devices than the cluster has") {
+        CHECK_THAT(bad_input_message([] { cluster_preset("dgx-a100").first_devices(9); }), Contains("found 9"));
+    }
+}
+
+TEST_CASE("presets and files are found by name or path", "[topologies][cluster]") {
+    SECTION("unknown preset suggests the nearest and lists them") {
+        const std::string m = bad_input_message([] { load_cluster("dgx-a10"); });
+        CHECK_THAT(m, Contains("unknown cluster preset \"dgx-a10\""));
+        CHECK_THAT(m, Contains("did you mean \"dgx-a100\"?"));
+        CHECK_THAT(m, Contains("pi5-1gbe"));
+    }
+    SECTION("unknown preset through cluster_preset") {
+        CHECK_THAT(bad_input_message([] { cluster_preset("pi6-1gbe"); }), Contains("did you mean"));
+    }
+    SECTION("missing file") {
+        CHECK_THAT(bad_input_message([] { load_cluster("no/such/cluster.json"); }), Contains("no/such/cluster.json"));
+    }
+}
+
+TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[topologies][cluster]") {
+    SECTION("malformed JSON") {
+        const std::string file = data_file("cluster-malformed.json");
+        const std::string m = bad_input_message([&] { load_cluster(file); });
+        CHECK_THAT(m, Contains(file));
+        CHECK_THAT(m, Contains("line 4"));
+    }
+    SECTION("typo in a key (file)") {
+        const std::string file = data_file("cluster-typo-key.json");
+        const std::string m = bad_input_message([&] { load_cluster(file); });
+        CHECK_THAT(m, Contains(file));
+        CHECK_THAT(m, Contains("at /node_groups/0/devices_per_nod:"));
+        CHECK_THAT(m, Contains("did you mean 'devices_per_node'?"));
+    }
+    SECTION("zero nodes (file)") {
+        const std::string file = data_file("cluster-zero-nodes.json");
+        const std::string m = bad_input_message([&] { load_cluster(file); });
+        CHECK_THAT(m, Contains(file));
+        CHECK_THAT(m, Contains("at /node_groups/0/count:"));
+        CHECK_THAT(m, Contains("zero nodes"));
+    }
+    Json doc = dgx_a100_json();
+    SECTION("negative bandwidth") {
+        doc["node_groups"][0]["nics"]["bandwidth"] = "-3 GB/s";
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("cluster.json: at /node_groups/0/nics/bandwidth:"));
+        CHECK_THAT(m, Contains("-3 GB/s"));
+    }
+    SECTION("zero bandwidth as a number") {
+        doc["node_groups"][0]["host_link"]["bandwidth"] = 0;
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/host_link/bandwidth:"));
+    }
+    SECTION("unknown unit") {
+        doc["device_kinds"]["a100-80gb"]["memory_bandwidth"] = "2039 GB/sec";
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /device_kinds/a100-80gb/memory_bandwidth:"));
+        CHECK_THAT(m, Contains("unknown unit"));
+    }
+    SECTION("zero nodes") {
+        doc["node_groups"][0]["count"] = 0;
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /node_groups/0/count:"));
+        CHECK_THAT(m, Contains("expected at least 1 node"));
+    }
+    SECTION("no node groups") {
+        doc["node_groups"] = Json::array();
+        CHECK_THAT(load_error(doc), Contains("at /node_groups: expected at least one node group"));
+    }
+    SECTION("zero devices per node") {
+        doc["node_groups"][0]["devices_per_node"] = 0;
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/devices_per_node:"));
+    }
+    SECTION("unknown device kind") {
+        doc["node_groups"][0]["device"] = "a100-80g";
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /node_groups/0/device:"));
+        CHECK_THAT(m, Contains("did you mean \"a100-80gb\"?"));
+        CHECK_THAT(m, Contains("found \"a100-80g\""));
+    }
+    SECTION("typo in a key") {
+        doc["network"]["nodes_per_leef"] = 4;
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /network/nodes_per_leef:"));
+        CHECK_THAT(m, Contains("did you mean 'nodes_per_leaf'?"));
+    }
+    SECTION("efficiency above 1") {
+        doc["device_kinds"]["a100-80gb"]["gemm_efficiency"] = 1.5;
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/gemm_efficiency:"));
+    }
+    SECTION("efficiency of 0") {
+        doc["device_kinds"]["a100-80gb"]["memory_efficiency"] = 0;
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/memory_efficiency:"));
+    }
+    SECTION("no dtype peak") {
+        doc["device_kinds"]["a100-80gb"]["peak"] = Json::object();
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/peak: expected a dense matrix peak"));
+    }
+    SECTION("unknown dtype in peak") {
+        doc["device_kinds"]["a100-80gb"]["peak"]["fp8"] = "624 TFLOP/s";
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/peak/fp8:"));
+    }
+    SECTION("NIC count that does not divide the devices") {
+        doc["node_groups"][0]["nics"]["count"] = 3;
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /node_groups/0/nics/count:"));
+        CHECK_THAT(m, Contains("one of 1, 2, 4, 8"));
+    }
+    SECTION("unknown intra kind") {
+        doc["node_groups"][0]["intra"]["kind"] = "nvswich";
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /node_groups/0/intra/kind:"));
+        CHECK_THAT(m, Contains("did you mean \"nvswitch\"?"));
+    }
+    SECTION("no intra link for several devices") {
+        doc["node_groups"][0]["intra"] = Json{{"kind", "none"}};
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/intra:"));
+    }
+    SECTION("unknown fabric") {
+        doc["network"]["fabric"] = "fat_tree";
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /network/fabric:"));
+        CHECK_THAT(m, Contains("did you mean \"fat-tree\"?"));
+    }
+    SECTION("oversubscription below 1") {
+        doc["network"]["oversubscription"] = 0.5;
+        CHECK_THAT(load_error(doc), Contains("at /network/oversubscription:"));
+    }
+    SECTION("negative latency") {
+        doc["node_groups"][0]["nics"]["latency"] = "-1 us";
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/nics/latency:"));
+    }
+    SECTION("missing network") {
+        doc.erase("network");
+        CHECK_THAT(load_error(doc), Contains("/network"));
+    }
+    SECTION("a source that is not a string") {
+        doc["sources"][0] = 42;
+        CHECK_THAT(load_error(doc), Contains("at /sources/0:"));
+    }
+    SECTION("duplicate group names") {
+        doc["node_groups"].push_back(doc["node_groups"][0]);
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/1/name:"));
+    }
+}

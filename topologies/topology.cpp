@@ -1,0 +1,515 @@
+// The routed topology graph: vertices and duplex links built from a Cluster, and routes found by
+// a bidirectional breadth-first search (Boost.Graph's breadth_first_visit, one level at a time)
+// over the topology's own adjacency lists.
+//
+// Inside a node (every line is a duplex pair of links; figures from the NodeGroup):
+//
+//   SoC board: intra none and a CPU or unified-memory device (Raspberry Pi, Jetson). The device
+//   is the host: memory one link away, NIC hanging off the device, and off the DRAM too (the NIC
+//   DMAs without the cores, so host memory can reach other nodes).
+//
+//        cpu0 ──host_link── nic0 ── (network)
+//        │    \              │
+//    memory   [nvme]         │ host_link
+//        │                   │
+//      [host] ───────────────┘
+//
+//   GPU node with NVSwitch or NVLink and one NIC per device (DGX A100 / H100): a PCIe switch per
+//   NIC pairs each GPU with its NIC, as on the board, and uplinks to the root (the CPU).
+//
+//                 [ nvswitch ]              intra bandwidth per GPU
+//                /     |      \       NVLink
+//            gpu0    gpu1  …   gpu7
+//              │ host_link       │
+//           [pcie0] ── nic0   [pcie7] ── nic7     (NIC links: host_link)
+//               \               /
+//                [ pcie root ] ── host (host memory bandwidth)
+//                      └── nvme (read / write rates)
+//
+//   With k NICs for d devices (DGX-2: 8 for 16) switch j holds devices j·d/k … (j+1)·d/k − 1.
+//   With a single NIC there are no per-NIC switches: GPUs and the NIC hang off the root.
+//
+//   PCIe tree (intra pcie: workstation): every slot is an intra link into the root, the only
+//   GPU-to-GPU path; the root also holds host memory, the NIC (host_link) and NVMe.
+//
+//      gpu0  gpu1  gpu2  gpu3
+//         \    |     |    /        intra: each slot
+//         [ pcie root ] ── host
+//           │       └── nvme
+//          nic0
+//
+//  * host_link is a PCIe link: a GPU's own link to its PCIe switch (except in a pcie node, where
+//    the slot is the intra link), a NIC's link, and a per-NIC switch's uplink to the root.
+//  * The root ↔ host memory link carries the host DRAM bandwidth, shared by every offload copy.
+//  * nvlink (direct GPU-to-GPU links) is modelled like an NVSwitch: full connectivity at the
+//    per-device bandwidth, through a vertex named "nodeN/nvlink". Real NVLink meshes without a
+//    switch split that bandwidth over peers; a calibration profile captures what one delivers.
+//  * A discrete GPU with intra none (one GPU per node) gets the GPU-node layout, no NVSwitch.
+//  * NVMe links have no latency; a drive's latency is small next to the offload copies it serves.
+//
+// Between nodes (NIC links use the group's nics spec; Network::switch_latency is added for every
+// network switch a route passes through, and nothing for NVSwitch or PCIe switches, whose links
+// carry their own latency):
+//
+//   single switch:   nic ── [switch] ── nic   (every NIC of every node)
+//
+//   fat tree, rail-optimized: NIC k of node n plugs into leaf k of pod n / nodes_per_leaf (rail k).
+//   With more than one pod, every leaf plugs into every spine; there are
+//   ceil(nodes_per_leaf / oversubscription) spines and each leaf-spine link runs at the fastest
+//   NIC rate, so uplink capacity = downlink capacity / oversubscription. nodes_per_leaf = 0 puts
+//   every node on one leaf per rail and builds no spines; then, as with a single pod, traffic
+//   between rails crosses the PCIe tree of the source or destination node.
+//
+//        [spine0]    [spine1]   …   [spineS-1]        (every leaf ↔ every spine)
+//          |    \______/   \_______   |
+//       [leaf0] … [leaf7]          [leaf8] … [leaf15]      leaf index = pod · rails + rail
+//        |  |        |  |            |         |
+//       n0 n1 …     n0 n1 …        n20 …      n20 …        (NIC k of each node on leaf k of its pod)
+//
+// Routes: fewest hops; among equally short routes the widest (largest bottleneck bandwidth, so
+// GPU-to-GPU traffic inside a DGX-2 takes the NVSwitch rather than the PCIe switch two GPUs
+// share); among equally wide ones a hash of (source, destination, vertex) picks each hop, like
+// ECMP, so different pairs use different spines. Routes are cached.
+#include "topologies/topology.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/graph_traits.hpp>
+#include <boost/pending/queue.hpp>
+#include <boost/property_map/property_map.hpp>
+
+#include "core/error.hpp"
+
+namespace smol::topo {
+namespace {
+
+bool is_endpoint(VertexKind k) {
+    return k == VertexKind::device || k == VertexKind::host_memory || k == VertexKind::nvme;
+}
+
+/// Boost.Graph view of a Topology's adjacency for one search from `source`: endpoints other than
+/// the source have no out-edges, so the search never passes through a device, a host memory or
+/// an NVMe drive. Edge descriptors are LinkIds.
+struct RouteGraph {
+    const std::vector<Vertex>* vertices;
+    const std::vector<Link>* links;
+    const std::vector<std::vector<LinkId>>* out;
+    VertexId source;
+};
+
+}  // namespace
+}  // namespace smol::topo
+
+namespace boost {
+template <>
+struct graph_traits<smol::topo::RouteGraph> {
+    using vertex_descriptor = smol::topo::VertexId;
+    using edge_descriptor = smol::topo::LinkId;
+    using directed_category = directed_tag;
+    using edge_parallel_category = allow_parallel_edge_tag;
+    using traversal_category = incidence_graph_tag;
+    using out_edge_iterator = std::vector<smol::topo::LinkId>::const_iterator;
+    using degree_size_type = std::size_t;
+    using vertices_size_type = std::size_t;
+    using edges_size_type = std::size_t;
+    static vertex_descriptor null_vertex() { return -1; }
+};
+}  // namespace boost
+
+namespace smol::topo {
+namespace {
+
+using OutEdgeIter = std::vector<LinkId>::const_iterator;
+
+std::pair<OutEdgeIter, OutEdgeIter> out_edges(VertexId v, const RouteGraph& g) {
+    const auto& list = (*g.out)[static_cast<std::size_t>(v)];
+    if (v != g.source && is_endpoint((*g.vertices)[static_cast<std::size_t>(v)].kind)) {
+        return {list.end(), list.end()};
+    }
+    return {list.begin(), list.end()};
+}
+std::size_t out_degree(VertexId v, const RouteGraph& g) {
+    const auto [b, e] = out_edges(v, g);
+    return static_cast<std::size_t>(e - b);
+}
+VertexId source(LinkId e, const RouteGraph& g) { return (*g.links)[static_cast<std::size_t>(e)].from; }
+VertexId target(LinkId e, const RouteGraph& g) { return (*g.links)[static_cast<std::size_t>(e)].to; }
+
+/// One direction of a bidirectional search, advanced one BFS level at a time. Sized to the
+/// largest topology seen and reset after each search by visiting only what it touched.
+struct Side {
+    std::vector<boost::default_color_type> color;
+    std::vector<int> depth;     // hops from this side's start; -1 when not reached
+    std::vector<double> width;  // widest bottleneck (bytes/s) over the shortest routes to the start
+    std::vector<VertexId> touched;
+    boost::queue<VertexId> queue;  // the frontier: every vertex `level` hops away
+    int level = 0;
+
+    void fit(std::size_t n) {
+        if (color.size() >= n) return;
+        color.resize(n, boost::white_color);
+        depth.resize(n, -1);
+        width.resize(n, 0.0);
+    }
+    void start(VertexId v) {
+        level = 0;
+        reach(v, 0, std::numeric_limits<double>::infinity());
+        color[v] = boost::gray_color;
+        queue.push(v);
+    }
+    void reach(VertexId v, int d, double w) {
+        depth[v] = d;
+        width[v] = w;
+        touched.push_back(v);
+    }
+    void reset() {
+        for (VertexId v : touched) {
+            color[v] = boost::white_color;
+            depth[v] = -1;
+            width[v] = 0.0;
+        }
+        touched.clear();
+        while (!queue.empty()) queue.pop();
+    }
+};
+
+struct Scratch {
+    Side forward;   // from the source, along links
+    Side backward;  // from the destination, against links
+};
+
+thread_local Scratch scratch;
+
+/// Thrown by the visitor at the first vertex of the next level, which BGL has already popped.
+struct LevelDone {
+    VertexId next;
+};
+
+/// Records depth and widest bottleneck. Every edge out of level d is examined before any vertex
+/// of level d + 1 is, so a vertex's width is final once its level is reached. The backward side
+/// walks a link x → y against its direction, so the bandwidth that counts is that of y → x.
+struct LevelVisitor : boost::default_bfs_visitor {
+    Side* s;
+    const std::vector<Link>* links;
+    bool backward;
+
+    void examine_vertex(VertexId u, const RouteGraph&) const {
+        if (s->depth[u] > s->level) throw LevelDone{u};
+    }
+    void examine_edge(LinkId e, const RouteGraph&) const {
+        const Link& l = (*links)[static_cast<std::size_t>(e)];
+        const Link& carried = backward ? (*links)[static_cast<std::size_t>(e ^ 1)] : l;
+        const int du = s->depth[l.from];
+        const double w = std::min(s->width[l.from], carried.bandwidth.bytes_per_second());
+        if (s->depth[l.to] < 0) {
+            s->reach(l.to, du + 1, w);
+        } else if (s->depth[l.to] == du + 1 && w > s->width[l.to]) {
+            s->width[l.to] = w;
+        }
+    }
+};
+
+/// Expands every vertex `level` hops from the side's start with Boost's breadth_first_visit,
+/// resumed from the side's queue (an empty source range), and stops at the next level.
+void expand_level(const RouteGraph& g, Side& s, const std::vector<Link>& links, bool backward) {
+    LevelVisitor visitor;
+    visitor.s = &s;
+    visitor.links = &links;
+    visitor.backward = backward;
+    auto color = boost::make_iterator_property_map(s.color.begin(), boost::typed_identity_property_map<VertexId>());
+    const VertexId* none = nullptr;
+    try {
+        boost::breadth_first_visit(g, none, none, s.queue, visitor, color);
+    } catch (const LevelDone& done) {
+        s.queue.push(done.next);
+    }
+    ++s.level;
+}
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+std::uint64_t route_key(VertexId a, VertexId b) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+}
+
+std::string node_prefix(int node) { return "node" + std::to_string(node) + "/"; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+VertexId Topology::add_vertex(VertexKind kind, std::string name) {
+    vertices_.push_back({kind, std::move(name)});
+    out_links_.emplace_back();
+    return static_cast<VertexId>(vertices_.size() - 1);
+}
+
+// Links come in pairs: 2k is a → b and 2k + 1 is b → a, so the reverse of link l is l ^ 1.
+void Topology::add_duplex(VertexId a, VertexId b, const LinkSpec& spec) {
+    const auto id = static_cast<LinkId>(links_.size());
+    links_.push_back({a, b, spec.bandwidth, spec.latency});
+    links_.push_back({b, a, spec.bandwidth, spec.latency});
+    out_links_[static_cast<std::size_t>(a)].push_back(id);
+    out_links_[static_cast<std::size_t>(b)].push_back(id + 1);
+}
+
+Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.switch_latency) {
+    const Time no_latency = Time::zero();
+    std::vector<std::vector<VertexId>> nics_of_node;
+    std::vector<const NodeGroup*> group_of_node;
+
+    int node = 0, rank = 0;
+    for (const NodeGroup& g : cluster.groups) {
+        const bool soc = g.intra == IntraKind::none && (g.device.is_cpu || g.device.unified_memory);
+        const LinkSpec memory_link{g.host_memory_bandwidth, no_latency};
+        for (int i = 0; i < g.count; ++i, ++node) {
+            const std::string prefix = node_prefix(node);
+            const VertexId host = add_vertex(VertexKind::host_memory, prefix + "host");
+            host_vertex_of_node_.push_back(host);
+            VertexId nvme = -1;
+            if (g.nvme_capacity) nvme = add_vertex(VertexKind::nvme, prefix + "nvme");
+            nvme_vertex_of_node_.push_back(nvme);
+
+            std::vector<VertexId> devices;
+            for (int k = 0; k < g.devices_per_node; ++k, ++rank) {
+                devices.push_back(add_vertex(VertexKind::device, prefix + (g.device.is_cpu ? "cpu" : "gpu") +
+                                                                     std::to_string(k)));
+                device_vertex_.push_back(devices.back());
+                node_of_rank_.push_back(node);
+            }
+            std::vector<VertexId> nics;
+            for (int j = 0; j < g.nics; ++j) nics.push_back(add_vertex(VertexKind::nic, prefix + "nic" + std::to_string(j)));
+
+            // nvme → x reads at the read rate, x → nvme writes at the write rate.
+            auto attach_nvme = [&](VertexId x) {
+                if (nvme < 0) return;
+                add_duplex(x, nvme, {g.nvme_write, no_latency});
+                links_.back().bandwidth = g.nvme_read;
+            };
+
+            if (soc) {
+                for (int k = 0; k < g.devices_per_node; ++k) {
+                    add_duplex(devices[k], host, memory_link);
+                    attach_nvme(devices[k]);
+                    add_duplex(devices[k], nics[static_cast<std::size_t>(g.nic_of(k))], g.host_link);
+                }
+                // The NIC DMAs from DRAM without the cores, so host memory reaches other nodes too.
+                for (VertexId nic : nics) add_duplex(host, nic, g.host_link);
+            } else {
+                const VertexId root = add_vertex(VertexKind::pcie_switch, prefix + "pcie");
+                add_duplex(root, host, memory_link);
+                attach_nvme(root);
+                std::vector<VertexId> attach(static_cast<std::size_t>(g.nics), root);
+                if (g.nics > 1) {
+                    for (int j = 0; j < g.nics; ++j) {
+                        attach[j] = add_vertex(VertexKind::pcie_switch, prefix + "pcie" + std::to_string(j));
+                        add_duplex(attach[j], root, g.host_link);
+                    }
+                }
+                for (int j = 0; j < g.nics; ++j) add_duplex(nics[j], attach[j], g.host_link);
+                const LinkSpec& slot = g.intra == IntraKind::pcie ? g.intra_link : g.host_link;
+                for (int k = 0; k < g.devices_per_node; ++k) {
+                    add_duplex(devices[k], attach[static_cast<std::size_t>(g.nic_of(k))], slot);
+                }
+                if (g.intra == IntraKind::nvswitch || g.intra == IntraKind::nvlink) {
+                    const VertexId sw = add_vertex(VertexKind::nvswitch,
+                                                   prefix + (g.intra == IntraKind::nvswitch ? "nvswitch" : "nvlink"));
+                    for (VertexId d : devices) add_duplex(d, sw, g.intra_link);
+                }
+            }
+            nics_of_node.push_back(std::move(nics));
+            group_of_node.push_back(&g);
+        }
+    }
+
+    const Network& net = cluster.network;
+    const int nodes = node;
+    if (net.fabric == FabricKind::single_switch) {
+        const VertexId sw = add_vertex(VertexKind::network_switch, "switch");
+        for (int n = 0; n < nodes; ++n) {
+            for (VertexId nic : nics_of_node[n]) add_duplex(nic, sw, group_of_node[n]->nic_link);
+        }
+        return;
+    }
+
+    // Fat tree, rail-optimized (see the diagram at the top).
+    int rails = 1;
+    Bandwidth port;
+    for (const NodeGroup& g : cluster.groups) {
+        rails = std::max(rails, g.nics);
+        port = std::max(port, g.nic_link.bandwidth);
+    }
+    const int per_leaf = net.nodes_per_leaf > 0 ? std::min(net.nodes_per_leaf, nodes) : std::max(nodes, 1);
+    const int pods = (nodes + per_leaf - 1) / per_leaf;
+    std::vector<VertexId> leaves;
+    for (int i = 0; i < pods * rails; ++i) leaves.push_back(add_vertex(VertexKind::network_switch, "leaf" + std::to_string(i)));
+    for (int n = 0; n < nodes; ++n) {
+        const int pod = n / per_leaf;
+        for (std::size_t j = 0; j < nics_of_node[n].size(); ++j) {
+            add_duplex(nics_of_node[n][j], leaves[static_cast<std::size_t>(pod * rails) + j], group_of_node[n]->nic_link);
+        }
+    }
+    if (pods > 1) {
+        const int spines = std::max(1, static_cast<int>(std::ceil(per_leaf / net.oversubscription - 1e-9)));
+        std::vector<VertexId> spine_ids;
+        for (int s = 0; s < spines; ++s) spine_ids.push_back(add_vertex(VertexKind::network_switch, "spine" + std::to_string(s)));
+        for (VertexId leaf : leaves) {
+            for (VertexId spine : spine_ids) add_duplex(leaf, spine, {port, no_latency});
+        }
+    }
+}
+
+std::string Topology::link_name(LinkId l) const {
+    const Link& link = links_.at(static_cast<std::size_t>(l));
+    return vertices_[static_cast<std::size_t>(link.from)].name + "->" + vertices_[static_cast<std::size_t>(link.to)].name;
+}
+
+VertexId Topology::host_vertex(int rank) const {
+    return host_vertex_of_node_.at(static_cast<std::size_t>(node_of_rank_.at(static_cast<std::size_t>(rank))));
+}
+
+VertexId Topology::nvme_vertex(int rank) const {
+    return nvme_vertex_of_node_.at(static_cast<std::size_t>(node_of_rank_.at(static_cast<std::size_t>(rank))));
+}
+
+std::span<const LinkId> Topology::route(VertexId a, VertexId b) const {
+    if (a == b) return {};
+    auto it = routes_.find(route_key(a, b));
+    if (it == routes_.end()) {
+        compute_route(a, b);
+        it = routes_.find(route_key(a, b));
+    }
+    return it->second;
+}
+
+// Bidirectional breadth-first search: each step expands one full level on the side with the
+// smaller frontier. When a level ends with a vertex reached from both sides, the route length is
+// D = forward level + backward level (the previous step found no common vertex, so D is at least
+// that), and every shortest route crosses a vertex reached at exactly those two depths. Among
+// those meeting vertices the widest wins, ties broken by the ECMP hash; each half is then walked
+// back to its start the same way. A route across a 512-node fat tree touches a few hundred
+// vertices instead of the whole fabric.
+void Topology::compute_route(VertexId a, VertexId b) const {
+    const auto n = static_cast<VertexId>(vertices_.size());
+    if (a < 0 || a >= n || b < 0 || b >= n) {
+        throw Error(ErrorKind::internal, "route between vertices " + std::to_string(a) + " and " + std::to_string(b) +
+                                             ": the topology has " + std::to_string(n) + " vertices");
+    }
+    Scratch& s = scratch;
+    Side& fwd = s.forward;
+    Side& bwd = s.backward;
+    fwd.fit(vertices_.size());
+    bwd.fit(vertices_.size());
+    struct Reset {
+        Scratch& s;
+        ~Reset() {
+            s.forward.reset();
+            s.backward.reset();
+        }
+    } reset{s};
+
+    auto kind = [&](VertexId v) { return vertices_[static_cast<std::size_t>(v)].kind; };
+    // A route may pass through v only if v is not an endpoint (its own ends excepted).
+    auto passable = [&](VertexId v) { return v == a || v == b || !is_endpoint(kind(v)); };
+
+    const RouteGraph forward_graph{&vertices_, &links_, &out_links_, a};
+    const RouteGraph backward_graph{&vertices_, &links_, &out_links_, b};
+    fwd.start(a);
+    bwd.start(b);
+    std::vector<VertexId> meet;
+    while (meet.empty()) {
+        const bool forward = fwd.queue.size() <= bwd.queue.size();
+        Side& grow = forward ? fwd : bwd;
+        const Side& other = forward ? bwd : fwd;
+        if (grow.queue.empty()) {
+            throw Error(ErrorKind::internal, "no route from " + vertices_[a].name + " to " + vertices_[b].name);
+        }
+        const std::size_t first_new = grow.touched.size();
+        expand_level(forward ? forward_graph : backward_graph, grow, links_, !forward);
+        for (std::size_t i = first_new; i < grow.touched.size(); ++i) {
+            const VertexId v = grow.touched[i];
+            if (other.depth[v] >= 0 && passable(v)) meet.push_back(v);
+        }
+    }
+
+    const std::uint64_t pair = mix(route_key(a, b));
+    auto pick = [&](const std::vector<LinkId>& choices, VertexId at) {
+        return choices[mix(pair ^ static_cast<std::uint64_t>(at)) % choices.size()];
+    };
+    double widest = 0;
+    for (VertexId v : meet) widest = std::max(widest, std::min(fwd.width[v], bwd.width[v]));
+    std::vector<VertexId> widest_meet;
+    for (VertexId v : meet) {
+        if (std::min(fwd.width[v], bwd.width[v]) >= widest) widest_meet.push_back(v);
+    }
+    const VertexId middle = widest_meet[pair % widest_meet.size()];
+
+    auto lost = [&](VertexId v) {
+        return Error(ErrorKind::internal, "route search from " + vertices_[a].name + " to " + vertices_[b].name +
+                                              " lost its way at " + vertices_[v].name);
+    };
+    std::vector<LinkId> path;
+    std::vector<LinkId> choices;
+    // First half: from the middle back to a, over links u → v one level nearer a.
+    for (VertexId v = middle; v != a;) {
+        choices.clear();
+        for (LinkId out : out_links_[static_cast<std::size_t>(v)]) {
+            const LinkId in = out ^ 1;
+            const Link& l = links_[static_cast<std::size_t>(in)];
+            if (fwd.depth[l.from] != fwd.depth[v] - 1 || !passable(l.from)) continue;
+            if (std::min(fwd.width[l.from], l.bandwidth.bytes_per_second()) < widest) continue;
+            choices.push_back(in);
+        }
+        if (choices.empty()) throw lost(v);
+        const LinkId chosen = pick(choices, v);
+        path.push_back(chosen);
+        v = links_[static_cast<std::size_t>(chosen)].from;
+    }
+    std::reverse(path.begin(), path.end());
+    // Second half: from the middle on to b, over links v → u one level nearer b.
+    for (VertexId v = middle; v != b;) {
+        choices.clear();
+        for (LinkId out : out_links_[static_cast<std::size_t>(v)]) {
+            const Link& l = links_[static_cast<std::size_t>(out)];
+            if (bwd.depth[l.to] != bwd.depth[v] - 1 || !passable(l.to)) continue;
+            if (std::min(bwd.width[l.to], l.bandwidth.bytes_per_second()) < widest) continue;
+            choices.push_back(out);
+        }
+        if (choices.empty()) throw lost(v);
+        const LinkId chosen = pick(choices, v);
+        path.push_back(chosen);
+        v = links_[static_cast<std::size_t>(chosen)].to;
+    }
+    routes_.emplace(route_key(a, b), std::move(path));
+}
+
+Time Topology::route_latency(VertexId a, VertexId b) const {
+    const auto r = route(a, b);
+    Time t = Time::zero();
+    for (std::size_t i = 0; i < r.size(); ++i) {
+        const Link& l = links_[static_cast<std::size_t>(r[i])];
+        t += l.latency;
+        if (i + 1 < r.size() && vertices_[static_cast<std::size_t>(l.to)].kind == VertexKind::network_switch) {
+            t += switch_latency_;
+        }
+    }
+    return t;
+}
+
+Bandwidth Topology::route_bandwidth(VertexId a, VertexId b) const {
+    const auto r = route(a, b);
+    Bandwidth bw = Bandwidth::bytes_per_s(std::numeric_limits<double>::infinity());
+    for (LinkId l : r) bw = std::min(bw, links_[static_cast<std::size_t>(l)].bandwidth);
+    return bw;
+}
+
+}  // namespace smol::topo
