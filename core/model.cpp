@@ -7,6 +7,8 @@
 // f the ffn hidden size (4h for GPT), e the bytes per element of the training dtype.
 #include "core/model.hpp"
 
+#include "core/cnn_presets.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -583,6 +585,8 @@ Flops Model::flops_per_iteration(std::int64_t global_batch, int seq, Recompute r
 std::vector<std::string> model_preset_names() {
     std::vector<std::string> names;
     for (const auto& [name, shape] : transformer_presets()) names.push_back(name);  // std::map: sorted
+    for (const auto& name : cnn_preset_names()) names.push_back(name);
+    std::sort(names.begin(), names.end());
     return names;
 }
 
@@ -590,6 +594,7 @@ Model model_preset(const std::string& name) {
     const auto& presets = transformer_presets();
     const auto it = presets.find(name);
     if (it != presets.end()) return Model::transformer(name, it->second);
+    if (auto cnn = cnn_preset(name)) return std::move(*cnn);
     const std::vector<std::string> names = model_preset_names();
     const std::string near = nearest_name(name, names);
     fail_input("unknown model preset '" + name + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
@@ -613,7 +618,7 @@ Model model_from_json(const JsonView& json, const std::string& name) {
 
 Model load_model(const std::string& spec) {
     const auto& presets = transformer_presets();
-    if (presets.count(spec)) return model_preset(spec);
+    if (presets.count(spec) || cnn_preset(spec)) return model_preset(spec);
     std::error_code ec;
     if (!spec.empty() && std::filesystem::exists(spec, ec)) {
         const Json doc = load_json_file(spec);
