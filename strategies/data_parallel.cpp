@@ -2,6 +2,11 @@
 
 #include <algorithm>
 
+#include "strategies/fsdp.hpp"
+#include "strategies/horovod.hpp"
+#include "strategies/parameter_server.hpp"
+#include "strategies/zero.hpp"
+
 namespace smol::strategies {
 
 StateBytes state_bytes(DType dtype) {
@@ -30,17 +35,9 @@ std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_byte
     return out;
 }
 
-namespace {
+namespace detail {
 
-/// Optimizer traffic per parameter: Adam reads gradient, master weight, momentum and variance and
-/// writes master weight, momentum, variance and the working copy (2 + 4·3 + 4·3 + 2 = 28 bytes in
-/// mixed precision; 4·4 + 4·3 = 28 in fp32). ~12 FLOPs per parameter.
-constexpr int kAdamBytesPerParam = 28;
-constexpr double kAdamFlopsPerParam = 12;
-
-}  // namespace
-
-OpGraph build_data_parallel(const Model& model, const Layout& layout, const Plan& plan) {
+std::vector<Block> replica_blocks(const Model& model, const Layout& layout, const Plan& plan) {
     Workload w;
     w.micro_batch = layout.micro_batch;
     w.seq = layout.seq;
@@ -48,68 +45,118 @@ OpGraph build_data_parallel(const Model& model, const Layout& layout, const Plan
     w.sequence_parallel = plan.sequence_parallel;
     w.recompute = plan.recompute;
     w.dtype = layout.dtype;
-    const std::vector<Block> blocks = model.blocks(w);
+    return model.blocks(w);
+}
+
+std::vector<int> replica_ranks(const Layout& layout) {
+    std::vector<int> out;
+    for (int d = 0; d < layout.dp; ++d) out.push_back(layout.rank(0, d, 0));
+    return out;
+}
+
+std::int64_t total_params(const std::vector<Block>& blocks) {
+    std::int64_t n = 0;
+    for (const Block& b : blocks) n += b.params;
+    return n;
+}
+
+std::int64_t shard(std::int64_t n, int parts) { return (n + parts - 1) / parts; }
+
+std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, Tier tier) {
+    const std::int32_t buf = g.add_buffer(rank, tier, bytes, label);
+    g.add_alloc(buf, Stream::compute);
+    return buf;
+}
+
+OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host, int layer, int microbatch) {
+    return g.add_compute(rank, Phase::opt, layer, microbatch, Flops(kAdamFlopsPerParam * static_cast<double>(params)),
+                         Bytes(params * kAdamBytesPerParam), KernelClass::optimizer, dtype, {}, on_host);
+}
+
+Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
+                  const std::function<void(int, const Block&)>& before_bwd) {
+    Passes p;
+    p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
+    p.bwd = p.fwd;
+    for (int mb = 0; mb < microbatches; ++mb) {
+        std::vector<std::int32_t> act(blocks.size());
+        for (const Block& b : blocks) {
+            act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
+            g.add_alloc(act[b.index], Stream::compute, b.index, mb);
+            p.fwd[mb][b.index] =
+                g.add_compute(rank, Phase::fwd, b.index, mb, b.fwd, b.mem_traffic, KernelClass::gemm, dtype, b.gemm);
+        }
+        for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+            const Block& b = *it;
+            if (before_bwd) before_bwd(mb, b);
+            if (b.recompute > Flops(0))
+                g.add_compute(rank, Phase::recompute, b.index, mb, b.recompute, b.mem_traffic, KernelClass::gemm, dtype,
+                              b.gemm);
+            // Backward reads and writes about twice the forward's memory-bound traffic.
+            p.bwd[mb][b.index] = g.add_compute(rank, Phase::bwd, b.index, mb, b.bwd, b.mem_traffic * std::int64_t{2},
+                                               KernelClass::gemm, dtype, b.gemm);
+            g.add_free(act[b.index], Stream::compute, b.index, mb);
+        }
+    }
+    return p;
+}
+
+}  // namespace detail
+
+OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
+    using namespace detail;
+    const std::vector<Block> blocks = replica_blocks(model, layout, plan);
     const StateBytes sb = state_bytes(layout.dtype);
-    std::int64_t params = 0;
-    for (const Block& b : blocks) params += b.params;
+    const std::int64_t params = total_params(blocks);
 
     // PyTorch: bucket_cap_mb = 25 (MiB) and a 1 MiB first bucket (_DEFAULT_FIRST_BUCKET_BYTES).
     const Bytes cap = Bytes::mib(plan.bucket_mb);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, std::min(cap, Bytes::mib(plan.first_bucket_mb)));
 
     OpGraph g(layout.devices);
-    std::vector<int> replicas;
-    for (int d = 0; d < layout.dp; ++d) replicas.push_back(layout.rank(0, d, 0));
-    // The backward op of each block in the last micro-batch, per replica: where buckets fill.
-    std::vector<std::vector<OpId>> last_bwd(replicas.size(), std::vector<OpId>(blocks.size()));
-
-    for (std::size_t d = 0; d < replicas.size(); ++d) {
-        const int r = replicas[d];
+    const std::vector<int> replicas = replica_ranks(layout);
+    std::vector<Passes> passes;
+    for (int r : replicas) {
         // Model states live for the whole step.
-        for (auto [bytes, label] : {std::pair{params * sb.params, BufferLabel::parameters},
-                                    std::pair{params * sb.grads, BufferLabel::gradients},
-                                    std::pair{params * sb.optimizer, BufferLabel::optimizer_state}})
-            g.add_alloc(g.add_buffer(r, Tier::device, Bytes(bytes), label), Stream::compute);
-
-        for (int mb = 0; mb < layout.microbatches; ++mb) {
-            std::vector<std::int32_t> act(blocks.size());
-            for (const Block& b : blocks) {
-                act[b.index] = g.add_buffer(r, Tier::device, b.activations, BufferLabel::activations);
-                g.add_alloc(act[b.index], Stream::compute, b.index, mb);
-                g.add_compute(r, Phase::fwd, b.index, mb, b.fwd, b.mem_traffic, KernelClass::gemm, layout.dtype, b.gemm);
-            }
-            for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-                const Block& b = *it;
-                if (b.recompute > Flops(0))
-                    g.add_compute(r, Phase::recompute, b.index, mb, b.recompute, b.mem_traffic, KernelClass::gemm,
-                                  layout.dtype, b.gemm);
-                // Backward reads and writes about twice the forward's memory-bound traffic.
-                last_bwd[d][b.index] = g.add_compute(r, Phase::bwd, b.index, mb, b.bwd, b.mem_traffic * std::int64_t{2},
-                                                     KernelClass::gemm, layout.dtype, b.gemm);
-                g.add_free(act[b.index], Stream::compute, b.index, mb);
-            }
-        }
+        alloc_state(g, r, Bytes(params * sb.params), BufferLabel::parameters);
+        alloc_state(g, r, Bytes(params * sb.grads), BufferLabel::gradients);
+        alloc_state(g, r, Bytes(params * sb.optimizer), BufferLabel::optimizer_state);
+        passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype));
     }
 
     // Gradient synchronisation in the last micro-batch only (the earlier ones run under no_sync):
     // each bucket's all-reduce waits for the backward that completes it; the comm stream keeps
     // the buckets in order, so the optimizer step waits for the last one.
+    const int last_mb = layout.microbatches - 1;
     std::vector<OpId> last_sync(replicas.size(), static_cast<OpId>(-1));
     if (replicas.size() > 1)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
             const auto ops = g.add_collective(CollectiveKind::all_reduce, replicas, buckets[k].bytes, Stream::comm,
                                               Phase::comm, -1, -1, static_cast<int>(k));
             for (std::size_t d = 0; d < replicas.size(); ++d) {
-                g.depend(last_bwd[d][static_cast<std::size_t>(buckets[k].ready_after_block)], ops[d]);
+                g.depend(passes[d].bwd[last_mb][static_cast<std::size_t>(buckets[k].ready_after_block)], ops[d]);
                 last_sync[d] = ops[d];
             }
         }
     for (std::size_t d = 0; d < replicas.size(); ++d) {
-        const OpId opt = g.add_compute(replicas[d], Phase::opt, -1, -1, Flops(kAdamFlopsPerParam * static_cast<double>(params)),
-                                       Bytes(params * kAdamBytesPerParam), KernelClass::optimizer, layout.dtype);
+        const OpId opt = add_adam(g, replicas[d], params, layout.dtype);
         if (last_sync[d] != static_cast<OpId>(-1)) g.depend(last_sync[d], opt);
     }
     return g;
+}
+
+OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, const Layout& layout, const Plan& plan) {
+    switch (plan.strategy) {
+        case DataParallel::ddp: return build_ddp(model, layout, plan);
+        case DataParallel::ring: return build_horovod(model, cluster, layout, plan);
+        case DataParallel::zero1: return build_zero(model, layout, plan, 1);
+        case DataParallel::zero2: return build_zero(model, layout, plan, 2);
+        case DataParallel::zero3: return build_zero(model, layout, plan, 3);
+        case DataParallel::fsdp: return build_fsdp(model, layout, plan);
+        case DataParallel::ps: return build_parameter_server(model, layout, plan);
+        case DataParallel::ps_async: return build_parameter_server_async(model, layout, plan);
+    }
+    return build_ddp(model, layout, plan);
 }
 
 }  // namespace smol::strategies

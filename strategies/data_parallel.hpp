@@ -1,16 +1,26 @@
 // The data-parallel family. Every replica runs the whole model on its share of the batch; the
 // flavours differ in how gradients are synchronised and how model states are stored.
 //
-//  ddp — PyTorch DDP (Li et al. 2020): gradients packed into buckets in reverse layer order
-//        (25 MB by default, a 1 MB first bucket as PyTorch does), each bucket all-reduced on the
-//        comm stream as soon as the backward of its last gradient is done, overlapping the rest
-//        of backward; gradient accumulation runs the earlier micro-batches under no_sync; then
-//        the optimizer step. dp = 1 has no communication at all.
+//  ddp      — PyTorch DDP (Li et al. 2020): gradients packed into buckets in reverse layer order
+//             (25 MB by default, a 1 MB first bucket as PyTorch does), each bucket all-reduced on
+//             the comm stream as soon as the backward of its last gradient is done, overlapping the
+//             rest of backward; gradient accumulation runs the earlier micro-batches under no_sync;
+//             then the optimizer step. dp = 1 has no communication at all.
+//  ring     — Horovod (strategies/horovod.hpp).
+//  zero1-3  — DeepSpeed ZeRO (strategies/zero.hpp).
+//  fsdp     — PyTorch FSDP (strategies/fsdp.hpp).
+//  ps, ps-async — parameter servers (strategies/parameter_server.hpp).
+//
+// build_data_parallel dispatches on plan.strategy; the helpers below are shared by the family.
 #pragma once
+
+#include <functional>
+#include <vector>
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
 #include "strategies/plan.hpp"
+#include "topologies/cluster.hpp"
 
 namespace smol::strategies {
 
@@ -30,6 +40,44 @@ struct Bucket {
 };
 std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_bytes_per_param, Bytes cap, Bytes first_cap);
 
-OpGraph build_data_parallel(const Model& model, const Layout& layout, const Plan& plan);
+/// The data-parallel family for tp = pp = 1: dispatches on plan.strategy. The cluster is read
+/// only by `ring`, to express Horovod's cycle time as a wait (see horovod.hpp).
+OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, const Layout& layout, const Plan& plan);
+/// DDP alone.
+OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan);
 
+namespace detail {
+
+/// Adam per parameter: reads gradient, master weight, momentum and variance and writes master
+/// weight, momentum, variance and the working copy (2 + 4·3 + 4·3 + 2 = 28 bytes in mixed
+/// precision; 4·4 + 4·3 = 28 in fp32); ~12 FLOPs.
+constexpr int kAdamBytesPerParam = 28;
+constexpr double kAdamFlopsPerParam = 12;
+
+/// The blocks one replica runs, for the layout's micro-batch, sequence and dtype.
+std::vector<Block> replica_blocks(const Model& model, const Layout& layout, const Plan& plan);
+/// The data-parallel ranks, in ring order.
+std::vector<int> replica_ranks(const Layout& layout);
+std::int64_t total_params(const std::vector<Block>& blocks);
+/// ceil(n / parts): a shard of n elements over `parts` ranks.
+std::int64_t shard(std::int64_t n, int parts);
+
+/// Allocates a buffer at the start of the step on `rank` (compute stream) and keeps it to the end.
+std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, Tier tier = Tier::device);
+/// An Adam step over `params` parameters on the compute stream.
+OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host = false, int layer = -1,
+              int microbatch = -1);
+
+/// The forward and backward compute ops of one replica, per micro-batch and block.
+struct Passes {
+    std::vector<std::vector<OpId>> fwd, bwd;   // [micro-batch][block index]
+};
+/// Emits every micro-batch's forward (blocks in order) and backward (reverse order) on `rank`'s
+/// compute stream, with each block's activations allocated before its forward and freed after
+/// its backward. `before_bwd(mb, block)` runs just before a block's backward is added (to add
+/// compute-stream allocations, such as gradient buckets).
+Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
+                  const std::function<void(int, const Block&)>& before_bwd = {});
+
+}  // namespace detail
 }  // namespace smol::strategies

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/model_parallel.hpp"
 
 namespace smol::strategies {
 
@@ -39,8 +40,33 @@ const char* to_string(DataParallel s) {
 
 DataParallel parse_data_parallel(const std::string& text) {
     // Only the strategies that are built are accepted.
-    static const DataParallel implemented[] = {DataParallel::ddp};
+    static const DataParallel implemented[] = {DataParallel::ps,    DataParallel::ps_async, DataParallel::ring,
+                                               DataParallel::ddp,   DataParallel::zero1,    DataParallel::zero2,
+                                               DataParallel::zero3, DataParallel::fsdp};
     return parse_name(text, implemented, "--strategy");
+}
+
+const char* to_string(PsPlacement p) { return p == PsPlacement::dedicated ? "dedicated" : "colocated"; }
+
+PsPlacement parse_ps_placement(const std::string& text) {
+    static const PsPlacement all[] = {PsPlacement::dedicated, PsPlacement::colocated};
+    return parse_name(text, all, "--ps-placement");
+}
+
+const char* to_string(FsdpSharding f) {
+    switch (f) {
+        case FsdpSharding::full: return "full";
+        case FsdpSharding::grad_op: return "grad-op";
+        case FsdpSharding::hybrid: return "hybrid";
+        case FsdpSharding::none: return "none";
+    }
+    return "?";
+}
+
+FsdpSharding parse_fsdp_sharding(const std::string& text) {
+    static const FsdpSharding all[] = {FsdpSharding::full, FsdpSharding::grad_op, FsdpSharding::hybrid,
+                                       FsdpSharding::none};
+    return parse_name(text, all, "--fsdp-sharding");
 }
 
 const char* to_string(Schedule s) {
@@ -78,8 +104,6 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     if (plan.tp < 1) fail_input("--tp must be at least 1, found " + std::to_string(plan.tp), {"", "", "--tp"});
     if (plan.pp < 1) fail_input("--pp must be at least 1, found " + std::to_string(plan.pp), {"", "", "--pp"});
     if (plan.dp < 0) fail_input("--dp must be at least 1, found " + std::to_string(plan.dp), {"", "", "--dp"});
-    if (plan.tp > 1) fail_input("tensor parallelism (--tp > 1) is not available yet; use --tp 1", {"", "", "--tp"});
-    if (plan.pp > 1) fail_input("pipeline parallelism (--pp > 1) is not available yet; use --pp 1", {"", "", "--pp"});
     if (plan.micro_batch < 1)
         fail_input("--micro-batch must be at least 1, found " + std::to_string(plan.micro_batch), {"", "", "--micro-batch"});
     if (!(plan.bucket_mb > 0))
@@ -89,18 +113,68 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                    {"", "", "--first-bucket-mb"});
     l.tp = plan.tp;
     l.pp = plan.pp;
-    if (l.devices % (l.tp * l.pp) != 0)
+    // Parameter servers (ps, ps-async): with --ps-placement dedicated the S servers are the last S
+    // devices of the cluster and the workers the first devices − S (pi5-1gbe × 5 with one server:
+    // dp = 4); colocated servers live on the first S workers, so S ≤ dp.
+    const bool ps = plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async;
+    if (ps) {
+        if (plan.ps_servers < 1)
+            fail_input("--ps-servers must be at least 1, found " + std::to_string(plan.ps_servers),
+                       {"", "", "--ps-servers"});
+        if (plan.ps_placement == PsPlacement::dedicated) {
+            if (plan.ps_servers >= l.devices)
+                fail_input(std::to_string(plan.ps_servers) + " dedicated parameter servers leave no worker among the " +
+                               std::to_string(l.devices) + " devices of " + cluster.name +
+                               " (dp = devices − servers); use fewer --ps-servers or --ps-placement colocated",
+                           {"", "", "--ps-servers"});
+            l.servers = plan.ps_servers;
+        }
+        if (plan.staleness < 0)
+            fail_input("--staleness must be at least 0, found " + std::to_string(plan.staleness), {"", "", "--staleness"});
+    }
+    if (plan.strategy == DataParallel::ring) {
+        if (!(plan.fusion_mb > 0))
+            fail_input("--fusion-mb must be positive, found " + std::to_string(plan.fusion_mb), {"", "", "--fusion-mb"});
+        if (!(plan.cycle_ms >= 0))
+            fail_input("--cycle-ms must be at least 0, found " + std::to_string(plan.cycle_ms), {"", "", "--cycle-ms"});
+    }
+    const int workers = l.devices - l.servers;
+    if (workers % (l.tp * l.pp) != 0)
         fail_input("tp × pp = " + std::to_string(l.tp * l.pp) + " does not divide the " + std::to_string(l.devices) +
                        " devices of " + cluster.name,
                    {"", "", "--tp"});
-    l.dp = plan.dp > 0 ? plan.dp : l.devices / (l.tp * l.pp);
-    if (l.tp * l.pp * l.dp != l.devices)
+    l.dp = plan.dp > 0 ? plan.dp : workers / (l.tp * l.pp);
+    if (l.tp * l.pp * l.dp != workers)
         fail_input("tp × pp × dp = " + std::to_string(l.tp) + " × " + std::to_string(l.pp) + " × " + std::to_string(l.dp) +
                        " = " + std::to_string(l.tp * l.pp * l.dp) + ", but the cluster has " +
-                       std::to_string(l.devices) + " devices (use --devices to take fewer)",
+                       std::to_string(workers) + " devices" +
+                       (l.servers > 0 ? " for workers (" + std::to_string(l.devices) + " less " +
+                                            std::to_string(l.servers) + " parameter servers)"
+                                      : std::string()) +
+                       " (use --devices to take fewer)",
                    {"", "", "--dp"});
+    if (ps && plan.ps_placement == PsPlacement::colocated && plan.ps_servers > l.dp)
+        fail_input(std::to_string(plan.ps_servers) + " colocated parameter servers need as many workers, but dp = " +
+                       std::to_string(l.dp),
+                   {"", "", "--ps-servers"});
+    if (plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid) {
+        // Hybrid sharding: shard within a group of consecutive ranks (a node by default), replicate
+        // across groups.
+        if (plan.fsdp_group < 0)
+            fail_input("--fsdp-group must be at least 1, found " + std::to_string(plan.fsdp_group), {"", "", "--fsdp-group"});
+        l.shard_group = plan.fsdp_group > 0 ? plan.fsdp_group : cluster.groups.front().devices_per_node;
+        if (l.dp % l.shard_group != 0)
+            fail_input("the hybrid shard group of " + std::to_string(l.shard_group) + " devices does not divide the " +
+                           std::to_string(l.dp) + " data-parallel devices; choose --fsdp-group dividing " +
+                           std::to_string(l.dp),
+                       {"", "", "--fsdp-group"});
+    }
     l.micro_batch = plan.micro_batch;
-    l.global_batch = plan.global_batch > 0 ? plan.global_batch : static_cast<std::int64_t>(l.dp) * plan.micro_batch;
+    // ps-async runs each worker's loop of updates: by default 4 iterations per worker (each
+    // micro-batch is one update), so the staleness bound and the server's queue show.
+    const std::int64_t default_iterations = plan.strategy == DataParallel::ps_async ? 4 : 1;
+    l.global_batch = plan.global_batch > 0 ? plan.global_batch
+                                           : static_cast<std::int64_t>(l.dp) * plan.micro_batch * default_iterations;
     if (l.global_batch % l.dp != 0)
         fail_input("the global batch " + std::to_string(l.global_batch) + " does not split over dp = " +
                        std::to_string(l.dp) + " replicas",
@@ -124,12 +198,15 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             fail_input(std::string("the ") + g.device.name + " devices of group '" + g.name + "' have no " +
                            to_string(l.dtype) + " peak; choose another --dtype",
                        {"", "", "--dtype"});
+    if (l.tp > 1 || l.pp > 1) check_model_parallel(model, plan, l);
     return l;
 }
 
 Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     const Layout layout = resolve(model, cluster, plan);
-    Built out{build_data_parallel(model, layout, plan), layout,
+    Built out{layout.tp > 1 || layout.pp > 1 ? build_model_parallel(model, layout, plan)
+                                             : build_data_parallel(model, cluster, layout, plan),
+              layout,
               model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute)};
     out.graph.finalize();
     return out;

@@ -22,6 +22,17 @@ enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1 };
 const char* to_string(Schedule s);
 Schedule parse_schedule(const std::string& text);
 
+/// Where parameter-server shards run (--ps-placement): on extra devices after the workers, or
+/// on the first S workers.
+enum class PsPlacement { dedicated, colocated };
+const char* to_string(PsPlacement p);
+PsPlacement parse_ps_placement(const std::string& text);
+
+/// PyTorch FSDP's ShardingStrategy (--fsdp-sharding): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD.
+enum class FsdpSharding { full, grad_op, hybrid, none };
+const char* to_string(FsdpSharding f);
+FsdpSharding parse_fsdp_sharding(const std::string& text);
+
 enum class Offload { none, cpu, nvme };
 const char* to_string(Offload o);
 Offload parse_offload(const std::string& text);
@@ -43,6 +54,15 @@ struct Plan {
     std::optional<DType> dtype;       // unset: the device's default (bf16, or fp32 on CPUs)
     double bucket_mb = 25;            // DDP gradient bucket in MiB (PyTorch's bucket_cap_mb)
     double first_bucket_mb = 1;       // DDP's first bucket in MiB (PyTorch's _DEFAULT_FIRST_BUCKET_BYTES)
+    std::vector<int> stage_layers;    // layers per (virtual) pipeline stage; empty: balanced by cost
+    // Data-parallel family (strategies/parameter_server, horovod, zero, fsdp).
+    int ps_servers = 1;               // parameter-server shards (--ps-servers)
+    PsPlacement ps_placement = PsPlacement::dedicated;
+    int staleness = 4;                // ps-async: a worker runs at most K updates ahead of the slowest
+    double fusion_mb = 64;            // Horovod tensor fusion buffer in MiB (HOROVOD_FUSION_THRESHOLD)
+    double cycle_ms = 5;              // Horovod background cycle time (HOROVOD_CYCLE_TIME)
+    FsdpSharding fsdp_sharding = FsdpSharding::full;
+    int fsdp_group = 0;               // hybrid: devices per shard group; 0: the devices of a node
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.
@@ -54,6 +74,8 @@ struct Layout {
     std::int64_t global_batch = 1;
     int seq = 1;
     DType dtype = DType::bf16;
+    int servers = 0;                  // dedicated parameter servers: ranks dp·tp·pp … devices − 1
+    int shard_group = 0;              // FSDP hybrid: ranks per shard group (consecutive ranks)
 
     /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
     int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/parameter_server.hpp"
 #include "strategies/plan.hpp"
 #include "traces/chrome_trace.hpp"
 #include "traces/summary.hpp"
@@ -32,6 +33,9 @@ struct PlanFlags {
     int micro_batch = 1, seq = 0;
     std::string dtype;
     double bucket_mb = 25, first_bucket_mb = 1;
+    int ps_servers = 1, staleness = 4, fsdp_group = 0;
+    std::string ps_placement = "dedicated", fsdp_sharding = "full";
+    double fusion_mb = 64, cycle_ms = 5;
     std::string network = "flow", collective_algo = "auto";
     std::string trace;
     std::string trace_ranks;
@@ -45,7 +49,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--cluster", f.cluster, "cluster preset or JSON file")->required();
     app.add_option("--nodes", f.nodes, "scale the cluster to N nodes");
     app.add_option("--devices", f.devices, "use the first N devices of the cluster (default: all)");
-    app.add_option("--strategy", f.strategy, "data-parallel flavour: ddp")->capture_default_str();
+    app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp")->capture_default_str();
     app.add_option("--tp", f.tp, "tensor-parallel degree")->capture_default_str();
     app.add_option("--pp", f.pp, "pipeline-parallel degree")->capture_default_str();
     app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · pp))");
@@ -60,6 +64,16 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--dtype", f.dtype, "bf16, fp16 or fp32 (default: bf16 on GPUs, fp32 on CPUs)");
     app.add_option("--bucket-mb", f.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
     app.add_option("--first-bucket-mb", f.first_bucket_mb, "DDP's first (smaller) bucket in MiB")->capture_default_str();
+    app.add_option("--ps-servers", f.ps_servers, "parameter-server shards (ps, ps-async)")->capture_default_str();
+    app.add_option("--ps-placement", f.ps_placement,
+                   "dedicated (servers are the last devices; dp = devices - servers) or colocated (on workers)")
+        ->capture_default_str();
+    app.add_option("--staleness", f.staleness, "ps-async: updates a worker may run ahead of the slowest")
+        ->capture_default_str();
+    app.add_option("--fusion-mb", f.fusion_mb, "ring (Horovod): tensor fusion buffer in MiB")->capture_default_str();
+    app.add_option("--cycle-ms", f.cycle_ms, "ring (Horovod): background cycle time in ms")->capture_default_str();
+    app.add_option("--fsdp-sharding", f.fsdp_sharding, "fsdp: full, grad-op, hybrid or none")->capture_default_str();
+    app.add_option("--fsdp-group", f.fsdp_group, "fsdp hybrid: devices per shard group (default: a node)");
     app.add_option("--network", f.network, "flow (max-min fair sharing) or analytic (alpha-beta)")->capture_default_str();
     app.add_option("--collective-algo", f.collective_algo,
                    "auto, ring, tree, halving-doubling, hierarchical, direct")
@@ -100,6 +114,13 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (!f.dtype.empty()) p.dtype = parse_dtype(f.dtype, flag("--dtype"));
     p.bucket_mb = f.bucket_mb;
     p.first_bucket_mb = f.first_bucket_mb;
+    p.ps_servers = f.ps_servers;
+    p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
+    p.staleness = f.staleness;
+    p.fusion_mb = f.fusion_mb;
+    p.cycle_ms = f.cycle_ms;
+    p.fsdp_sharding = strategies::parse_fsdp_sharding(f.fsdp_sharding);
+    p.fsdp_group = f.fsdp_group;
     return p;
 }
 
@@ -177,7 +198,8 @@ int cmd_simulate(const PlanFlags& f, std::ostream& out, std::ostream& err) {
     info.dtype = to_string(l.dtype);
     info.model_flops = built.model_flops;
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
-    const traces::Summary s = traces::summarize(built.graph, tl, info);
+    traces::Summary s = traces::summarize(built.graph, tl, info);
+    if (plan.strategy == strategies::DataParallel::ps_async) s.mean_staleness = strategies::mean_staleness(built.graph, tl);
 
     if (!f.trace.empty()) write_trace(f, built.graph, tl);
     if (f.json)

@@ -140,6 +140,7 @@ Json to_json(const Summary& s) {
     j["per_device"] = std::move(devices);
     j["events"] = s.events;
     j["sim_wall_s"] = s.sim_wall_s;
+    if (s.mean_staleness) j["mean_staleness"] = *s.mean_staleness;
     return j;
 }
 
@@ -162,6 +163,7 @@ void print_table(std::ostream& out, const Summary& s) {
     if (s.oom)
         row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": asked " + to_string(s.oom->requested) +
                                  " with " + to_string(s.oom->free) + " free");
+    if (s.mean_staleness) row("mean staleness", fmt("%.3g updates", *s.mean_staleness));
     row("simulated", std::to_string(s.events) + fmt(" events in %.3g s", s.sim_wall_s));
     out << "\n  rank  device            busy        comm        exposed     peak memory\n";
     const std::size_t shown = std::min<std::size_t>(s.per_device.size(), 16);

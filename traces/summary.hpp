@@ -50,6 +50,9 @@ struct Summary {
     std::vector<DeviceSummary> per_device;
     std::uint64_t events = 0;
     double sim_wall_s = 0;
+    /// ps-async only: mean staleness of the updates (strategies::mean_staleness); in to_json
+    /// as "mean_staleness" when set.
+    std::optional<double> mean_staleness;
 
     bool fits() const { return !oom.has_value(); }
 };

@@ -1,0 +1,43 @@
+// DeepSpeed ZeRO (Rajbhandari et al. 2020), mixed-precision Adam with K = 12 bytes of optimizer
+// state per parameter. Model states per device over N data-parallel ranks (Ψ parameters):
+//
+//   stage 1  optimizer states sharded            2Ψ + 2Ψ + 12Ψ/N  = 4Ψ + 12Ψ/N
+//   stage 2  + gradients sharded                 2Ψ + (2 + 12)Ψ/N = 2Ψ + 14Ψ/N
+//   stage 3  + parameters sharded                16Ψ/N
+//
+// Stage 1: gradients accumulate in a full buffer; in the last micro-batch they are
+//   reduce-scattered bucket by bucket (reverse block order, --bucket-mb) as backward produces
+//   them; each rank steps Adam on its shard; the updated parameters are all-gathered in buckets.
+// Stage 2: the same, but every micro-batch's gradients are reduce-scattered from transient bucket
+//   buffers (freed after the reduce-scatter) into the persistent gradient shard.
+// Stage 3: parameters live as shards; each block's parameters are all-gathered into a transient
+//   buffer before its forward (the next block's gather is prefetched while one computes; at most
+//   two blocks are gathered at once), freed after the forward, all-gathered again before its
+//   backward (prefetched ahead of the previous block's reduce-scatter), freed after it; each
+//   block's gradients are reduce-scattered into the shard right after its backward.
+//
+// Per device per step the collectives move 2Ψ·(N−1)/N elements for stages 1–2 (reduce-scatter +
+// all-gather) and 3Ψ·(N−1)/N for stage 3 (two all-gathers + one reduce-scatter).
+//
+// Buffers: persistent shards are labelled parameters / gradients / optimizer_state (the model
+// states above); transient gathered parameters are `staging` and transient full gradients are
+// `bucket`, so a peak over the model-state labels reproduces the ZeRO formulas.
+#pragma once
+
+#include "core/model.hpp"
+#include "core/op_graph.hpp"
+#include "strategies/plan.hpp"
+
+namespace smol::strategies {
+
+OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, int stage);
+
+/// The sharded-parameter engine shared by ZeRO-3 and FSDP: one unit per block.
+struct ShardedOptions {
+    bool shard_params = true;            // false: NO_SHARD (DDP-like, one all-reduce per unit)
+    bool reshard_after_forward = true;   // false: SHARD_GRAD_OP / ZeRO-2-like, no backward gather
+    int shard_group = 0;                 // ranks per shard group (consecutive); 0: all of dp
+};
+OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan, const ShardedOptions& options);
+
+}  // namespace smol::strategies
