@@ -44,7 +44,8 @@ void FlowNetwork::mark_dirty(std::int32_t link) {
     dirty_.push_back(link);
 }
 
-FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now) {
+FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
+                          std::uint32_t group) {
     FlowId f;
     if (!free_.empty()) {
         f = free_.back();
@@ -60,6 +61,7 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std:
     fl.route = route.data();
     fl.hops = static_cast<std::uint32_t>(route.size());
     fl.tag = tag;
+    fl.group = kNoGroup;
     ++fl.version;
     fl.active = true;
     ++active_;
@@ -72,7 +74,53 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std:
         on_link_[l].push_back(f);
         mark_dirty(l);
     }
+    if (group != kNoGroup) {
+        if (group >= groups_.size()) {
+            groups_.resize(group + 1);
+            group_stamp_.resize(group + 1, 0);
+        }
+        fl.group = group;
+        groups_[group].push_back(f);
+    }
     return f;
+}
+
+void FlowNetwork::visit(FlowId f) {
+    Flow& fl = flows_[f];
+    if (fl.stamp == stamp_) return;
+    fl.stamp = stamp_;
+    comp_flows_.push_back(f);
+    for (std::uint32_t h = 0; h < fl.hops; ++h) {
+        const std::int32_t l = fl.route[h];
+        if (link_stamp_[l] != stamp_) {
+            link_stamp_[l] = stamp_;
+            comp_links_.push_back(l);
+        }
+    }
+    // A coupled flow drags its whole group into the component.
+    if (fl.group != kNoGroup && group_stamp_[fl.group] != stamp_) {
+        group_stamp_[fl.group] = stamp_;
+        for (FlowId m : groups_[fl.group]) visit(m);
+    }
+}
+
+void FlowNetwork::freeze(FlowId f, double share, std::int32_t via_link, bool with_group) {
+    Flow& fl = flows_[f];
+    if (fl.frozen) return;
+    fl.frozen = true;
+    fl.rate = share;
+    for (std::uint32_t h = 0; h < fl.hops; ++h) {
+        const std::int32_t l = fl.route[h];
+        residual_[l] = std::max(0.0, residual_[l] - share);
+        --unfrozen_[l];
+        ++link_version_[l];
+        if (l != via_link && unfrozen_[l] > 0) {
+            shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
+            std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
+        }
+    }
+    if (with_group && fl.group != kNoGroup)
+        for (FlowId m : groups_[fl.group]) freeze(m, share, via_link, false);
 }
 
 void FlowNetwork::push_pending(FlowId f, Time t) {
@@ -92,21 +140,8 @@ void FlowNetwork::solve(Time now) {
         comp_links_.push_back(l);
     }
     dirty_.clear();
-    for (std::size_t i = 0; i < comp_links_.size(); ++i) {
-        for (FlowId f : on_link_[comp_links_[i]]) {
-            Flow& fl = flows_[f];
-            if (fl.stamp == stamp_) continue;
-            fl.stamp = stamp_;
-            comp_flows_.push_back(f);
-            for (std::uint32_t h = 0; h < fl.hops; ++h) {
-                const std::int32_t l = fl.route[h];
-                if (link_stamp_[l] != stamp_) {
-                    link_stamp_[l] = stamp_;
-                    comp_links_.push_back(l);
-                }
-            }
-        }
-    }
+    for (std::size_t i = 0; i < comp_links_.size(); ++i)
+        for (FlowId f : on_link_[comp_links_[i]]) visit(f);
     // 2. Bring every affected flow's remaining bytes up to now at its old rate.
     for (FlowId f : comp_flows_) {
         Flow& fl = flows_[f];
@@ -130,23 +165,7 @@ void FlowNetwork::solve(Time now) {
         const ShareEntry e = shares_.back();
         shares_.pop_back();
         if (e.version != link_version_[e.link] || unfrozen_[e.link] == 0) continue;
-        const double share = e.share;
-        for (FlowId f : on_link_[e.link]) {
-            Flow& fl = flows_[f];
-            if (fl.frozen) continue;
-            fl.frozen = true;
-            fl.rate = share;
-            for (std::uint32_t h = 0; h < fl.hops; ++h) {
-                const std::int32_t l = fl.route[h];
-                residual_[l] = std::max(0.0, residual_[l] - share);
-                --unfrozen_[l];
-                ++link_version_[l];
-                if (l != e.link && unfrozen_[l] > 0) {
-                    shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
-                    std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
-                }
-            }
-        }
+        for (FlowId f : on_link_[e.link]) freeze(f, e.share, e.link, true);
     }
     // 4. New completion times.
     for (FlowId f : comp_flows_) {
@@ -194,6 +213,12 @@ void FlowNetwork::complete(Time now, std::vector<std::uint32_t>& tags) {
             *it = v.back();
             v.pop_back();
             mark_dirty(l);
+        }
+        if (fl.group != kNoGroup) {
+            auto& members = groups_[fl.group];
+            *std::find(members.begin(), members.end(), f) = members.back();
+            members.pop_back();
+            fl.group = kNoGroup;
         }
         tags.push_back(fl.tag);
         free_.push_back(f);

@@ -7,6 +7,12 @@
 // everything that happened at `now`. The engine asks next_completion() for this model's next
 // event (SimGrid's "ask each resource model for its next event").
 //
+// Flows may be coupled in a group: the edges of one pipelined collective phase (a ring step, a
+// tree) move chunk by chunk, so none runs ahead of the slowest, and every flow of the group
+// gets the same rate — the fair share of the group's most contended flow (progressive filling
+// freezes a group when any of its flows reaches a saturated link). Equal-sized flows of a group
+// then finish together: one solve per phase instead of one per flow.
+//
 // Hot path: no allocation per flow or per solve once the pools have grown; flows live in a
 // free-listed pool; completions sit in a heap with lazy deletion (a version per flow).
 #pragma once
@@ -27,9 +33,13 @@ public:
     /// One capacity per link.
     explicit FlowNetwork(const std::vector<Bandwidth>& capacity);
 
+    static constexpr std::uint32_t kNoGroup = 0xffffffffu;
+
     /// Starts a flow of `bytes` over `route` (link ids; the span must stay valid while the flow
-    /// lives). `tag` is returned by complete(). Rates are stale until solve().
-    FlowId start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now);
+    /// lives). `tag` is returned by complete(). Flows with the same `group` (a small dense id,
+    /// or kNoGroup) share one rate. Rates are stale until solve().
+    FlowId start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
+                 std::uint32_t group = kNoGroup);
     /// Recomputes the rates of flows connected to links changed since the last solve.
     void solve(Time now);
     /// When the next flow finishes (after solve); Time::max() when none is active.
@@ -54,6 +64,7 @@ private:
         std::uint32_t tag = 0;
         std::uint32_t version = 0;
         std::uint32_t stamp = 0;   // component search mark
+        std::uint32_t group = kNoGroup;
         bool active = false;
         bool frozen = false;       // water-filling mark
     };
@@ -69,6 +80,8 @@ private:
     };
 
     void mark_dirty(std::int32_t link);
+    void visit(FlowId f);
+    void freeze(FlowId f, double share, std::int32_t via_link, bool with_group);
     void push_pending(FlowId f, Time t);
 
     std::vector<double> capacity_;                  // bytes per picosecond
@@ -80,6 +93,8 @@ private:
 
     // Scratch, sized to the link count once.
     std::vector<std::int32_t> dirty_;
+    std::vector<std::vector<FlowId>> groups_;      // members per group id
+    std::vector<std::uint32_t> group_stamp_;
     std::vector<std::uint32_t> link_stamp_;
     std::vector<double> residual_;
     std::vector<std::uint32_t> unfrozen_;

@@ -299,7 +299,8 @@ private:
             engine_.schedule(engine_.now() + ph.latency, phase_end, t);
             return;
         }
-        for (const auto& f : ph.flows) network_.start(f.route, f.bytes, t, engine_.now());
+        // The flows of one phase are coupled (see FlowNetwork): they move in lockstep.
+        for (const auto& f : ph.flows) network_.start(f.route, f.bytes, t, engine_.now(), t);
     }
 
     void flow_done(std::uint32_t t) {

@@ -78,3 +78,21 @@ TEST_CASE("an empty transfer finishes at once", "[sim][network]") {
     net.solve(Time::us(7));
     CHECK(net.next_completion() == Time::us(7));
 }
+
+TEST_CASE("coupled flows share the rate of the group's most contended flow", "[sim][network]") {
+    // Group {a on L0, b on L1}; c alone on L1. L0 = L1 = 10 GB/s. Uncoupled: a = 10, b = c = 5.
+    // Coupled: b's share on L1 is 5, so a is held at 5 too; c keeps 5 (L1 is full at 5 + 5).
+    FlowNetwork net({Bandwidth::gb_per_s(10), Bandwidth::gb_per_s(10)});
+    const std::vector<std::int32_t> l0{0}, l1{1};
+    const FlowId a = net.start(l0, Bytes::gb(1), 0, Time::zero(), 0);
+    const FlowId b = net.start(l1, Bytes::gb(1), 0, Time::zero(), 0);
+    const FlowId c = net.start(l1, Bytes::gb(1), 1, Time::zero());
+    net.solve(Time::zero());
+    CHECK(net.rate(a).to_gb_per_s() == Approx(5));
+    CHECK(net.rate(b).to_gb_per_s() == Approx(5));
+    CHECK(net.rate(c).to_gb_per_s() == Approx(5));
+    // Both group members finish together, with c: one completion batch.
+    std::vector<std::uint32_t> tags;
+    net.complete(net.next_completion(), tags);
+    CHECK(tags.size() == 3);
+}
