@@ -1,0 +1,104 @@
+// Helpers for the data-parallel strategy tests: build + simulate, per-rank communication volume
+// counted from the graph, and model-state memory peaks from the timeline.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/simulator.hpp"
+#include "strategies/plan.hpp"
+#include "topologies/topology.hpp"
+#include "traces/summary.hpp"
+
+namespace smol::test {
+
+struct DpRun {
+    strategies::Built built;
+    Timeline timeline;
+    traces::Summary summary;
+};
+
+inline DpRun dp_run(const Model& m, const topo::Cluster& cluster, const strategies::Plan& plan,
+                    sim::SimOptions opt = {}) {
+    strategies::Built b = strategies::build(m, cluster, plan);
+    Timeline tl = sim::simulate(b.graph, cluster, opt);
+    traces::StepInfo info;
+    info.devices = b.layout.devices;
+    info.global_batch = b.layout.global_batch;
+    info.seq = b.layout.seq;
+    info.model_flops = b.model_flops;
+    traces::Summary s = traces::summarize(b.graph, tl, info);
+    return {std::move(b), std::move(tl), std::move(s)};
+}
+
+/// Bytes a rank sends in its collectives, by the ring algorithms' per-rank volumes (nccl-tests
+/// bus-bandwidth factors): all-reduce 2(n−1)/n·S, reduce-scatter and all-gather (n−1)/n·S.
+inline double collective_bytes_sent(const OpGraph& g, int rank) {
+    double sent = 0;
+    for (const Op& op : g.ops()) {
+        if (op.kind != OpKind::collective || op.rank != rank) continue;
+        const Collective& c = g.collectives()[static_cast<std::size_t>(op.ref)];
+        const double n = static_cast<double>(g.communicators()[static_cast<std::size_t>(c.communicator)].size());
+        double factor = 0;
+        switch (c.kind) {
+            case CollectiveKind::all_reduce: factor = 2 * (n - 1) / n; break;
+            case CollectiveKind::reduce_scatter:
+            case CollectiveKind::all_gather: factor = (n - 1) / n; break;
+            default: FAIL("unexpected collective " << to_string(c.kind));
+        }
+        sent += factor * static_cast<double>(c.bytes);
+    }
+    return sent;
+}
+
+/// Peak, over the simulated step, of the bytes a rank holds in buffers with the given labels
+/// (allocs and frees replayed in timeline order; at equal times frees first).
+inline Bytes peak_of_labels(const OpGraph& g, const Timeline& tl, int rank, const std::vector<BufferLabel>& labels) {
+    std::vector<std::pair<Time, std::int64_t>> events;
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if ((op.kind != OpKind::alloc && op.kind != OpKind::free) || op.rank != rank) continue;
+        const Buffer& b = g.buffers()[static_cast<std::size_t>(op.ref)];
+        if (std::find(labels.begin(), labels.end(), static_cast<BufferLabel>(b.label)) == labels.end()) continue;
+        events.emplace_back(tl.start[id], op.kind == OpKind::alloc ? b.bytes : -b.bytes);
+    }
+    std::sort(events.begin(), events.end());
+    std::int64_t used = 0, peak = 0;
+    for (const auto& [t, d] : events) {
+        used += d;
+        peak = std::max(peak, used);
+    }
+    return Bytes(peak);
+}
+
+inline const std::vector<BufferLabel> kModelStates{BufferLabel::parameters, BufferLabel::gradients,
+                                                   BufferLabel::optimizer_state};
+
+/// Bytes that left every node through its NICs, integrated from the simulator's link
+/// utilisation samples (utilisation × bandwidth × time) on the NIC → switch links.
+inline double inter_node_bytes(const topo::Topology& topo, const Timeline& tl) {
+    const auto& links = topo.links();
+    std::vector<bool> outbound(links.size());
+    for (std::size_t l = 0; l < links.size(); ++l)
+        outbound[l] = topo.vertices()[static_cast<std::size_t>(links[l].from)].kind == topo::VertexKind::nic &&
+                      topo.vertices()[static_cast<std::size_t>(links[l].to)].kind == topo::VertexKind::network_switch;
+    std::vector<std::pair<Time, float>> last(links.size(), {Time::zero(), 0.0f});
+    double bytes = 0;
+    auto close = [&](std::size_t l, Time until) {
+        bytes += static_cast<double>(last[l].second) * links[l].bandwidth.bytes_per_second() *
+                 (until - last[l].first).to_seconds();
+    };
+    for (const LinkSample& s : tl.links) {
+        const auto l = static_cast<std::size_t>(s.link);
+        if (!outbound[l]) continue;
+        close(l, s.time);
+        last[l] = {s.time, s.utilisation};
+    }
+    for (std::size_t l = 0; l < links.size(); ++l)
+        if (outbound[l]) close(l, tl.makespan);
+    return bytes;
+}
+
+}  // namespace smol::test

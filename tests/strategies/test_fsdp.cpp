@@ -1,0 +1,80 @@
+// PyTorch FSDP: sharding modes' communication, hybrid sharding's inter-node traffic measured from
+// the simulated NIC links, and the plans it refuses.
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "dp_fixtures.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+TEST_CASE("FSDP sharding modes move 3Ψ, 2Ψ, or DDP's 2Ψ per device", "[strategies][fsdp]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const double psi = static_cast<double>(m.parameters()), n = 8;
+    const auto [mode, factor] = GENERATE(table<FsdpSharding, double>(
+        {{FsdpSharding::full, 3.0}, {FsdpSharding::grad_op, 2.0}, {FsdpSharding::none, 2.0}}));
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = mode;
+    const Built b = build(m, c, p);
+    INFO(to_string(mode));
+    CHECK(test::collective_bytes_sent(b.graph, 3) == Approx(factor * psi * (n - 1) / n * 2).epsilon(1e-9));
+}
+
+TEST_CASE("FSDP hybrid on 2 nodes × 8 GPUs sends less inter-node traffic than full sharding", "[strategies][fsdp]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    const topo::Topology topo(c);
+    sim::SimOptions opt;
+    opt.record_links = true;
+    opt.record_memory = false;
+    auto inter = [&](FsdpSharding mode) {
+        Plan p;
+        p.strategy = DataParallel::fsdp;
+        p.fsdp_sharding = mode;
+        Built b = build(m, c, p);
+        const Timeline tl = sim::simulate(b.graph, c, topo, opt);
+        return test::inter_node_bytes(topo, tl);
+    };
+    const double full = inter(FsdpSharding::full), hybrid = inter(FsdpSharding::hybrid);
+    INFO("full " << full / 1e9 << " GB, hybrid " << hybrid / 1e9 << " GB");
+    CHECK(full > 0);
+    CHECK(hybrid > 0);
+    // Hybrid sends only the all-reduce of each rank's 1/8 shard across the two nodes: 16 ranks ×
+    // 2·(1/2)·Ψ/8·2 bytes = 4Ψ bytes in all, against the full-sharding rings crossing nodes for
+    // every gather and reduce-scatter.
+    CHECK(hybrid < 0.5 * full);
+    const double psi = static_cast<double>(m.parameters());
+    CHECK(hybrid == Approx(16 * 2 * 0.5 * psi / 8 * 2).epsilon(0.15));
+}
+
+TEST_CASE("FSDP hybrid keeps a node's shard: 16Ψ/8 model-state bytes per device", "[strategies][fsdp]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = FsdpSharding::hybrid;
+    const test::DpRun r = test::dp_run(m, c, p);
+    const Bytes states = test::peak_of_labels(r.built.graph, r.timeline, 9, test::kModelStates);
+    CHECK(states.as_double() == Approx(16.0 * static_cast<double>(m.parameters()) / 8).epsilon(0.001));
+}
+
+TEST_CASE("impossible FSDP plans say why", "[strategies][fsdp][plan]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = FsdpSharding::hybrid;
+    SECTION("a hybrid shard group not dividing the devices") {
+        p.fsdp_group = 3;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("hybrid shard group of 3 devices does not divide the 16"));
+    }
+    SECTION("a negative shard group") {
+        p.fsdp_group = -1;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("--fsdp-group must be at least 1"));
+    }
+    SECTION("an unknown sharding mode") {
+        CHECK_THROWS_WITH(parse_fsdp_sharding("fulll"), Catch::Contains("did you mean 'full'"));
+    }
+}
