@@ -1,0 +1,534 @@
+#include "strategies/model_parallel.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <tuple>
+
+#include "core/error.hpp"
+#include "strategies/data_parallel.hpp"
+#include "strategies/schedule.hpp"
+
+namespace smol::strategies {
+
+namespace {
+
+/// Adam per parameter (as data_parallel.cpp): 28 bytes read + written, ~12 FLOPs.
+constexpr int kAdamBytesPerParam = 28;
+constexpr double kAdamFlopsPerParam = 12;
+constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
+
+bool is_layer(const Block& b) { return b.kind == Block::Kind::transformer || b.kind == Block::Kind::layer; }
+double cost(const Block& b) { return (b.fwd + b.bwd + b.recompute).count(); }
+
+/// What one virtual stage holds and costs, per tensor rank and micro-batch.
+struct Chunk {
+    int first = 0, last = 0;      // block indices [first, last)
+    Flops fwd, bwd, recompute;
+    Bytes activations;
+    Bytes send_fwd;               // the activation sent to the next virtual stage, per tensor rank
+    std::int64_t params = 0;      // including the tied-embedding copy on the last stage
+};
+
+}  // namespace
+
+std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, const std::vector<int>& by_hand) {
+    std::vector<double> layer_cost;
+    double head = 0, first = 0;
+    for (const Block& b : blocks) {
+        if (is_layer(b))
+            layer_cost.push_back(cost(b));
+        else if (b.kind == Block::Kind::embedding)
+            first += cost(b);
+        else
+            head += cost(b);
+    }
+    const int n = static_cast<int>(layer_cost.size());
+    if (!by_hand.empty()) {
+        if (static_cast<int>(by_hand.size()) != stages)
+            fail_input("--stage-layers lists " + std::to_string(by_hand.size()) + " stages, but the pipeline has " +
+                           std::to_string(stages) + " (pp × virtual stages)",
+                       {"", "", "--stage-layers"});
+        for (int k : by_hand)
+            if (k < 1) fail_input("every stage needs at least one layer, found " + std::to_string(k), {"", "", "--stage-layers"});
+        const int sum = std::accumulate(by_hand.begin(), by_hand.end(), 0);
+        if (sum != n)
+            fail_input("--stage-layers adds up to " + std::to_string(sum) + " layers, but the model has " + std::to_string(n),
+                       {"", "", "--stage-layers"});
+        return by_hand;
+    }
+    if (stages > n)
+        fail_input(std::to_string(stages) + " pipeline stages need at least as many layers; the model has " + std::to_string(n),
+                   {"", "", "--pp"});
+    // best[k][i]: the smallest possible costliest stage when the first i layers fill k + 1 stages.
+    std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0);
+    for (int i = 0; i < n; ++i) prefix[static_cast<std::size_t>(i) + 1] = prefix[static_cast<std::size_t>(i)] + layer_cost[static_cast<std::size_t>(i)];
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> best(static_cast<std::size_t>(stages), std::vector<double>(static_cast<std::size_t>(n) + 1, inf));
+    std::vector<std::vector<int>> cut(static_cast<std::size_t>(stages), std::vector<int>(static_cast<std::size_t>(n) + 1, 0));
+    auto stage_cost = [&](int k, int from, int to) {
+        double c = prefix[static_cast<std::size_t>(to)] - prefix[static_cast<std::size_t>(from)];
+        if (k == 0) c += first;
+        if (k == stages - 1) c += head;
+        return c;
+    };
+    for (int i = 1; i <= n; ++i) best[0][static_cast<std::size_t>(i)] = stage_cost(0, 0, i);
+    for (int k = 1; k < stages; ++k)
+        for (int i = k + 1; i <= n; ++i)
+            for (int j = k; j < i; ++j) {
+                const double c = std::max(best[static_cast<std::size_t>(k) - 1][static_cast<std::size_t>(j)], stage_cost(k, j, i));
+                // Ties go to the later cut: earlier stages hold more in-flight activations, so
+                // they get no more layers than they need.
+                if (c <= best[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] * (1 + 1e-12)) {
+                    best[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = c;
+                    cut[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = j;
+                }
+            }
+    std::vector<int> sizes(static_cast<std::size_t>(stages));
+    int end = n;
+    for (int k = stages - 1; k >= 0; --k) {
+        const int begin = k == 0 ? 0 : cut[static_cast<std::size_t>(k)][static_cast<std::size_t>(end)];
+        sizes[static_cast<std::size_t>(k)] = end - begin;
+        end = begin;
+    }
+    return sizes;
+}
+
+void check_model_parallel(const Model& model, const Plan& plan, const Layout& l) {
+    const ErrorContext tp_flag{"", "", "--tp"}, pp_flag{"", "", "--pp"}, strategy_flag{"", "", "--strategy"};
+    switch (plan.strategy) {
+        case DataParallel::ddp:
+        case DataParallel::zero1: break;
+        case DataParallel::zero3:
+        case DataParallel::fsdp:
+            if (l.pp > 1)
+                fail_input(std::string(to_string(plan.strategy)) +
+                               " with pipeline parallelism is not supported: parameters would be gathered once per "
+                               "micro-batch per stage; use zero1 (Megatron's distributed optimizer) or ddp",
+                           strategy_flag);
+            [[fallthrough]];
+        default:
+            fail_input(std::string(to_string(plan.strategy)) +
+                           " is not modelled with tensor or pipeline parallelism; with --tp or --pp use ddp or zero1 "
+                           "(Megatron's distributed optimizer)",
+                       strategy_flag);
+    }
+    // The model checks that tp divides heads, key-value heads and the ffn width.
+    Workload w;
+    w.micro_batch = l.micro_batch;
+    w.seq = l.seq;
+    w.tp = l.tp;
+    w.dtype = l.dtype;
+    std::vector<Block> blocks;
+    try {
+        blocks = model.blocks(w);
+    } catch (const Error& e) {
+        throw e.with_context(tp_flag);
+    }
+    int layers = 0;
+    for (const Block& b : blocks) layers += is_layer(b);
+    if (l.pp > layers)
+        fail_input("--pp " + std::to_string(l.pp) + " is larger than the " + std::to_string(layers) + " layers of " +
+                       model.name() + ": every stage needs at least one layer",
+                   pp_flag);
+    int stages = l.pp;
+    if (plan.schedule == Schedule::interleaved) {
+        const int v = plan.virtual_stages;
+        if (l.pp < 2) fail_input("the interleaved schedule needs --pp of at least 2", {"", "", "--schedule"});
+        if (v < 1)
+            fail_input("--virtual-stages must be at least 1, found " + std::to_string(v), {"", "", "--virtual-stages"});
+        if (plan.stage_layers.empty() && layers % (l.pp * v) != 0)
+            fail_input("the interleaved schedule needs the " + std::to_string(layers) + " layers of " + model.name() +
+                           " to divide into pp × virtual stages = " + std::to_string(l.pp * v) + " equal chunks",
+                       {"", "", "--virtual-stages"});
+        if (l.microbatches % l.pp != 0)
+            fail_input("the interleaved schedule needs the micro-batches per replica (" + std::to_string(l.microbatches) +
+                           ") to be a multiple of --pp " + std::to_string(l.pp) +
+                           " (Megatron-LM's constraint); change --global-batch or --micro-batch",
+                       {"", "", "--schedule"});
+        stages *= v;
+    } else if (plan.virtual_stages != 1) {
+        fail_input("--virtual-stages " + std::to_string(plan.virtual_stages) + " needs --schedule interleaved",
+                   {"", "", "--virtual-stages"});
+    }
+    if (!plan.stage_layers.empty()) partition_layers(blocks, stages, plan.stage_layers);
+}
+
+namespace {
+
+class Builder {
+public:
+    Builder(const Model& model, const Layout& layout, const Plan& plan)
+        : model_(model), l_(layout), plan_(plan), g_(layout.devices) {
+        Workload w;
+        w.micro_batch = l_.micro_batch;
+        w.seq = l_.seq;
+        w.tp = l_.tp;
+        w.sequence_parallel = plan.sequence_parallel;
+        w.recompute = plan.recompute;
+        w.dtype = l_.dtype;
+        blocks_ = model.blocks(w);
+        sb_ = state_bytes(l_.dtype);
+        sp_ = plan.sequence_parallel && l_.tp > 1;
+        split_ = plan.schedule == Schedule::zb_h1;
+        schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
+                                  plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
+        make_chunks();
+    }
+
+    OpGraph build() {
+        // Model states live for the whole step.
+        for (int s = 0; s < l_.pp; ++s)
+            for (int d = 0; d < l_.dp; ++d)
+                for (int t = 0; t < l_.tp; ++t) {
+                    const int r = l_.rank(t, d, s);
+                    const std::int64_t p = device_params(s);
+                    const std::int64_t opt = plan_.strategy == DataParallel::zero1 ? ceil_div(p * sb_.optimizer, l_.dp)
+                                                                                    : p * sb_.optimizer;
+                    for (auto [bytes, label] : {std::pair{p * sb_.params, BufferLabel::parameters},
+                                                std::pair{p * sb_.grads, BufferLabel::gradients},
+                                                std::pair{opt, BufferLabel::optimizer_state}})
+                        g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(bytes), label), Stream::compute);
+                }
+        emit_pipeline();
+        emit_optimizer();
+        return std::move(g_);
+    }
+
+private:
+    static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+    int groups() const { return l_.tp * l_.dp; }                       // ranks per stage
+    int slot(int t, int d) const { return t + l_.tp * d; }
+
+    void make_chunks() {
+        const int vstages = schedule_.virtual_stages();
+        const std::vector<int> sizes = partition_layers(blocks_, vstages, plan_.stage_layers);
+        chunks_.resize(static_cast<std::size_t>(vstages));
+        int b = 0;
+        for (int vs = 0; vs < vstages; ++vs) {
+            Chunk& c = chunks_[static_cast<std::size_t>(vs)];
+            c.first = b;
+            if (vs == 0)
+                while (b < static_cast<int>(blocks_.size()) && !is_layer(blocks_[static_cast<std::size_t>(b)])) ++b;
+            int layers = 0;
+            while (layers < sizes[static_cast<std::size_t>(vs)]) layers += is_layer(blocks_[static_cast<std::size_t>(b++)]);
+            if (vs == vstages - 1) b = static_cast<int>(blocks_.size());
+            c.last = b;
+            for (int i = c.first; i < c.last; ++i) {
+                const Block& blk = blocks_[static_cast<std::size_t>(i)];
+                c.fwd += blk.fwd;
+                c.bwd += blk.bwd;
+                c.recompute += blk.recompute;
+                c.activations += blk.activations;
+                c.params += blk.params;
+            }
+            const Bytes out = blocks_[static_cast<std::size_t>(c.last) - 1].output;
+            c.send_fwd = l_.tp > 1 && !sp_ ? Bytes(ceil_div(out.count(), l_.tp)) : out;
+        }
+        // Tied embeddings: the head on another stage keeps its own copy of the table (Megatron).
+        if (model_.is_transformer() && model_.shape().tied_embeddings && vstages > 1) {
+            const auto& m = model_.shape();
+            tied_bytes_ = blocks_.front().params - (m.learned_positions ? std::int64_t{m.max_seq} * m.hidden : 0);
+            chunks_.back().params += tied_bytes_;
+        }
+    }
+
+    std::int64_t device_params(int s) const {
+        std::int64_t p = 0;
+        for (int c = 0; c < schedule_.chunks; ++c) p += chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))].params;
+        return p;
+    }
+
+    std::vector<int> tp_group(int d, int s) const {
+        std::vector<int> out;
+        for (int t = 0; t < l_.tp; ++t) out.push_back(l_.rank(t, d, s));
+        return out;
+    }
+    std::vector<int> dp_group(int t, int s) const {
+        std::vector<int> out;
+        for (int d = 0; d < l_.dp; ++d) out.push_back(l_.rank(t, d, s));
+        return out;
+    }
+
+    /// The tensor-parallel collectives after one block's pass, for every rank of the group.
+    void tp_collectives(const Block& blk, int d, int s, Phase phase, int mb, std::vector<OpId>& last) {
+        if (l_.tp == 1) return;
+        const std::vector<int> group = tp_group(d, s);
+        for (int k = 0; k < blk.tp_collectives_fwd; ++k) {
+            const CollectiveKind kinds[2] = {CollectiveKind::all_gather, CollectiveKind::reduce_scatter};
+            const int n = sp_ ? 2 : 1;
+            for (int j = 0; j < n; ++j) {
+                const auto cid = g_.declare_collective(sp_ ? kinds[j] : CollectiveKind::all_reduce, group,
+                                                       blk.tp_bytes_per_collective);
+                for (int t = 0; t < l_.tp; ++t)
+                    last[static_cast<std::size_t>(t)] =
+                        g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], Stream::compute, phase, blk.index, mb, k);
+            }
+        }
+    }
+
+    /// One block's compute op on each tensor rank of (d, s).
+    void compute(const Block& blk, int d, int s, Phase phase, int mb, Flops flops, Bytes traffic, std::vector<OpId>& last) {
+        for (int t = 0; t < l_.tp; ++t)
+            last[static_cast<std::size_t>(t)] = g_.add_compute(l_.rank(t, d, s), phase, blk.index, mb, flops, traffic,
+                                                               KernelClass::gemm, l_.dtype, blk.gemm);
+    }
+
+    /// Emits a step of the table on device s for every (t, d); returns the last op per rank slot.
+    void emit_step(int s, const Step& st, const std::vector<OpId>& wait_for, std::vector<OpId>& last_out,
+                   bool last_of_chunk) {
+        const int vs = schedule_.virtual_stage(s, st.chunk);
+        const Chunk& c = chunks_[static_cast<std::size_t>(vs)];
+        const int mb = st.microbatch;
+        std::vector<OpId> last(static_cast<std::size_t>(l_.tp));
+        for (int d = 0; d < l_.dp; ++d) {
+            // The activation buffer of this (chunk, micro-batch), one per rank.
+            auto& bufs = act_[static_cast<std::size_t>(vs)];
+            if (st.pass == Pass::fwd)
+                for (int t = 0; t < l_.tp; ++t) {
+                    const std::int32_t buf = g_.add_buffer(l_.rank(t, d, s), Tier::device, c.activations, BufferLabel::activations);
+                    bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))] = buf;
+                    const OpId a = g_.add_alloc(buf, Stream::compute, c.first, mb);
+                    if (!wait_for.empty() && wait_for[static_cast<std::size_t>(slot(t, d))] != kNoOp)
+                        g_.depend(wait_for[static_cast<std::size_t>(slot(t, d))], a);
+                }
+            auto waited = [&](int t, OpId op) {
+                if (!wait_for.empty() && wait_for[static_cast<std::size_t>(slot(t, d))] != kNoOp)
+                    g_.depend(wait_for[static_cast<std::size_t>(slot(t, d))], op);
+            };
+            bool first = st.pass != Pass::fwd;   // forward waited at its alloc
+            const bool forward = st.pass == Pass::fwd;
+            for (int i = forward ? c.first : c.last - 1; forward ? i < c.last : i >= c.first; i += forward ? 1 : -1) {
+                const Block& blk = blocks_[static_cast<std::size_t>(i)];
+                switch (st.pass) {
+                    case Pass::fwd:
+                        compute(blk, d, s, Phase::fwd, mb, blk.fwd, blk.mem_traffic, last);
+                        tp_collectives(blk, d, s, Phase::fwd, mb, last);
+                        break;
+                    case Pass::bwd:
+                    case Pass::bwd_input: {
+                        if (blk.recompute > Flops(0)) {
+                            compute(blk, d, s, Phase::recompute, mb, blk.recompute, blk.mem_traffic, last);
+                            if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
+                            first = false;
+                            // Full recompute redoes the forward, its collectives included.
+                            if (plan_.recompute == Recompute::full) tp_collectives(blk, d, s, Phase::recompute, mb, last);
+                        }
+                        // Backward reads and writes about twice the forward's memory-bound traffic;
+                        // split into input and weight gradients, each takes half.
+                        const bool half = st.pass == Pass::bwd_input;
+                        compute(blk, d, s, st.pass == Pass::bwd ? Phase::bwd : Phase::bwd_input, mb,
+                                half ? blk.bwd * 0.5 : blk.bwd, half ? blk.mem_traffic : blk.mem_traffic * std::int64_t{2}, last);
+                        if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
+                        first = false;
+                        tp_collectives(blk, d, s, st.pass == Pass::bwd ? Phase::bwd : Phase::bwd_input, mb, last);
+                        break;
+                    }
+                    case Pass::bwd_weight:
+                        compute(blk, d, s, Phase::bwd_weight, mb, blk.bwd * 0.5, blk.mem_traffic, last);
+                        if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
+                        first = false;
+                        break;
+                }
+                if (last_of_chunk && st.pass == (split_ ? Pass::bwd_weight : Pass::bwd))
+                    for (int t = 0; t < l_.tp; ++t)
+                        grad_ready_[static_cast<std::size_t>(slot(t, d))][static_cast<std::size_t>(i)] = last[static_cast<std::size_t>(t)];
+            }
+            if (st.pass == (split_ ? Pass::bwd_weight : Pass::bwd))
+                for (int t = 0; t < l_.tp; ++t)
+                    last[static_cast<std::size_t>(t)] = g_.add_free(
+                        bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))],
+                        Stream::compute, c.first, mb);
+            for (int t = 0; t < l_.tp; ++t) last_out[static_cast<std::size_t>(slot(t, d))] = last[static_cast<std::size_t>(t)];
+        }
+        if (last_of_chunk && st.pass == (split_ ? Pass::bwd_weight : Pass::bwd)) grad_sync(s, c);
+    }
+
+    /// Data-parallel gradient synchronisation of one chunk, after its last backward: buckets in
+    /// reverse block order, each waiting for the backward that completes it.
+    void grad_sync(int s, const Chunk& c) {
+        if (l_.dp == 1) return;
+        const std::vector<Block> chunk_blocks(blocks_.begin() + c.first, blocks_.begin() + c.last);
+        const Bytes cap = Bytes::mib(plan_.bucket_mb);
+        const std::vector<Bucket> buckets =
+            make_buckets(chunk_blocks, sb_.grads, cap, std::min(cap, Bytes::mib(plan_.first_bucket_mb)));
+        const bool zero1 = plan_.strategy == DataParallel::zero1;
+        for (int t = 0; t < l_.tp; ++t) {
+            const std::vector<int> group = dp_group(t, s);
+            for (std::size_t k = 0; k < buckets.size(); ++k) {
+                const auto cid = g_.declare_collective(zero1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                                                       group, buckets[k].bytes);
+                for (int d = 0; d < l_.dp; ++d) {
+                    const OpId op = g_.add_collective_op(cid, group[static_cast<std::size_t>(d)], Stream::comm, Phase::comm, -1,
+                                                         -1, static_cast<int>(k));
+                    g_.depend(grad_ready_[static_cast<std::size_t>(slot(t, d))]
+                                         [static_cast<std::size_t>(buckets[k].ready_after_block)],
+                              op);
+                    last_comm_[static_cast<std::size_t>(group[static_cast<std::size_t>(d)])] = op;
+                }
+                if (zero1 && t == 0) gathers_[static_cast<std::size_t>(s)].push_back(buckets[k].bytes);
+            }
+        }
+    }
+
+    /// Runs the table in estimated time (FLOPs as duration) to get one global order in which to
+    /// add every step and transfer. Adding ops in an order consistent with time keeps every edge
+    /// pointing forward (so the graph is acyclic) and puts each rank's sends and receives on its
+    /// in-order p2p stream in the order they happen.
+    void emit_pipeline() {
+        const auto duration = [&](int s, const Step& st) {
+            const Chunk& c = chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, st.chunk))];
+            const double eps = 1.0;  // every step takes some time, so a send follows its step
+            switch (st.pass) {
+                case Pass::fwd: return c.fwd.count() + eps;
+                case Pass::bwd: return (c.bwd + c.recompute).count() + eps;
+                case Pass::bwd_input: return (c.bwd * 0.5 + c.recompute).count() + eps;
+                case Pass::bwd_weight: return (c.bwd * 0.5).count() + eps;
+            }
+            return eps;
+        };
+        const auto times = run_schedule(schedule_, duration);
+        // Items: (time, 0 = transfer | 1 = step, device, step index).
+        std::vector<std::tuple<double, int, int, int>> items;
+        const int last_vs = schedule_.virtual_stages() - 1;
+        for (int s = 0; s < l_.pp; ++s)
+            for (std::size_t k = 0; k < schedule_.steps[static_cast<std::size_t>(s)].size(); ++k) {
+                const Step& st = schedule_.steps[static_cast<std::size_t>(s)][k];
+                const auto& tm = times[static_cast<std::size_t>(s)][k];
+                items.emplace_back(tm.start, 1, s, static_cast<int>(k));
+                const int vs = schedule_.virtual_stage(s, st.chunk);
+                const bool sends = (st.pass == Pass::fwd && vs < last_vs) ||
+                                   ((st.pass == Pass::bwd || st.pass == Pass::bwd_input) && vs > 0);
+                if (sends) items.emplace_back(tm.end, 0, s, static_cast<int>(k));
+            }
+        std::sort(items.begin(), items.end());
+
+        // Position of each (device, micro-batch, chunk, pass) in its device's table, and whether a
+        // step is the last backward of its chunk.
+        const int m = schedule_.microbatches, v = schedule_.chunks;
+        auto key = [&](int s, int mb, int c, Pass p) {
+            return ((static_cast<std::size_t>(s) * static_cast<std::size_t>(v) + static_cast<std::size_t>(c)) * 4 +
+                    static_cast<std::size_t>(p)) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
+        };
+        std::vector<int> pos(static_cast<std::size_t>(l_.pp * v * 4 * m), -1);
+        for (int s = 0; s < l_.pp; ++s)
+            for (std::size_t k = 0; k < schedule_.steps[static_cast<std::size_t>(s)].size(); ++k) {
+                const Step& st = schedule_.steps[static_cast<std::size_t>(s)][k];
+                pos[key(s, st.microbatch, st.chunk, st.pass)] = static_cast<int>(k);
+            }
+        const Pass release = split_ ? Pass::bwd_weight : Pass::bwd;
+        std::vector<std::vector<int>> released(static_cast<std::size_t>(l_.pp), std::vector<int>(static_cast<std::size_t>(v), 0));
+
+        act_.assign(chunks_.size(), std::vector<std::int32_t>(static_cast<std::size_t>(m) * static_cast<std::size_t>(groups()), -1));
+        grad_ready_.assign(static_cast<std::size_t>(groups()), std::vector<OpId>(blocks_.size(), kNoOp));
+        gathers_.assign(static_cast<std::size_t>(l_.pp), {});
+        last_comm_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
+        // Last op of each emitted step per rank slot (until its transfer is added), and the
+        // receive each step waits for.
+        std::vector<std::vector<std::vector<OpId>>> last_op(static_cast<std::size_t>(l_.pp)), recv(static_cast<std::size_t>(l_.pp));
+        for (int s = 0; s < l_.pp; ++s) {
+            last_op[static_cast<std::size_t>(s)].resize(schedule_.steps[static_cast<std::size_t>(s)].size());
+            recv[static_cast<std::size_t>(s)].resize(schedule_.steps[static_cast<std::size_t>(s)].size());
+        }
+        const Pass back = split_ ? Pass::bwd_input : Pass::bwd;
+        for (const auto& [time, kind, s, k] : items) {
+            const Step& st = schedule_.steps[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)];
+            auto& mine = last_op[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)];
+            if (kind == 1) {
+                mine.assign(static_cast<std::size_t>(groups()), kNoOp);
+                bool last_of_chunk = false;
+                if (st.pass == release)
+                    last_of_chunk = ++released[static_cast<std::size_t>(s)][static_cast<std::size_t>(st.chunk)] == m;
+                auto& wait = recv[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)];
+                emit_step(s, st, wait, mine, last_of_chunk);
+                wait.clear();
+                wait.shrink_to_fit();
+                continue;
+            }
+            // A transfer from this step to the neighbouring virtual stage.
+            const int vs = schedule_.virtual_stage(s, st.chunk);
+            const bool grad = st.pass != Pass::fwd;
+            const int to_vs = grad ? vs - 1 : vs + 1;
+            const int ds = schedule_.device_of(to_vs), dc = schedule_.chunk_of(to_vs);
+            const int consumer = pos[key(ds, st.microbatch, dc, grad ? back : Pass::fwd)];
+            auto& wait = recv[static_cast<std::size_t>(ds)][static_cast<std::size_t>(consumer)];
+            wait.assign(static_cast<std::size_t>(groups()), kNoOp);
+            // Activations of virtual stage vs going forward; their gradient (same size) back.
+            const Bytes bytes = chunks_[static_cast<std::size_t>(grad ? to_vs : vs)].send_fwd;
+            const int layer = chunks_[static_cast<std::size_t>(grad ? vs : to_vs)].first;
+            for (int d = 0; d < l_.dp; ++d)
+                for (int t = 0; t < l_.tp; ++t) {
+                    const auto [snd, rcv] = g_.add_send_recv(l_.rank(t, d, s), l_.rank(t, d, ds), bytes,
+                                                             grad ? Phase::bwd : Phase::fwd, layer, st.microbatch);
+                    g_.depend(mine[static_cast<std::size_t>(slot(t, d))], snd);
+                    wait[static_cast<std::size_t>(slot(t, d))] = rcv;
+                }
+            mine.clear();
+            mine.shrink_to_fit();
+        }
+    }
+
+    /// Tied embeddings, the optimizer step, and zero1's parameter all-gather, per rank.
+    void emit_optimizer() {
+        const bool zero1 = plan_.strategy == DataParallel::zero1;
+        if (tied_bytes_ > 0 && l_.pp > 1)
+            for (int d = 0; d < l_.dp; ++d)
+                for (int t = 0; t < l_.tp; ++t) {
+                    const auto ops = g_.add_collective(CollectiveKind::all_reduce, {l_.rank(t, d, 0), l_.rank(t, d, l_.pp - 1)},
+                                                       Bytes(tied_bytes_ * sb_.grads), Stream::comm, Phase::comm);
+                    last_comm_[static_cast<std::size_t>(l_.rank(t, d, 0))] = ops[0];
+                    last_comm_[static_cast<std::size_t>(l_.rank(t, d, l_.pp - 1))] = ops[1];
+                }
+        for (int s = 0; s < l_.pp; ++s) {
+            const std::int64_t p = device_params(s);
+            const std::int64_t shard = zero1 ? ceil_div(p, l_.dp) : p;
+            std::vector<OpId> opt(static_cast<std::size_t>(groups()));
+            for (int d = 0; d < l_.dp; ++d)
+                for (int t = 0; t < l_.tp; ++t) {
+                    const int r = l_.rank(t, d, s);
+                    const OpId o = g_.add_compute(r, Phase::opt, -1, -1, Flops(kAdamFlopsPerParam * static_cast<double>(shard)),
+                                                  Bytes(shard * kAdamBytesPerParam), KernelClass::optimizer, l_.dtype);
+                    // The optimizer follows the rank's backward (compute stream order) and its last
+                    // gradient collective (the comm stream keeps those in order).
+                    if (last_comm_[static_cast<std::size_t>(r)] != kNoOp) g_.depend(last_comm_[static_cast<std::size_t>(r)], o);
+                    opt[static_cast<std::size_t>(slot(t, d))] = o;
+                }
+            if (zero1 && l_.dp > 1)
+                for (int t = 0; t < l_.tp; ++t) {
+                    const std::vector<int> group = dp_group(t, s);
+                    for (Bytes b : gathers_[static_cast<std::size_t>(s)]) {
+                        // Each bucket's parameters (sb.params bytes per gradient's sb.grads).
+                        const Bytes params = Bytes(b.count() / sb_.grads * sb_.params);
+                        const auto cid = g_.declare_collective(CollectiveKind::all_gather, group, params);
+                        for (int d = 0; d < l_.dp; ++d) {
+                            const OpId op = g_.add_collective_op(cid, group[static_cast<std::size_t>(d)], Stream::comm, Phase::opt);
+                            g_.depend(opt[static_cast<std::size_t>(slot(t, d))], op);
+                        }
+                    }
+                }
+        }
+    }
+
+    const Model& model_;
+    const Layout& l_;
+    const Plan& plan_;
+    OpGraph g_;
+    std::vector<Block> blocks_;
+    StateBytes sb_{};
+    bool sp_ = false, split_ = false;
+    PipelineSchedule schedule_;
+    std::vector<Chunk> chunks_;
+    std::int64_t tied_bytes_ = 0;
+    std::vector<std::vector<std::int32_t>> act_;        // per virtual stage: buffer per (micro-batch, rank slot)
+    std::vector<std::vector<OpId>> grad_ready_;         // per rank slot of the current stage: per block
+    std::vector<std::vector<Bytes>> gathers_;           // zero1: per device, the buckets to all-gather
+    std::vector<OpId> last_comm_;                       // per rank: its last gradient collective
+};
+
+}  // namespace
+
+OpGraph build_model_parallel(const Model& model, const Layout& layout, const Plan& plan) {
+    return Builder(model, layout, plan).build();
+}
+
+}  // namespace smol::strategies
