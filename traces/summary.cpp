@@ -72,8 +72,14 @@ Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info
         const Interval iv{tl.start[id], tl.end[id]};
         if (op.kind == OpKind::compute)
             compute[op.rank].push_back(iv);
-        else if (op.kind == OpKind::collective || op.kind == OpKind::send || op.kind == OpKind::recv)
+        else if (op.kind == OpKind::collective)
             comm[op.rank].push_back(iv);
+        else if (op.kind == OpKind::send || op.kind == OpKind::recv) {
+            // From the rendezvous: a pipeline stage waiting for its neighbour's activations is in
+            // the bubble, not communicating.
+            const P2P& p = graph.p2ps()[static_cast<std::size_t>(op.ref)];
+            comm[op.rank].push_back({std::max(tl.start[p.send], tl.start[p.recv]), tl.end[id]});
+        }
     }
     double bubble = 0;
     for (int r = 0; r < ranks; ++r) {
@@ -93,6 +99,16 @@ Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info
         s.per_device.push_back(std::move(d));
     }
     s.bubble_fraction = ranks > 0 ? bubble / ranks : 0;
+    // Pipeline stage of a rank: Megatron order, rank = t + tp·(d + dp·stage).
+    const int per_stage = std::max(1, info.tp * info.dp);
+    if (info.pp > 1 && ranks == info.pp * per_stage) {
+        s.per_stage.resize(static_cast<std::size_t>(info.pp));
+        for (const DeviceSummary& d : s.per_device) {
+            StageSummary& st = s.per_stage[static_cast<std::size_t>(d.rank / per_stage)];
+            st.stage = d.rank / per_stage;
+            st.peak_memory = std::max(st.peak_memory, d.peak_memory);
+        }
+    }
     return s;
 }
 
@@ -138,6 +154,9 @@ Json to_json(const Summary& s) {
                            {"comm_s", d.comm.to_seconds()},
                            {"exposed_comm_s", d.exposed_comm.to_seconds()}});
     j["per_device"] = std::move(devices);
+    Json stages = Json::array();
+    for (const auto& st : s.per_stage) stages.push_back({{"stage", st.stage}, {"peak_memory_bytes", st.peak_memory.count()}});
+    j["per_stage"] = std::move(stages);
     j["events"] = s.events;
     j["sim_wall_s"] = s.sim_wall_s;
     if (s.mean_staleness) j["mean_staleness"] = *s.mean_staleness;
@@ -160,6 +179,11 @@ void print_table(std::ostream& out, const Summary& s) {
     row("communication", to_string(s.total_comm) + " (exposed " + to_string(s.exposed_comm) + ")");
     row("bubble", fmt("%.1f %% of the step", s.bubble_fraction * 100));
     row("peak memory", to_string(s.peak_memory) + (s.fits() ? " (fits)" : " (DOES NOT FIT)"));
+    if (!s.per_stage.empty()) {
+        std::string stages;
+        for (const auto& st : s.per_stage) stages += (stages.empty() ? "" : ", ") + to_string(st.peak_memory);
+        row("peak memory by stage", stages);
+    }
     if (s.oom)
         row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": asked " + to_string(s.oom->requested) +
                                  " with " + to_string(s.oom->free) + " free");

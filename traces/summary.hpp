@@ -2,8 +2,9 @@
 //
 // Definitions (per rank; the step-level figure is the worst rank unless said otherwise):
 //   busy        — time the rank's compute ops run (compute ops on a stream never overlap)
-//   comm        — time covered by the rank's collectives, sends and receives (from arrival, so
-//                 waiting for a slow peer counts, as a profiler shows it)
+//   comm        — time covered by the rank's collectives (from arrival, so waiting for a slow
+//                 peer counts, as a profiler shows it) and its sends and receives (from the
+//                 rendezvous: waiting for a pipeline neighbour is bubble)
 //   exposed     — comm time during which no compute op runs
 //   bubble      — time with neither compute nor comm, as a fraction of the step (mean over ranks)
 //   mfu         — model FLOPs / (step time × Σ peak FLOP/s of the devices) (Narayanan et al. 2021)
@@ -39,6 +40,12 @@ struct DeviceSummary {
     Time busy, comm, exposed_comm;
 };
 
+/// One pipeline stage (ranks with the same stage index in the Megatron layout).
+struct StageSummary {
+    int stage = 0;
+    Bytes peak_memory;                  // the largest device-tier peak over the stage's ranks
+};
+
 struct Summary {
     StepInfo info;
     Time iteration;
@@ -48,6 +55,7 @@ struct Summary {
     Time exposed_comm, total_comm;      // worst rank
     double bubble_fraction = 0;
     std::vector<DeviceSummary> per_device;
+    std::vector<StageSummary> per_stage;   // pp > 1 only
     std::uint64_t events = 0;
     double sim_wall_s = 0;
     /// ps-async only: mean staleness of the updates (strategies::mean_staleness); in to_json
