@@ -38,7 +38,7 @@ public:
     void reserve(std::size_t n) { heap_.reserve(n); }
 
 private:
-    std::vector<Event> heap_;   // binary min-heap on (time, seq)
+    std::vector<Event> heap_;   // 4-ary min-heap on (time, seq)
     Time now_;
     std::uint64_t seq_ = 0;
     std::uint64_t processed_ = 0;
