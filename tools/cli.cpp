@@ -27,6 +27,7 @@ struct PlanFlags {
     int tp = 1, pp = 1, dp = 0;
     std::string schedule = "1f1b";
     int virtual_stages = 1;
+    std::vector<int> stage_layers;
     bool sp = false;
     std::string recompute = "none", offload = "none";
     std::int64_t global_batch = 0;
@@ -55,6 +56,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · pp))");
     app.add_option("--schedule", f.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
     app.add_option("--virtual-stages", f.virtual_stages, "model chunks per device (interleaved)")->capture_default_str();
+    app.add_option("--stage-layers", f.stage_layers,
+                   "layers per pipeline stage, e.g. 5,6,6,5 (pp × virtual stages entries; default: balanced by cost)")
+        ->delimiter(',');
     app.add_flag("--sp", f.sp, "sequence parallelism (with --tp)");
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
     app.add_option("--offload", f.offload, "optimizer offload: none")->capture_default_str();
@@ -102,6 +106,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.dp = f.dp;
     p.schedule = strategies::parse_schedule(f.schedule);
     p.virtual_stages = f.virtual_stages;
+    p.stage_layers = f.stage_layers;
     p.sequence_parallel = f.sp;
     p.recompute = parse_recompute(f.recompute, flag("--recompute"));
     p.offload = strategies::parse_offload(f.offload);
