@@ -1,0 +1,307 @@
+// Model parallelism against independent expectations: pipeline bubbles and in-flight activations
+// measured from simulated timelines, tensor-parallel traffic and activation memory counted from
+// the graph, and bad plans.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "core/error.hpp"
+#include "sim/sim_fixtures.hpp"
+#include "sim/simulator.hpp"
+#include "strategies/model_parallel.hpp"
+#include "strategies/plan.hpp"
+#include "traces/summary.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+
+/// `n` identical fully-connected layers without parameters (so no optimizer time): 1 GFLOP
+/// forward per sample, 1 MB of activations, 1 MB output, fp32.
+Model equal_layers(int n) {
+    std::vector<LayerSpec> layers;
+    for (int i = 0; i < n; ++i)
+        layers.push_back({"fc" + std::to_string(i), "fc", 0, Flops(1e9), Bytes::mb(1), Bytes::mb(1)});
+    return Model::layer_list("equal", std::move(layers), 1000000);
+}
+
+/// Boards whose network is free: 1e6 GB/s links, no latency anywhere.
+topo::Cluster free_network(int devices) { return test::uniform_switch_cluster(devices, 1e6, 0, 0); }
+
+struct Stage {
+    Time busy;   // compute time
+    Bytes peak;  // device memory
+};
+struct Measured {
+    Built built;
+    Timeline tl;
+    std::vector<Stage> stages;   // one rank per stage (dp = tp = 1)
+};
+
+Measured simulate_pipeline(const Model& m, int p, Plan plan) {
+    const topo::Cluster c = free_network(p);
+    plan.pp = p;
+    Measured out{build(m, c, plan), {}, {}};
+    out.tl = sim::simulate(out.built.graph, c);
+    for (int s = 0; s < p; ++s) {
+        Stage st;
+        for (OpId id = 0; id < out.built.graph.size(); ++id) {
+            const Op& op = out.built.graph.op(id);
+            if (op.rank == s && op.kind == OpKind::compute) st.busy += out.tl.duration(id);
+        }
+        st.peak = out.tl.peak[static_cast<std::size_t>(s)][static_cast<int>(Tier::device)];
+        out.stages.push_back(st);
+    }
+    return out;
+}
+
+/// Ring traffic each rank sends for one collective of buffer S over t ranks (nccl-tests'
+/// bus-bandwidth factors): 2(t−1)/t·S for all-reduce, (t−1)/t·S for reduce-scatter / all-gather.
+double ring_bytes(CollectiveKind k, double s, int t) {
+    const double f = static_cast<double>(t - 1) / t;
+    return k == CollectiveKind::all_reduce ? 2 * f * s : f * s;
+}
+
+int run_cli(const std::string& args, std::string& err) {
+    const std::string log = "test_model_parallel.stderr";
+    const std::string cmd = std::string(SMOLCLUSTER_BIN) + " simulate " + args + " > /dev/null 2> " + log;
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    err = ss.str();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("GPipe and 1F1B bubbles are (p − 1)/(m + p − 1) of the step with free communication",
+          "[strategies][pipeline]") {
+    const Schedule kind = GENERATE(Schedule::gpipe, Schedule::one_f_one_b);
+    const int p = GENERATE(2, 4);
+    const int m = GENERATE(4, 8, 16);
+    INFO(to_string(kind) << " p " << p << " m " << m);
+    Plan plan;
+    plan.schedule = kind;
+    plan.global_batch = m;
+    const Measured r = simulate_pipeline(equal_layers(8), p, plan);
+    const double step = r.tl.makespan.to_seconds();
+    const double expected = double(p - 1) / (m + p - 1);
+    for (const Stage& st : r.stages) CHECK((step - st.busy.to_seconds()) / step == Approx(expected).epsilon(0.02));
+
+    // The summary reports the same bubble (mean over ranks).
+    traces::StepInfo info;
+    info.pp = p;
+    const traces::Summary s = traces::summarize(r.built.graph, r.tl, info);
+    CHECK(s.bubble_fraction == Approx(expected).epsilon(0.02));
+
+    // Activations in flight on the first stage, from the simulated memory peak: one micro-batch
+    // of the stage's layers is 8/p layers × 1 MB.
+    const double per_mb = Bytes::mb(8.0 / p).as_double();
+    const double held = r.stages[0].peak.as_double() / per_mb;
+    if (kind == Schedule::gpipe) CHECK(held == Approx(m));
+    if (kind == Schedule::one_f_one_b) CHECK(held == Approx(std::min(p, m)));
+    CHECK(s.per_stage.size() == static_cast<std::size_t>(p));
+}
+
+TEST_CASE("interleaved bubble is (p − 1)/(v·m) of the ideal time, ZB-H1's about (p − 1)/(3m)",
+          "[strategies][pipeline]") {
+    const int p = GENERATE(2, 4);
+    const int m = GENERATE(8, 16);
+    Plan plan;
+    plan.global_batch = m;
+    SECTION("interleaved") {
+        const int v = GENERATE(2, 4);
+        INFO("p " << p << " m " << m << " v " << v);
+        plan.schedule = Schedule::interleaved;
+        plan.virtual_stages = v;
+        const Measured r = simulate_pipeline(equal_layers(16), p, plan);
+        for (const Stage& st : r.stages) {
+            const double ideal = st.busy.to_seconds();
+            CHECK((r.tl.makespan.to_seconds() - ideal) / ideal == Approx(double(p - 1) / (v * m)).epsilon(0.02));
+        }
+    }
+    SECTION("zb-h1") {
+        INFO("p " << p << " m " << m);
+        plan.schedule = Schedule::zb_h1;
+        const Measured r = simulate_pipeline(equal_layers(16), p, plan);
+        for (const Stage& st : r.stages) {
+            const double ideal = st.busy.to_seconds();
+            CHECK((r.tl.makespan.to_seconds() - ideal) / ideal == Approx(double(p - 1) / (3 * m)).epsilon(0.02));
+            // Activations are held until the weight pass; still at most p micro-batches.
+            CHECK(st.peak.as_double() <= Bytes::mb(16.0 / p).as_double() * p * 1.0001);
+        }
+        // And better than 1F1B's bubble on the same pipeline.
+        plan.schedule = Schedule::one_f_one_b;
+        const Measured f = simulate_pipeline(equal_layers(16), p, plan);
+        CHECK(r.tl.makespan < f.tl.makespan);
+    }
+}
+
+TEST_CASE("tensor-parallel traffic per layer and micro-batch is 8·b·s·h·(t − 1)/t elements per device",
+          "[strategies][tp]") {
+    const int t = GENERATE(2, 4, 8);
+    const bool sp = GENERATE(false, true);
+    INFO("t " << t << (sp ? " with sp" : ""));
+    const Model m = model_preset("gpt2-medium");  // 16 heads, h 1024, s 1024
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(t);
+    Plan plan;
+    plan.tp = t;
+    plan.sequence_parallel = sp;
+    plan.micro_batch = 2;
+    plan.global_batch = 4;  // two micro-batches
+    const Built b = build(m, c, plan);
+    const double bsh = 2.0 * 1024 * 1024;
+    double bytes = 0;
+    int ops = 0;
+    const int layer = 5;  // a transformer layer (block 0 is the embedding)
+    for (const Op& op : b.graph.ops()) {
+        if (op.kind != OpKind::collective || op.rank != 0 || op.layer != layer || op.microbatch != 1) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)].size() == static_cast<std::size_t>(t));
+        CHECK(col.kind == (sp ? (ops % 2 == 0 ? CollectiveKind::all_gather : CollectiveKind::reduce_scatter)
+                              : CollectiveKind::all_reduce));
+        bytes += ring_bytes(col.kind, static_cast<double>(op.bytes), t);
+        ++ops;
+    }
+    CHECK(ops == (sp ? 8 : 4));
+    CHECK(bytes == Approx(8 * bsh * (t - 1) / t * 2));  // 2 bytes per bf16 element
+    // Tensor-parallel collectives block the compute stream, as Megatron runs them.
+    for (const Op& op : b.graph.ops())
+        if (op.kind == OpKind::collective && op.layer == layer) CHECK(op.stream == Stream::compute);
+}
+
+TEST_CASE("activation memory per layer matches Korthikanti et al. 2022", "[strategies][tp][memory]") {
+    const int t = GENERATE(1, 2, 4);
+    const bool sp = t > 1 ? GENERATE(false, true) : false;
+    const Recompute rc = GENERATE(Recompute::none, Recompute::selective);
+    INFO("t " << t << (sp ? " sp " : " ") << to_string(rc));
+    const Model m = model_preset("gpt2-medium");
+    const double s = 1024, b = 1, h = 1024, a = 16;
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2).first_devices(4 * t);
+    Plan plan;
+    plan.tp = t;
+    plan.pp = 4;
+    plan.sequence_parallel = sp;
+    plan.recompute = rc;
+    plan.stage_layers = {6, 6, 6, 6};
+    const Built built = build(m, c, plan);
+    // A middle stage holds six transformer layers and nothing else: its activation buffer per
+    // micro-batch is six layers' worth.
+    const int rank = built.layout.rank(0, 0, 1);
+    std::int64_t per_mb = -1;
+    for (const Buffer& buf : built.graph.buffers())
+        if (buf.rank == rank && buf.label == static_cast<std::int32_t>(BufferLabel::activations)) per_mb = buf.bytes;
+    REQUIRE(per_mb > 0);
+    const double attention = rc == Recompute::selective ? 0 : 5 * a * s / h;
+    double expected = s * b * h * (34 + attention);                               // no parallelism
+    if (t > 1 && !sp) expected = s * b * h * (10 + 24.0 / t + attention / t);   // tensor parallel
+    if (t > 1 && sp) expected = s * b * h * (34 + attention) / t;                // tensor + sequence parallel
+    CHECK(static_cast<double>(per_mb) / 6 == Approx(expected).epsilon(0.02));
+}
+
+TEST_CASE("3D layout: pipelines run between ranks of one (t, d); dp syncs gradients per stage", "[strategies][3d]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);  // 16 GPUs
+    Plan plan;
+    plan.tp = 2;
+    plan.pp = 4;
+    plan.global_batch = 16;   // dp 2, 8 micro-batches each
+    const DataParallel flavour = GENERATE(DataParallel::ddp, DataParallel::zero1);
+    plan.strategy = flavour;
+    const Built b = build(m, c, plan);
+    const Layout& l = b.layout;
+    REQUIRE(l.dp == 2);
+    // rank(t, d, p) = t + tp·(d + dp·p): every send goes to the same (t, d) on the next or previous stage.
+    for (const P2P& p2p : b.graph.p2ps()) {
+        CHECK(p2p.src % (l.tp * l.dp) == p2p.dst % (l.tp * l.dp));
+        CHECK(std::abs(p2p.src / (l.tp * l.dp) - p2p.dst / (l.tp * l.dp)) == 1);
+    }
+    // Gradient sync over dp groups {t + tp·(d + dp·s)} for d = 0, 1; reduce-scatter with zero1.
+    std::int64_t grad_bytes = 0;
+    bool gathers = false;
+    for (const Collective& col : b.graph.collectives()) {
+        const auto& members = b.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        if (members.size() != 2 || members[1] - members[0] != l.tp) continue;   // dp groups only
+        if (members[0] == l.rank(0, 0, 1)) {
+            if (col.kind == CollectiveKind::all_gather) gathers = true;
+            else {
+                CHECK(col.kind == (flavour == DataParallel::zero1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce));
+                grad_bytes += col.bytes;
+            }
+        }
+    }
+    CHECK(gathers == (flavour == DataParallel::zero1));
+    // Each parameter of stage 1's layers has its bf16 gradient synced once.
+    Workload w;
+    w.tp = 2;
+    const auto blocks = m.blocks(w);
+    const auto parts = partition_layers(blocks, 4, {});
+    std::int64_t params = 0;
+    for (const Block& blk : blocks)
+        if (blk.index > parts[0] && blk.index <= parts[0] + parts[1]) params += blk.params;
+    CHECK(grad_bytes == params * 2);
+    // It simulates end to end.
+    const Timeline tl = sim::simulate(b.graph, c);
+    CHECK(tl.makespan > Time::zero());
+    CHECK_FALSE(tl.oom);
+}
+
+TEST_CASE("stages are balanced by cost, embedding first and head last", "[strategies][pipeline]") {
+    Workload w;
+    const auto blocks = model_preset("gpt3-175b").blocks(w);
+    CHECK(partition_layers(blocks, 16, {}) == std::vector<int>(16, 6));
+    // gpt2-small: the head (50257-wide projection) costs about a third of a layer... more for
+    // short stages: with 3 stages of 12 layers the last stage gets fewer layers.
+    const auto small = model_preset("gpt2-small").blocks(w);
+    const auto parts = partition_layers(small, 3, {});
+    CHECK(parts.size() == 3);
+    CHECK(parts[0] + parts[1] + parts[2] == 12);
+    CHECK(parts[2] < parts[0]);
+    CHECK(partition_layers(small, 3, {5, 5, 2}) == std::vector<int>{5, 5, 2});
+}
+
+TEST_CASE("bad model-parallel plans exit 2 with a reason", "[strategies][pipeline][cli]") {
+    std::string err;
+    SECTION("tp not dividing the heads") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --tp 8", err) == 2);
+        CHECK_THAT(err, Catch::Contains("does not divide the 12 attention heads"));
+    }
+    SECTION("tp not dividing the key-value heads") {
+        CHECK(run_cli("--model llama3-8b --cluster dgx-a100 --nodes 2 --tp 16", err) == 2);
+        CHECK_THAT(err, Catch::Contains("does not divide the 8 key-value heads"));
+    }
+    SECTION("pp larger than the layers") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --nodes 2 --pp 16", err) == 2);
+        CHECK_THAT(err, Catch::Contains("larger than the 12 layers"));
+    }
+    SECTION("interleaved with layers not divisible by p·v") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 4 --dp 2 --schedule interleaved --virtual-stages 2 "
+                      "--global-batch 16",
+                      err) == 2);
+        CHECK_THAT(err, Catch::Contains("pp × virtual stages = 8 equal chunks"));
+    }
+    SECTION("interleaved with micro-batches not a multiple of p") {
+        CHECK(run_cli("--model gpt2-medium --cluster dgx-a100 --pp 4 --dp 2 --schedule interleaved --virtual-stages 2 "
+                      "--global-batch 12",
+                      err) == 2);
+        CHECK_THAT(err, Catch::Contains("multiple of --pp 4"));
+    }
+    SECTION("tp·pp·dp not the device count") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --tp 2 --pp 2 --dp 3", err) == 2);
+        CHECK_THAT(err, Catch::Contains("but the cluster has 8 devices"));
+    }
+    SECTION("fsdp with a pipeline") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --strategy fsdp", err) == 2);
+        CHECK_THAT(err, Catch::Contains("parameters would be gathered once per micro-batch per stage"));
+    }
+    SECTION("stage layers not adding up") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --stage-layers 5,6", err) == 2);
+        CHECK_THAT(err, Catch::Contains("adds up to 11 layers, but the model has 12"));
+    }
+}
