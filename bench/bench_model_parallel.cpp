@@ -1,0 +1,118 @@
+// Model parallelism at scale.
+//
+//  1. The 1,024-GPU GPT-3 175B plan of Narayanan et al. 2021 (dgx-a100 × 128, tp 8 · pp 16 ·
+//     dp 8, 1F1B, global batch 1536, micro-batch 1) built and simulated end to end with the flow
+//     network: build time, graph size, simulate wall time, events, step time.
+//  2. GPT-3 175B on dgx-a100 × 8 (64 GPUs), tp ∈ {1, 2, 4, 8} × pp ∈ {1, 2, 4, 8, 16}, dp the
+//     rest, 1F1B, global batch 512: step time, TFLOP/s per GPU, bubble, peak memory, whether it
+//     fits in 80 GB.
+//
+// Usage: bench_model_parallel [--skip-big] [--skip-table] [--global-batch N]
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "bench_util.hpp"
+#include "sim/simulator.hpp"
+#include "strategies/plan.hpp"
+#include "traces/summary.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+
+traces::Summary summarize(const Built& b, const Timeline& tl, const topo::Cluster& c) {
+    traces::StepInfo info;
+    const Layout& l = b.layout;
+    info.devices = l.devices;
+    info.tp = l.tp;
+    info.pp = l.pp;
+    info.dp = l.dp;
+    info.microbatches = l.microbatches;
+    info.micro_batch = l.micro_batch;
+    info.global_batch = l.global_batch;
+    info.seq = l.seq;
+    info.model_flops = b.model_flops;
+    for (int r = 0; r < l.devices; ++r) info.peak.push_back(c.device_kind(r).peak_for(l.dtype));
+    return traces::summarize(b.graph, tl, info);
+}
+
+void big() {
+    const Model m = model_preset("gpt3-175b");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(128);
+    Plan p;
+    p.tp = 8;
+    p.pp = 16;
+    p.dp = 8;
+    p.schedule = Schedule::one_f_one_b;
+    p.global_batch = 1536;
+    p.micro_batch = 1;
+    auto t0 = std::chrono::steady_clock::now();
+    const Built b = build(m, c, p);
+    const double build_s = bench::seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const topo::Topology topology(c);
+    const double topo_s = bench::seconds_since(t0);
+    sim::SimOptions opt;
+    opt.record_memory = false;
+    const Timeline tl = sim::simulate(b.graph, c, topology, opt);
+    const traces::Summary s = summarize(b, tl, c);
+    std::printf("GPT-3 175B on dgx-a100 x 128 (1024 GPUs): tp 8 pp 16 dp 8, 1F1B, global batch 1536, micro-batch 1\n");
+    std::printf("  graph              %zu ops, %zu edges, %zu collectives, %zu sends\n", b.graph.size(), b.graph.num_edges(),
+                b.graph.collectives().size(), b.graph.p2ps().size());
+    std::printf("  build (+finalize)  %.2f s\n", build_s);
+    std::printf("  topology           %.2f s\n", topo_s);
+    std::printf("  simulate (flow)    %.2f s wall, %llu events (%.1f M events/s)\n", tl.wall_s,
+                static_cast<unsigned long long>(tl.events), static_cast<double>(tl.events) / tl.wall_s * 1e-6);
+    std::printf("  step time          %.3f s, %.1f TFLOP/s per GPU (MFU %.1f %%), bubble %.1f %%, exposed comm %.3f s\n",
+                s.iteration.to_seconds(), s.tflops_per_device, s.mfu * 100, s.bubble_fraction * 100,
+                s.exposed_comm.to_seconds());
+    std::printf("  peak memory        %.1f GB (stage 0) … %.1f GB (stage 15), %s\n", s.per_stage.front().peak_memory.to_gb(),
+                s.per_stage.back().peak_memory.to_gb(), s.fits() ? "fits" : "DOES NOT FIT");
+    std::printf("  peak RSS           %.0f MB\n\n", bench::peak_rss_mb());
+}
+
+void table(std::int64_t global_batch) {
+    const Model m = model_preset("gpt3-175b");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(8);
+    std::printf("GPT-3 175B on dgx-a100 x 8 (64 GPUs), 1F1B, global batch %lld, micro-batch 1, ddp over dp\n",
+                static_cast<long long>(global_batch));
+    std::printf("| tp | pp | dp | micro-batches | step (s) | TFLOP/s per GPU | bubble | peak memory (GB) | fits | sim wall (s) |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+    for (int tp : {1, 2, 4, 8})
+        for (int pp : {1, 2, 4, 8, 16}) {
+            Plan p;
+            p.tp = tp;
+            p.pp = pp;
+            p.global_batch = global_batch;
+            try {
+                const Built b = build(m, c, p);
+                sim::SimOptions opt;
+                opt.record_memory = false;
+                const Timeline tl = sim::simulate(b.graph, c, opt);
+                const traces::Summary s = summarize(b, tl, c);
+                std::printf("| %d | %d | %d | %d | %.2f | %.1f | %.1f %% | %.1f | %s | %.2f |\n", tp, pp, b.layout.dp,
+                            b.layout.microbatches, s.iteration.to_seconds(), s.tflops_per_device, s.bubble_fraction * 100,
+                            s.peak_memory.to_gb(), s.fits() ? "yes" : "no", tl.wall_s);
+            } catch (const Error& e) {
+                std::printf("| %d | %d | – | – | – | – | – | – | refused: %s | – |\n", tp, pp, e.what());
+            }
+            std::fflush(stdout);
+        }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool do_big = true, do_table = true;
+    std::int64_t gb = 512;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--skip-big")) do_big = false;
+        else if (!std::strcmp(argv[i], "--skip-table")) do_table = false;
+        else if (!std::strcmp(argv[i], "--global-batch") && i + 1 < argc) gb = std::atoll(argv[++i]);
+    }
+    if (do_big) big();
+    if (do_table) table(gb);
+    return 0;
+}
