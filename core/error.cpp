@@ -76,3 +76,10 @@ std::string nearest_name(const std::string& name, const std::vector<std::string>
 }
 
 }  // namespace smol
+
+namespace smol {
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
+    const std::string near = nearest_name(name, candidates);
+    return near.empty() ? std::string() : " (did you mean '" + near + "'?)";
+}
+}  // namespace smol

@@ -48,5 +48,8 @@ private:
 
 /// The candidate closest to `name` by edit distance, or "" when none is close enough.
 std::string nearest_name(const std::string& name, const std::vector<std::string>& candidates);
+/// " (did you mean 'x'?)" with the nearest candidate, or "" when none is close: the one way every
+/// message suggests a name.
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates);
 
 }  // namespace smol

@@ -362,8 +362,7 @@ Model own_layer_list(const JsonView& j, const std::string& name) {
         spec.name = l.string("name");
         spec.kind = l.string("kind");
         if (std::find(kinds.begin(), kinds.end(), spec.kind) == kinds.end()) {
-            const std::string near = nearest_name(spec.kind, kinds);
-            l.fail_member("kind", "one of " + join(kinds) + (near.empty() ? "" : " (did you mean '" + near + "'?)"),
+            l.fail_member("kind", "one of " + join(kinds) + did_you_mean(spec.kind, kinds),
                           describe_json(l.raw()["kind"]));
         }
         spec.params = l.integer("params");
@@ -596,8 +595,7 @@ Model model_preset(const std::string& name) {
     if (it != presets.end()) return Model::transformer(name, it->second);
     if (auto cnn = cnn_preset(name)) return std::move(*cnn);
     const std::vector<std::string> names = model_preset_names();
-    const std::string near = nearest_name(name, names);
-    fail_input("unknown model preset '" + name + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+    fail_input("unknown model preset '" + name + "'" + did_you_mean(name, names) +
                "; presets: " + join(names));
 }
 
@@ -625,8 +623,7 @@ Model load_model(const std::string& spec) {
         return model_from_json(JsonView(doc, spec), std::filesystem::path(spec).stem().string());
     }
     const std::vector<std::string> names = model_preset_names();
-    const std::string near = nearest_name(spec, names);
-    fail_input("unknown model '" + spec + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+    fail_input("unknown model '" + spec + "'" + did_you_mean(spec, names) +
                "; presets: " + join(names) + "; or give a path to a JSON file");
 }
 

@@ -18,9 +18,7 @@ E parse_name(const std::string& text, const E (&values)[N], const char* flag) {
     }
     std::string list;
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    const std::string near = nearest_name(text, names);
-    fail_input("one of " + list, "'" + text + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)"),
-               {"", "", flag});
+    fail_input("one of " + list, "'" + text + "'" + did_you_mean(text, names), {"", "", flag});
 }
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -22,7 +23,7 @@ namespace {
 /// Everything `simulate` (and later `run`, `validate`, `sweep`) reads from the command line.
 struct PlanFlags {
     std::string model, cluster;
-    int nodes = 0, devices = 0;
+    std::optional<int> nodes, devices;   // unset: the cluster as described
     std::string strategy = "ddp";
     int tp = 1, pp = 1, dp = 0;
     std::string schedule = "1f1b";
@@ -92,9 +93,8 @@ ErrorContext flag(const char* name) { return {"", "", name}; }
 
 topo::Cluster resolve_cluster(const PlanFlags& f) {
     topo::Cluster c = topo::load_cluster(f.cluster);
-    if (f.nodes != 0 || f.nodes < 0) c = c.with_nodes(f.nodes);
-    if (f.devices < 0) fail_input("--devices must be at least 1, found " + std::to_string(f.devices), flag("--devices"));
-    if (f.devices > 0) c = c.first_devices(f.devices);
+    if (f.nodes) c = c.with_nodes(*f.nodes);
+    if (f.devices) c = c.first_devices(*f.devices);
     return c;
 }
 

@@ -34,11 +34,6 @@ std::string join(const std::vector<std::string>& items, const char* separator = 
     return out;
 }
 
-/// " (did you mean "x"?)" or "".
-std::string suggestion(const std::string& name, const std::vector<std::string>& candidates) {
-    const std::string near = nearest_name(name, candidates);
-    return near.empty() ? std::string() : " (did you mean " + in_quotes(near) + "?)";
-}
 
 /// A string array such as "sources"; each element must be a string.
 std::vector<std::string> string_list(const JsonView& parent, const std::string& key) {
@@ -117,7 +112,7 @@ IntraKind parse_intra_kind(const JsonView& j, const std::string& key) {
     for (std::size_t i = 0; i < names.size(); ++i) {
         if (text == names[i]) return static_cast<IntraKind>(i);
     }
-    j.fail_member(key, "one of none, nvswitch, nvlink, pcie" + suggestion(text, names), in_quotes(text));
+    j.fail_member(key, "one of none, nvswitch, nvlink, pcie" + did_you_mean(text, names), in_quotes(text));
 }
 
 NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, DeviceKind>& kinds) {
@@ -137,7 +132,7 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         for (const auto& [name, _] : kinds) names.push_back(name);
         j.fail_member("device",
                       "the name of a device kind under /device_kinds (" + join(names) + ")" +
-                          suggestion(device, names),
+                          did_you_mean(device, names),
                       in_quotes(device));
     }
     g.device = kind->second;
@@ -197,7 +192,7 @@ Network parse_network(const JsonView& j) {
     } else if (fabric == "fat-tree") {
         n.fabric = FabricKind::fat_tree;
     } else {
-        j.fail_member("fabric", "\"switch\" or \"fat-tree\"" + suggestion(fabric, {"switch", "fat-tree"}),
+        j.fail_member("fabric", "\"switch\" or \"fat-tree\"" + did_you_mean(fabric, {"switch", "fat-tree"}),
                       in_quotes(fabric));
     }
     n.switch_latency = j.time("switch_latency");
@@ -387,7 +382,7 @@ Cluster cluster_preset(const std::string& name) {
         return cluster_from_json(JsonView(json, file));
     }
     const std::vector<std::string> names = cluster_preset_names();
-    fail_input("unknown cluster preset " + in_quotes(name) + suggestion(name, names) + "; presets: " + join(names) +
+    fail_input("unknown cluster preset " + in_quotes(name) + did_you_mean(name, names) + "; presets: " + join(names) +
                "; or give the path of a cluster JSON file");
 }
 

@@ -1,0 +1,238 @@
+// The command line as users and scripts see it: exit codes, messages that name the place, the
+// --json contract, and the trace file.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sys/wait.h>
+#include <sstream>
+
+#include "core/json.hpp"
+#include "tools/cli.hpp"
+
+using namespace smol;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+    int code;
+    std::string out, err;
+};
+
+Result cli(std::vector<std::string> args) {
+    args.insert(args.begin(), "smolcluster");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    const int code = tools::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+    return {code, out.str(), err.str()};
+}
+
+std::string data(const std::string& name) { return std::string(SMOL_TEST_DATA) + "/" + name; }
+
+/// A scratch file with the given text, removed at the end of the test.
+struct TempFile {
+    fs::path path;
+    TempFile(const std::string& name, const std::string& text) : path(fs::temp_directory_path() / name) {
+        std::ofstream(path) << text;
+    }
+    ~TempFile() { fs::remove(path); }
+};
+
+std::string read(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST_CASE("simulate prints the contract's --json keys", "[tools][cli]") {
+    const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--json"});
+    REQUIRE(r.code == 0);
+    const Json j = Json::parse(r.out);
+    for (const char* key : {"iteration_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_iteration",
+                            "tflops_per_device", "mfu", "peak_memory_bytes", "fits", "oom", "exposed_comm_s",
+                            "bubble_fraction", "per_device", "events", "sim_wall_s"})
+        CHECK(j.contains(key));
+    CHECK(j["fits"] == true);
+    CHECK(j["oom"].is_null());
+    REQUIRE(j["per_device"].size() == 4);
+    for (const auto& d : j["per_device"])
+        for (const char* key : {"rank", "device", "peak_memory_bytes", "busy_s"}) CHECK(d.contains(key));
+    CHECK(j["per_device"][1]["device"] == "node1/cpu0");
+    // Samples per second and tokens per second agree with the step time.
+    CHECK(j["samples_per_s"].get<double>() == Approx(4 / j["iteration_time_s"].get<double>()));
+    CHECK(j["tokens_per_s"].get<double>() == Approx(4 * 1024 / j["iteration_time_s"].get<double>()));
+    CHECK(j["events"].get<std::uint64_t>() > 0);
+}
+
+TEST_CASE("a plan that does not fit exits 3 with fits false and names the device", "[tools][cli]") {
+    const Result r = cli({"simulate", "--model", "gpt2-xl", "--cluster", "pi5-1gbe", "--json"});
+    CHECK(r.code == 3);
+    const Json j = Json::parse(r.out);
+    CHECK(j["fits"] == false);
+    REQUIRE(j["oom"].is_object());
+    CHECK(j["oom"]["device"] == "node0/cpu0");
+    CHECK(j["oom"]["tier"] == "device");
+    CHECK(j["oom"]["requested_bytes"].get<std::int64_t>() > j["oom"]["free_bytes"].get<std::int64_t>());
+    CHECK_THAT(r.err, Catch::Contains("node0/cpu0"));
+}
+
+TEST_CASE("bad input exits 2 with a message that names the place", "[tools][cli]") {
+    SECTION("malformed JSON: line and column") {
+        TempFile f("smol-malformed.json", "{\n  \"name\": \"x\",\n  \"node_groups\": [1, 2,]\n}\n");
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", f.path.string()});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("smol-malformed.json"));
+        CHECK_THAT(r.err, Catch::Contains("line 3"));
+        CHECK_THAT(r.err, Catch::Contains("column"));
+    }
+    SECTION("a negative bandwidth") {
+        std::string text = read(fs::path(SMOL_SOURCE_DIR) / "topologies/presets/pi5-1gbe.json");
+        text.replace(text.find("\"1 Gbit/s\""), 10, "\"-1 Gbit/s\"");
+        TempFile f("smol-negative.json", text);
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", f.path.string()});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("/node_groups/0/nics/bandwidth"));
+        CHECK_THAT(r.err, Catch::Contains("-1 Gbit/s"));
+    }
+    SECTION("an unknown unit") {
+        std::string text = read(fs::path(SMOL_SOURCE_DIR) / "topologies/presets/pi5-1gbe.json");
+        text.replace(text.find("\"1 Gbit/s\""), 10, "\"1 Gbit/h\"");
+        TempFile f("smol-unit.json", text);
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", f.path.string()});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("/node_groups/0/nics/bandwidth"));
+        CHECK_THAT(r.err, Catch::Contains("Gbit/h"));
+    }
+    SECTION("an unknown preset suggests the nearest name") {
+        const Result r = cli({"simulate", "--model", "gpt2-smal", "--cluster", "pi5-1gbe"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("did you mean 'gpt2-small'"));
+        const Result c = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gb"});
+        CHECK(c.code == 2);
+        CHECK_THAT(c.err, Catch::Contains("did you mean 'pi5-1gbe'"));
+    }
+    SECTION("micro-batch not dividing the per-replica batch") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--global-batch", "8",
+                              "--micro-batch", "3"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--micro-batch"));
+        CHECK_THAT(r.err, Catch::Contains("does not divide the per-replica batch 2"));
+    }
+    SECTION("zero nodes") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--nodes", "0"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--nodes"));
+        const Result j = cli({"simulate", "--model", "gpt2-small", "--cluster", data("cluster-zero-nodes.json")});
+        CHECK(j.code == 2);
+        CHECK_THAT(j.err, Catch::Contains("/node_groups/0/count"));
+    }
+    SECTION("a flag that is not a number") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--tp", "two"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--tp"));
+    }
+    SECTION("an unknown network mode") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--network", "fluid"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--network"));
+    }
+}
+
+TEST_CASE("the trace file: contract fields, no overlaps, paired flows, byte-identical reruns", "[tools][trace]") {
+    const fs::path a = fs::temp_directory_path() / "smol-trace-a.json";
+    const fs::path b = fs::temp_directory_path() / "smol-trace-b.json";
+    fs::remove(a);
+    fs::remove(b);
+    const std::vector<std::string> plan{"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--global-batch", "8"};
+    auto with = [&](const fs::path& p) {
+        auto v = plan;
+        v.insert(v.end(), {"--trace", p.string()});
+        return v;
+    };
+    REQUIRE(cli(with(a)).code == 0);
+    REQUIRE(cli(with(b)).code == 0);
+    const std::string text = read(a);
+    CHECK(text == read(b));
+
+    const Json t = Json::parse(text);
+    CHECK(t["displayTimeUnit"] == "ns");
+    std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;
+    std::map<long, int> flow_ends;
+    std::set<std::string> processes;
+    for (const auto& e : t["traceEvents"]) {
+        const std::string ph = e["ph"];
+        if (ph == "X") {
+            for (const char* key : {"name", "ts", "dur", "pid", "tid", "args"}) REQUIRE(e.contains(key));
+            CHECK(e["args"].contains("op"));
+            CHECK(e["args"].contains("bytes"));
+            CHECK(e["args"].contains("flops"));
+            slices[{e["pid"], e["tid"]}].emplace_back(e["ts"], e["dur"]);
+        } else if (ph == "s") {
+            flow_ends[e["id"].get<long>()] += 1;
+        } else if (ph == "f") {
+            flow_ends[e["id"].get<long>()] += 10;
+        } else if (ph == "C" && e["name"].get<std::string>().rfind("memory", 0) == 0) {
+            CHECK(e["args"]["bytes"].get<std::int64_t>() >= 0);
+        } else if (ph == "M" && e["name"] == "process_name") {
+            processes.insert(e["args"]["name"].get<std::string>());
+        }
+    }
+    CHECK(processes.count("node0/cpu0") == 1);
+    CHECK(processes.count("node3/cpu0") == 1);
+    CHECK(processes.count("network") == 1);
+    for (auto& [thread, v] : slices) {
+        std::sort(v.begin(), v.end());
+        for (std::size_t i = 1; i < v.size(); ++i) CHECK(v[i].first >= v[i - 1].first + v[i - 1].second - 1e-6);
+    }
+    CHECK(!flow_ends.empty());
+    for (const auto& [id, ends] : flow_ends) CHECK(ends == 11);  // exactly one start and one finish
+
+    SECTION("an existing trace is not overwritten without --force") {
+        const auto before = fs::last_write_time(a);
+        const Result r = cli(with(a));
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--force"));
+        CHECK(fs::last_write_time(a) == before);
+        auto forced = with(a);
+        forced.push_back("--force");
+        CHECK(cli(forced).code == 0);
+    }
+    fs::remove(a);
+    fs::remove(b);
+}
+
+TEST_CASE("describe, models and clusters list what they know", "[tools][cli]") {
+    const Result d = cli({"describe", "--model", "llama2-7b", "--json"});
+    REQUIRE(d.code == 0);
+    const Json j = Json::parse(d.out);
+    CHECK(j["parameters"].get<std::int64_t>() == Approx(6.74e9).epsilon(0.01));
+    // 16 bytes per parameter of mixed-precision Adam model state.
+    CHECK(j["model_state_bytes"]["ddp"].get<std::int64_t>() == 16 * j["parameters"].get<std::int64_t>());
+    const Result m = cli({"models"});
+    CHECK(m.code == 0);
+    CHECK_THAT(m.out, Catch::Contains("gpt3-175b"));
+    const Result c = cli({"clusters"});
+    CHECK(c.code == 0);
+    CHECK_THAT(c.out, Catch::Contains("dgx-a100"));
+    CHECK(cli({"--help"}).code == 0);
+    CHECK(cli({"frobnicate"}).code == 2);
+}
+
+#ifdef SMOLCLUSTER_BIN
+TEST_CASE("the installed binary returns the same exit codes", "[tools][cli]") {
+    const std::string bin = SMOLCLUSTER_BIN;
+    auto status = [](const std::string& cmd) {
+        const int s = std::system((cmd + " > /dev/null 2>&1").c_str());
+        return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+    };
+    CHECK(status(bin + " simulate --model gpt2-small --cluster pi5-1gbe") == 0);
+    CHECK(status(bin + " simulate --model gpt2-small --cluster nowhere") == 2);
+    CHECK(status(bin + " simulate --model gpt2-xl --cluster pi5-1gbe") == 3);
+}
+#endif
