@@ -7,8 +7,10 @@
 //     rest, 1F1B, global batch 512: step time, TFLOP/s per GPU, bubble, peak memory, whether it
 //     fits in 80 GB.
 //
-// Usage: bench_model_parallel [--skip-big] [--skip-table] [--global-batch N]
+// Usage: bench_model_parallel [--skip-big] [--skip-table] [--global-batch N] [--recompute none|selective|full]
+//                             [--strategy ddp|zero1]
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -73,11 +75,11 @@ void big() {
     std::printf("  peak RSS           %.0f MB\n\n", bench::peak_rss_mb());
 }
 
-void table(std::int64_t global_batch) {
+void table(std::int64_t global_batch, Recompute recompute, DataParallel strategy) {
     const Model m = model_preset("gpt3-175b");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(8);
-    std::printf("GPT-3 175B on dgx-a100 x 8 (64 GPUs), 1F1B, global batch %lld, micro-batch 1, ddp over dp\n",
-                static_cast<long long>(global_batch));
+    std::printf("GPT-3 175B on dgx-a100 x 8 (64 GPUs), 1F1B, global batch %lld, micro-batch 1, %s over dp, recompute %s\n",
+                static_cast<long long>(global_batch), to_string(strategy), to_string(recompute));
     std::printf("| tp | pp | dp | micro-batches | step (s) | TFLOP/s per GPU | bubble | peak memory (GB) | fits | sim wall (s) |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
     for (int tp : {1, 2, 4, 8})
@@ -86,6 +88,8 @@ void table(std::int64_t global_batch) {
             p.tp = tp;
             p.pp = pp;
             p.global_batch = global_batch;
+            p.recompute = recompute;
+            p.strategy = strategy;
             try {
                 const Built b = build(m, c, p);
                 sim::SimOptions opt;
@@ -107,12 +111,16 @@ void table(std::int64_t global_batch) {
 int main(int argc, char** argv) {
     bool do_big = true, do_table = true;
     std::int64_t gb = 512;
+    Recompute recompute = Recompute::none;
+    DataParallel strategy = DataParallel::ddp;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--skip-big")) do_big = false;
         else if (!std::strcmp(argv[i], "--skip-table")) do_table = false;
         else if (!std::strcmp(argv[i], "--global-batch") && i + 1 < argc) gb = std::atoll(argv[++i]);
+        else if (!std::strcmp(argv[i], "--recompute") && i + 1 < argc) recompute = parse_recompute(argv[++i], {});
+        else if (!std::strcmp(argv[i], "--strategy") && i + 1 < argc) strategy = parse_data_parallel(argv[++i]);
     }
     if (do_big) big();
-    if (do_table) table(gb);
+    if (do_table) table(gb, recompute, strategy);
     return 0;
 }
