@@ -205,7 +205,7 @@ TEST_CASE("activation memory per layer matches Korthikanti et al. 2022", "[strat
     CHECK(static_cast<double>(per_mb) / 6 == Approx(expected).epsilon(0.02));
 }
 
-TEST_CASE("3D layout: pipelines run between ranks of one (t, d); dp syncs gradients per stage", "[strategies][3d]") {
+TEST_CASE("3D layout: pipelines run between ranks of one (t, d), dp syncs gradients per stage", "[strategies][3d]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);  // 16 GPUs
     Plan plan;
