@@ -38,6 +38,7 @@ const char* to_string(OpKind k) {
         case OpKind::copy: return "copy";
         case OpKind::alloc: return "alloc";
         case OpKind::free: return "free";
+        case OpKind::timer: return "timer";
     }
     return "?";
 }
@@ -47,6 +48,7 @@ const char* to_string(Stream s) {
         case Stream::comm: return "comm";
         case Stream::p2p: return "p2p";
         case Stream::copy: return "copy";
+        case Stream::host: return "host";
     }
     return "?";
 }
@@ -245,6 +247,18 @@ OpId OpGraph::add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, i
     op.microbatch = microbatch;
     op.bytes = bytes.count();
     op.sub = static_cast<std::uint8_t>((static_cast<int>(from) << 4) | static_cast<int>(to));
+    return add(op);
+}
+
+OpId OpGraph::add_timer(int rank, Time period, Stream stream, Phase phase, int index) {
+    if (period <= Time::zero()) fail_graph("a timer needs a positive period");
+    Op op;
+    op.kind = OpKind::timer;
+    op.rank = rank;
+    op.stream = stream;
+    op.phase = phase;
+    op.index = index;
+    op.bytes = period.count_ps();
     return add(op);
 }
 
@@ -469,6 +483,10 @@ std::string OpGraph::op_name(OpId id) const {
         case OpKind::copy:
             s << "copy " << to_string(op.copy_from()) << "->" << to_string(op.copy_to());
             labels();
+            break;
+        case OpKind::timer:
+            s << "cycle " << to_string(op.period());
+            if (op.index >= 0) s << " bucket " << op.index;
             break;
         case OpKind::alloc:
         case OpKind::free:

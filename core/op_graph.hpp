@@ -31,9 +31,14 @@ namespace smol {
 
 using OpId = std::uint32_t;
 
-enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc, free };
-enum class Stream : std::uint8_t { compute, comm, p2p, copy };
-inline constexpr int kStreams = 4;
+/// `timer` waits for the next tick of a periodic clock that starts with the step (a framework's
+/// background cycle, such as Horovod's negotiation every 5 ms); its period is in `bytes`, in ps.
+enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc, free, timer };
+/// Per-rank in-order queues: the device's compute stream, its communication streams (collectives;
+/// point to point), its copy engine, and a host thread for framework background work (Horovod's
+/// cycle, a colocated parameter server's updates).
+enum class Stream : std::uint8_t { compute, comm, p2p, copy, host };
+inline constexpr int kStreams = 5;
 enum class Phase : std::uint8_t { none, fwd, bwd, bwd_input, bwd_weight, recompute, opt, comm };
 enum class KernelClass : std::uint8_t { gemm, attention, elementwise, optimizer };
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier };
@@ -65,6 +70,7 @@ struct Op {
     bool on_host() const { return (sub >> 6) & 1; }
     Tier copy_from() const { return static_cast<Tier>(sub >> 4); }
     Tier copy_to() const { return static_cast<Tier>(sub & 15); }
+    Time period() const { return Time::ps(bytes); }   // timer
 };
 static_assert(sizeof(Op) <= 40, "an op is a small value record");
 
@@ -128,6 +134,8 @@ public:
     std::pair<OpId, OpId> add_send_recv(int src, int dst, Bytes bytes, Phase phase, int layer, int microbatch,
                                         Stream stream = Stream::p2p);
     OpId add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer = -1, int microbatch = -1);
+    /// Waits until the next multiple of `period` since the step began (now, if on a tick).
+    OpId add_timer(int rank, Time period, Stream stream, Phase phase, int index = -1);
     std::int32_t add_buffer(int rank, Tier tier, Bytes bytes, BufferLabel label);
     OpId add_alloc(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
     OpId add_free(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);

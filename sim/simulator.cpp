@@ -200,6 +200,11 @@ private:
             case OpKind::copy:
                 begin(copy_plan(op), id);
                 break;
+            case OpKind::timer: {
+                const std::int64_t period = op.period().count_ps(), now = engine_.now().count_ps();
+                engine_.schedule(Time::ps((now + period - 1) / period * period), op_done, id);
+                break;
+            }
         }
     }
 
@@ -315,6 +320,8 @@ private:
                 const Op& op = graph_.op(e.id);
                 if (op.kind == OpKind::compute) {
                     if (group_[op.rank]->device.comm_slowdown != 1.0 && !finish_running(op.rank, e.id, e.time)) break;
+                    finish(e.id);
+                } else if (op.kind == OpKind::timer) {
                     finish(e.id);
                 } else
                     transfer_done(e.id);  // analytic mode

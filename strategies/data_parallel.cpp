@@ -148,7 +148,7 @@ OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
 OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, const Layout& layout, const Plan& plan) {
     switch (plan.strategy) {
         case DataParallel::ddp: return build_ddp(model, layout, plan);
-        case DataParallel::ring: return build_horovod(model, cluster, layout, plan);
+        case DataParallel::ring: return build_horovod(model, layout, plan);
         case DataParallel::zero1: return build_zero(model, layout, plan, 1);
         case DataParallel::zero2: return build_zero(model, layout, plan, 2);
         case DataParallel::zero3: return build_zero(model, layout, plan, 3);

@@ -6,23 +6,7 @@
 
 namespace smol::strategies {
 
-OpId add_wait(OpGraph& g, const topo::Cluster& cluster, int rank, Time wait, Stream stream, DType dtype, int index) {
-    const topo::NodeGroup& grp = cluster.group_of(rank);
-    const Time busy = std::max(Time::zero(), wait - grp.device.launch_overhead);
-    const Bytes traffic = grp.host_memory_bandwidth * grp.device.memory_efficiency * busy;
-    Op op;
-    op.kind = OpKind::compute;
-    op.rank = rank;
-    op.stream = stream;
-    op.phase = Phase::comm;
-    op.index = index;
-    op.flops = 0;
-    op.bytes = traffic.count();
-    op.sub = static_cast<std::uint8_t>(static_cast<int>(KernelClass::elementwise) | static_cast<int>(dtype) << 3 | 64);
-    return g.add(op);
-}
-
-OpGraph build_horovod(const Model& model, const topo::Cluster& cluster, const Layout& layout, const Plan& plan) {
+OpGraph build_horovod(const Model& model, const Layout& layout, const Plan& plan) {
     using namespace detail;
     const std::vector<Block> blocks = replica_blocks(model, layout, plan);
     const StateBytes sb = state_bytes(layout.dtype);
@@ -42,16 +26,23 @@ OpGraph build_horovod(const Model& model, const topo::Cluster& cluster, const La
     }
     const int last_mb = layout.microbatches - 1;
     std::vector<OpId> last_sync(replicas.size(), static_cast<OpId>(-1));
+    // Horovod's background thread wakes every cycle, gathers the tensors that became ready and
+    // launches their fused all-reduces: each fused buffer waits for the first tick after its last
+    // gradient is ready (a timer on the host thread), so buffers that fill within one cycle share
+    // its tick and go out back to back.
     if (replicas.size() > 1)
         for (std::size_t k = 0; k < fused.size(); ++k) {
-            std::vector<OpId> waits;
-            for (int r : replicas)
-                waits.push_back(add_wait(g, cluster, r, cycle, Stream::comm, layout.dtype, static_cast<int>(k)));
-            const auto ops = g.add_collective(CollectiveKind::all_reduce, replicas, fused[k].bytes, Stream::comm,
-                                              Phase::comm, -1, -1, static_cast<int>(k));
+            const auto ops = g.declare_collective(CollectiveKind::all_reduce, replicas, fused[k].bytes);
             for (std::size_t d = 0; d < replicas.size(); ++d) {
-                g.depend(passes[d].bwd[last_mb][static_cast<std::size_t>(fused[k].ready_after_block)], ops[d]);
-                last_sync[d] = ops[d];
+                const OpId ready = passes[d].bwd[last_mb][static_cast<std::size_t>(fused[k].ready_after_block)];
+                last_sync[d] = g.add_collective_op(ops, replicas[d], Stream::comm, Phase::comm, -1, -1, static_cast<int>(k));
+                if (cycle > Time::zero()) {
+                    const OpId tick = g.add_timer(replicas[d], cycle, Stream::host, Phase::comm, static_cast<int>(k));
+                    g.depend(ready, tick);
+                    g.depend(tick, last_sync[d]);
+                } else {
+                    g.depend(ready, last_sync[d]);
+                }
             }
         }
     for (std::size_t d = 0; d < replicas.size(); ++d) {

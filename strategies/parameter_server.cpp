@@ -25,7 +25,7 @@ PsLayout ps_layout(const Layout& layout, const Plan& plan) {
     p.colocated = plan.ps_placement == PsPlacement::colocated;
     for (int s = 0; s < plan.ps_servers; ++s)
         p.servers.push_back(p.colocated ? p.workers[static_cast<std::size_t>(s)] : layout.devices - layout.servers + s);
-    p.update_stream = p.colocated ? Stream::copy : Stream::compute;
+    p.update_stream = p.colocated ? Stream::host : Stream::compute;
     return p;
 }
 

@@ -442,7 +442,8 @@ private:
                 out_.raw(to_string(graph_.buffers()[static_cast<std::size_t>(op.ref)].tier));
                 out_.ch('"');
                 break;
-            case OpKind::copy: break;
+            case OpKind::copy:
+            case OpKind::timer: break;
         }
         out_.raw("}");
         out_.end_event();

@@ -217,3 +217,18 @@ TEST_CASE("compute slows down while communication runs on the same device", "[si
     const Timeline tl = simulate(g, c);
     CHECK(tl.end[work].to_seconds() == Approx(1.25).epsilon(1e-4));
 }
+
+TEST_CASE("a timer ends on the next tick of its period", "[sim][engine]") {
+    // Compute for 1 s, then wait for a 0.3 s cycle: the tick after 1 s is 1.2 s. A second timer
+    // that starts on a tick (1.2 s) ends at once.
+    const topo::Cluster c = test::uniform_switch_cluster(1, 1.0, 0, 0);
+    OpGraph g(1);
+    g.add_compute(0, Phase::fwd, 0, 0, Flops(1e11), Bytes(0), KernelClass::gemm, DType::fp32);
+    const OpId t1 = g.add_timer(0, Time::ms(300), Stream::compute, Phase::comm);
+    const OpId t2 = g.add_timer(0, Time::ms(300), Stream::compute, Phase::comm);
+    g.finalize();
+    const Timeline tl = simulate(g, c);
+    CHECK(tl.end[t1].to_seconds() == Approx(1.2));
+    CHECK(tl.end[t2] == tl.end[t1]);
+    CHECK(g.op_name(t1) == "cycle 300 ms");
+}
