@@ -323,9 +323,15 @@ CollectiveSchedule choose(CollectiveKind kind, const std::vector<int>& members, 
     if (forced != CollectiveAlgo::automatic) {
         algos.push_back(forced);
     } else {
+        // NCCL (GPUs) chooses among ring and tree, whose inter-node tree over intra-node chains
+        // the hierarchical schedule stands for; MPI libraries (CPU boards) also use recursive
+        // halving-doubling and direct exchanges.
         for (auto a : {CollectiveAlgo::ring, CollectiveAlgo::tree, CollectiveAlgo::halving_doubling,
-                       CollectiveAlgo::hierarchical, CollectiveAlgo::direct})
-            if (applicable(a, kind, members, node_of)) algos.push_back(a);
+                       CollectiveAlgo::hierarchical, CollectiveAlgo::direct}) {
+            const bool nccl = a == CollectiveAlgo::ring || a == CollectiveAlgo::tree || a == CollectiveAlgo::hierarchical;
+            if ((nccl || !gpu) && applicable(a, kind, members, node_of)) algos.push_back(a);
+        }
+        if (algos.empty()) algos.push_back(CollectiveAlgo::direct);  // all-to-all
     }
     std::vector<Protocol> protocols =
         gpu ? std::vector<Protocol>{Protocol::ll, Protocol::ll128, Protocol::simple} : std::vector<Protocol>{Protocol::host};

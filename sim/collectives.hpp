@@ -80,7 +80,9 @@ Time base_latency(CollectiveAlgo algo, Protocol p);
 Time predict(const CollectiveSchedule& s, const RouteInfo& routes);
 
 /// The cheapest (algorithm, protocol) for the collective, or the forced algorithm with its
-/// cheapest protocol. GPU clusters choose among NCCL's protocols; CPU clusters use `host`.
+/// cheapest protocol. GPU clusters choose as NCCL does: ring, tree (or hierarchical, its
+/// multi-node form) over the LL / LL128 / Simple protocols; CPU clusters (MPI) also consider
+/// halving-doubling and direct exchanges, over the `host` protocol.
 CollectiveSchedule choose(CollectiveKind kind, const std::vector<int>& members, Bytes bytes, int root,
                           CollectiveAlgo forced, bool gpu, const std::function<int(int)>& node_of,
                           const RouteInfo& routes);
