@@ -10,6 +10,7 @@
 #include "sim/simulator.hpp"
 #include "strategies/parameter_server.hpp"
 #include "strategies/plan.hpp"
+#include "tools/simulation.hpp"
 #include "traces/summary.hpp"
 
 using namespace smol;
@@ -52,19 +53,14 @@ void table(const std::string& model_name, const std::string& cluster_name, int n
     std::printf("|---|---:|---:|---:|---:|---:|---|\n");
     for (const Variant& v : variants()) {
         try {
-            Built b = build(m, c, v.plan);
             sim::SimOptions opt;
             opt.record_memory = false;
-            const Timeline tl = sim::simulate(b.graph, c, topo, opt);
-            traces::StepInfo info;
-            info.devices = b.layout.devices;
-            info.global_batch = b.layout.global_batch;
-            info.seq = b.layout.seq;
-            info.model_flops = b.model_flops;
-            const traces::Summary s = traces::summarize(b.graph, tl, info);
+            const tools::Simulation run = tools::simulate_plan(m, c, v.plan, opt, &topo);
+            const Built& b = run.built;
+            const traces::Summary& s = run.summary;
             std::string extra;
             if (v.plan.strategy == DataParallel::ps_async)
-                if (auto st = mean_staleness(b.graph, tl)) extra = " (staleness " + std::to_string(*st).substr(0, 4) + ")";
+                if (auto st = s.mean_staleness) extra = " (staleness " + std::to_string(*st).substr(0, 4) + ")";
             std::printf("| %s%s | %d | %s | %.4g | %s | %s | %s |\n", v.label, extra.c_str(), b.layout.dp,
                         to_string(s.iteration).c_str(), s.samples_per_s, to_string(s.peak_memory).c_str(),
                         to_string(s.exposed_comm).c_str(), s.fits() ? "yes" : "no");

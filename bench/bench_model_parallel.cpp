@@ -17,28 +17,13 @@
 #include "bench_util.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/plan.hpp"
+#include "tools/simulation.hpp"
 #include "traces/summary.hpp"
 
 using namespace smol;
 using namespace smol::strategies;
 
 namespace {
-
-traces::Summary summarize(const Built& b, const Timeline& tl, const topo::Cluster& c) {
-    traces::StepInfo info;
-    const Layout& l = b.layout;
-    info.devices = l.devices;
-    info.tp = l.tp;
-    info.pp = l.pp;
-    info.dp = l.dp;
-    info.microbatches = l.microbatches;
-    info.micro_batch = l.micro_batch;
-    info.global_batch = l.global_batch;
-    info.seq = l.seq;
-    info.model_flops = b.model_flops;
-    for (int r = 0; r < l.devices; ++r) info.peak.push_back(c.device_kind(r).peak_for(l.dtype));
-    return traces::summarize(b.graph, tl, info);
-}
 
 void big() {
     const Model m = model_preset("gpt3-175b");
@@ -51,19 +36,20 @@ void big() {
     p.global_batch = 1536;
     p.micro_batch = 1;
     auto t0 = std::chrono::steady_clock::now();
-    const Built b = build(m, c, p);
-    const double build_s = bench::seconds_since(t0);
-    t0 = std::chrono::steady_clock::now();
     const topo::Topology topology(c);
     const double topo_s = bench::seconds_since(t0);
     sim::SimOptions opt;
     opt.record_memory = false;
-    const Timeline tl = sim::simulate(b.graph, c, topology, opt);
-    const traces::Summary s = summarize(b, tl, c);
+    t0 = std::chrono::steady_clock::now();
+    const tools::Simulation run = tools::simulate_plan(m, c, p, opt, &topology);
+    const Built& b = run.built;
+    const Timeline& tl = run.timeline;
+    const traces::Summary& s = run.summary;
+    const double build_s = bench::seconds_since(t0) - tl.wall_s;
     std::printf("GPT-3 175B on dgx-a100 x 128 (1024 GPUs): tp 8 pp 16 dp 8, 1F1B, global batch 1536, micro-batch 1\n");
     std::printf("  graph              %zu ops, %zu edges, %zu collectives, %zu sends\n", b.graph.size(), b.graph.num_edges(),
                 b.graph.collectives().size(), b.graph.p2ps().size());
-    std::printf("  build (+finalize)  %.2f s\n", build_s);
+    std::printf("  build + summarise  %.2f s\n", build_s);
     std::printf("  topology           %.2f s\n", topo_s);
     std::printf("  simulate (flow)    %.2f s wall, %llu events (%.1f M events/s)\n", tl.wall_s,
                 static_cast<unsigned long long>(tl.events), static_cast<double>(tl.events) / tl.wall_s * 1e-6);
@@ -91,11 +77,12 @@ void table(std::int64_t global_batch, Recompute recompute, DataParallel strategy
             p.recompute = recompute;
             p.strategy = strategy;
             try {
-                const Built b = build(m, c, p);
                 sim::SimOptions opt;
                 opt.record_memory = false;
-                const Timeline tl = sim::simulate(b.graph, c, opt);
-                const traces::Summary s = summarize(b, tl, c);
+                const tools::Simulation run = tools::simulate_plan(m, c, p, opt);
+                const Built& b = run.built;
+                const Timeline& tl = run.timeline;
+                const traces::Summary& s = run.summary;
                 std::printf("| %d | %d | %d | %d | %.2f | %.1f | %.1f %% | %.1f | %s | %.2f |\n", tp, pp, b.layout.dp,
                             b.layout.microbatches, s.iteration.to_seconds(), s.tflops_per_device, s.bubble_fraction * 100,
                             s.peak_memory.to_gb(), s.fits() ? "yes" : "no", tl.wall_s);

@@ -146,7 +146,9 @@ bool applicable(CollectiveAlgo algo, CollectiveKind kind, const std::vector<int>
                    (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter ||
                     kind == CollectiveKind::all_gather);
         case CollectiveAlgo::hierarchical: {
-            if (kind != CollectiveKind::all_reduce) return false;
+            if (kind != CollectiveKind::all_reduce && kind != CollectiveKind::reduce_scatter &&
+                kind != CollectiveKind::all_gather)
+                return false;
             const auto groups = by_node(members, node_of);
             return groups.size() >= 2 && groups[0].size() >= 2;
         }
@@ -230,26 +232,32 @@ CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& member
             break;
         }
         case CollectiveAlgo::hierarchical: {
-            // Intra-node reduce-scatter → inter-node all-reduce of each node's 1/g shard among the
-            // ranks with the same local index (one ring per rail) → intra-node all-gather.
+            // All-reduce: intra-node reduce-scatter → inter-node all-reduce of each node's 1/g
+            // shard among the ranks with the same local index (one ring per rail) → intra-node
+            // all-gather. Reduce-scatter: the first two steps with an inter-node reduce-scatter
+            // (each rank ends with a fully reduced 1/p); all-gather: the mirror image.
             const auto groups = by_node(members, node_of);
             const std::size_t g = groups[0].size();
-            CollectivePhase rs, ar, ag;
+            const Bytes shard = s * (1.0 / static_cast<double>(g));
+            CollectivePhase intra, inter;
             for (const auto& node : groups) {
                 auto a = ring_phase(CollectiveKind::reduce_scatter, node, s);
-                rs.flows.insert(rs.flows.end(), a.flows.begin(), a.flows.end());
-                rs.steps = a.steps;
+                intra.flows.insert(intra.flows.end(), a.flows.begin(), a.flows.end());
+                intra.steps = a.steps;
             }
+            const CollectiveKind across = kind == CollectiveKind::all_reduce ? CollectiveKind::all_reduce : kind;
             for (std::size_t j = 0; j < g; ++j) {
                 std::vector<int> rail;
                 for (const auto& node : groups) rail.push_back(node[j]);
-                auto a = ring_phase(CollectiveKind::all_reduce, rail, s * (1.0 / static_cast<double>(g)));
-                ar.flows.insert(ar.flows.end(), a.flows.begin(), a.flows.end());
-                ar.steps = a.steps;
+                auto a = ring_phase(across, rail, shard);
+                inter.flows.insert(inter.flows.end(), a.flows.begin(), a.flows.end());
+                inter.steps = a.steps;
             }
-            ag = rs;
-            ag.steps = rs.steps;
-            out.phases = {std::move(rs), std::move(ar), std::move(ag)};
+            switch (kind) {
+                case CollectiveKind::all_reduce: out.phases = {intra, std::move(inter), intra}; break;
+                case CollectiveKind::reduce_scatter: out.phases = {std::move(intra), std::move(inter)}; break;
+                default: out.phases = {std::move(inter), std::move(intra)}; break;  // all-gather
+            }
             break;
         }
         case CollectiveAlgo::direct: {

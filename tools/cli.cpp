@@ -11,10 +11,10 @@
 #include "core/error.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/data_parallel.hpp"
-#include "strategies/parameter_server.hpp"
 #include "strategies/plan.hpp"
 #include "traces/chrome_trace.hpp"
 #include "traces/summary.hpp"
+#include "tools/simulation.hpp"
 
 namespace smol::tools {
 
@@ -183,30 +183,10 @@ int cmd_simulate(const PlanFlags& f, std::ostream& out, std::ostream& err) {
     if (!f.trace.empty() && std::filesystem::exists(f.trace) && !f.force)
         fail_input(f.trace + " exists; pass --force to overwrite it", flag("--trace"));
 
-    strategies::Built built = strategies::build(model, cluster, plan);
-    const Timeline tl = sim::simulate(built.graph, cluster, opt);
+    const Simulation run = simulate_plan(model, cluster, plan, opt);
+    const traces::Summary& s = run.summary;
 
-    traces::StepInfo info;
-    info.model = model.name();
-    info.cluster = cluster.name;
-    info.strategy = strategies::to_string(plan.strategy);
-    info.network = sim::to_string(opt.network);
-    const strategies::Layout& l = built.layout;
-    info.devices = l.devices;
-    info.tp = l.tp;
-    info.pp = l.pp;
-    info.dp = l.dp;
-    info.microbatches = l.microbatches;
-    info.micro_batch = l.micro_batch;
-    info.global_batch = l.global_batch;
-    info.seq = l.seq;
-    info.dtype = to_string(l.dtype);
-    info.model_flops = built.model_flops;
-    for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
-    traces::Summary s = traces::summarize(built.graph, tl, info);
-    if (plan.strategy == strategies::DataParallel::ps_async) s.mean_staleness = strategies::mean_staleness(built.graph, tl);
-
-    if (!f.trace.empty()) write_trace(f, built.graph, tl);
+    if (!f.trace.empty()) write_trace(f, run.built.graph, run.timeline);
     if (f.json)
         out << to_json(s).dump(2) << '\n';
     else {

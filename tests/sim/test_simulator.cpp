@@ -232,3 +232,19 @@ TEST_CASE("a timer ends on the next tick of its period", "[sim][engine]") {
     CHECK(tl.end[t2] == tl.end[t1]);
     CHECK(g.op_name(t1) == "cycle 300 ms");
 }
+
+TEST_CASE("a hierarchical reduce-scatter across DGX nodes uses every rail", "[sim][collectives]") {
+    // dgx-a100 × 2, 16 ranks, S = 1 GiB: an intra-node ring reduce-scatter over NVSwitch
+    // (7/8 · S at 300 GB/s), then 8 rail rings of two nodes exchange half of each 1/8 shard over
+    // their own 25 GB/s HDR port (1/2 · S/8). Latencies add ~1 %.
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    const Bytes S = Bytes::gib(1);
+    const double expected = 7.0 / 8 * S.as_double() / 300e9 + 0.5 * S.as_double() / 8 / 25e9;
+    for (auto kind : {CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+        const Time hier = one_collective(c, kind, S, CollectiveAlgo::hierarchical);
+        CHECK(hier.to_seconds() == Approx(expected).epsilon(0.03));
+        // A flat ring crosses each node boundary on a single port: much slower.
+        CHECK(one_collective(c, kind, S, CollectiveAlgo::ring) > hier * 2.0);
+        CHECK(one_collective(c, kind, S, CollectiveAlgo::automatic) <= hier);
+    }
+}

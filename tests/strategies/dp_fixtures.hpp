@@ -11,26 +11,15 @@
 #include "strategies/plan.hpp"
 #include "topologies/topology.hpp"
 #include "traces/summary.hpp"
+#include "tools/simulation.hpp"
 
 namespace smol::test {
 
-struct DpRun {
-    strategies::Built built;
-    Timeline timeline;
-    traces::Summary summary;
-};
+using DpRun = tools::Simulation;
 
 inline DpRun dp_run(const Model& m, const topo::Cluster& cluster, const strategies::Plan& plan,
                     sim::SimOptions opt = {}) {
-    strategies::Built b = strategies::build(m, cluster, plan);
-    Timeline tl = sim::simulate(b.graph, cluster, opt);
-    traces::StepInfo info;
-    info.devices = b.layout.devices;
-    info.global_batch = b.layout.global_batch;
-    info.seq = b.layout.seq;
-    info.model_flops = b.model_flops;
-    traces::Summary s = traces::summarize(b.graph, tl, info);
-    return {std::move(b), std::move(tl), std::move(s)};
+    return tools::simulate_plan(m, cluster, plan, opt);
 }
 
 /// Bytes a rank sends in its collectives, by the ring algorithms' per-rank volumes (nccl-tests

@@ -4,30 +4,15 @@
 #include "sim/simulator.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/plan.hpp"
-#include "traces/summary.hpp"
+#include "tools/simulation.hpp"
 
 using namespace smol;
 using namespace smol::strategies;
 
 namespace {
 
-struct Run {
-    Built built;
-    Timeline timeline;
-    traces::Summary summary;
-};
-
-Run run(const std::string& model, const topo::Cluster& cluster, Plan plan) {
-    const Model m = model_preset(model);
-    Built b = build(m, cluster, plan);
-    Timeline tl = sim::simulate(b.graph, cluster);
-    traces::StepInfo info;
-    info.devices = b.layout.devices;
-    info.global_batch = b.layout.global_batch;
-    info.seq = b.layout.seq;
-    info.model_flops = b.model_flops;
-    traces::Summary s = traces::summarize(b.graph, tl, info);
-    return {std::move(b), std::move(tl), std::move(s)};
+tools::Simulation run(const std::string& model, const topo::Cluster& cluster, Plan plan) {
+    return tools::simulate_plan(model_preset(model), cluster, plan);
 }
 
 std::size_t count_kind(const OpGraph& g, OpKind k) {
@@ -58,7 +43,7 @@ TEST_CASE("DDP buckets hold every gradient once, in reverse block order", "[stra
 
 TEST_CASE("with dp = 1 there is no communication at all", "[strategies][ddp]") {
     const topo::Cluster c = topo::cluster_preset("pi5-1gbe").with_nodes(1);
-    const Run r = run("gpt2-small", c, Plan{});
+    const tools::Simulation r = run("gpt2-small", c, Plan{});
     CHECK(count_kind(r.built.graph, OpKind::collective) == 0);
     CHECK(r.summary.total_comm == Time::zero());
     CHECK(r.summary.exposed_comm == Time::zero());
@@ -68,7 +53,7 @@ TEST_CASE("DDP all-reduces every gradient byte once per step", "[strategies][ddp
     const topo::Cluster c = topo::cluster_preset("pi5-1gbe").with_nodes(4);
     Plan p;
     p.global_batch = 8;  // two micro-batches per replica: the first runs under no_sync
-    const Run r = run("gpt2-small", c, p);
+    const tools::Simulation r = run("gpt2-small", c, p);
     std::int64_t bytes_rank0 = 0;
     for (const Op& op : r.built.graph.ops())
         if (op.kind == OpKind::collective && op.rank == 0) bytes_rank0 += op.bytes;
@@ -79,14 +64,14 @@ TEST_CASE("DDP all-reduces every gradient byte once per step", "[strategies][ddp
 
 TEST_CASE("DDP hides communication behind backward; one giant bucket hides nothing", "[strategies][ddp]") {
     const topo::Cluster c = topo::cluster_preset("pi5-1gbe").with_nodes(4);
-    const Run small = run("gpt2-small", c, Plan{});
+    const tools::Simulation small = run("gpt2-small", c, Plan{});
     INFO("exposed " << to_string(small.summary.exposed_comm) << " of " << to_string(small.summary.total_comm));
     CHECK(small.summary.total_comm > Time::zero());
     CHECK(small.summary.exposed_comm < small.summary.total_comm * 0.8);
 
     Plan giant;
     giant.bucket_mb = giant.first_bucket_mb = 1e6;  // one bucket: ready when the whole backward is done
-    const Run one = run("gpt2-small", c, giant);
+    const tools::Simulation one = run("gpt2-small", c, giant);
     CHECK(one.summary.exposed_comm.to_seconds() == Approx(one.summary.total_comm.to_seconds()).epsilon(0.001));
     CHECK(one.summary.iteration > small.summary.iteration);
 }
@@ -96,7 +81,7 @@ TEST_CASE("smaller DDP buckets start communicating earlier", "[strategies][ddp]"
     auto first_comm = [&](double mb) {
         Plan p;
         p.bucket_mb = p.first_bucket_mb = mb;
-        const Run r = run("gpt2-xl", c, p);
+        const tools::Simulation r = run("gpt2-xl", c, p);
         Time first = Time::max();
         for (OpId id = 0; id < r.built.graph.size(); ++id)
             if (r.built.graph.op(id).kind == OpKind::collective) first = std::min(first, r.timeline.start[id]);

@@ -1,0 +1,34 @@
+#include "tools/simulation.hpp"
+
+#include "strategies/parameter_server.hpp"
+
+namespace smol::tools {
+
+Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
+                         const sim::SimOptions& options, const topo::Topology* topology) {
+    strategies::Built built = strategies::build(model, cluster, plan);
+    Timeline tl = topology ? sim::simulate(built.graph, cluster, *topology, options)
+                           : sim::simulate(built.graph, cluster, options);
+    traces::StepInfo info;
+    info.model = model.name();
+    info.cluster = cluster.name;
+    info.strategy = strategies::to_string(plan.strategy);
+    info.network = sim::to_string(options.network);
+    const strategies::Layout& l = built.layout;
+    info.devices = l.devices;
+    info.tp = l.tp;
+    info.pp = l.pp;
+    info.dp = l.dp;
+    info.microbatches = l.microbatches;
+    info.micro_batch = l.micro_batch;
+    info.global_batch = l.global_batch;
+    info.seq = l.seq;
+    info.dtype = to_string(l.dtype);
+    info.model_flops = built.model_flops;
+    for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
+    traces::Summary summary = traces::summarize(built.graph, tl, info);
+    if (plan.strategy == strategies::DataParallel::ps_async) summary.mean_staleness = strategies::mean_staleness(built.graph, tl);
+    return {std::move(built), std::move(tl), std::move(summary)};
+}
+
+}  // namespace smol::tools
