@@ -288,6 +288,33 @@ OpId OpGraph::add_free(std::int32_t buffer, Stream stream, int layer, int microb
     return id;
 }
 
+void OpGraph::set_representatives(std::vector<int> representative) {
+    if (finalized_) fail_graph("cannot fold after finalize()");
+    if (representative.size() != static_cast<std::size_t>(ranks_)) fail_graph("one representative per rank is needed");
+    for (int r = 0; r < ranks_; ++r) {
+        const int rep = representative[static_cast<std::size_t>(r)];
+        if (rep < 0 || rep >= ranks_ || representative[static_cast<std::size_t>(rep)] != rep)
+            fail_graph("rank " + std::to_string(r) + " mirrors rank " + std::to_string(rep) + ", which is not materialized");
+    }
+    mirror_begin_.assign(static_cast<std::size_t>(ranks_) + 1, 0);
+    for (int r = 0; r < ranks_; ++r)
+        if (representative[static_cast<std::size_t>(r)] != r) ++mirror_begin_[static_cast<std::size_t>(representative[static_cast<std::size_t>(r)]) + 1];
+    for (int r = 0; r < ranks_; ++r) mirror_begin_[static_cast<std::size_t>(r) + 1] += mirror_begin_[static_cast<std::size_t>(r)];
+    mirror_list_.assign(mirror_begin_.back(), 0);
+    std::vector<std::uint32_t> next(mirror_begin_.begin(), mirror_begin_.end() - 1);
+    for (int r = 0; r < ranks_; ++r) {
+        const int rep = representative[static_cast<std::size_t>(r)];
+        if (rep != r) mirror_list_[next[static_cast<std::size_t>(rep)]++] = r;
+    }
+    representative_ = std::move(representative);
+}
+
+std::span<const int> OpGraph::mirrors(int rank) const {
+    if (!folded()) return {};
+    const auto r = static_cast<std::size_t>(rank);
+    return {mirror_list_.data() + mirror_begin_[r], mirror_begin_[r + 1] - mirror_begin_[r]};
+}
+
 // ---- finalize ----------------------------------------------------------------------------------
 
 void OpGraph::finalize() {
@@ -300,6 +327,9 @@ void OpGraph::finalize() {
     std::vector<std::pair<OpId, OpId>>().swap(pending_edges_);
     std::vector<OpId>().swap(last_on_stream_);
     finalized_ = true;
+    if (folded())
+        for (OpId id = 0; id < ops_.size(); ++id)
+            if (!materialized(ops_[id].rank)) fail_graph(describe(id) + ": rank " + std::to_string(ops_[id].rank) + " is a mirror");
     check_acyclic();
     check_collectives();
     check_p2p();
@@ -366,6 +396,7 @@ void OpGraph::check_collectives() const {
         if (op.kind != OpKind::collective) continue;
         const Collective& c = collectives_.at(static_cast<std::size_t>(op.ref));
         const std::vector<int>& members = communicators_[c.communicator];
+        if (!materialized(op.rank)) fail_graph(describe(id) + " is on rank " + std::to_string(op.rank) + ", a mirror");
         if (std::find(members.begin(), members.end(), op.rank) == members.end())
             fail_graph(describe(id) + " runs on a rank outside its communicator " + list_ranks(members));
         if (op.bytes != c.bytes)
@@ -382,7 +413,14 @@ void OpGraph::check_collectives() const {
     }
     for (std::size_t c = 0; c < collectives_.size(); ++c) {
         const std::vector<int>& members = communicators_[collectives_[c].communicator];
-        for (std::size_t i = 0; i < members.size(); ++i)
+        for (std::size_t i = 0; i < members.size(); ++i) {
+            if (!materialized(members[i])) {
+                // A mirror arrives with its representative, which must take part too.
+                if (std::find(members.begin(), members.end(), representative(members[i])) == members.end())
+                    fail_graph("rank " + std::to_string(members[i]) + " of communicator " + list_ranks(members) +
+                               " mirrors rank " + std::to_string(representative(members[i])) + ", which is not in it");
+                continue;
+            }
             if (member_ops_[collectives_[c].members + i] == kNone) {
                 OpId any = kNone;
                 for (std::size_t j = 0; j < members.size() && any == kNone; ++j) any = member_ops_[collectives_[c].members + j];
@@ -390,14 +428,19 @@ void OpGraph::check_collectives() const {
                            " has no op on rank " + std::to_string(members[i]) + " of its communicator " +
                            list_ranks(members));
             }
+        }
     }
     // The same order on every rank of each communicator.
     for (std::size_t comm = 0; comm < communicators_.size(); ++comm) {
         const std::vector<int>& members = communicators_[comm];
         const auto ci = static_cast<std::int32_t>(comm);
-        auto first = per.find({ci, members[0]});
+        std::size_t lead = 0;
+        while (lead < members.size() && !materialized(members[lead])) ++lead;
+        if (lead == members.size()) continue;
+        auto first = per.find({ci, members[lead]});
         if (first == per.end()) continue;
-        for (std::size_t m = 1; m < members.size(); ++m) {
+        for (std::size_t m = lead + 1; m < members.size(); ++m) {
+            if (!materialized(members[m])) continue;
             const Seen& a = first->second;
             const Seen& b = per.at({ci, members[m]});
             for (std::size_t i = 0; i < a.order.size(); ++i) {
@@ -405,8 +448,8 @@ void OpGraph::check_collectives() const {
                 const auto ops_a = collective_ops(a.order[i]);
                 const auto ops_b = collective_ops(b.order[i]);
                 fail_graph("collectives out of order on communicator " + list_ranks(members) + ": rank " +
-                           std::to_string(members[0]) + " runs '" + op_name(ops_a[0]) + "' where rank " +
-                           std::to_string(members[m]) + " runs '" + op_name(ops_b[0]) +
+                           std::to_string(members[lead]) + " runs '" + op_name(ops_a[lead]) + "' where rank " +
+                           std::to_string(members[m]) + " runs '" + op_name(ops_b[lead]) +
                            "' (NCCL would deadlock)");
             }
         }
@@ -419,6 +462,8 @@ void OpGraph::check_p2p() const {
         const Op& r = ops_[p.recv];
         if (s.kind != OpKind::send || r.kind != OpKind::recv || s.bytes != r.bytes || s.rank != p.src || r.rank != p.dst)
             fail_graph("send " + describe(p.send) + " does not match its receive " + describe(p.recv));
+        if (mirrors(p.src).size() != mirrors(p.dst).size())
+            fail_graph("send " + describe(p.send) + ": its ranks have different numbers of mirrors");
     }
 }
 

@@ -140,6 +140,18 @@ public:
     OpId add_alloc(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
     OpId add_free(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
 
+    /// Folding: where data-parallel replicas run identical programs, a strategy may emit ops for
+    /// one replica only. `representative[r]` is the rank whose program rank r mirrors (r itself
+    /// for ranks that have ops). A mirror rank has no ops; it joins its representative's
+    /// collectives (the representative must be in the same communicator), and the simulator
+    /// replays the representative's inter-node transfers for it so shared links see all traffic.
+    /// Mirrors are listed in rank order, so the i-th mirrors of two ranks belong to one replica.
+    void set_representatives(std::vector<int> representative);
+    bool folded() const { return !representative_.empty(); }
+    int representative(int rank) const { return folded() ? representative_[static_cast<std::size_t>(rank)] : rank; }
+    bool materialized(int rank) const { return representative(rank) == rank; }
+    std::span<const int> mirrors(int rank) const;
+
     /// Freezes the graph and checks the invariants; throws Error naming the offending ops.
     void finalize();
     bool finalized() const { return finalized_; }
@@ -159,8 +171,9 @@ public:
     const std::vector<Buffer>& buffers() const { return buffers_; }
     const std::vector<GemmShape>& shapes() const { return shapes_; }
 
-    /// The ops of a collective, in communicator order.
+    /// The ops of a collective, in communicator order; a mirror rank's slot holds kNoOp.
     std::span<const OpId> collective_ops(std::int32_t collective) const;
+    static constexpr OpId kNoOp = 0xffffffffu;
     /// "bwd L3 mb0", "all_reduce bucket 2 [0,1,2,3]", "send L11 mb2 r3->r4", "alloc activations L3".
     std::string op_name(OpId id) const;
     /// op_name plus the rank: "rank 3: bwd L3 mb0".
@@ -194,6 +207,9 @@ private:
     std::vector<P2P> p2ps_;
     std::vector<Buffer> buffers_;
     std::vector<GemmShape> shapes_;
+    std::vector<int> representative_;                    // empty unless folded
+    std::vector<std::uint32_t> mirror_begin_;            // per rank, into mirror_list_ (size ranks + 1)
+    std::vector<int> mirror_list_;
 };
 
 }  // namespace smol

@@ -94,6 +94,13 @@ public:
         remaining_.resize(g.size());
         for (OpId id = 0; id < g.size(); ++id) remaining_[id] = g.in_degree(id);
         arrived_.assign(g.collectives().size(), 0);
+        // A folded graph's mirror ranks arrive with their representatives.
+        needed_.reserve(g.collectives().size());
+        for (const Collective& c : g.collectives()) {
+            std::uint32_t n = 0;
+            for (int r : g.communicators()[static_cast<std::size_t>(c.communicator)]) n += g.materialized(r);
+            needed_.push_back(n);
+        }
         p2p_ready_.assign(g.p2ps().size(), 0);
         if (o.record_links) {
             network_.record_links(&tl_.links);
@@ -124,6 +131,8 @@ public:
             drain_ready();
         }
         check_finished();
+        for (int r = 0; r < graph_.ranks(); ++r)   // a mirror's memory is its representative's
+            if (!graph_.materialized(r)) tl_.peak[static_cast<std::size_t>(r)] = tl_.peak[static_cast<std::size_t>(graph_.representative(r))];
         tl_.makespan = engine_.now();
         tl_.events = engine_.processed();
         tl_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
@@ -179,7 +188,7 @@ private:
             case OpKind::collective: {
                 const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
                 const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
-                if (++arrived_[static_cast<std::size_t>(op.ref)] == members.size()) {
+                if (++arrived_[static_cast<std::size_t>(op.ref)] == needed_[static_cast<std::size_t>(op.ref)]) {
                     for (int r : members) comm_changed(r, +1);
                     begin(collective_plan(c, members), id);
                 }
@@ -214,7 +223,8 @@ private:
         if (op.kind == OpKind::collective) {
             const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
             for (int r : graph_.communicators()[static_cast<std::size_t>(c.communicator)]) comm_changed(r, -1);
-            for (OpId m : graph_.collective_ops(op.ref)) finish(m);
+            for (OpId m : graph_.collective_ops(op.ref))
+                if (m != OpGraph::kNoOp) finish(m);
         } else if (op.kind == OpKind::send) {
             const P2P& p = graph_.p2ps()[static_cast<std::size_t>(op.ref)];
             comm_changed(p.src, -1);
@@ -372,11 +382,14 @@ private:
         return remember(key, std::move(plan));
     }
 
-    const Plan* single_flow_plan(const PlanKey& key, topo::VertexId a, topo::VertexId b, Bytes bytes, Time extra) {
+    const Plan* single_flow_plan(const PlanKey& key, topo::VertexId a, topo::VertexId b, Bytes bytes, Time extra,
+                                 const std::vector<std::pair<topo::VertexId, topo::VertexId>>& mirrored = {}) {
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         Plan plan;
         Plan::Phase ph;
         ph.flows.push_back({topo_.route(a, b), bytes});
+        // A folded graph's mirrors send the same bytes at the same time over their own routes.
+        for (const auto& [ma, mb] : mirrored) ph.flows.push_back({topo_.route(ma, mb), bytes});
         ph.latency = topo_.route_latency(a, b) + extra;
         plan.analytic = ph.latency + bytes / topo_.route_bandwidth(a, b);
         plan.phases.push_back(std::move(ph));
@@ -389,8 +402,16 @@ private:
         const ProtocolCosts& costs = protocol_costs(gpu_ ? Protocol::simple : Protocol::host);
         const PlanKey key{(1ull << 62) | (static_cast<std::uint64_t>(p.src) << 31) | static_cast<std::uint64_t>(p.dst),
                           static_cast<std::uint64_t>(p.bytes)};
+        std::vector<std::pair<topo::VertexId, topo::VertexId>> mirrored;
+        if (net) {
+            // Mirrors of an inter-node transfer share the fabric with it. (Intra-node links of a
+            // mirror replica carry only that replica's traffic, the same as its representative's.)
+            const auto ms = graph_.mirrors(p.src), md = graph_.mirrors(p.dst);
+            for (std::size_t i = 0; i < ms.size(); ++i)
+                mirrored.emplace_back(topo_.device_vertex(ms[i]), topo_.device_vertex(md[i]));
+        }
         return single_flow_plan(key, topo_.device_vertex(p.src), topo_.device_vertex(p.dst), Bytes(p.bytes),
-                                net ? costs.hop_net : costs.hop_intra);
+                                net ? costs.hop_net : costs.hop_intra, mirrored);
     }
 
     topo::VertexId tier_vertex(int rank, Tier tier) const {
@@ -473,7 +494,7 @@ private:
             if (op.kind == OpKind::collective) {
                 std::string missing;
                 for (OpId m : graph_.collective_ops(op.ref))
-                    if (tl_.start[m] < Time::zero()) missing += (missing.empty() ? "" : ", ") + std::to_string(graph_.op(m).rank);
+                    if (m != OpGraph::kNoOp && tl_.start[m] < Time::zero()) missing += (missing.empty() ? "" : ", ") + std::to_string(graph_.op(m).rank);
                 return "started, waits for ranks " + missing + " to reach it";
             }
             if (op.kind == OpKind::send || op.kind == OpKind::recv) {
@@ -504,6 +525,7 @@ private:
     std::vector<OpId> ready_;
     std::size_t ready_head_ = 0;
     std::vector<std::uint32_t> arrived_;
+    std::vector<std::uint32_t> needed_;   // per collective: members with ops
     std::vector<std::uint8_t> p2p_ready_;
     std::vector<std::uint32_t> active_comm_;
     std::vector<std::vector<Running>> running_;

@@ -170,6 +170,7 @@ public:
         blocks_ = model.blocks(w);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
+        emit_dp_ = l_.folded ? 1 : l_.dp;
         split_ = plan.schedule == Schedule::zb_h1;
         schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
                                   plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
@@ -179,7 +180,7 @@ public:
     OpGraph build() {
         // Model states live for the whole step.
         for (int s = 0; s < l_.pp; ++s)
-            for (int d = 0; d < l_.dp; ++d)
+            for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const int r = l_.rank(t, d, s);
                     const std::int64_t p = device_params(s);
@@ -192,6 +193,14 @@ public:
                 }
         emit_pipeline();
         emit_optimizer();
+        if (l_.folded) {
+            // Replica d of every (t, stage) mirrors replica 0.
+            std::vector<int> rep(static_cast<std::size_t>(l_.devices));
+            for (int s = 0; s < l_.pp; ++s)
+                for (int d = 0; d < l_.dp; ++d)
+                    for (int t = 0; t < l_.tp; ++t) rep[static_cast<std::size_t>(l_.rank(t, d, s))] = l_.rank(t, 0, s);
+            g_.set_representatives(std::move(rep));
+        }
         return std::move(g_);
     }
 
@@ -281,7 +290,7 @@ private:
         const Chunk& c = chunks_[static_cast<std::size_t>(vs)];
         const int mb = st.microbatch;
         std::vector<OpId> last(static_cast<std::size_t>(l_.tp));
-        for (int d = 0; d < l_.dp; ++d) {
+        for (int d = 0; d < emit_dp_; ++d) {
             // The activation buffer of this (chunk, micro-batch), one per rank.
             auto& bufs = act_[static_cast<std::size_t>(vs)];
             if (st.pass == Pass::fwd)
@@ -358,7 +367,7 @@ private:
             for (std::size_t k = 0; k < buckets.size(); ++k) {
                 const auto cid = g_.declare_collective(zero1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
                                                        group, buckets[k].bytes);
-                for (int d = 0; d < l_.dp; ++d) {
+                for (int d = 0; d < emit_dp_; ++d) {
                     const OpId op = g_.add_collective_op(cid, group[static_cast<std::size_t>(d)], Stream::comm, Phase::comm, -1,
                                                          -1, static_cast<int>(k));
                     g_.depend(grad_ready_[static_cast<std::size_t>(slot(t, d))]
@@ -456,7 +465,7 @@ private:
             // Activations of virtual stage vs going forward; their gradient (same size) back.
             const Bytes bytes = chunks_[static_cast<std::size_t>(grad ? to_vs : vs)].send_fwd;
             const int layer = chunks_[static_cast<std::size_t>(grad ? vs : to_vs)].first;
-            for (int d = 0; d < l_.dp; ++d)
+            for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const auto [snd, rcv] = g_.add_send_recv(l_.rank(t, d, s), l_.rank(t, d, ds), bytes,
                                                              grad ? Phase::bwd : Phase::fwd, layer, st.microbatch);
@@ -472,7 +481,7 @@ private:
     void emit_optimizer() {
         const bool zero1 = plan_.strategy == DataParallel::zero1;
         if (tied_bytes_ > 0 && l_.pp > 1)
-            for (int d = 0; d < l_.dp; ++d)
+            for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const auto ops = g_.add_collective(CollectiveKind::all_reduce, {l_.rank(t, d, 0), l_.rank(t, d, l_.pp - 1)},
                                                        Bytes(tied_bytes_ * sb_.grads), Stream::comm, Phase::comm);
@@ -483,7 +492,7 @@ private:
             const std::int64_t p = device_params(s);
             const std::int64_t shard = zero1 ? ceil_div(p, l_.dp) : p;
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
-            for (int d = 0; d < l_.dp; ++d)
+            for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const int r = l_.rank(t, d, s);
                     const OpId o = g_.add_compute(r, Phase::opt, -1, -1, Flops(kAdamFlopsPerParam * static_cast<double>(shard)),
@@ -500,7 +509,7 @@ private:
                         // Each bucket's parameters (sb.params bytes per gradient's sb.grads).
                         const Bytes params = Bytes(b.count() / sb_.grads * sb_.params);
                         const auto cid = g_.declare_collective(CollectiveKind::all_gather, group, params);
-                        for (int d = 0; d < l_.dp; ++d) {
+                        for (int d = 0; d < emit_dp_; ++d) {
                             const OpId op = g_.add_collective_op(cid, group[static_cast<std::size_t>(d)], Stream::comm, Phase::opt);
                             g_.depend(opt[static_cast<std::size_t>(slot(t, d))], op);
                         }
@@ -516,6 +525,7 @@ private:
     std::vector<Block> blocks_;
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
+    int emit_dp_ = 1;                                   // replicas with ops: 1 when folded
     PipelineSchedule schedule_;
     std::vector<Chunk> chunks_;
     std::int64_t tied_bytes_ = 0;

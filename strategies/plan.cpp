@@ -197,6 +197,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                            to_string(l.dtype) + " peak; choose another --dtype",
                        {"", "", "--dtype"});
     if (l.tp > 1 || l.pp > 1) check_model_parallel(model, plan, l);
+    // Folding is exact where every node holds ranks of one data-parallel replica: then a mirror
+    // replica's intra-node links carry only its own traffic, the same as its representative's.
+    const int per_node = cluster.groups.front().devices_per_node;
+    l.folded = plan.fold && l.dp > 1 && (l.tp > 1 || l.pp > 1) && cluster.groups.size() == 1 && l.servers == 0 &&
+               l.tp % per_node == 0;
     return l;
 }
 

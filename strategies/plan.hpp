@@ -54,7 +54,8 @@ struct Plan {
     std::optional<DType> dtype;       // unset: the device's default (bf16, or fp32 on CPUs)
     double bucket_mb = 25;            // DDP gradient bucket in MiB (PyTorch's bucket_cap_mb)
     double first_bucket_mb = 1;       // DDP's first bucket in MiB (PyTorch's _DEFAULT_FIRST_BUCKET_BYTES)
-    std::vector<int> stage_layers;    // layers per (virtual) pipeline stage; empty: balanced by cost
+    std::vector<int> stage_layers;
+    bool fold = true;                 // fold identical data-parallel replicas where it is exact (--no-fold)    // layers per (virtual) pipeline stage; empty: balanced by cost
     // Data-parallel family (strategies/parameter_server, horovod, zero, fsdp).
     int ps_servers = 1;               // parameter-server shards (--ps-servers)
     PsPlacement ps_placement = PsPlacement::dedicated;
@@ -76,6 +77,10 @@ struct Layout {
     DType dtype = DType::bf16;
     int servers = 0;                  // dedicated parameter servers: ranks dp·tp·pp … devices − 1
     int shard_group = 0;              // FSDP hybrid: ranks per shard group (consecutive ranks)
+    /// Data-parallel replicas folded into one (see OpGraph::set_representatives): a tensor /
+    /// pipeline plan on a homogeneous cluster whose nodes each hold ranks of one replica only
+    /// (tp a multiple of the devices per node), unless Plan::fold is off.
+    bool folded = false;
 
     /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
     int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }

@@ -42,6 +42,7 @@ struct PlanFlags {
     std::string trace;
     std::string trace_ranks;
     bool force = false;
+    bool no_fold = false;
     bool json = false;
 };
 
@@ -86,6 +87,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--trace", f.trace, "write a Chrome trace (chrome://tracing, Perfetto) to FILE");
     app.add_option("--trace-ranks", f.trace_ranks, "ranks to trace, e.g. 0,1,8 (default: all up to 64, else 0-7)");
     app.add_flag("--force", f.force, "overwrite an existing trace file");
+    app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
     app.add_flag("--json", f.json, "print the summary as one JSON object");
 }
 
@@ -119,6 +121,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (!f.dtype.empty()) p.dtype = parse_dtype(f.dtype, flag("--dtype"));
     p.bucket_mb = f.bucket_mb;
     p.first_bucket_mb = f.first_bucket_mb;
+    p.fold = !f.no_fold;
     p.ps_servers = f.ps_servers;
     p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
     p.staleness = f.staleness;

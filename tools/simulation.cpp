@@ -25,6 +25,7 @@ Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const
     info.seq = l.seq;
     info.dtype = to_string(l.dtype);
     info.model_flops = built.model_flops;
+    info.folded = built.graph.folded();
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
     traces::Summary summary = traces::summarize(built.graph, tl, info);
     if (plan.strategy == strategies::DataParallel::ps_async) summary.mean_staleness = strategies::mean_staleness(built.graph, tl);

@@ -257,7 +257,7 @@ private:
             OpId prev = 0;
             bool have_prev = false;
             for (OpId m : members) {  // member i → the next written member, skipping unselected ranks
-                if (!written(m)) continue;
+                if (m == OpGraph::kNoOp || !written(m)) continue;
                 if (have_prev) add_flow(prev, m, true);
                 prev = m;
                 have_prev = true;

@@ -81,17 +81,26 @@ Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info
             comm[op.rank].push_back({std::max(tl.start[p.send], tl.start[p.recv]), tl.end[id]});
         }
     }
-    double bubble = 0;
+    // Materialized ranks from their ops; a folded graph's mirror ranks copy their representative
+    // (same program, same times, same memory).
+    std::vector<DeviceSummary> own(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) {
+        if (!graph.materialized(r)) continue;
         merge(compute[r]);
         merge(comm[r]);
-        DeviceSummary d;
-        d.rank = r;
-        d.device = tl.device_names[r];
+        DeviceSummary& d = own[static_cast<std::size_t>(r)];
         d.peak_memory = tl.peak[r][static_cast<int>(Tier::device)];
         d.busy = length(compute[r]);
         d.comm = length(comm[r]);
         d.exposed_comm = d.comm - overlap(compute[r], comm[r]);
+        std::vector<Interval>().swap(compute[r]);
+        std::vector<Interval>().swap(comm[r]);
+    }
+    double bubble = 0;
+    for (int r = 0; r < ranks; ++r) {
+        DeviceSummary d = own[static_cast<std::size_t>(graph.representative(r))];
+        d.rank = r;
+        d.device = tl.device_names[r];
         if (secs > 0) bubble += (s.iteration - d.busy - d.exposed_comm) / s.iteration;
         s.peak_memory = std::max(s.peak_memory, d.peak_memory);
         s.exposed_comm = std::max(s.exposed_comm, d.exposed_comm);
@@ -127,6 +136,7 @@ Json to_json(const Summary& s) {
     j["microbatches"] = s.info.microbatches;
     j["seq"] = s.info.seq;
     j["dtype"] = s.info.dtype;
+    j["folded"] = s.info.folded;
     j["iteration_time_s"] = s.iteration.to_seconds();
     j["samples_per_s"] = s.samples_per_s;
     j["tokens_per_s"] = s.tokens_per_s;
@@ -167,8 +177,8 @@ void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
     out << i.model << " on " << i.cluster << " (" << i.devices << " devices): " << i.strategy << ", tp " << i.tp
         << " · pp " << i.pp << " · dp " << i.dp << ", global batch " << i.global_batch << " = " << i.dp << " × "
-        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << ", " << i.network
-        << " network\n\n";
+        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << ", " << i.network << " network"
+        << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n\n";
     auto row = [&](const std::string& k, const std::string& v) {
         out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';
     };

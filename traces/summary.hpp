@@ -31,6 +31,7 @@ struct StepInfo {
     std::string dtype;
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
+    bool folded = false;                // data-parallel replicas simulated as one
 };
 
 struct DeviceSummary {

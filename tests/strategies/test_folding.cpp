@@ -1,0 +1,90 @@
+// Folding identical data-parallel replicas: the shortcut must give what the full expansion gives.
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "strategies/plan.hpp"
+#include "tools/simulation.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+
+tools::Simulation run(const std::string& model, const topo::Cluster& c, Plan p, bool fold) {
+    p.fold = fold;
+    return tools::simulate_plan(model_preset(model), c, p);
+}
+
+}  // namespace
+
+TEST_CASE("a folded 3D plan simulates to the same step as its full expansion", "[strategies][folding]") {
+    const auto [nodes, tp, pp, dp, strategy, schedule] = GENERATE(
+        std::make_tuple(4, 8, 2, 2, DataParallel::ddp, Schedule::one_f_one_b),
+        std::make_tuple(8, 8, 2, 4, DataParallel::zero1, Schedule::one_f_one_b),
+        std::make_tuple(4, 8, 4, 1, DataParallel::ddp, Schedule::gpipe),  // dp 1: nothing to fold
+        std::make_tuple(8, 8, 2, 4, DataParallel::ddp, Schedule::interleaved));
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(nodes);
+    Plan p;
+    p.tp = tp;
+    p.pp = pp;
+    p.dp = dp;
+    p.strategy = strategy;
+    p.schedule = schedule;
+    if (schedule == Schedule::interleaved) p.virtual_stages = 2;
+    p.global_batch = 4 * dp;
+    const tools::Simulation folded = run("gpt2-medium", c, p, true), full = run("gpt2-medium", c, p, false);
+    INFO("tp " << tp << " pp " << pp << " dp " << dp << " " << to_string(strategy) << " " << to_string(schedule));
+    CHECK(folded.built.graph.folded() == (dp > 1));
+    CHECK_FALSE(full.built.graph.folded());
+    if (dp > 1) CHECK(folded.built.graph.size() * static_cast<std::size_t>(dp) < full.built.graph.size() + 1000);
+    CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-6));
+    CHECK(folded.summary.bubble_fraction == Approx(full.summary.bubble_fraction).epsilon(1e-4));
+    REQUIRE(folded.summary.per_device.size() == full.summary.per_device.size());
+    for (std::size_t r = 0; r < full.summary.per_device.size(); ++r) {
+        const auto& a = folded.summary.per_device[r];
+        const auto& b = full.summary.per_device[r];
+        CHECK(a.peak_memory == b.peak_memory);
+        CHECK(a.busy.to_seconds() == Approx(b.busy.to_seconds()).epsilon(1e-6));
+        CHECK(a.comm.to_seconds() == Approx(b.comm.to_seconds()).epsilon(1e-4));
+    }
+}
+
+TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
+    const Model m = model_preset("gpt2-medium");
+    Plan p;
+    p.pp = 2;
+    p.global_batch = 16;
+    SECTION("tensor groups smaller than a node: a node holds two replicas") {
+        p.tp = 4;
+        CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
+    }
+    SECTION("pure data parallelism is not folded") {
+        p.pp = 1;
+        CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
+    }
+    SECTION("tensor groups of a whole node") {
+        p.tp = 8;
+        CHECK(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(4), p).folded);
+    }
+}
+
+TEST_CASE("a folded graph keeps mirrors out of its ops", "[core][op_graph][folding]") {
+    OpGraph g(4);
+    g.set_representatives({0, 1, 0, 1});  // ranks 2 and 3 mirror 0 and 1
+    CHECK(g.mirrors(0).size() == 1);
+    CHECK(g.mirrors(0)[0] == 2);
+    SECTION("an op on a mirror") {
+        g.add_compute(2, Phase::fwd, 0, 0, Flops(1), Bytes(0), KernelClass::gemm, DType::bf16);
+        CHECK_THROWS_WITH(g.finalize(), Catch::Contains("is a mirror"));
+    }
+    SECTION("a mirror whose representative is not in the communicator") {
+        const auto c = g.declare_collective(CollectiveKind::all_reduce, {1, 2}, Bytes(8));
+        g.add_collective_op(c, 1, Stream::comm, Phase::comm);
+        CHECK_THROWS_WITH(g.finalize(), Catch::Contains("mirrors rank 0, which is not in it"));
+    }
+    SECTION("a data-parallel all-reduce over a rank and its mirror") {
+        const auto c = g.declare_collective(CollectiveKind::all_reduce, {0, 2}, Bytes(8));
+        g.add_collective_op(c, 0, Stream::comm, Phase::comm);
+        CHECK_NOTHROW(g.finalize());
+    }
+}
