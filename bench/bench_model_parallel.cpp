@@ -25,15 +25,17 @@ using namespace smol::strategies;
 
 namespace {
 
-void big() {
+/// GPT-3 175B, tp 8 · pp 16 · dp `dp` (dp·128 GPUs), 1F1B, 192 micro-batches per replica.
+void big(int dp, bool fold) {
     const Model m = model_preset("gpt3-175b");
-    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(128);
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(16 * dp);
     Plan p;
     p.tp = 8;
     p.pp = 16;
-    p.dp = 8;
+    p.dp = dp;
+    p.fold = fold;
     p.schedule = Schedule::one_f_one_b;
-    p.global_batch = 1536;
+    p.global_batch = 192 * dp;
     p.micro_batch = 1;
     auto t0 = std::chrono::steady_clock::now();
     const topo::Topology topology(c);
@@ -46,7 +48,8 @@ void big() {
     const Timeline& tl = run.timeline;
     const traces::Summary& s = run.summary;
     const double build_s = bench::seconds_since(t0) - tl.wall_s;
-    std::printf("GPT-3 175B on dgx-a100 x 128 (1024 GPUs): tp 8 pp 16 dp 8, 1F1B, global batch 1536, micro-batch 1\n");
+    std::printf("GPT-3 175B on dgx-a100 x %d (%d GPUs): tp 8 pp 16 dp %d, 1F1B, global batch %d, micro-batch 1, %s\n",
+                16 * dp, 128 * dp, dp, 192 * dp, b.graph.folded() ? "replicas folded" : "every replica simulated");
     std::printf("  graph              %zu ops, %zu edges, %zu collectives, %zu sends\n", b.graph.size(), b.graph.num_edges(),
                 b.graph.collectives().size(), b.graph.p2ps().size());
     std::printf("  build + summarise  %.2f s\n", build_s);
@@ -107,7 +110,11 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--recompute") && i + 1 < argc) recompute = parse_recompute(argv[++i], {});
         else if (!std::strcmp(argv[i], "--strategy") && i + 1 < argc) strategy = parse_data_parallel(argv[++i]);
     }
-    if (do_big) big();
+    if (do_big) {
+        big(8, false);    // 1,024 GPUs, full expansion
+        big(8, true);     // 1,024 GPUs, folded
+        big(128, true);   // 16,384 GPUs, folded
+    }
     if (do_table) table(gb, recompute, strategy);
     return 0;
 }

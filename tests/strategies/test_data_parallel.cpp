@@ -115,3 +115,19 @@ TEST_CASE("impossible data-parallel plans say why", "[strategies][plan]") {
         CHECK_THROWS_WITH(parse_data_parallel("dpp"), Catch::Contains("did you mean 'ddp'"));
     }
 }
+
+TEST_CASE("on a mixed cluster the slowest device sets the pace", "[strategies][ddp]") {
+    // Two Pi 5 and two Pi 4 on one switch, against the same cluster with four Pi 4: DDP's
+    // all-reduces make the Pi 5s wait for the Pi 4s, so the steps match.
+    const std::string path = std::string(SMOL_TEST_DATA) + "/cluster-mixed-pi.json";
+    const topo::Cluster mixed = topo::load_cluster(path);
+    Json text = load_json_file(path);
+    text["node_groups"][0]["device"] = "pi4-8gb";
+    const topo::Cluster slow = topo::cluster_from_json(JsonView(text, "all-pi4"));
+    const tools::Simulation a = run("gpt2-small", mixed, Plan{}), b = run("gpt2-small", slow, Plan{});
+    const auto& d = a.summary.per_device;
+    REQUIRE(d.size() == 4);
+    CHECK(d[0].busy < d[2].busy * 0.6);   // a Pi 5 computes in well under the Pi 4's time…
+    CHECK(d[0].comm > d[2].comm);         // …and waits for it in the all-reduces
+    CHECK(a.summary.iteration.to_seconds() == Approx(b.summary.iteration.to_seconds()).epsilon(0.01));
+}
