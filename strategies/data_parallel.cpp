@@ -68,6 +68,12 @@ std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, T
     return buf;
 }
 
+void alloc_model_states(OpGraph& g, int rank, Bytes params, Bytes grads, Bytes optimizer, Tier tier) {
+    alloc_state(g, rank, params, BufferLabel::parameters, tier);
+    alloc_state(g, rank, grads, BufferLabel::gradients, tier);
+    alloc_state(g, rank, optimizer, BufferLabel::optimizer_state, tier);
+}
+
 OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host, int layer, int microbatch) {
     return g.add_compute(rank, Phase::opt, layer, microbatch, Flops(kAdamFlopsPerParam * static_cast<double>(params)),
                          Bytes(params * kAdamBytesPerParam), KernelClass::optimizer, dtype, {}, on_host);
@@ -118,9 +124,7 @@ OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
     std::vector<Passes> passes;
     for (int r : replicas) {
         // Model states live for the whole step.
-        alloc_state(g, r, Bytes(params * sb.params), BufferLabel::parameters);
-        alloc_state(g, r, Bytes(params * sb.grads), BufferLabel::gradients);
-        alloc_state(g, r, Bytes(params * sb.optimizer), BufferLabel::optimizer_state);
+        alloc_model_states(g, r, Bytes(params * sb.params), Bytes(params * sb.grads), Bytes(params * sb.optimizer));
         passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype));
     }
 

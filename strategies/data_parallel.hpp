@@ -64,6 +64,8 @@ std::int64_t shard(std::int64_t n, int parts);
 
 /// Allocates a buffer at the start of the step on `rank` (compute stream) and keeps it to the end.
 std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, Tier tier = Tier::device);
+/// The three model-state buffers (parameters, gradients, optimizer state) for the whole step.
+void alloc_model_states(OpGraph& g, int rank, Bytes params, Bytes grads, Bytes optimizer, Tier tier = Tier::device);
 /// An Adam step over `params` parameters on the compute stream.
 OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host = false, int layer = -1,
               int microbatch = -1);

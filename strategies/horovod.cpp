@@ -19,9 +19,7 @@ OpGraph build_horovod(const Model& model, const Layout& layout, const Plan& plan
     const std::vector<int> replicas = replica_ranks(layout);
     std::vector<Passes> passes;
     for (int r : replicas) {
-        alloc_state(g, r, Bytes(params * sb.params), BufferLabel::parameters);
-        alloc_state(g, r, Bytes(params * sb.grads), BufferLabel::gradients);
-        alloc_state(g, r, Bytes(params * sb.optimizer), BufferLabel::optimizer_state);
+        alloc_model_states(g, r, Bytes(params * sb.params), Bytes(params * sb.grads), Bytes(params * sb.optimizer));
         passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype));
     }
     const int last_mb = layout.microbatches - 1;

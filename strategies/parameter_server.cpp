@@ -55,9 +55,7 @@ std::vector<Passes> add_programs(OpGraph& g, const PsLayout& p, const std::vecto
     const std::int64_t per_server = shard(params, static_cast<int>(p.servers.size()));
     for (int s : p.servers) {
         // fp32 master weights, a gradient accumulator and Adam's two moments: 4 + 4 + 8 bytes.
-        alloc_state(g, s, Bytes(per_server * 4), BufferLabel::parameters, Tier::host);
-        alloc_state(g, s, Bytes(per_server * 4), BufferLabel::gradients, Tier::host);
-        alloc_state(g, s, Bytes(per_server * 8), BufferLabel::optimizer_state, Tier::host);
+        alloc_model_states(g, s, Bytes(per_server * 4), Bytes(per_server * 4), Bytes(per_server * 8), Tier::host);
     }
     std::vector<Passes> passes;
     for (int w : p.workers) {

@@ -37,9 +37,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     std::vector<std::map<std::pair<int, int>, std::int32_t>> bucket_buf(replicas.size());
     for (std::size_t d = 0; d < replicas.size(); ++d) {
         const int r = replicas[d];
-        alloc_state(g, r, Bytes(params * sb.params), BufferLabel::parameters);
-        alloc_state(g, r, Bytes((stage == 1 ? params : shard(params, n)) * sb.grads), BufferLabel::gradients);
-        alloc_state(g, r, Bytes(shard(params, n) * sb.optimizer), BufferLabel::optimizer_state);
+        alloc_model_states(g, r, Bytes(params * sb.params), Bytes((stage == 1 ? params : shard(params, n)) * sb.grads),
+                           Bytes(shard(params, n) * sb.optimizer));
         std::function<void(int, const Block&)> before_bwd;
         if (stage == 2 && n > 1)
             before_bwd = [&, d, r](int mb, const Block& b) {
@@ -106,9 +105,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         static_cast<std::size_t>(dp), std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(mbs), std::vector<std::int32_t>(blocks.size(), -1)));
     for (int d = 0; d < dp; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
-        alloc_state(g, r, Bytes(shard(params, group) * sb.params), BufferLabel::parameters);
-        alloc_state(g, r, Bytes(shard(params, group) * sb.grads), BufferLabel::gradients);
-        alloc_state(g, r, Bytes(shard(params, group) * sb.optimizer), BufferLabel::optimizer_state);
+        const std::int64_t mine = shard(params, group);
+        alloc_model_states(g, r, Bytes(mine * sb.params), Bytes(mine * sb.grads), Bytes(mine * sb.optimizer));
         std::function<void(int, const Block&)> before_bwd;
         if (group > 1)
             before_bwd = [&, d, r](int mb, const Block& b) {
