@@ -204,7 +204,8 @@ int cmd_simulate(const PlanFlags& f, std::ostream& out, std::ostream& err) {
     return 0;
 }
 
-int cmd_describe(const std::string& model_spec, const std::string& cluster_spec, bool json, std::ostream& out) {
+int cmd_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
+                 std::ostream& out) {
     const Model model = load_model(model_spec);
     const std::int64_t params = model.parameters();
     const int seq = model.default_seq();
@@ -223,11 +224,36 @@ int cmd_describe(const std::string& model_spec, const std::string& cluster_spec,
            {"activation_bytes_per_sample", activations.count()},
            {"model_state_bytes", {{"ddp", states.count()}}}};
     std::optional<topo::Cluster> cluster;
+    // With a cluster: each data-parallel strategy's model-state bytes per device, read from the
+    // graph the strategy builds over all its devices (rank 0's parameter, gradient and
+    // optimizer-state buffers), not from a formula.
+    std::vector<std::pair<std::string, Bytes>> per_strategy{{"ddp", states}};
     if (!cluster_spec.empty()) {
         cluster = topo::load_cluster(cluster_spec);
+        if (nodes) cluster = cluster->with_nodes(*nodes);
         j["cluster"] = cluster->name;
         j["device_memory_bytes"] = cluster->device_kind(0).memory.count();
         j["devices"] = cluster->num_devices();
+        per_strategy.clear();
+        for (auto flavour : {strategies::DataParallel::ddp, strategies::DataParallel::zero1, strategies::DataParallel::zero2,
+                             strategies::DataParallel::zero3}) {
+            strategies::Plan plan;
+            plan.strategy = flavour;
+            plan.dtype = DType::bf16;
+            if (!cluster->device_kind(0).supports(DType::bf16)) plan.dtype = cluster->device_kind(0).default_dtype();
+            const strategies::Built built = strategies::build(model, *cluster, plan);
+            Bytes held;
+            for (const Buffer& b : built.graph.buffers()) {
+                const auto label = static_cast<BufferLabel>(b.label);
+                if (b.rank == 0 && (label == BufferLabel::parameters || label == BufferLabel::gradients ||
+                                    label == BufferLabel::optimizer_state))
+                    held += Bytes(b.bytes);
+            }
+            per_strategy.emplace_back(strategies::to_string(flavour), held);
+        }
+        Json m;
+        for (const auto& [name, bytes] : per_strategy) m[name] = bytes.count();
+        j["model_state_bytes"] = m;
     }
     if (json) {
         out << j.dump(2) << '\n';
@@ -242,10 +268,12 @@ int cmd_describe(const std::string& model_spec, const std::string& cluster_spec,
                   per_sample.count() / seq, seq);
     out << buf;
     out << "  activations / sample  " << to_string(activations) << " (bf16, no recompute)\n";
-    out << "  model states (ddp)    " << to_string(states) << " per device (mixed-precision Adam, 16 bytes/param)\n";
     if (cluster)
-        out << "  " << cluster->name << ": " << cluster->num_devices() << " devices of "
-            << to_string(cluster->device_kind(0).memory) << '\n';
+        out << "  on " << cluster->name << ": " << cluster->num_devices() << " devices of "
+            << to_string(cluster->device_kind(0).memory) << "; model states per device (mixed-precision Adam):\n";
+    else
+        out << "  model states per device (mixed-precision Adam; --cluster for the sharded strategies):\n";
+    for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string(bytes) << '\n';
     return 0;
 }
 
@@ -265,6 +293,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     CLI::App* describe = app.add_subcommand("describe", "parameters, FLOPs per token and memory of a model");
     describe->add_option("--model", d_model, "model preset or JSON file")->required();
     describe->add_option("--cluster", d_cluster, "cluster preset or JSON file");
+    std::optional<int> d_nodes;
+    describe->add_option("--nodes", d_nodes, "scale the cluster to N nodes");
     describe->add_flag("--json", d_json, "print one JSON object");
 
     CLI::App* models = app.add_subcommand("models", "list model presets");
@@ -290,7 +320,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 
     try {
         if (simulate->parsed()) return cmd_simulate(sim_flags, out, err);
-        if (describe->parsed()) return cmd_describe(d_model, d_cluster, d_json, out);
+        if (describe->parsed()) return cmd_describe(d_model, d_cluster, d_nodes, d_json, out);
         if (models->parsed()) {
             for (const auto& name : model_preset_names()) {
                 const Model m = model_preset(name);

@@ -214,6 +214,16 @@ TEST_CASE("describe, models and clusters list what they know", "[tools][cli]") {
     CHECK(j["parameters"].get<std::int64_t>() == Approx(6.74e9).epsilon(0.01));
     // 16 bytes per parameter of mixed-precision Adam model state.
     CHECK(j["model_state_bytes"]["ddp"].get<std::int64_t>() == 16 * j["parameters"].get<std::int64_t>());
+    // With a cluster, each strategy's model states as its graph holds them: the ZeRO ladder
+    // 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N (Rajbhandari et al. 2020) for N = 16.
+    const Result z = cli({"describe", "--model", "gpt2-xl", "--cluster", "dgx-a100", "--nodes", "2", "--json"});
+    REQUIRE(z.code == 0);
+    const Json zj = Json::parse(z.out);
+    const double psi = zj["parameters"].get<double>(), n = 16;
+    CHECK(zj["model_state_bytes"]["ddp"].get<double>() == Approx(16 * psi));
+    CHECK(zj["model_state_bytes"]["zero1"].get<double>() == Approx(4 * psi + 12 * psi / n).epsilon(0.001));
+    CHECK(zj["model_state_bytes"]["zero2"].get<double>() == Approx(2 * psi + 14 * psi / n).epsilon(0.001));
+    CHECK(zj["model_state_bytes"]["zero3"].get<double>() == Approx(16 * psi / n).epsilon(0.001));
     const Result m = cli({"models"});
     CHECK(m.code == 0);
     CHECK_THAT(m.out, Catch::Contains("gpt3-175b"));
