@@ -402,6 +402,7 @@ private:
         const ProtocolCosts& costs = protocol_costs(gpu_ ? Protocol::simple : Protocol::host);
         const PlanKey key{(1ull << 62) | (static_cast<std::uint64_t>(p.src) << 31) | static_cast<std::uint64_t>(p.dst),
                           static_cast<std::uint64_t>(p.bytes)};
+        if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         std::vector<std::pair<topo::VertexId, topo::VertexId>> mirrored;
         if (net) {
             // Mirrors of an inter-node transfer share the fabric with it. (Intra-node links of a
