@@ -109,15 +109,14 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
 
 }  // namespace detail
 
-OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
-    using namespace detail;
+namespace detail {
+
+OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& plan, Bytes cap, Bytes first_cap,
+                         Time cycle) {
     const std::vector<Block> blocks = replica_blocks(model, layout, plan);
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t params = total_params(blocks);
-
-    // PyTorch: bucket_cap_mb = 25 (MiB) and a 1 MiB first bucket (_DEFAULT_FIRST_BUCKET_BYTES).
-    const Bytes cap = Bytes::mib(plan.bucket_mb);
-    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, std::min(cap, Bytes::mib(plan.first_bucket_mb)));
+    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, first_cap);
 
     OpGraph g(layout.devices);
     const std::vector<int> replicas = replica_ranks(layout);
@@ -129,17 +128,25 @@ OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
     }
 
     // Gradient synchronisation in the last micro-batch only (the earlier ones run under no_sync):
-    // each bucket's all-reduce waits for the backward that completes it; the comm stream keeps
-    // the buckets in order, so the optimizer step waits for the last one.
+    // each bucket's all-reduce waits for the backward that completes it — and, with a cycle, for
+    // the next tick of the framework's background thread after that (a timer on the host
+    // stream), so buckets that fill within one cycle share its tick and go out back to back. The
+    // comm stream keeps the buckets in order, so the optimizer step waits for the last one.
     const int last_mb = layout.microbatches - 1;
     std::vector<OpId> last_sync(replicas.size(), static_cast<OpId>(-1));
     if (replicas.size() > 1)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
-            const auto ops = g.add_collective(CollectiveKind::all_reduce, replicas, buckets[k].bytes, Stream::comm,
-                                              Phase::comm, -1, -1, static_cast<int>(k));
+            const auto cid = g.declare_collective(CollectiveKind::all_reduce, replicas, buckets[k].bytes);
             for (std::size_t d = 0; d < replicas.size(); ++d) {
-                g.depend(passes[d].bwd[last_mb][static_cast<std::size_t>(buckets[k].ready_after_block)], ops[d]);
-                last_sync[d] = ops[d];
+                const OpId ready = passes[d].bwd[last_mb][static_cast<std::size_t>(buckets[k].ready_after_block)];
+                last_sync[d] = g.add_collective_op(cid, replicas[d], Stream::comm, Phase::comm, -1, -1, static_cast<int>(k));
+                if (cycle > Time::zero()) {
+                    const OpId tick = g.add_timer(replicas[d], cycle, Stream::host, Phase::comm, static_cast<int>(k));
+                    g.depend(ready, tick);
+                    g.depend(tick, last_sync[d]);
+                } else {
+                    g.depend(ready, last_sync[d]);
+                }
             }
         }
     for (std::size_t d = 0; d < replicas.size(); ++d) {
@@ -147,6 +154,14 @@ OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
         if (last_sync[d] != static_cast<OpId>(-1)) g.depend(last_sync[d], opt);
     }
     return g;
+}
+
+}  // namespace detail
+
+OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
+    // PyTorch: bucket_cap_mb = 25 (MiB) and a 1 MiB first bucket (_DEFAULT_FIRST_BUCKET_BYTES).
+    const Bytes cap = Bytes::mib(plan.bucket_mb);
+    return detail::build_replicated(model, layout, plan, cap, std::min(cap, Bytes::mib(plan.first_bucket_mb)), Time::zero());
 }
 
 OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, const Layout& layout, const Plan& plan) {

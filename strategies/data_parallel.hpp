@@ -81,5 +81,10 @@ struct Passes {
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd = {});
 
+/// Replicas that all-reduce gradient buckets (≤ `cap`, the first ≤ `first_cap`) as backward
+/// fills them, then step Adam: DDP, and Horovod with its background `cycle` (zero: none).
+OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& plan, Bytes cap, Bytes first_cap,
+                         Time cycle);
+
 }  // namespace detail
 }  // namespace smol::strategies

@@ -114,14 +114,9 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l)
                        strategy_flag);
     }
     // The model checks that tp divides heads, key-value heads and the ffn width.
-    Workload w;
-    w.micro_batch = l.micro_batch;
-    w.seq = l.seq;
-    w.tp = l.tp;
-    w.dtype = l.dtype;
     std::vector<Block> blocks;
     try {
-        blocks = model.blocks(w);
+        blocks = detail::replica_blocks(model, l, plan);
     } catch (const Error& e) {
         throw e.with_context(tp_flag);
     }
@@ -160,14 +155,7 @@ class Builder {
 public:
     Builder(const Model& model, const Layout& layout, const Plan& plan)
         : model_(model), l_(layout), plan_(plan), g_(layout.devices) {
-        Workload w;
-        w.micro_batch = l_.micro_batch;
-        w.seq = l_.seq;
-        w.tp = l_.tp;
-        w.sequence_parallel = plan.sequence_parallel;
-        w.recompute = plan.recompute;
-        w.dtype = l_.dtype;
-        blocks_ = model.blocks(w);
+        blocks_ = detail::replica_blocks(model, layout, plan);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
         emit_dp_ = l_.folded ? 1 : l_.dp;
