@@ -14,25 +14,15 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/model.hpp"
+#include "test_support.hpp"
 
 using namespace smol;
 using Catch::Matchers::Contains;
+using smol::test::bad_input_message;
 
 namespace {
 
 const std::string data_dir = SMOL_TEST_DATA;
-
-template <typename F>
-std::string bad_input(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        CHECK(e.kind() == ErrorKind::bad_input);
-        return e.what();
-    }
-    FAIL("no error thrown");
-    return "";
-}
 
 Model from_text(const std::string& text, const std::string& name = "inline") {
     static Json keep;  // the view points into the document; keep it alive for the call
@@ -358,13 +348,13 @@ TEST_CASE("bad model inputs", "[core][model]") {
     SECTION("tp does not divide the attention heads") {
         Workload w;
         w.tp = 5;
-        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }),
+        CHECK_THAT(bad_input_message([&] { model_preset("gpt2-small").blocks(w); }),
                    Contains("tp 5 does not divide the 12 attention heads of gpt2-small"));
     }
     SECTION("tp does not divide the key-value heads") {
         Workload w;
         w.tp = 16;
-        CHECK_THAT(bad_input([&] { model_preset("llama3-8b").blocks(w); }),
+        CHECK_THAT(bad_input_message([&] { model_preset("llama3-8b").blocks(w); }),
                    Contains("tp 16 does not divide the 8 key-value heads of llama3-8b"));
     }
     SECTION("tp does not divide the ffn hidden size") {
@@ -372,12 +362,12 @@ TEST_CASE("bad model inputs", "[core][model]") {
                                       "ffn_hidden": 100, "vocab": 10, "seq": 8})");
         Workload w;
         w.tp = 8;
-        CHECK_THAT(bad_input([&] { m.blocks(w); }), Contains("tp 8 does not divide the ffn hidden size 100"));
+        CHECK_THAT(bad_input_message([&] { m.blocks(w); }), Contains("tp 8 does not divide the ffn hidden size 100"));
     }
     SECTION("tp zero") {
         Workload w;
         w.tp = 0;
-        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }), Contains("at least 1"));
+        CHECK_THAT(bad_input_message([&] { model_preset("gpt2-small").blocks(w); }), Contains("at least 1"));
     }
     SECTION("vocab not divisible by tp is padded, not an error") {
         Workload w;
@@ -388,102 +378,102 @@ TEST_CASE("bad model inputs", "[core][model]") {
     SECTION("sequence longer than the learned positions") {
         Workload w;
         w.seq = 2048;
-        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }),
+        CHECK_THAT(bad_input_message([&] { model_preset("gpt2-small").blocks(w); }),
                    Contains("sequence length 2048 exceeds the 1024 learned positions of gpt2-small"));
     }
     SECTION("zero micro-batch") {
         Workload w;
         w.micro_batch = 0;
-        CHECK_THAT(bad_input([&] { model_preset("gpt2-small").blocks(w); }), Contains("micro-batch"));
+        CHECK_THAT(bad_input_message([&] { model_preset("gpt2-small").blocks(w); }), Contains("micro-batch"));
     }
     SECTION("tp on a layer list") {
         Workload w;
         w.tp = 2;
-        CHECK_THAT(bad_input([&] { load_model(data_dir + "/model-tiny-mlp.json").blocks(w); }),
+        CHECK_THAT(bad_input_message([&] { load_model(data_dir + "/model-tiny-mlp.json").blocks(w); }),
                    Contains("tensor parallelism is not modelled"));
     }
     SECTION("unknown model suggests the nearest preset") {
-        const std::string m = bad_input([] { load_model("gpt2-smal"); });
+        const std::string m = bad_input_message([] { load_model("gpt2-smal"); });
         CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: gpt2-large"));
         CHECK_THAT(m, Contains("or give a path to a JSON file"));
     }
     SECTION("unknown preset") {
-        CHECK_THAT(bad_input([] { model_preset("llama2-8b"); }), Contains("did you mean 'llama2-7b'"));
+        CHECK_THAT(bad_input_message([] { model_preset("llama2-8b"); }), Contains("did you mean 'llama2-7b'"));
     }
     SECTION("unknown key in the own format") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hiden": 64, "heads": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "transformer", "layers": 2, "hiden": 64, "heads": 4,
                                                 "vocab": 10, "seq": 8})", "typo"); }),
                    Contains("typo.json: at /hiden: unknown key 'hiden' (did you mean 'hidden'?)"));
     }
     SECTION("missing required key names the path") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
                                                 "seq": 8})", "m"); }),
                    Contains("m.json: at /vocab: missing required key 'vocab'"));
     }
     SECTION("missing HuggingFace key names the path") {
-        CHECK_THAT(bad_input([] { from_text(R"({"n_layer": 2, "n_embd": 64, "n_positions": 8,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"n_layer": 2, "n_embd": 64, "n_positions": 8,
                                                 "vocab_size": 10})", "hf"); }),
                    Contains("hf.json: at /n_head: missing required key 'n_head'"));
     }
     SECTION("negative size") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": -2, "hidden": 64, "heads": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "transformer", "layers": -2, "hidden": 64, "heads": 4,
                                                 "vocab": 10, "seq": 8})"); }),
                    Contains("at /layers: expected a positive integer, found -2"));
     }
     SECTION("zero size in a HuggingFace file") {
-        CHECK_THAT(bad_input([] { from_text(R"({"num_hidden_layers": 2, "hidden_size": 0,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"num_hidden_layers": 2, "hidden_size": 0,
             "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10,
             "max_position_embeddings": 8})"); }),
                    Contains("at /hidden_size: expected a positive integer, found 0"));
     }
     SECTION("hidden not a multiple of heads") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 65, "heads": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 65, "heads": 4,
                                                 "vocab": 10, "seq": 8})"); }),
                    Contains("hidden size 65 is not a multiple of the 4 attention heads"));
     }
     SECTION("heads not a multiple of kv heads") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
                                                 "kv_heads": 3, "vocab": 10, "seq": 8})"); }),
                    Contains("not a multiple of the 3 key-value heads"));
     }
     SECTION("bad norm") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4,
                                                 "vocab": 10, "seq": 8, "norm": "batchnorm"})"); }),
                    Contains("at /norm: expected \"layernorm\" or \"rmsnorm\", found \"batchnorm\""));
     }
     SECTION("bad kind") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "cnn"})"); }),
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "cnn"})"); }),
                    Contains("at /kind: expected \"transformer\" or \"layers\", found \"cnn\""));
     }
     SECTION("neither own nor HuggingFace") {
-        CHECK_THAT(bad_input([] { from_text(R"({"foo": 1})"); }), Contains("HuggingFace config.json"));
+        CHECK_THAT(bad_input_message([] { from_text(R"({"foo": 1})"); }), Contains("HuggingFace config.json"));
     }
     SECTION("bad layer kind suggests the nearest") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4,
             "layers": [{"name": "c", "kind": "conv2", "params": 1, "fwd_flops": 2, "activations": 4, "output": 4}]})"); }),
                    Contains("at /layers/0/kind: expected one of conv, fc"));
     }
     SECTION("negative layer activations") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4,
             "layers": [{"name": "c", "kind": "fc", "params": 1, "fwd_flops": 2, "activations": -4, "output": 4}]})"); }),
                    Contains("at /layers/0/activations: expected a non-negative size in bytes, found -4"));
     }
     SECTION("empty layer list") {
-        CHECK_THAT(bad_input([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4, "layers": []})"); }),
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "layers", "input_bytes_per_sample": 4, "layers": []})"); }),
                    Contains("at /layers: expected a non-empty array of layers"));
     }
     SECTION("bad dtype") {
-        CHECK_THAT(bad_input([] { parse_dtype("fp8", {"", "", "--dtype"}); }),
+        CHECK_THAT(bad_input_message([] { parse_dtype("fp8", {"", "", "--dtype"}); }),
                    Contains("--dtype: expected bf16, fp16 or fp32, found \"fp8\""));
     }
     SECTION("bad recompute") {
-        CHECK_THAT(bad_input([] { parse_recompute("some", {"", "", "--recompute"}); }),
+        CHECK_THAT(bad_input_message([] { parse_recompute("some", {"", "", "--recompute"}); }),
                    Contains("--recompute: expected none, selective or full, found \"some\""));
     }
     SECTION("malformed model file gives line and column") {
         const std::string path = (std::filesystem::temp_directory_path() / "smol_bad_model.json").string();
         { std::ofstream(path) << "{\n  \"kind\": \"transformer\",\n  \"layers\": 2,,\n}"; }
-        CHECK_THAT(bad_input([&] { load_model(path); }), Contains(path + ": line 3, column"));
+        CHECK_THAT(bad_input_message([&] { load_model(path); }), Contains(path + ": line 3, column"));
         std::filesystem::remove(path);
     }
 }

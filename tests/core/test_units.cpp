@@ -6,26 +6,12 @@
 
 #include "core/error.hpp"
 #include "core/units.hpp"
+#include "test_support.hpp"
 
 using namespace smol;
 using Catch::Matchers::Contains;
 
-namespace {
-
-/// The detail of the bad_input error thrown by `f`; fails the test if none is thrown.
-template <typename F>
-std::string bad_input_message(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        CHECK(e.kind() == ErrorKind::bad_input);
-        return e.what();
-    }
-    FAIL("no error thrown");
-    return "";
-}
-
-}  // namespace
+using smol::test::bad_input_message;
 
 TEST_CASE("parse_time accepts every unit, with or without a space", "[core][units]") {
     CHECK(parse_time("7 ps").count_ps() == 7);

@@ -9,26 +9,17 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "topologies/cluster.hpp"
+#include "test_support.hpp"
 
 using namespace smol;
 using namespace smol::topo;
 using Catch::Matchers::Contains;
+using smol::test::bad_input_message;
 
 namespace {
 
 std::string data_file(const std::string& name) { return std::string(SMOL_TEST_DATA) + "/" + name; }
 
-/// Runs `f`, which must throw a bad_input smol::Error; returns its full message.
-std::string bad_input_message(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        CHECK(e.kind() == ErrorKind::bad_input);
-        return e.what();
-    }
-    FAIL("expected a bad_input smol::Error");
-    return "";
-}
 
 double tflops(const DeviceKind& d, DType t) { return d.peak_for(t).to_tflops(); }
 double gb_per_s(Bandwidth b) { return b.to_gb_per_s(); }
