@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include "traces/chrome_trace.hpp"
 #include "traces/summary.hpp"
 #include "tools/simulation.hpp"
+#include "topologies/topology.hpp"
 
 namespace smol::tools {
 
@@ -155,8 +157,33 @@ std::vector<int> parse_ranks(const std::string& text, int devices) {
     return out;
 }
 
+/// The links that traffic to or from `ranks` crosses: routes to every peer of their sends,
+/// receives and collectives, and to their host memory and NVMe (copies).
+std::vector<bool> links_of(const OpGraph& g, const topo::Topology& topology, const std::vector<int>& ranks) {
+    std::vector<bool> traced(static_cast<std::size_t>(g.ranks()), false), keep(topology.links().size(), false);
+    for (int r : ranks) traced[static_cast<std::size_t>(r)] = true;
+    auto mark = [&](topo::VertexId a, topo::VertexId b) {
+        if (a < 0 || b < 0 || a == b) return;
+        for (topo::LinkId l : topology.route(a, b)) keep[static_cast<std::size_t>(l)] = true;
+        for (topo::LinkId l : topology.route(b, a)) keep[static_cast<std::size_t>(l)] = true;
+    };
+    std::set<std::pair<int, int>> pairs;
+    for (const P2P& p : g.p2ps())
+        if (traced[static_cast<std::size_t>(p.src)] || traced[static_cast<std::size_t>(p.dst)]) pairs.insert({p.src, p.dst});
+    for (const auto& members : g.communicators())
+        for (int m : members)
+            if (traced[static_cast<std::size_t>(m)])
+                for (int o : members) pairs.insert({m, o});
+    for (const auto& [a, b] : pairs) mark(topology.device_vertex(a), topology.device_vertex(b));
+    for (int r : ranks) {
+        mark(topology.device_vertex(r), topology.host_vertex(r));
+        mark(topology.host_vertex(r), topology.nvme_vertex(r));
+    }
+    return keep;
+}
+
 /// Writes the trace next to its final name, then renames it, so a crash never leaves half a file.
-void write_trace(const PlanFlags& f, const OpGraph& g, const Timeline& tl) {
+void write_trace(const PlanFlags& f, const topo::Cluster& cluster, const OpGraph& g, const Timeline& tl) {
     namespace fs = std::filesystem;
     const fs::path path(f.trace);
     if (fs::exists(path) && !f.force)
@@ -168,6 +195,7 @@ void write_trace(const PlanFlags& f, const OpGraph& g, const Timeline& tl) {
         if (!out) fail_input("cannot write " + tmp.string(), flag("--trace"));
         traces::TraceOptions opt;
         opt.ranks = parse_ranks(f.trace_ranks, g.ranks());
+        if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
         traces::write_chrome_trace(out, g, tl, opt);
         if (!out) fail_input("cannot write " + tmp.string() + " (disk full?)", flag("--trace"));
     }
@@ -189,7 +217,7 @@ int cmd_simulate(const PlanFlags& f, std::ostream& out, std::ostream& err) {
     const Simulation run = simulate_plan(model, cluster, plan, opt);
     const traces::Summary& s = run.summary;
 
-    if (!f.trace.empty()) write_trace(f, run.built.graph, run.timeline);
+    if (!f.trace.empty()) write_trace(f, cluster, run.built.graph, run.timeline);
     if (f.json)
         out << to_json(s).dump(2) << '\n';
     else {

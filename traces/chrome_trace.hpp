@@ -17,6 +17,10 @@ namespace smol::traces {
 struct TraceOptions {
     std::vector<int> ranks;   // ranks to write; empty: all of them (huge runs write a subset)
     bool links = true;        // the network process, when the timeline has link samples
+    /// Which links the network process shows (indexed by link id); empty: every link with samples.
+    /// The command line passes the links the traced ranks' traffic crosses, so a trace of 8 ranks
+    /// out of 1,024 does not carry the utilisation of 50,000 links.
+    std::vector<bool> link_filter;
 };
 
 void write_chrome_trace(std::ostream& out, const OpGraph& graph, const Timeline& timeline,
