@@ -1,0 +1,132 @@
+// `smolcluster describe`, `models` and `clusters`: what smolcluster knows about a model and the presets.
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "strategies/data_parallel.hpp"
+#include "strategies/plan.hpp"
+#include "tools/commands.hpp"
+#include "topologies/cluster.hpp"
+
+namespace smol::tools {
+
+namespace {
+
+int run_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
+                 std::ostream& out) {
+    const Model model = load_model(model_spec);
+    const std::int64_t params = model.parameters();
+    const int seq = model.default_seq();
+    // FLOPs per token of a training step (forward + backward), from the model's own blocks.
+    Workload w;
+    w.seq = seq;
+    const Flops per_sample = model.flops_per_iteration(1, seq, Recompute::none);
+    Bytes activations;
+    for (const Block& b : model.blocks(w)) activations += b.activations;
+    const auto sb = strategies::state_bytes(DType::bf16);
+    const Bytes states(params * (sb.params + sb.grads + sb.optimizer));
+    Json j{{"model", model.name()},
+           {"parameters", params},
+           {"seq", seq},
+           {"train_flops_per_token", per_sample.count() / seq},
+           {"activation_bytes_per_sample", activations.count()},
+           {"model_state_bytes", {{"ddp", states.count()}}}};
+    std::optional<topo::Cluster> cluster;
+    // With a cluster: each data-parallel strategy's model-state bytes per device, read from the
+    // graph the strategy builds over all its devices (rank 0's parameter, gradient and
+    // optimizer-state buffers), not from a formula.
+    std::vector<std::pair<std::string, Bytes>> per_strategy{{"ddp", states}};
+    if (!cluster_spec.empty()) {
+        cluster = topo::load_cluster(cluster_spec);
+        if (nodes) cluster = cluster->with_nodes(*nodes);
+        j["cluster"] = cluster->name;
+        j["device_memory_bytes"] = cluster->device_kind(0).memory.count();
+        j["devices"] = cluster->num_devices();
+        per_strategy.clear();
+        for (auto flavour : {strategies::DataParallel::ddp, strategies::DataParallel::zero1, strategies::DataParallel::zero2,
+                             strategies::DataParallel::zero3}) {
+            strategies::Plan plan;
+            plan.strategy = flavour;
+            plan.dtype = DType::bf16;
+            if (!cluster->device_kind(0).supports(DType::bf16)) plan.dtype = cluster->device_kind(0).default_dtype();
+            const strategies::Built built = strategies::build(model, *cluster, plan);
+            Bytes held;
+            for (const Buffer& b : built.graph.buffers()) {
+                const auto label = static_cast<BufferLabel>(b.label);
+                if (b.rank == 0 && (label == BufferLabel::parameters || label == BufferLabel::gradients ||
+                                    label == BufferLabel::optimizer_state))
+                    held += Bytes(b.bytes);
+            }
+            per_strategy.emplace_back(strategies::to_string(flavour), held);
+        }
+        Json m;
+        for (const auto& [name, bytes] : per_strategy) m[name] = bytes.count();
+        j["model_state_bytes"] = m;
+    }
+    if (json) {
+        out << j.dump(2) << '\n';
+        return 0;
+    }
+    char buf[128];
+    out << model.name() << '\n';
+    std::snprintf(buf, sizeof buf, "  parameters            %.4g (%lld)\n", static_cast<double>(params),
+                  static_cast<long long>(params));
+    out << buf;
+    std::snprintf(buf, sizeof buf, "  train FLOPs / token   %.4g (forward + backward, seq %d)\n",
+                  per_sample.count() / seq, seq);
+    out << buf;
+    out << "  activations / sample  " << to_string(activations) << " (bf16, no recompute)\n";
+    if (cluster)
+        out << "  on " << cluster->name << ": " << cluster->num_devices() << " devices of "
+            << to_string(cluster->device_kind(0).memory) << "; model states per device (mixed-precision Adam):\n";
+    else
+        out << "  model states per device (mixed-precision Adam; --cluster for the sharded strategies):\n";
+    for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string(bytes) << '\n';
+    return 0;
+}
+
+}  // namespace
+
+Command add_describe(CLI::App& parent) {
+    struct Flags {
+        std::string model, cluster;
+        std::optional<int> nodes;
+        bool json = false;
+    };
+    auto f = std::make_shared<Flags>();
+    CLI::App* app = parent.add_subcommand("describe", "parameters, FLOPs per token and memory of a model");
+    app->add_option("--model", f->model, "model preset or JSON file")->required();
+    app->add_option("--cluster", f->cluster, "cluster preset or JSON file");
+    app->add_option("--nodes", f->nodes, "scale the cluster to N nodes");
+    app->add_flag("--json", f->json, "print one JSON object");
+    return {app, [f](const Io& io) { return run_describe(f->model, f->cluster, f->nodes, f->json, io.out); }};
+}
+
+Command add_models(CLI::App& parent) {
+    CLI::App* app = parent.add_subcommand("models", "list model presets");
+    return {app, [](const Io& io) {
+                for (const auto& name : model_preset_names()) {
+                    const Model m = model_preset(name);
+                    char buf[128];
+                    std::snprintf(buf, sizeof buf, "%-16s %8.3g parameters\n", name.c_str(), static_cast<double>(m.parameters()));
+                    io.out << buf;
+                }
+                return 0;
+            }};
+}
+
+Command add_clusters(CLI::App& parent) {
+    CLI::App* app = parent.add_subcommand("clusters", "list cluster presets");
+    return {app, [](const Io& io) {
+                for (const auto& name : topo::cluster_preset_names()) {
+                    const topo::Cluster c = topo::cluster_preset(name);
+                    char buf[256];
+                    std::snprintf(buf, sizeof buf, "%-18s %3d × %-16s %s\n", name.c_str(), c.num_devices(),
+                                  c.device_kind(0).name.c_str(), c.description.c_str());
+                    io.out << buf;
+                }
+                return 0;
+            }};
+}
+
+}  // namespace smol::tools

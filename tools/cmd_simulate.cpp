@@ -1,0 +1,58 @@
+// `smolcluster simulate`: one training step of a plan, simulated and summarised.
+#include <memory>
+
+#include "tools/commands.hpp"
+#include "tools/plan_flags.hpp"
+#include "tools/simulation.hpp"
+#include "traces/summary.hpp"
+
+namespace smol::tools {
+
+namespace {
+
+struct SimulateFlags {
+    PlanFlags plan;
+    TraceFlags trace;
+    bool json = false;
+};
+
+int run_simulate(const SimulateFlags& f, const Io& io) {
+    const Model model = load_model(f.plan.model);
+    const topo::Cluster cluster = resolve_cluster(f.plan);
+    const strategies::Plan plan = resolve_plan(f.plan);
+    sim::SimOptions opt = resolve_sim_options(f.plan);
+    const bool tracing = !f.trace.trace.empty();
+    opt.record_links = tracing;
+    opt.record_memory = tracing;
+    check_trace_target(f.trace.trace, f.trace.force);
+
+    const Simulation run = simulate_plan(model, cluster, plan, opt);
+    const traces::Summary& s = run.summary;
+
+    if (tracing) write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, run.built.graph, run.timeline);
+    if (f.json)
+        io.out << to_json(s).dump(2) << '\n';
+    else {
+        traces::print_table(io.out, s);
+        if (tracing) io.out << "\n  trace written to " << f.trace.trace << " (open in ui.perfetto.dev)\n";
+    }
+    if (!s.fits()) {
+        io.err << "smolcluster: the plan does not fit: " << s.oom->device << " needs " << to_string(s.oom->requested)
+               << " more " << to_string(s.oom->tier) << " memory with " << to_string(s.oom->free) << " free\n";
+        return 3;
+    }
+    return 0;
+}
+
+}  // namespace
+
+Command add_simulate(CLI::App& parent) {
+    auto f = std::make_shared<SimulateFlags>();
+    CLI::App* app = parent.add_subcommand("simulate", "simulate one training step and summarise it");
+    add_plan_flags(*app, f->plan);
+    add_trace_flags(*app, f->trace);
+    app->add_flag("--json", f->json, "print the summary as one JSON object");
+    return {app, [f](const Io& io) { return run_simulate(*f, io); }};
+}
+
+}  // namespace smol::tools
