@@ -42,6 +42,12 @@ TransformerShape gpt2_style(int layers, int hidden, int heads, int max_seq) {
     return s;
 }
 
+TransformerShape tiny_gpt(int layers, int hidden, int heads, int max_seq) {
+    TransformerShape s = gpt2_style(layers, hidden, heads, max_seq);
+    s.vocab = 8192;
+    return s;
+}
+
 TransformerShape llama_style(int layers, int hidden, int heads, int kv_heads, int ffn, int vocab, int max_seq) {
     TransformerShape s;
     s.layers = layers;
@@ -61,6 +67,10 @@ TransformerShape llama_style(int layers, int hidden, int heads, int kv_heads, in
 
 const std::map<std::string, TransformerShape>& transformer_presets() {
     static const std::map<std::string, TransformerShape> presets{
+        // Small GPT-2-shaped models for real runs on a laptop or a CI box (a validation on two
+        // cores takes seconds): not published models, their shapes are smolcluster's own.
+        {"gpt-tiny", tiny_gpt(4, 256, 4, 256)},
+        {"gpt-mini", tiny_gpt(8, 512, 8, 512)},
         {"gpt2-small", gpt2_style(12, 768, 12, 1024)},
         {"gpt2-medium", gpt2_style(24, 1024, 16, 1024)},
         {"gpt2-large", gpt2_style(36, 1280, 20, 1024)},
@@ -139,10 +149,12 @@ Block embedding_block(const TransformerShape& m, const Dims& d) {
     // Saved for backward: only the embedding dropout mask, 1 byte per element (Korthikanti §4.3).
     blk.activations = Bytes(d.rep(sbh));
     blk.output = Bytes(d.rep(sbh * d.e));
-    // Gather: read + write sbh; position add: read 2, write 1; dropout: read, write, mask.
-    const std::int64_t elems = 2 + (m.learned_positions ? 3 : 0) + 2;
-    blk.mem_traffic = Bytes(d.rep(elems * sbh * d.e + sbh));
-    blk.gemm = {};
+    // Gather (read the rows, write sbh), the position add (read 2, write 1) and dropout (read,
+    // write, a 1-byte mask), on the sequence shard with sp.
+    blk.fwd_kernels.push_back(stream_kernel(KernelName::embedding, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
+    if (m.learned_positions)
+        blk.fwd_kernels.push_back(stream_kernel(KernelName::embedding, KernelClass::elementwise, d.rep(3 * sbh * d.e)));
+    blk.fwd_kernels.push_back(stream_kernel(KernelName::bias_dropout_residual, KernelClass::elementwise, d.rep(2 * sbh * d.e + sbh)));
     // The vocab-parallel embedding sums partial lookups: one all-reduce (reduce-scatter with sp).
     blk.tp_collectives_fwd = d.t > 1 ? 1 : 0;
     blk.tp_bytes_per_collective = Bytes(sbh * d.e);
@@ -209,20 +221,52 @@ Bytes layer_activations(const Dims& d, std::int64_t mlp_matrices) {
     return Bytes(bytes);
 }
 
-/// Bytes read and written by the memory-bound kernels of one layer's forward, an estimate:
-///   two norms (read + write sbh each)                               4·sbh·e
-///   two bias + dropout + residual adds (read 2, write 1, mask)      6·sbh·e + 2·sbh
-///   activation function (GeLU: read f, write f; SwiGLU: read 2f, write f)
-///   softmax (read, write) and its dropout (read, write, mask) over a·s²·b
-/// For GPT (f = 4h, t = 1): 18·sbh·e + 2·sbh + 4·a·s²·b·e + a·s²·b. The norm and residual parts
-/// are replicated without sp; the activation function and softmax are split by t.
-Bytes layer_mem_traffic(const Dims& d, std::int64_t mlp_matrices) {
-    const std::int64_t sb = d.s * d.b, sbh = sb * d.h, e = d.e;
-    const std::int64_t as2b = d.a * d.s * d.s * d.b;
-    std::int64_t bytes = d.rep(4 * sbh * e) + d.rep(6 * sbh * e + 2 * sbh);
-    bytes += (mlp_matrices == 3 ? 3 : 2) * sb * d.f * e / d.t;
-    bytes += (4 * as2b * e + as2b) / d.t;
-    return Bytes(bytes);
+/// The attention core of one layer on one rank, as Megatron-LM's eager path runs it
+/// (megatron/core/transformer/dot_product_attention.py): the scores Q·Kᵀ as one batched GEMM
+/// over the b·a/t heads (baddbmm), the fused scale-mask-softmax, attention dropout (read, write,
+/// a 1-byte mask), the context P·V as a batched GEMM, and the permute of the context back to
+/// [s, b, h/t] (a copy). Grouped-query attention repeats K and V per head, so the GEMMs are per
+/// query head.
+std::vector<Kernel> attention_core_kernels(const Dims& d) {
+    const std::int64_t hd = d.h / d.a, heads = d.b * d.a / d.t, e = d.e;
+    return {gemm_kernel(KernelName::scores, KernelClass::attention, d.s, d.s, hd, heads, static_cast<int>(e), false),
+            softmax_kernel(heads * d.s, d.s, static_cast<int>(e)),
+            stream_kernel(KernelName::softmax, KernelClass::attention, heads * d.s * d.s * (2 * e + 1)),
+            gemm_kernel(KernelName::context, KernelClass::attention, d.s, hd, d.s, heads, static_cast<int>(e), false),
+            stream_kernel(KernelName::context, KernelClass::attention, 2 * d.s * d.b * d.h / d.t * e)};
+}
+
+/// The forward kernels of one transformer layer on one tensor-parallel rank, in launch order
+/// (Megatron-LM's TransformerLayer): norm, QKV projection (column-parallel, its bias added by a
+/// separate kernel as ColumnParallelLinear does), rotary embedding on Q and K (RoPE models), the
+/// attention core, the output projection (row-parallel), fused bias-dropout-add, norm, the MLP's
+/// up projection (one GEMM for gate and up with SwiGLU), fused bias-activation, down projection,
+/// bias-dropout-add. GEMMs cover b·s tokens (the all-gathered sequence with sp); norms and the
+/// residual kernels run on the sequence shard with sp.
+std::vector<Kernel> layer_kernels(const TransformerShape& m, const Dims& d, std::int64_t mlp_matrices) {
+    const std::int64_t tok = d.b * d.s, e = d.e, ei = d.e;
+    const int eb = static_cast<int>(e);
+    const std::int64_t qkv = (d.h + 2 * d.kv) / d.t, up = (mlp_matrices - 1) * d.f / d.t, f_rank = d.f / d.t;
+    std::vector<Kernel> k;
+    const Kernel norm = stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * tok * d.h * e));
+    // Bias-dropout-add: read the projection output, the residual, write the sum, a 1-byte mask.
+    const Kernel residual = stream_kernel(KernelName::bias_dropout_residual, KernelClass::elementwise,
+                                          d.rep(3 * tok * d.h * e + tok * d.h));
+    k.push_back(norm);
+    k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, qkv, d.h, 1, eb, true));
+    if (m.biases) k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * qkv * e));
+    if (!m.learned_positions)  // RoPE rewrites Q and K
+        k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * (d.h + d.kv) / d.t * e));
+    for (const Kernel& a : attention_core_kernels(d)) k.push_back(a);
+    k.push_back(gemm_kernel(KernelName::attn_proj, KernelClass::gemm, tok, d.h, d.h / d.t, 1, eb, true));
+    k.push_back(residual);
+    k.push_back(norm);
+    k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, tok, up, d.h, 1, eb, true));
+    // Bias + activation (GeLU: read f, write f; SwiGLU: read gate and up, write f).
+    k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + f_rank) * tok * ei));
+    k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, tok, d.h, f_rank, 1, eb, true));
+    k.push_back(residual);
+    return k;
 }
 
 Block layer_block(const TransformerShape& m, const Dims& d, int index) {
@@ -241,8 +285,12 @@ Block layer_block(const TransformerShape& m, const Dims& d, int index) {
     }
     blk.activations = layer_activations(d, mats);
     blk.output = Bytes(d.rep(sbh * d.e));
-    blk.mem_traffic = layer_mem_traffic(d, mats);
-    blk.gemm = {d.b * d.s, d.f / d.t, d.h};  // the MLP's first projection, the largest GEMM
+    blk.fwd_kernels = layer_kernels(m, d, mats);
+    switch (d.recompute) {
+    case Recompute::none: break;
+    case Recompute::selective: blk.recompute_kernels = attention_core_kernels(d); break;
+    case Recompute::full: blk.recompute_kernels = blk.fwd_kernels; break;
+    }
     // Megatron's f/g operators: one all-reduce after attention and one after the MLP (each a
     // reduce-scatter + all-gather pair with sp), over the full b·s·h tensor.
     blk.tp_collectives_fwd = d.t > 1 ? 2 : 0;
@@ -267,10 +315,14 @@ Block head_block(const TransformerShape& m, const Dims& d, int index) {
     // without sp) and the logits kept in fp32 for the cross-entropy (4·s·b·v/t bytes).
     blk.activations = Bytes(d.rep(2 * sbh * d.e) + 4 * sb * v_rank);
     blk.output = Bytes(4 * sb);  // per-token losses, fp32
-    // Final norm (read + write sbh), then the cross-entropy's softmax over the logits: read them,
-    // write fp32 probabilities (gradients) — an estimate.
-    blk.mem_traffic = Bytes(d.rep(2 * sbh * d.e) + sb * v_rank * (d.e + 4));
-    blk.gemm = {sb, v_rank, d.h};
+    // Final norm, the logits GEMM (column-parallel over the vocabulary), then Megatron's
+    // vocab-parallel cross-entropy on `output.float()`: the cast (read e, write 4 bytes per
+    // logit), then max, exp-sum and the normalised probabilities kept for backward (read the fp32
+    // logits three times, write them once: 16 bytes per logit).
+    blk.fwd_kernels = {stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)),
+                       gemm_kernel(KernelName::logits, KernelClass::gemm, sb, v_rank, d.h, 1, static_cast<int>(d.e), true),
+                       stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * (d.e + 4)),
+                       stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * 16)};
     // The column-parallel projection's input needs one collective per pass over b·s·h: its
     // gradient is all-reduced in backward (all-gathered input in forward with sp). The forward
     // cross-entropy reductions (max, sum of exponentials, target logit: 3 × b·s fp32) are tiny
@@ -528,17 +580,26 @@ std::vector<Block> Model::blocks(const Workload& w) const {
             const Bytes input = i > 0 ? layers_[i - 1].output : Bytes(input_bytes_per_sample_);
             blk.activations = (w.recompute == Recompute::full ? input : l.activations) * (static_cast<double>(b) * scale);
             blk.output = l.output * (static_cast<double>(b) * scale);
-            // Estimate: memory-bound kernels read the input and write the output once.
-            blk.mem_traffic = (input + l.output) * (static_cast<double>(b) * scale);
-            // A GEMM with W = params weights applied fwd/(2·params) times per sample: m is the
-            // number of output positions (1 for fc, H·W for a conv); n·k = params, split evenly
-            // as the spec does not give the two dimensions.
+            // One GEMM with W = params weights applied fwd/(2·params) times per sample: m is the
+            // number of output positions (1 for fc, H·W for a conv, as im2col lowers it); n·k =
+            // params, split evenly as the spec does not give the two dimensions. Then one
+            // memory-bound pass that reads the input and writes the output (norm, activation,
+            // pooling, or the GEMM's own epilogue).
+            const int eb = static_cast<int>(e);
             if (l.params > 0 && l.fwd_flops.count() > 0) {
                 const double positions = l.fwd_flops.count() / (2.0 * static_cast<double>(l.params));
                 const auto side = static_cast<std::int64_t>(std::sqrt(static_cast<double>(l.params)) + 0.5);
-                blk.gemm = {std::max<std::int64_t>(1, static_cast<std::int64_t>(positions * static_cast<double>(b) + 0.5)),
-                            std::max<std::int64_t>(1, side), std::max<std::int64_t>(1, side)};
+                const std::int64_t rows = std::max<std::int64_t>(1, static_cast<std::int64_t>(positions * static_cast<double>(b) + 0.5));
+                Kernel g = gemm_kernel(KernelName::layer, KernelClass::gemm, rows, std::max<std::int64_t>(1, side),
+                                       std::max<std::int64_t>(1, side), 1, eb, true);
+                g.flops = blk.fwd.count();  // exact: the spec's FLOPs, not the rounded shape's
+                blk.fwd_kernels.push_back(g);
+            } else if (l.fwd_flops.count() > 0) {
+                blk.fwd_kernels.push_back(stream_kernel(KernelName::layer, KernelClass::elementwise, 0, blk.fwd.count()));
             }
+            blk.fwd_kernels.push_back(stream_kernel(KernelName::layer, KernelClass::elementwise,
+                                                    ((input + l.output) * (static_cast<double>(b) * scale)).count()));
+            if (w.recompute == Recompute::full) blk.recompute_kernels = blk.fwd_kernels;
             out.push_back(blk);
         }
         return out;

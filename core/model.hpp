@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/json.hpp"
+#include "core/kernel.hpp"
 #include "core/units.hpp"
 
 namespace smol {
@@ -57,11 +58,6 @@ struct LayerSpec {
     Bytes output;           // output tensor bytes for one sample, in fp32
 };
 
-/// A representative matrix product of a block, for the compute-efficiency model.
-struct GemmShape {
-    std::int64_t m = 0, n = 0, k = 0;
-};
-
 /// What one micro-batch asks of one block, on one tensor-parallel rank.
 struct Block {
     enum class Kind { embedding, transformer, head, layer };
@@ -73,8 +69,11 @@ struct Block {
     Flops recompute;               // extra forward FLOPs redone during backward
     Bytes activations;             // saved for backward during the step
     Bytes output;                  // the output tensor (what a pipeline stage sends on)
-    Bytes mem_traffic;             // bytes read + written by memory-bound kernels in forward
-    GemmShape gemm;                // the block's dominant GEMM
+    /// The kernels of one forward pass, in launch order (core/kernel.hpp); backward is derived
+    /// from them (backward_kernels). `fwd` counts the FLOPs of their GEMM and attention kernels.
+    std::vector<Kernel> fwd_kernels;
+    /// What backward redoes first: nothing, the attention core (selective), or the whole forward (full).
+    std::vector<Kernel> recompute_kernels;
     // Tensor-parallel communication per forward pass (backward has the same number):
     int tp_collectives_fwd = 0;    // all-reduces (or reduce-scatter + all-gather pairs with sp)
     Bytes tp_bytes_per_collective; // the full tensor each all-reduce covers: b·s·h elements

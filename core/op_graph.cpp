@@ -1,6 +1,8 @@
 #include "core/op_graph.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -65,15 +67,6 @@ const char* to_string(Phase p) {
     }
     return "?";
 }
-const char* to_string(KernelClass k) {
-    switch (k) {
-        case KernelClass::gemm: return "gemm";
-        case KernelClass::attention: return "attention";
-        case KernelClass::elementwise: return "elementwise";
-        case KernelClass::optimizer: return "optimizer";
-    }
-    return "?";
-}
 const char* to_string(CollectiveKind k) {
     switch (k) {
         case CollectiveKind::all_reduce: return "all_reduce";
@@ -131,14 +124,45 @@ void OpGraph::depend(OpId before, OpId after) {
     pending_edges_.emplace_back(before, after);
 }
 
-std::int32_t OpGraph::intern_shape(GemmShape s) {
-    if (s.m == 0 && s.n == 0 && s.k == 0) return -1;
-    for (std::size_t i = shapes_.size(); i-- > 0;) {  // few distinct shapes: newest first
-        const GemmShape& t = shapes_[i];
-        if (t.m == s.m && t.n == s.n && t.k == s.k) return static_cast<std::int32_t>(i);
+void OpGraph::set_index(OpId id, int index) {
+    if (finalized_) fail_graph("cannot relabel ops after finalize()");
+    ops_.at(id).index = index;
+}
+
+std::int32_t OpGraph::intern_recipe(std::span<const Kernel> kernels) {
+    if (finalized_) fail_graph("cannot add recipes after finalize()");
+    // FNV-1a over the fields that make kernels differ.
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    for (const Kernel& k : kernels) {
+        mix(static_cast<std::uint64_t>(k.op) | static_cast<std::uint64_t>(k.cls) << 8 | static_cast<std::uint64_t>(k.name) << 16 |
+            static_cast<std::uint64_t>(k.backward) << 24 | static_cast<std::uint64_t>(k.weight) << 25 |
+            static_cast<std::uint64_t>(k.elem_bytes) << 32);
+        for (std::int64_t v : {std::int64_t{k.batch}, k.m, k.n, k.k, k.elements, k.bytes}) mix(static_cast<std::uint64_t>(v));
+        std::uint64_t bits;
+        std::memcpy(&bits, &k.flops, sizeof bits);
+        mix(bits);
     }
-    shapes_.push_back(s);
-    return static_cast<std::int32_t>(shapes_.size() - 1);
+    const auto [first, last] = recipe_index_.equal_range(h);
+    for (auto it = first; it != last; ++it) {
+        const std::span<const Kernel> r = recipe(it->second);
+        if (std::equal(r.begin(), r.end(), kernels.begin(), kernels.end())) return it->second;
+    }
+    const auto id = static_cast<std::int32_t>(recipe_begin_.size() - 1);
+    kernels_.insert(kernels_.end(), kernels.begin(), kernels.end());
+    recipe_begin_.push_back(static_cast<std::uint32_t>(kernels_.size()));
+    // The op's class: the kernels' class with the most FLOPs, or the most bytes when none computes.
+    std::array<double, kKernelClasses> flops{}, bytes{};
+    for (const Kernel& k : kernels) {
+        flops[static_cast<std::size_t>(k.cls)] += k.flops;
+        bytes[static_cast<std::size_t>(k.cls)] += static_cast<double>(k.bytes);
+    }
+    const auto& by = *std::max_element(flops.begin(), flops.end()) > 0 ? flops : bytes;
+    recipe_class_.push_back(static_cast<KernelClass>(std::max_element(by.begin(), by.end()) - by.begin()));
+    recipe_flops_.push_back(total_flops(kernels));
+    recipe_bytes_.push_back(total_bytes(kernels));
+    recipe_index_.emplace(h, id);
+    return id;
 }
 
 std::int32_t OpGraph::intern_communicator(const std::vector<int>& members) {
@@ -149,7 +173,7 @@ std::int32_t OpGraph::intern_communicator(const std::vector<int>& members) {
 }
 
 OpId OpGraph::add_compute(int rank, Phase phase, int layer, int microbatch, Flops flops, Bytes traffic,
-                          KernelClass kernel, DType dtype, GemmShape shape, bool on_host, Stream stream) {
+                          KernelClass kernel, DType dtype, bool on_host, Stream stream) {
     Op op;
     op.kind = OpKind::compute;
     op.rank = rank;
@@ -159,9 +183,18 @@ OpId OpGraph::add_compute(int rank, Phase phase, int layer, int microbatch, Flop
     op.flops = flops.count();
     op.bytes = traffic.count();
     op.sub = static_cast<std::uint8_t>(static_cast<int>(kernel) | static_cast<int>(dtype) << 3 | (on_host ? 64 : 0));
-    op.ref = intern_shape(shape);
     op.stream = stream;
     return add(op);
+}
+
+OpId OpGraph::add_kernels(int rank, Phase phase, int layer, int microbatch, std::int32_t recipe, DType dtype,
+                          bool on_host, Stream stream) {
+    if (recipe < 0 || static_cast<std::size_t>(recipe) >= recipes()) fail_graph("compute op with an unknown recipe");
+    const auto r = static_cast<std::size_t>(recipe);
+    const OpId id = add_compute(rank, phase, layer, microbatch, Flops(recipe_flops_[r]), Bytes(recipe_bytes_[r]),
+                                recipe_class_[r], dtype, on_host, stream);
+    ops_[id].ref = recipe;
+    return id;
 }
 
 std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<int>& communicator,

@@ -20,10 +20,12 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 
+#include "core/kernel.hpp"
 #include "core/model.hpp"
 #include "core/units.hpp"
 
@@ -40,7 +42,6 @@ enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc,
 enum class Stream : std::uint8_t { compute, comm, p2p, copy, host };
 inline constexpr int kStreams = 5;
 enum class Phase : std::uint8_t { none, fwd, bwd, bwd_input, bwd_weight, recompute, opt, comm };
-enum class KernelClass : std::uint8_t { gemm, attention, elementwise, optimizer };
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier };
 enum class Tier : std::uint8_t { device, host, nvme };
 inline constexpr int kTiers = 3;
@@ -48,7 +49,6 @@ inline constexpr int kTiers = 3;
 const char* to_string(OpKind k);
 const char* to_string(Stream s);
 const char* to_string(Phase p);
-const char* to_string(KernelClass k);
 const char* to_string(CollectiveKind k);
 const char* to_string(Tier t);
 
@@ -59,7 +59,7 @@ struct Op {
     std::int32_t layer = -1;   // label: block index, -1 when none
     std::int32_t microbatch = -1;
     std::int32_t index = -1;   // label: bucket, chunk or stage, by op
-    std::int32_t ref = -1;     // collective id | p2p id | buffer id | gemm shape id | copy: -1
+    std::int32_t ref = -1;     // compute: recipe id (-1: none) | collective id | p2p id | buffer id | copy: -1
     OpKind kind = OpKind::compute;
     Stream stream = Stream::compute;
     Phase phase = Phase::none;
@@ -114,11 +114,20 @@ public:
     /// `after` waits for `before`.
     void depend(OpId before, OpId after);
 
-    /// `traffic`: bytes read and written by the op's memory-bound kernels. `on_host`: runs on the
-    /// node's CPU instead of the device (offloaded optimizer steps).
+    /// A compute op that runs the kernels of `recipe` (intern_recipe); its FLOPs and bytes are
+    /// the recipe's totals and its class the class of the kernels with the most FLOPs (bytes when
+    /// none has FLOPs). `on_host`: runs on the node's CPU instead of the device (offloaded
+    /// optimizer steps, a parameter server's update).
+    OpId add_kernels(int rank, Phase phase, int layer, int microbatch, std::int32_t recipe, DType dtype,
+                     bool on_host = false, Stream stream = Stream::compute);
+    /// A compute op with totals but no kernel list (synthetic graphs in tests and benchmarks): it
+    /// is priced as one kernel of its class and executed as one.
     OpId add_compute(int rank, Phase phase, int layer, int microbatch, Flops flops, Bytes traffic,
-                     KernelClass kernel, DType dtype, GemmShape shape = {}, bool on_host = false,
-                     Stream stream = Stream::compute);
+                     KernelClass kernel, DType dtype, bool on_host = false, Stream stream = Stream::compute);
+    /// Sets an op's `index` label (bucket, chunk, worker) after it was added.
+    void set_index(OpId id, int index);
+    /// The id of a kernel list, shared by every op that runs the same kernels (content-interned).
+    std::int32_t intern_recipe(std::span<const Kernel> kernels);
     /// Declares a collective whose member ops are added one rank at a time with
     /// add_collective_op (a strategy emitting per-rank programs, such as a pipeline schedule).
     std::int32_t declare_collective(CollectiveKind kind, const std::vector<int>& communicator, Bytes bytes_per_rank,
@@ -169,7 +178,16 @@ public:
     const std::vector<std::vector<int>>& communicators() const { return communicators_; }
     const std::vector<P2P>& p2ps() const { return p2ps_; }
     const std::vector<Buffer>& buffers() const { return buffers_; }
-    const std::vector<GemmShape>& shapes() const { return shapes_; }
+    std::size_t recipes() const { return recipe_begin_.size() - 1; }
+    std::span<const Kernel> recipe(std::int32_t id) const {
+        const auto i = static_cast<std::size_t>(id);
+        return {kernels_.data() + recipe_begin_[i], recipe_begin_[i + 1] - recipe_begin_[i]};
+    }
+    /// The kernels a compute op runs: its recipe, or empty for an op made by add_compute.
+    std::span<const Kernel> kernels_of(OpId id) const {
+        const Op& o = ops_[id];
+        return o.kind == OpKind::compute && o.ref >= 0 ? recipe(o.ref) : std::span<const Kernel>{};
+    }
 
     /// The ops of a collective, in communicator order; a mirror rank's slot holds kNoOp.
     std::span<const OpId> collective_ops(std::int32_t collective) const;
@@ -187,7 +205,6 @@ private:
                                                    boost::no_property, OpId, std::uint32_t>;
 
     std::int32_t intern_communicator(const std::vector<int>& members);
-    std::int32_t intern_shape(GemmShape s);
     void check_acyclic();
     void check_collectives() const;
     void check_buffers() const;
@@ -206,7 +223,12 @@ private:
     std::vector<std::vector<int>> communicators_;
     std::vector<P2P> p2ps_;
     std::vector<Buffer> buffers_;
-    std::vector<GemmShape> shapes_;
+    std::vector<Kernel> kernels_;                        // every recipe's kernels, back to back
+    std::vector<std::uint32_t> recipe_begin_{0};         // per recipe, into kernels_ (size recipes + 1)
+    std::vector<double> recipe_flops_;
+    std::vector<std::int64_t> recipe_bytes_;
+    std::vector<KernelClass> recipe_class_;
+    std::unordered_multimap<std::uint64_t, std::int32_t> recipe_index_;   // content hash → recipe
     std::vector<int> representative_;                    // empty unless folded
     std::vector<std::uint32_t> mirror_begin_;            // per rank, into mirror_list_ (size ranks + 1)
     std::vector<int> mirror_list_;

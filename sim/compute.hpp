@@ -1,23 +1,35 @@
-// The compute cost model: a roofline with a shape-dependent GEMM efficiency.
+// The compute cost model: every kernel on its own roofline, and the launch of each kernel.
 //
-//   GEMM-class op:  t = FLOPs / (peak(dtype) · e(shape)) + traffic / (memory bandwidth · e_mem) + launch
-//   memory-bound:   t = max(FLOPs / peak, traffic / (memory bandwidth · e_mem)) + launch
+//   GEMM / flash attention:  t = max(FLOPs / (peak(dtype) · e(shape)), bytes / (bandwidth · e_mem))
+//   memory-bound kernels:    t = max(FLOPs / peak, bytes / (bandwidth · e_mem))
+//   host kernels (an optimizer step offloaded to the CPU): bytes / (host bandwidth · e_mem)
 //
-// A GEMM-class op's traffic is that of the memory-bound kernels (norms, softmax, activations,
-// residual adds) that run between its matrix products, so the two terms add rather than overlap.
-// e(shape) = e_max · d / (d + d_half), d = (m·n·k)^(1/3): small GEMMs run far below peak,
-// large ones approach the device's e_max. Host ops (offloaded optimizer steps) run on the node's
-// CPU at the host memory bandwidth.
+// e(shape) = e_max · d / (d + d_half), d = (batch·m·n·k)^(1/3): small GEMMs run far below peak,
+// large ones approach the device's e_max (a batched GEMM fills the device like one GEMM of the
+// same total work).
+//
+// Launches. A GPU runs kernels asynchronously: the host issues one every `launch_overhead` (the
+// framework's dispatch and the driver's launch), the device runs them in order as they arrive, so
+// an op of n kernels takes the longer of the device's chain and the host's n issues — large
+// kernels hide the launches, tiny ones are bound by them (small models). A CPU device runs the
+// dispatch and the kernel on the same cores: each kernel costs its dispatch plus its run time.
+// An op built without a kernel list is priced as one kernel of its class.
 #pragma once
+
+#include <span>
 
 #include "core/op_graph.hpp"
 #include "topologies/cluster.hpp"
 
 namespace smol::sim {
 
-/// Efficiency of a GEMM of the given shape on `device` (0 < e ≤ gemm_efficiency).
-double gemm_efficiency(const topo::DeviceKind& device, const GemmShape* shape);
-/// Duration of a compute op on the group's device, with nothing else running on it.
-Time compute_time(const Op& op, const GemmShape* shape, const topo::NodeGroup& group);
+/// Efficiency of a GEMM of `batch` products of m×n×k on `device` (0 < e ≤ gemm_efficiency).
+double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
+                       std::int64_t batch = 1);
+/// Run time of one kernel on the group's device (or its host CPU), launch excluded.
+Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group);
+/// Duration of a compute op running `kernels` (empty: the op's own totals as one kernel) on the
+/// group's device, with nothing else running on it.
+Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group);
 
 }  // namespace smol::sim

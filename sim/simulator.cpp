@@ -70,6 +70,7 @@ public:
         gpu_ = false;
         for (int r = 0; r < ranks; ++r) {
             group_.push_back(&c.group_of(r));
+            group_index_.push_back(static_cast<std::uint32_t>(group_.back() - c.groups.data()));
             gpu_ = gpu_ || !group_.back()->device.is_cpu;
         }
         routes_.route = [this](int a, int b) { return topo_.route(topo_.device_vertex(a), topo_.device_vertex(b)); };
@@ -166,8 +167,7 @@ private:
         tl_.start[id] = engine_.now();
         switch (op.kind) {
             case OpKind::compute: {
-                const GemmShape* shape = op.ref >= 0 ? &graph_.shapes()[static_cast<std::size_t>(op.ref)] : nullptr;
-                const Time d = compute_time(op, shape, *group_[op.rank]);
+                const Time d = op_time(id, op);
                 const double k = group_[op.rank]->device.comm_slowdown;
                 if (k == 1.0) {
                     engine_.schedule(engine_.now() + d, op_done, id);
@@ -234,6 +234,18 @@ private:
         } else {
             finish(owner);
         }
+    }
+
+    /// A compute op's duration, cached per (recipe, node group, dtype, host): the identical layer
+    /// passes of a run are priced once.
+    Time op_time(OpId id, const Op& op) {
+        if (op.ref < 0) return compute_time(op, {}, *group_[op.rank]);
+        const std::size_t key = ((static_cast<std::size_t>(op.ref) * cluster_.groups.size() + group_index_[static_cast<std::size_t>(op.rank)]) * 3 +
+                                 static_cast<std::size_t>(op.dtype())) * 2 + op.on_host();
+        if (key >= recipe_time_.size()) recipe_time_.resize(key + 1, Time::ps(-1));
+        Time& t = recipe_time_[key];
+        if (t < Time::zero()) t = compute_time(op, graph_.kernels_of(id), *group_[op.rank]);
+        return t;
     }
 
     // ---- compute slowed by communication -------------------------------------------------------
@@ -519,6 +531,8 @@ private:
     Timeline tl_;
     bool gpu_ = false;
     std::vector<const topo::NodeGroup*> group_;
+    std::vector<std::uint32_t> group_index_;   // per rank: its node group in the cluster
+    std::vector<Time> recipe_time_;            // op_time's cache; -1 ps: not priced yet
     RouteInfo routes_;
     std::function<int(int)> node_of_;
 

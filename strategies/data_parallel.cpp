@@ -74,9 +74,23 @@ void alloc_model_states(OpGraph& g, int rank, Bytes params, Bytes grads, Bytes o
     alloc_state(g, rank, optimizer, BufferLabel::optimizer_state, tier);
 }
 
-OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host, int layer, int microbatch) {
-    return g.add_compute(rank, Phase::opt, layer, microbatch, Flops(kAdamFlopsPerParam * static_cast<double>(params)),
-                         Bytes(params * kAdamBytesPerParam), KernelClass::optimizer, dtype, {}, on_host);
+std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Block>& blocks) {
+    std::vector<BlockRecipes> out(blocks.size());
+    for (const Block& b : blocks) {
+        BlockRecipes& r = out[static_cast<std::size_t>(b.index)];
+        r.fwd = g.intern_recipe(b.fwd_kernels);
+        r.bwd = g.intern_recipe(backward_kernels(b.fwd_kernels));
+        r.bwd_input = g.intern_recipe(backward_kernels(b.fwd_kernels, BackwardPart::input));
+        r.bwd_weight = g.intern_recipe(backward_kernels(b.fwd_kernels, BackwardPart::weight));
+        r.recompute = b.recompute_kernels.empty() ? -1 : g.intern_recipe(b.recompute_kernels);
+    }
+    return out;
+}
+
+OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host, int layer, int microbatch,
+              Stream stream) {
+    const Kernel adam = adam_kernel(params, kAdamBytesPerParam);
+    return g.add_kernels(rank, Phase::opt, layer, microbatch, g.intern_recipe({&adam, 1}), dtype, on_host, stream);
 }
 
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
@@ -84,23 +98,20 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
+    const std::vector<BlockRecipes> recipes = intern_block_recipes(g, blocks);
     for (int mb = 0; mb < microbatches; ++mb) {
         std::vector<std::int32_t> act(blocks.size());
         for (const Block& b : blocks) {
             act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
             g.add_alloc(act[b.index], Stream::compute, b.index, mb);
-            p.fwd[mb][b.index] =
-                g.add_compute(rank, Phase::fwd, b.index, mb, b.fwd, b.mem_traffic, KernelClass::gemm, dtype, b.gemm);
+            p.fwd[mb][b.index] = g.add_kernels(rank, Phase::fwd, b.index, mb, recipes[b.index].fwd, dtype);
         }
         for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
             const Block& b = *it;
             if (before_bwd) before_bwd(mb, b);
-            if (b.recompute > Flops(0))
-                g.add_compute(rank, Phase::recompute, b.index, mb, b.recompute, b.mem_traffic, KernelClass::gemm, dtype,
-                              b.gemm);
-            // Backward reads and writes about twice the forward's memory-bound traffic.
-            p.bwd[mb][b.index] = g.add_compute(rank, Phase::bwd, b.index, mb, b.bwd, b.mem_traffic * std::int64_t{2},
-                                               KernelClass::gemm, dtype, b.gemm);
+            if (recipes[b.index].recompute >= 0)
+                g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
+            p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, recipes[b.index].bwd, dtype);
             g.add_free(act[b.index], Stream::compute, b.index, mb);
         }
     }

@@ -50,9 +50,18 @@ namespace detail {
 
 /// Adam per parameter: reads gradient, master weight, momentum and variance and writes master
 /// weight, momentum, variance and the working copy (2 + 4·3 + 4·3 + 2 = 28 bytes in mixed
-/// precision; 4·4 + 4·3 = 28 in fp32); ~12 FLOPs.
+/// precision; 4·4 + 4·3 = 28 in fp32); 12 FLOPs (core/kernel.hpp adam_kernel).
 constexpr int kAdamBytesPerParam = 28;
-constexpr double kAdamFlopsPerParam = 12;
+
+/// The recipes of one block's passes, interned once per graph (a pass with no kernels, such as
+/// the weight gradients of a block without weights, has an empty recipe).
+struct BlockRecipes {
+    std::int32_t fwd = -1, bwd = -1, bwd_input = -1, bwd_weight = -1;
+    std::int32_t recompute = -1;   // -1: nothing is recomputed
+};
+/// Interns every block's forward, backward (whole, and split into input and weight gradients for
+/// zero-bubble schedules) and recompute kernels; indexed by block index.
+std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Block>& blocks);
 
 /// The blocks one replica runs, for the layout's micro-batch, sequence and dtype.
 std::vector<Block> replica_blocks(const Model& model, const Layout& layout, const Plan& plan);
@@ -66,9 +75,9 @@ std::int64_t shard(std::int64_t n, int parts);
 std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, Tier tier = Tier::device);
 /// The three model-state buffers (parameters, gradients, optimizer state) for the whole step.
 void alloc_model_states(OpGraph& g, int rank, Bytes params, Bytes grads, Bytes optimizer, Tier tier = Tier::device);
-/// An Adam step over `params` parameters on the compute stream.
+/// An Adam step over `params` parameters on `stream` (the compute stream by default).
 OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host = false, int layer = -1,
-              int microbatch = -1);
+              int microbatch = -1, Stream stream = Stream::compute);
 
 /// The forward and backward compute ops of one replica, per micro-batch and block.
 struct Passes {

@@ -13,9 +13,6 @@ namespace smol::strategies {
 
 namespace {
 
-/// Adam per parameter (as data_parallel.cpp): 28 bytes read + written, ~12 FLOPs.
-constexpr int kAdamBytesPerParam = 28;
-constexpr double kAdamFlopsPerParam = 12;
 constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
 
 bool is_layer(const Block& b) { return b.kind == Block::Kind::transformer || b.kind == Block::Kind::layer; }
@@ -156,6 +153,7 @@ public:
     Builder(const Model& model, const Layout& layout, const Plan& plan)
         : model_(model), l_(layout), plan_(plan), g_(layout.devices) {
         blocks_ = detail::replica_blocks(model, layout, plan);
+        recipes_ = detail::intern_block_recipes(g_, blocks_);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
         emit_dp_ = l_.folded ? 1 : l_.dp;
@@ -264,11 +262,10 @@ private:
         }
     }
 
-    /// One block's compute op on each tensor rank of (d, s).
-    void compute(const Block& blk, int d, int s, Phase phase, int mb, Flops flops, Bytes traffic, std::vector<OpId>& last) {
+    /// One block's compute op on each tensor rank of (d, s), running `recipe`.
+    void compute(const Block& blk, int d, int s, Phase phase, int mb, std::int32_t recipe, std::vector<OpId>& last) {
         for (int t = 0; t < l_.tp; ++t)
-            last[static_cast<std::size_t>(t)] = g_.add_compute(l_.rank(t, d, s), phase, blk.index, mb, flops, traffic,
-                                                               KernelClass::gemm, l_.dtype, blk.gemm);
+            last[static_cast<std::size_t>(t)] = g_.add_kernels(l_.rank(t, d, s), phase, blk.index, mb, recipe, l_.dtype);
     }
 
     /// Emits a step of the table on device s for every (t, d); returns the last op per rank slot.
@@ -299,30 +296,29 @@ private:
                 const Block& blk = blocks_[static_cast<std::size_t>(i)];
                 switch (st.pass) {
                     case Pass::fwd:
-                        compute(blk, d, s, Phase::fwd, mb, blk.fwd, blk.mem_traffic, last);
+                        compute(blk, d, s, Phase::fwd, mb, recipes_[static_cast<std::size_t>(i)].fwd, last);
                         tp_collectives(blk, d, s, Phase::fwd, mb, last);
                         break;
                     case Pass::bwd:
                     case Pass::bwd_input: {
-                        if (blk.recompute > Flops(0)) {
-                            compute(blk, d, s, Phase::recompute, mb, blk.recompute, blk.mem_traffic, last);
+                        if (recipes_[static_cast<std::size_t>(i)].recompute >= 0) {
+                            compute(blk, d, s, Phase::recompute, mb, recipes_[static_cast<std::size_t>(i)].recompute, last);
                             if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
                             first = false;
                             // Full recompute redoes the forward, its collectives included.
                             if (plan_.recompute == Recompute::full) tp_collectives(blk, d, s, Phase::recompute, mb, last);
                         }
-                        // Backward reads and writes about twice the forward's memory-bound traffic;
-                        // split into input and weight gradients, each takes half.
-                        const bool half = st.pass == Pass::bwd_input;
-                        compute(blk, d, s, st.pass == Pass::bwd ? Phase::bwd : Phase::bwd_input, mb,
-                                half ? blk.bwd * 0.5 : blk.bwd, half ? blk.mem_traffic : blk.mem_traffic * std::int64_t{2}, last);
+                        // Zero-bubble schedules split backward into input and weight gradients.
+                        const bool split = st.pass == Pass::bwd_input;
+                        compute(blk, d, s, split ? Phase::bwd_input : Phase::bwd, mb,
+                                split ? recipes_[static_cast<std::size_t>(i)].bwd_input : recipes_[static_cast<std::size_t>(i)].bwd, last);
                         if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
                         first = false;
                         tp_collectives(blk, d, s, st.pass == Pass::bwd ? Phase::bwd : Phase::bwd_input, mb, last);
                         break;
                     }
                     case Pass::bwd_weight:
-                        compute(blk, d, s, Phase::bwd_weight, mb, blk.bwd * 0.5, blk.mem_traffic, last);
+                        compute(blk, d, s, Phase::bwd_weight, mb, recipes_[static_cast<std::size_t>(i)].bwd_weight, last);
                         if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
                         first = false;
                         break;
@@ -483,8 +479,7 @@ private:
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const int r = l_.rank(t, d, s);
-                    const OpId o = g_.add_compute(r, Phase::opt, -1, -1, Flops(kAdamFlopsPerParam * static_cast<double>(shard)),
-                                                  Bytes(shard * kAdamBytesPerParam), KernelClass::optimizer, l_.dtype);
+                    const OpId o = detail::add_adam(g_, r, shard, l_.dtype);
                     // The optimizer follows the rank's backward (compute stream order) and its last
                     // gradient collective (the comm stream keeps those in order).
                     if (last_comm_[static_cast<std::size_t>(r)] != kNoOp) g_.depend(last_comm_[static_cast<std::size_t>(r)], o);
@@ -511,6 +506,7 @@ private:
     const Plan& plan_;
     OpGraph g_;
     std::vector<Block> blocks_;
+    std::vector<detail::BlockRecipes> recipes_;   // by block index
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
     int emit_dp_ = 1;                                   // replicas with ops: 1 when folded

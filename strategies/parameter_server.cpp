@@ -33,19 +33,17 @@ PsLayout ps_layout(const Layout& layout, const Plan& plan) {
 /// Labels: layer = bucket, microbatch = iteration, index = worker rank (−1: all workers).
 OpId add_update(OpGraph& g, int server, Stream stream, std::int64_t params, int pushes, int grad_bytes, DType dtype,
                 int bucket, int iteration, int worker) {
-    Op op;
-    op.kind = OpKind::compute;
-    op.rank = server;
-    op.stream = stream;
-    op.phase = Phase::opt;
-    op.layer = bucket;
-    op.microbatch = iteration;
-    op.index = worker;
-    const double n = static_cast<double>(params);
-    op.flops = kAdamFlopsPerParam * n + (pushes - 1) * n;
-    op.bytes = params * kAdamBytesPerParam + static_cast<std::int64_t>(pushes - 1) * params * grad_bytes;
-    op.sub = static_cast<std::uint8_t>(static_cast<int>(KernelClass::optimizer) | static_cast<int>(dtype) << 3 | 64);
-    return g.add(op);
+    // Summing the other pushes into the accumulator (read both, write one: 3 × grad bytes per
+    // parameter, one add), then Adam over the shard.
+    std::vector<Kernel> kernels;
+    if (pushes > 1)
+        kernels.push_back(stream_kernel(KernelName::optimizer, KernelClass::optimizer,
+                                        static_cast<std::int64_t>(pushes - 1) * params * grad_bytes * 3,
+                                        static_cast<double>(pushes - 1) * static_cast<double>(params)));
+    kernels.push_back(adam_kernel(params, kAdamBytesPerParam));
+    const OpId id = g.add_kernels(server, Phase::opt, bucket, iteration, g.intern_recipe(kernels), dtype, true, stream);
+    g.set_index(id, worker);
+    return id;
 }
 
 /// Worker and server buffers; returns the workers' passes.

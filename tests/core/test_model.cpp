@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -97,9 +98,13 @@ TEST_CASE("layer FLOPs are 24bsh² + 4bs²h for GPT and split by tp", "[core][mo
     const auto blocks = m.blocks(w);
     const Block& layer = blocks[1];
     CHECK(layer.fwd.count() == Approx((24 * b * s * h * h + 4 * b * s * s * h) / tp).epsilon(1e-12));
-    CHECK(layer.gemm.m == 4 * 1024);
-    CHECK(layer.gemm.n == 4096 / tp);
-    CHECK(layer.gemm.k == 1024);
+    // Each GEMM at its own shape (Megatron's column- and row-parallel splits).
+    std::vector<std::array<std::int64_t, 3>> shapes;
+    for (const Kernel& k : layer.fwd_kernels)
+        if (k.op == KernelOp::gemm && k.cls == KernelClass::gemm) shapes.push_back({k.m, k.n, k.k});
+    const std::int64_t t = tp;
+    CHECK(shapes == std::vector<std::array<std::int64_t, 3>>{
+                        {4096, 3 * 1024 / t, 1024}, {4096, 1024, 1024 / t}, {4096, 4096 / t, 1024}, {4096, 1024, 4096 / t}});
     // Vocab-parallel head, vocabulary padded to a multiple of tp (Megatron pads too).
     const double v_rank = std::ceil(V / tp);
     CHECK(blocks.back().fwd.count() == Approx(2 * b * s * h * v_rank).epsilon(1e-12));
@@ -226,20 +231,66 @@ TEST_CASE("tensor-parallel collectives per block", "[core][model]") {
         w.sequence_parallel = true;
         const auto sp = m.blocks(w);
         CHECK(sp[1].output.count() == plain[1].output.count() / 4);
-        CHECK(sp[1].mem_traffic < plain[1].mem_traffic);
+        CHECK(total_bytes(sp[1].fwd_kernels) < total_bytes(plain[1].fwd_kernels));
         CHECK(sp[1].fwd == plain[1].fwd);
     }
 }
 
-TEST_CASE("memory traffic estimate is in the documented range", "[core][model]") {
-    // Roughly 16–20 sbh·e for the norms, residuals and GeLU, plus the softmax's a·s²·b terms.
+TEST_CASE("a layer's memory-bound kernels move what their tensors hold", "[core][model]") {
+    // GPT-2 small, b = 1, bf16: outside the attention core the norms (2 × 2sbh·e), bias-dropout-adds
+    // (2 × (3sbh·e + sbh)), the QKV bias (2·3sbh·e) and GeLU (2·4sbh·e) move 24·sbh·e + 2·sbh; the
+    // softmax and its dropout move a·s²·(2e) and a·s²·(2e + 1), the context permute 2sbh·e.
     const Model m = model_preset("gpt2-small");
     const Block layer = m.blocks(Workload{})[1];
-    const double s = 1024, h = 768, a = 12, e = 2;
-    const double softmax = 4 * a * s * s * e + a * s * s;
-    const double rest = layer.mem_traffic.as_double() - softmax;
-    CHECK(rest >= 16 * s * h * e);
-    CHECK(rest <= 21 * s * h * e);
+    const std::int64_t s = 1024, h = 768, a = 12, e = 2;
+    std::int64_t core = 0, rest = 0;
+    for (const Kernel& k : layer.fwd_kernels)
+        if (k.op != KernelOp::gemm) (k.cls == KernelClass::attention ? core : rest) += k.bytes;
+    CHECK(rest == 24 * s * h * e + 2 * s * h);
+    CHECK(core == a * s * s * 2 * e + a * s * s * (2 * e + 1) + 2 * s * h * e);
+}
+
+TEST_CASE("kernels: forward FLOPs are the model's, backward twice them", "[core][model][kernel]") {
+    // The model's FLOPs (Narayanan) count the GEMMs; a layer list's pooling FLOPs ride on its
+    // memory-bound pass. Softmax arithmetic is not model FLOPs.
+    auto counted = [](const Kernel& k) { return k.op == KernelOp::softmax ? 0.0 : k.flops; };
+    const std::string name = GENERATE(as<std::string>{}, "gpt2-small", "llama3-8b", "resnet50");
+    const Model m = model_preset(name);
+    Workload w;
+    w.micro_batch = 2;
+    w.seq = m.is_transformer() ? 512 : 0;
+    for (const Block& b : m.blocks(w)) {
+        double fwd = 0, bwd = 0, input = 0, weight = 0;
+        for (const Kernel& k : b.fwd_kernels) fwd += counted(k);
+        for (const Kernel& k : backward_kernels(b.fwd_kernels)) bwd += counted(k);
+        for (const Kernel& k : backward_kernels(b.fwd_kernels, BackwardPart::input)) input += counted(k);
+        for (const Kernel& k : backward_kernels(b.fwd_kernels, BackwardPart::weight)) weight += counted(k);
+        CHECK(fwd == Approx(b.fwd.count()).epsilon(1e-12));
+        CHECK(bwd == Approx(2 * fwd).epsilon(1e-12));
+        CHECK(input + weight == Approx(bwd).epsilon(1e-12));
+        if (b.kind == Block::Kind::transformer) CHECK(weight > 0);
+    }
+}
+
+TEST_CASE("kernels: a GEMM's gradients are at the transposed shapes", "[core][kernel]") {
+    // Y[m×n] = X[m×k]·W[k×n]: dX = dY·Wᵀ is (m, k, n); dW = Xᵀ·dY is (k, n, m).
+    const Kernel w = gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 4096, 3072, 768, 1, 2, true);
+    const auto all = backward_kernels(std::span<const Kernel>(&w, 1));
+    REQUIRE(all.size() == 2);
+    CHECK((all[0].m == 4096 && all[0].n == 768 && all[0].k == 3072 && !all[0].weight));
+    CHECK((all[1].m == 768 && all[1].n == 3072 && all[1].k == 4096 && all[1].weight));
+    CHECK(backward_kernels(std::span<const Kernel>(&w, 1), BackwardPart::input).size() == 1);
+    CHECK(backward_kernels(std::span<const Kernel>(&w, 1), BackwardPart::weight).size() == 1);
+    // Activation × activation (attention scores): both gradients are data gradients.
+    const Kernel qk = gemm_kernel(KernelName::scores, KernelClass::attention, 1024, 1024, 64, 12, 2, false);
+    CHECK(backward_kernels(std::span<const Kernel>(&qk, 1), BackwardPart::input).size() == 2);
+    CHECK(backward_kernels(std::span<const Kernel>(&qk, 1), BackwardPart::weight).empty());
+    // FlashAttention-2: 4·q·kv·d forward FLOPs per head, 2.5× that in backward (Dao 2023).
+    const Kernel fa = flash_kernel(8, 2048, 2048, 128, 2, false);
+    CHECK(fa.flops == Approx(8 * 4.0 * 2048 * 2048 * 128));
+    const auto fb = backward_kernels(std::span<const Kernel>(&fa, 1));
+    REQUIRE(fb.size() == 1);
+    CHECK(fb[0].flops == Approx(2.5 * fa.flops));
 }
 
 TEST_CASE("HuggingFace config.json files load to the preset shapes", "[core][model]") {
@@ -317,7 +368,7 @@ TEST_CASE("smolcluster's own model JSON", "[core][model]") {
         CHECK(blocks[0].bwd.count() == Approx(8 * 401408.0));
         CHECK(blocks[0].activations.count() == 4 * 3136 / 2);  // fp32 spec, bf16 workload
         CHECK(blocks[0].output.count() == 4 * 1024 / 2);
-        CHECK(blocks[0].gemm.m == 4);  // an fc layer: one output position per sample
+        CHECK(blocks[0].fwd_kernels.front().m == 4);  // an fc layer: one output position per sample
         w.dtype = DType::fp32;
         w.recompute = Recompute::full;
         const auto full = m.blocks(w);
@@ -330,7 +381,7 @@ TEST_CASE("smolcluster's own model JSON", "[core][model]") {
 TEST_CASE("presets and load_model", "[core][model]") {
     const auto names = model_preset_names();
     CHECK(std::is_sorted(names.begin(), names.end()));
-    CHECK(names.size() == 7 + 6);  // transformers + the layer-list presets of core/cnn_presets.cpp
+    CHECK(names.size() == 9 + 6);  // transformers + the layer-list presets of core/cnn_presets.cpp
     for (const auto& n : names) CHECK(load_model(n).name() == n);
     CHECK(model_preset("gpt2-small").default_seq() == 1024);
 }
@@ -394,7 +445,7 @@ TEST_CASE("bad model inputs", "[core][model]") {
     }
     SECTION("unknown model suggests the nearest preset") {
         const std::string m = bad_input_message([] { load_model("gpt2-smal"); });
-        CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: gpt2-large"));
+        CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: gpt-mini, gpt-tiny, gpt2-large"));
         CHECK_THAT(m, Contains("or give a path to a JSON file"));
     }
     SECTION("unknown preset") {

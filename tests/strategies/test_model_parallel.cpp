@@ -21,12 +21,13 @@ using namespace smol::strategies;
 
 namespace {
 
-/// `n` identical fully-connected layers without parameters (so no optimizer time): 1 GFLOP
-/// forward per sample, 1 MB of activations, 1 MB output, fp32.
+/// `n` identical fully-connected layers: 1 GFLOP forward per sample, 1 MB of activations, 1 MB
+/// output, fp32, and 10,000 parameters — enough for a weight gradient as costly as the input
+/// gradient (each is the forward's FLOPs), so few that the optimizer takes microseconds.
 Model equal_layers(int n) {
     std::vector<LayerSpec> layers;
     for (int i = 0; i < n; ++i)
-        layers.push_back({"fc" + std::to_string(i), "fc", 0, Flops(1e9), Bytes::mb(1), Bytes::mb(1)});
+        layers.push_back({"fc" + std::to_string(i), "fc", 10000, Flops(1e9), Bytes::mb(1), Bytes::mb(1)});
     return Model::layer_list("equal", std::move(layers), 1000000);
 }
 
@@ -35,7 +36,7 @@ topo::Cluster free_network(int devices) { return test::uniform_switch_cluster(de
 
 struct Stage {
     Time busy;   // compute time
-    Bytes peak;  // device memory
+    Bytes peak;  // device memory at its peak, less the model states (which live all step)
 };
 struct Measured {
     Built built;
@@ -55,6 +56,12 @@ Measured simulate_pipeline(const Model& m, int p, Plan plan) {
             if (op.rank == s && op.kind == OpKind::compute) st.busy += out.tl.duration(id);
         }
         st.peak = out.tl.peak[static_cast<std::size_t>(s)][static_cast<int>(Tier::device)];
+        for (const Buffer& b : out.built.graph.buffers()) {
+            const auto label = static_cast<BufferLabel>(b.label);
+            if (b.rank == s && (label == BufferLabel::parameters || label == BufferLabel::gradients ||
+                                label == BufferLabel::optimizer_state))
+                st.peak -= Bytes(b.bytes);
+        }
         out.stages.push_back(st);
     }
     return out;

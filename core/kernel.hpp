@@ -1,0 +1,100 @@
+// Kernels: what a compute op runs, one entry per launch, as a profiler would list them.
+//
+// A compute op of the op graph (the forward of a transformer layer for one micro-batch, an Adam
+// step over a shard) refers to a *recipe*: the list of kernels the framework launches for it, in
+// order, each at its own shape. The simulator prices every kernel on its own roofline (a GEMM by
+// its shape's efficiency, a memory-bound pass by its bytes) and adds the launch cost per kernel;
+// the executors run exactly these kernels (BLAS or cuBLAS GEMMs, softmax, streaming passes, a
+// real Adam). So the simulated and the measured timelines describe the same work, and the
+// per-class error of a validation (gemm, attention, elementwise, optimizer) compares like with like.
+//
+// Recipes are interned per graph (OpGraph::intern_recipe): the thousands of identical layer
+// passes of a run share one, so an op stays a small value record.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace smol {
+
+/// What a kernel reports to in a profile: the attention core (scores, softmax, context) is
+/// `attention` whatever kernels implement it; norms, activations, residual adds, dropout, casts
+/// and the loss are `elementwise`.
+enum class KernelClass : std::uint8_t { gemm, attention, elementwise, optimizer };
+inline constexpr int kKernelClasses = 4;
+
+/// What a kernel computes, which decides how it is priced and executed.
+enum class KernelOp : std::uint8_t {
+    gemm,       // `batch` independent products C[m×n] = A[m×k]·B[k×n] (a batched GEMM when batch > 1)
+    softmax,    // `batch` rows of `n` elements: max, exp, sum, scale (reads and writes each element)
+    flash,      // fused attention (FlashAttention-2): `batch` heads of m queries over n keys, head dim k;
+                // forward when `backward` is false
+    stream,     // a memory-bound pass reading and writing `bytes` in total (norm, activation, residual,
+                // dropout, bias add, cast, embedding gather, cross-entropy)
+    adam,       // Adam over `elements` parameters: fp32 master weight, moments and gradient
+};
+
+/// Which part of the model a kernel is, for labels in traces and reports.
+enum class KernelName : std::uint8_t {
+    other, embedding, norm, qkv, scores, softmax, context, attn_proj, bias_dropout_residual, mlp_up, activation,
+    mlp_down, logits, loss, optimizer, layer,
+};
+
+const char* to_string(KernelClass k);
+const char* to_string(KernelOp k);
+const char* to_string(KernelName k);
+
+struct Kernel {
+    KernelOp op = KernelOp::stream;
+    KernelClass cls = KernelClass::elementwise;
+    KernelName name = KernelName::other;
+    bool backward = false;          // flash: the backward kernel (recomputes the scores)
+    bool weight = false;            // gemm: B is a parameter (its gradient is a weight gradient)
+    std::uint8_t elem_bytes = 2;    // gemm / softmax / flash: bytes per element of the operands
+    std::int32_t batch = 1;         // gemm / flash: independent problems; softmax: rows
+    std::int64_t m = 0, n = 0, k = 0;
+    std::int64_t elements = 0;      // adam: parameters stepped
+    std::int64_t bytes = 0;         // bytes read + written (for a gemm: A, B and C once each)
+    double flops = 0;               // floating-point operations, batch included
+
+    bool operator==(const Kernel&) const = default;
+};
+
+/// C[m×n] = A[m×k]·B[k×n], `batch` times, elements of `elem_bytes`: 2·m·n·k FLOPs each; A, B read
+/// and C written once. `weight`: B is a parameter matrix (a linear layer), not an activation.
+Kernel gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_t n, std::int64_t k,
+                   std::int64_t batch, int elem_bytes, bool weight);
+/// Softmax over `rows` rows of `cols` elements: read and write each element (about 5 FLOPs each:
+/// max, subtract, exp, sum, scale).
+Kernel softmax_kernel(std::int64_t rows, std::int64_t cols, int elem_bytes);
+/// FlashAttention-2 over `heads` (batch × heads per rank) of `q` queries, `kv` keys, head dim `d`:
+/// forward 4·q·kv·d FLOPs per head (QKᵀ and PV), backward 10·q·kv·d (2.5× forward: the scores are
+/// recomputed, then dV, dP, dQ, dK — Dao 2023 §3.1). Traffic: Q, K, V, O (and their gradients in
+/// backward) once, never the q×kv scores.
+Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::int64_t d, int elem_bytes, bool backward);
+/// A memory-bound pass moving `bytes` (reads + writes) with `flops` arithmetic.
+Kernel stream_kernel(KernelName name, KernelClass cls, std::int64_t bytes, double flops = 0);
+/// Adam over `params` parameters moving `bytes_per_param` bytes each, 12 FLOPs each
+/// (torch.optim.Adam's update: two moment updates, bias corrections, sqrt, divide, step).
+Kernel adam_kernel(std::int64_t params, int bytes_per_param);
+
+/// Which gradients a backward pass computes: all of them; only the input (data) gradients — what
+/// a zero-bubble schedule's B pass runs, and all there is for frozen weights; or only the weight
+/// gradients (the zero-bubble W pass).
+enum class BackwardPart : std::uint8_t { all, input, weight };
+
+/// The backward of a forward kernel list, in reverse order. A GEMM C = A·B becomes its data
+/// gradient dA = dC·Bᵀ ((m×n)·(n×k)) and dB = Aᵀ·dC ((k×m)·(m×n)), a weight gradient when B is a
+/// parameter and a data gradient when it is an activation (attention scores and context); a
+/// softmax reads its output and the incoming gradient and writes one gradient (1.5× the forward's
+/// traffic); flash runs its backward kernel; a memory-bound pass reads its saved input and the
+/// incoming gradient and writes a gradient (2× the forward's traffic, as the fused backward
+/// kernels of norms, activations and dropout do).
+std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPart part = BackwardPart::all);
+
+/// Totals of a kernel list.
+double total_flops(std::span<const Kernel> kernels);
+std::int64_t total_bytes(std::span<const Kernel> kernels);
+
+}  // namespace smol
