@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -17,16 +19,21 @@ const char* to_string(CollectiveAlgo a) {
         case CollectiveAlgo::halving_doubling: return "halving-doubling";
         case CollectiveAlgo::hierarchical: return "hierarchical";
         case CollectiveAlgo::direct: return "direct";
+        case CollectiveAlgo::nvls: return "nvls";
+        case CollectiveAlgo::pat: return "pat";
     }
     return "?";
 }
 
 CollectiveAlgo parse_collective_algo(const std::string& text) {
-    for (auto a : {CollectiveAlgo::automatic, CollectiveAlgo::ring, CollectiveAlgo::tree,
-                   CollectiveAlgo::halving_doubling, CollectiveAlgo::hierarchical, CollectiveAlgo::direct})
+    std::vector<std::string> names;
+    for (auto a : {CollectiveAlgo::automatic, CollectiveAlgo::ring, CollectiveAlgo::tree, CollectiveAlgo::halving_doubling,
+                   CollectiveAlgo::hierarchical, CollectiveAlgo::direct, CollectiveAlgo::nvls, CollectiveAlgo::pat}) {
         if (text == to_string(a)) return a;
-    fail_input("one of auto, ring, tree, halving-doubling, hierarchical, direct", "'" + text + "'",
-               {"", "", "--collective-algo"});
+        names.emplace_back(to_string(a));
+    }
+    fail_input("one of auto, ring, tree, halving-doubling, hierarchical, direct, nvls, pat",
+               "'" + text + "'" + did_you_mean(text, names), {"", "", "--collective-algo"});
 }
 
 const char* to_string(Protocol p) {
@@ -40,10 +47,11 @@ const char* to_string(Protocol p) {
 }
 
 const ProtocolCosts& protocol_costs(Protocol p) {
-    // NCCL src/graph/tuning.cc (v2.30), quoted in HARDWARE.md. Base latencies (µs): Ring
-    // 6.6 / 14 / 8.4, Tree 6.8 / 14 / 8.4 for LL / LL128 / Simple. Per-hop latencies (µs) over
-    // NVLink 0.6 / 1.9 / 3.4 and over the network 2.7 / 4 / 14. Efficiencies: LL sends 4 bytes
-    // of flag per 4 bytes of data (1/2); LL128 sends 8 bytes of flag per 128 (15/16).
+    // NVIDIA/nccl v2.30.7 src/graph/tuning.cc:151-181: base latencies (µs) Ring 6.6 / 14 / 8.4,
+    // Tree 6.8 / 14 / 8.4 for LL / LL128 / Simple; Ring per-step latencies over NVLink
+    // 0.6 / 1.9 / 3.4 and over the network 2.7 / 4 / 14. Used by point-to-point transfers and
+    // the non-NCCL algorithms on GPUs. Efficiencies: LL sends 4 bytes of flag per 4 bytes of data
+    // (1/2); LL128 sends 8 bytes of flag per 128 (15/16).
     static const ProtocolCosts ll{Time::us(6.6), Time::us(6.8), Time::us(0.6), Time::us(2.7), 0.5};
     static const ProtocolCosts ll128{Time::us(14), Time::us(14), Time::us(1.9), Time::us(4), 120.0 / 128.0};
     static const ProtocolCosts simple{Time::us(8.4), Time::us(8.4), Time::us(3.4), Time::us(14), 1.0};
@@ -131,14 +139,154 @@ void tree_edges(const std::vector<int>& order, Bytes s, bool up, bool down, Coll
 
 }  // namespace
 
-bool applicable(CollectiveAlgo algo, CollectiveKind kind, const std::vector<int>& members,
-                const std::function<int(int)>& node_of) {
+namespace {
+
+/// A node-aware ring for NCCL: the members node by node; inside a node consecutive GPUs pass
+/// the ring's bytes over NVLink/PCIe, and between nodes the ring leaves on every rail the
+/// node's members reach the network by — NCCL's channels each take one NIC, and with PXN a GPU
+/// forwards over NVLink to the GPU on the destination's rail — so the inter-node bytes split
+/// evenly over those rails, each NIC talking to the same rail of the next node.
+void rail_ring_flows(CollectivePhase& ph, const std::vector<std::vector<int>>& nodes, Bytes per_edge,
+                     const CollectiveContext& ctx) {
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+        const std::vector<int>& here = nodes[n];
+        const std::vector<int>& next = nodes[(n + 1) % nodes.size()];
+        for (std::size_t i = 0; i + 1 < here.size(); ++i) ph.flows.push_back({here[i], here[i + 1], per_edge});
+        if (nodes.size() == 1) {
+            if (here.size() > 1) ph.flows.push_back({here.back(), here.front(), per_edge});
+            continue;
+        }
+        // One GPU per distinct NIC on each side, paired in order (rail k to rail k).
+        auto rails = [&](const std::vector<int>& node) {
+            std::vector<int> out, seen;
+            for (int r : node) {
+                const int nic = ctx.nic_of(r);
+                if (std::find(seen.begin(), seen.end(), nic) == seen.end()) {
+                    seen.push_back(nic);
+                    out.push_back(r);
+                }
+            }
+            return out;
+        };
+        const std::vector<int> from = rails(here), to = rails(next);
+        const std::size_t k = std::min(from.size(), to.size());
+        for (std::size_t j = 0; j < k; ++j)
+            ph.flows.push_back({from[j], to[j], per_edge * (1.0 / static_cast<double>(k))});
+    }
+}
+
+/// NCCL's tree all-reduce: a chain through each node's GPUs (reduce up, broadcast down), and
+/// a double binary tree across nodes between the chains' heads, each tree carrying half the
+/// buffer (src/graph/trees.cc; the second tree starts from another GPU of the node, so the two
+/// use different NICs).
+void nccl_tree_flows(CollectivePhase& ph, const std::vector<std::vector<int>>& nodes, Bytes s) {
+    for (const auto& node : nodes)
+        for (std::size_t i = 0; i + 1 < node.size(); ++i) {
+            ph.flows.push_back({node[i + 1], node[i], s});
+            ph.flows.push_back({node[i], node[i + 1], s});
+        }
+    if (nodes.size() < 2) return;
+    for (int t = 0; t < 2; ++t) {
+        std::vector<int> heads;
+        for (std::size_t n = 0; n < nodes.size(); ++n) {
+            const auto& node = nodes[(n + static_cast<std::size_t>(t)) % nodes.size()];
+            heads.push_back(node[static_cast<std::size_t>(t) % node.size()]);
+        }
+        tree_edges(heads, s * 0.5, true, true, ph);
+    }
+}
+
+bool nccl_algo(CollectiveAlgo a) {
+    return a == CollectiveAlgo::ring || a == CollectiveAlgo::tree || a == CollectiveAlgo::nvls || a == CollectiveAlgo::pat;
+}
+
+std::optional<nccl::Func> nccl_func(CollectiveKind k) {
+    switch (k) {
+        case CollectiveKind::all_reduce: return nccl::Func::all_reduce;
+        case CollectiveKind::reduce_scatter: return nccl::Func::reduce_scatter;
+        case CollectiveKind::all_gather: return nccl::Func::all_gather;
+        case CollectiveKind::broadcast: return nccl::Func::broadcast;
+        case CollectiveKind::reduce: return nccl::Func::reduce;
+        case CollectiveKind::barrier: return nccl::Func::all_reduce;   // frameworks all-reduce one element
+        case CollectiveKind::all_to_all: return std::nullopt;           // grouped send/recv in NCCL
+    }
+    return std::nullopt;
+}
+
+nccl::Algo to_nccl(CollectiveAlgo a) {
+    switch (a) {
+        case CollectiveAlgo::tree: return nccl::Algo::tree;
+        case CollectiveAlgo::nvls: return nccl::Algo::nvls;
+        case CollectiveAlgo::pat: return nccl::Algo::pat;
+        default: return nccl::Algo::ring;
+    }
+}
+
+CollectiveAlgo from_nccl(nccl::Algo a) {
+    switch (a) {
+        case nccl::Algo::tree: return CollectiveAlgo::tree;
+        case nccl::Algo::nvls: return CollectiveAlgo::nvls;
+        case nccl::Algo::nvls_tree: return CollectiveAlgo::tree;   // NVLS in the node, a tree across: laid out as the tree
+        case nccl::Algo::pat: return CollectiveAlgo::pat;
+        default: return CollectiveAlgo::ring;
+    }
+}
+
+Protocol from_nccl(nccl::Proto p) {
+    switch (p) {
+        case nccl::Proto::ll: return Protocol::ll;
+        case nccl::Proto::ll128: return Protocol::ll128;
+        default: return Protocol::simple;
+    }
+}
+
+}  // namespace
+
+nccl::Communicator nccl_communicator(const std::vector<int>& members, const CollectiveContext& ctx) {
+    std::vector<int> nodes;
+    double cc = 100;
+    bool nvlink = true, nvswitch = true;
+    double gpu_link = std::numeric_limits<double>::max(), nic = std::numeric_limits<double>::max();
+    topo::CpuVendor vendor = topo::CpuVendor::other;
+    for (int r : members) {
+        const int n = ctx.node_of(r);
+        if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+        const topo::NodeGroup& g = ctx.cluster->group_of(r);
+        cc = std::min(cc, g.device.compute_capability > 0 ? g.device.compute_capability : 8.0);
+        const bool nv = g.intra == topo::IntraKind::nvswitch || g.intra == topo::IntraKind::nvlink;
+        nvlink = nvlink && nv;
+        nvswitch = nvswitch && g.intra == topo::IntraKind::nvswitch;
+        // The GPU's link as NCCL's topology counts it: NVLinks of 25 GB/s per direction each
+        // at NCCL's per-link figure (src/graph/topo.h), or PCIe at NCCL's 12 GB/s per Gen3 x16
+        // (topo.h PCI_BW) of its 15.75 GB/s line rate.
+        const double link = g.intra_link.bandwidth.to_gb_per_s();
+        double as_nccl = link > 0 ? link * 12.0 / 15.75 : 12.0;
+        if (nv) as_nccl = std::max(1.0, std::round(link / 25.0)) * nccl::nvlink_bw_per_link(cc);
+        gpu_link = std::min(gpu_link, as_nccl);
+        nic = std::min(nic, g.nic_link.bandwidth.to_gb_per_s());
+        vendor = g.cpu_vendor;
+    }
+    // NICs serving the communicator's GPUs on the first node (the layout is the same on each).
+    std::vector<int> nics;
+    for (int r : members)
+        if (ctx.node_of(r) == nodes.front() && std::find(nics.begin(), nics.end(), ctx.nic_of(r)) == nics.end())
+            nics.push_back(ctx.nic_of(r));
+    const nccl::CpuVendor cpu = vendor == topo::CpuVendor::amd     ? nccl::CpuVendor::amd
+                                : vendor == topo::CpuVendor::intel ? nccl::CpuVendor::intel
+                                                                   : nccl::CpuVendor::other;
+    return nccl::make_communicator(static_cast<int>(members.size()), static_cast<int>(nodes.size()), cc, nvlink,
+                                   nvswitch, cpu, gpu_link, nic, static_cast<int>(nics.size()));
+}
+
+bool applicable(CollectiveAlgo algo, CollectiveKind kind, const std::vector<int>& members, const CollectiveContext& ctx) {
     const std::size_t p = members.size();
+    const auto& node_of = ctx.node_of;
     switch (algo) {
         case CollectiveAlgo::automatic: return true;
         case CollectiveAlgo::ring:
             return kind != CollectiveKind::all_to_all && kind != CollectiveKind::barrier;
         case CollectiveAlgo::tree:
+            if (ctx.gpu) return kind == CollectiveKind::all_reduce || kind == CollectiveKind::barrier;  // NCCL trees
             return kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast ||
                    kind == CollectiveKind::reduce || kind == CollectiveKind::barrier;
         case CollectiveAlgo::halving_doubling:
@@ -154,13 +302,24 @@ bool applicable(CollectiveAlgo algo, CollectiveKind kind, const std::vector<int>
         }
         case CollectiveAlgo::direct:
             return kind != CollectiveKind::barrier;
+        case CollectiveAlgo::nvls:
+        case CollectiveAlgo::pat: {
+            if (!ctx.gpu || !ctx.cluster || p < 2) return false;
+            const auto f = nccl_func(kind);
+            if (!f) return false;
+            const nccl::Communicator c = nccl_communicator(members, ctx);
+            for (int pi = 0; pi < nccl::kProtos; ++pi)
+                if (nccl::model(*f, to_nccl(algo), static_cast<nccl::Proto>(pi), c).enabled()) return true;
+            return false;
+        }
     }
     return false;
 }
 
 CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& members, Bytes s, int root,
-                             CollectiveAlgo algo, const std::function<int(int)>& node_of) {
-    if (!applicable(algo, kind, members, node_of))
+                             CollectiveAlgo algo, const CollectiveContext& ctx) {
+    const auto& node_of = ctx.node_of;
+    if (!applicable(algo, kind, members, ctx))
         throw Error(ErrorKind::bad_input, std::string("the ") + to_string(algo) + " algorithm cannot run a " +
                                               to_string(kind) + " over " + std::to_string(members.size()) + " ranks",
                     {"", "", "--collective-algo"});
@@ -189,14 +348,28 @@ CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& member
     switch (algo) {
         case CollectiveAlgo::automatic:
         case CollectiveAlgo::ring:
-            if (kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce)
+            if (kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) {
                 out.phases.push_back(chain_phase(kind, members, root, s));
-            else
+            } else if (ctx.gpu) {
+                CollectivePhase ph = ring_phase(kind, members, s);   // for its steps and bytes per edge
+                const Bytes per_edge = ph.flows.empty() ? Bytes(0) : ph.flows.front().bytes;
+                ph.flows.clear();
+                std::vector<std::vector<int>> nodes = by_node(members, node_of);
+                if (nodes.empty()) nodes = {members};   // uneven nodes: one flat ring
+                rail_ring_flows(ph, nodes, per_edge, ctx);
+                out.phases.push_back(std::move(ph));
+            } else {
                 out.phases.push_back(ring_phase(kind, members, s));
+            }
             break;
         case CollectiveAlgo::tree: {
             CollectivePhase ph;
-            if (kind == CollectiveKind::all_reduce) {
+            if (ctx.gpu) {
+                std::vector<std::vector<int>> nodes = by_node(members, node_of);
+                if (nodes.empty()) nodes = {members};
+                nccl_tree_flows(ph, nodes, s);
+                ph.steps = 2 * ceil_log2(p + 1);
+            } else if (kind == CollectiveKind::all_reduce) {
                 // Double binary tree (NCCL 2.4): two trees, each reducing up and broadcasting down
                 // half of the buffer, pipelined; the second tree is the first shifted by one rank so
                 // most ranks are a leaf in one tree and an inner node in the other.
@@ -214,6 +387,24 @@ CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& member
             out.phases.push_back(std::move(ph));
             break;
         }
+        case CollectiveAlgo::nvls: {
+            // NVLink SHARP: each GPU sends its data into the NVSwitch, which reduces (multimem
+            // ld_reduce) and multicasts the result back: S up and S down per GPU for an
+            // all-reduce, (p−1)/p·S for a reduce-scatter or all-gather — the load of a ring
+            // of flows of that size through the switch.
+            CollectivePhase ph;
+            const Bytes each = kind == CollectiveKind::all_reduce ? s : s * ((pd - 1) / pd);
+            ring_flows(ph, members, each);
+            ph.steps = 1;
+            out.phases.push_back(std::move(ph));
+            break;
+        }
+        case CollectiveAlgo::pat:
+            // Parallel aggregated trees (one GPU per node): log-depth, but every rank still sends
+            // and receives (p−1)/p·S.
+            out.phases.push_back(ring_phase(kind, members, s));
+            out.phases.back().steps = ceil_log2(p);
+            break;
         case CollectiveAlgo::halving_doubling: {
             // Recursive halving (reduce-scatter): partners at distance p/2, p/4, …, 1 exchange
             // half of what they still hold; recursive doubling (all-gather) undoes it.
@@ -308,48 +499,78 @@ Time step_latency(const CollectivePhase& phase, Protocol p, const RouteInfo& rou
     return wire + (phase.crosses_network ? c.hop_net : c.hop_intra);
 }
 
+namespace {
+
+/// The most loaded link's time within one phase, without other traffic.
+Time link_bound(const CollectivePhase& ph, double eff, const RouteInfo& routes) {
+    std::unordered_map<std::int32_t, double> load;  // bytes per link
+    for (const auto& f : ph.flows)
+        for (std::int32_t l : routes.route(f.src, f.dst)) load[l] += f.bytes.as_double() / eff;
+    double worst = 0;  // seconds
+    for (const auto& [l, bytes] : load)
+        worst = std::max(worst, bytes / routes.link_bandwidth[static_cast<std::size_t>(l)].bytes_per_second());
+    return Time::seconds(worst);
+}
+
+}  // namespace
+
 Time predict(const CollectiveSchedule& s, const RouteInfo& routes) {
     const double eff = protocol_costs(s.protocol).efficiency;
-    Time total = base_latency(s.algo, s.protocol);
-    std::unordered_map<std::int32_t, double> load;  // bytes per link within one phase
-    for (const auto& ph : s.phases) {
-        load.clear();
-        for (const auto& f : ph.flows)
-            for (std::int32_t l : routes.route(f.src, f.dst)) load[l] += f.bytes.as_double() / eff;
-        double worst = 0;  // seconds
-        for (const auto& [l, bytes] : load)
-            worst = std::max(worst, bytes / routes.link_bandwidth[static_cast<std::size_t>(l)].bytes_per_second());
-        total += step_latency(ph, s.protocol, routes) * static_cast<std::int64_t>(ph.steps) + Time::seconds(worst);
+    if (s.nccl) {
+        Time links;
+        for (const auto& ph : s.phases) links = std::max(links, link_bound(ph, eff, routes));
+        return s.latency + std::max(s.bandwidth_time, links);
     }
+    Time total = base_latency(s.algo, s.protocol);
+    for (const auto& ph : s.phases)
+        total += step_latency(ph, s.protocol, routes) * static_cast<std::int64_t>(ph.steps) + link_bound(ph, eff, routes);
     return total;
 }
 
 CollectiveSchedule choose(CollectiveKind kind, const std::vector<int>& members, Bytes bytes, int root,
-                          CollectiveAlgo forced, bool gpu, const std::function<int(int)>& node_of,
-                          const RouteInfo& routes) {
+                          CollectiveAlgo forced, const CollectiveContext& ctx) {
+    // NCCL on GPUs: its tuner picks (or, forced, prices) the algorithm and protocol.
+    const auto func = nccl_func(kind);
+    if (ctx.gpu && ctx.cluster && func && members.size() > 1 && (forced == CollectiveAlgo::automatic || nccl_algo(forced))) {
+        const nccl::Communicator comm = nccl_communicator(members, ctx);
+        const std::int64_t n = kind == CollectiveKind::barrier ? 4 : bytes.count();
+        const nccl::Choice best = forced == CollectiveAlgo::automatic
+                                      ? nccl::choose(*func, comm, n)
+                                      : nccl::choose(*func, comm, n, to_nccl(forced));
+        if (best.time_us < 0 && forced != CollectiveAlgo::automatic)
+            throw Error(ErrorKind::bad_input, std::string("NCCL's ") + to_string(forced) + " algorithm cannot run a " +
+                                                  to_string(kind) + " over these " + std::to_string(members.size()) + " ranks",
+                        {"", "", "--collective-algo"});
+        if (best.time_us >= 0) {
+            const CollectiveAlgo algo = from_nccl(best.algo);
+            CollectiveSchedule s = decompose(kind, members, bytes, root, algo, ctx);
+            s.protocol = from_nccl(best.proto);
+            s.nccl = true;
+            s.latency = Time::us(best.latency_us);
+            s.bandwidth_time = Time::us(std::max(0.0, best.time_us - best.latency_us));
+            return s;
+        }
+    }
     std::vector<CollectiveAlgo> algos;
     if (forced != CollectiveAlgo::automatic) {
         algos.push_back(forced);
     } else {
-        // NCCL (GPUs) chooses among ring and tree, whose inter-node tree over intra-node chains
-        // the hierarchical schedule stands for; MPI libraries (CPU boards) also use recursive
-        // halving-doubling and direct exchanges.
+        // MPI libraries (CPU boards) choose among ring, tree, recursive halving-doubling,
+        // hierarchical and direct exchanges; NCCL's all-to-all is a group of sends and receives.
         for (auto a : {CollectiveAlgo::ring, CollectiveAlgo::tree, CollectiveAlgo::halving_doubling,
-                       CollectiveAlgo::hierarchical, CollectiveAlgo::direct}) {
-            const bool nccl = a == CollectiveAlgo::ring || a == CollectiveAlgo::tree || a == CollectiveAlgo::hierarchical;
-            if ((nccl || !gpu) && applicable(a, kind, members, node_of)) algos.push_back(a);
-        }
-        if (algos.empty()) algos.push_back(CollectiveAlgo::direct);  // all-to-all
+                       CollectiveAlgo::hierarchical, CollectiveAlgo::direct})
+            if (!ctx.gpu && applicable(a, kind, members, ctx)) algos.push_back(a);
+        if (algos.empty()) algos.push_back(CollectiveAlgo::direct);
     }
-    std::vector<Protocol> protocols =
-        gpu ? std::vector<Protocol>{Protocol::ll, Protocol::ll128, Protocol::simple} : std::vector<Protocol>{Protocol::host};
+    std::vector<Protocol> protocols = ctx.gpu ? std::vector<Protocol>{Protocol::ll, Protocol::ll128, Protocol::simple}
+                                              : std::vector<Protocol>{Protocol::host};
     CollectiveSchedule best;
     Time best_time = Time::max();
     for (auto a : algos) {
-        CollectiveSchedule s = decompose(kind, members, bytes, root, a, node_of);
+        CollectiveSchedule s = decompose(kind, members, bytes, root, a, ctx);
         for (auto p : protocols) {
             s.protocol = p;
-            const Time t = predict(s, routes);
+            const Time t = predict(s, ctx.routes);
             if (t < best_time) {
                 best_time = t;
                 best = s;

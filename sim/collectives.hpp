@@ -1,6 +1,17 @@
-// Collective algorithms, decomposed into point-to-point flows, and a tuner that picks the
-// cheapest one the way NCCL's does (src/graph/tuning.cc): predicted time = base latency +
-// steps × per-step latency + bytes / bandwidth, over algorithms and protocols; the cheapest wins.
+// Collective algorithms, decomposed into point-to-point flows, and the choice among them.
+//
+// GPUs run NCCL: its own tuner (sim/nccl_tuner, a transcription of src/graph/tuning.cc) picks
+// the algorithm and protocol and predicts latency + bytes / bandwidth; the chosen algorithm's
+// flows are laid out as NCCL lays out its channels — rings through every GPU of a node that
+// leave it on every rail (one flow per NIC, PXN-style), trees that chain a node's GPUs and join
+// nodes by a double binary tree, NVLS through the NVSwitch, PAT for one GPU per node — and
+// capped at NCCL's bandwidth, so an uncontended collective takes what NCCL predicts and a
+// contended one what the links allow. `hierarchical`, `halving-doubling` and `direct` are not
+// NCCL algorithms: they are run only when asked for (MiCS / ZeRO++-style hierarchical
+// collectives; MPI's), with the Simple protocol's step latencies.
+//
+// CPU clusters run MPI: ring, tree, halving-doubling, hierarchical and direct exchanges priced
+// with the topology's own latencies (the `host` protocol), the cheapest one chosen.
 //
 // A schedule is a list of phases run one after the other; a phase is a set of flows that run
 // concurrently (a pipelined algorithm's steps merged into one flow per pair: the 2(p−1) ring
@@ -19,12 +30,15 @@
 
 #include "core/op_graph.hpp"
 #include "core/units.hpp"
+#include "sim/nccl_tuner.hpp"
+#include "topologies/cluster.hpp"
 
 namespace smol::sim {
 
-enum class CollectiveAlgo { automatic, ring, tree, halving_doubling, hierarchical, direct };
+enum class CollectiveAlgo { automatic, ring, tree, halving_doubling, hierarchical, direct, nvls, pat };
 const char* to_string(CollectiveAlgo a);
-/// "auto" | "ring" | "tree" | "halving-doubling" | "hierarchical" | "direct"; bad_input otherwise.
+/// "auto" | "ring" | "tree" | "halving-doubling" | "hierarchical" | "direct" | "nvls" | "pat";
+/// bad_input otherwise.
 CollectiveAlgo parse_collective_algo(const std::string& text);
 
 enum class Protocol { ll, ll128, simple, host };
@@ -55,36 +69,53 @@ struct CollectiveSchedule {
     CollectiveAlgo algo = CollectiveAlgo::ring;
     Protocol protocol = Protocol::simple;
     std::vector<CollectivePhase> phases;
+    /// NCCL's own algorithms: its predicted latency (the whole latency term, before the flows)
+    /// and bandwidth time (bytes / algorithm bandwidth, which caps the flows; one phase).
+    bool nccl = false;
+    Time latency;
+    Time bandwidth_time;
 };
 
-/// Whether `algo` can run `kind` over `members` (halving-doubling needs a power of two;
-/// hierarchical needs ≥ 2 nodes with the same number ≥ 2 of members each).
-bool applicable(CollectiveAlgo algo, CollectiveKind kind, const std::vector<int>& members,
-                const std::function<int(int)>& node_of);
-
-/// The flows of one algorithm. `root` is used by broadcast and reduce. Bytes are payload; the
-/// protocol's efficiency is applied by the caller.
-CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& members, Bytes bytes, int root,
-                             CollectiveAlgo algo, const std::function<int(int)>& node_of);
-
-/// Predicts a schedule's duration without contention from other transfers: base latency +
-/// Σ phases (steps × step latency + the most loaded link's bytes / its bandwidth).
 /// `route` gives the links between two ranks, `latency` the route latency between two ranks.
 struct RouteInfo {
     std::function<std::span<const std::int32_t>(int, int)> route;
     std::function<Time(int, int)> latency;
     std::vector<Bandwidth> link_bandwidth;
 };
+
+/// Where ranks sit, which the algorithms need: nodes, NICs (rails), the cluster's devices and
+/// links (NCCL's communicator), and the routes.
+struct CollectiveContext {
+    std::function<int(int)> node_of;   // rank → node
+    std::function<int(int)> nic_of;    // rank → global NIC id (the rail it reaches the network by)
+    RouteInfo routes;
+    bool gpu = false;                  // NCCL (any GPU in the cluster) or MPI
+    const topo::Cluster* cluster = nullptr;
+};
+
+/// Whether `algo` can run `kind` over `members` (halving-doubling needs a power of two;
+/// hierarchical needs ≥ 2 nodes with the same number ≥ 2 of members each; nvls one node of
+/// Hopper+ GPUs on an NVSwitch; pat one GPU per node).
+bool applicable(CollectiveAlgo algo, CollectiveKind kind, const std::vector<int>& members, const CollectiveContext& ctx);
+
+/// The flows of one algorithm. `root` is used by broadcast and reduce. Bytes are payload; the
+/// protocol's efficiency is applied by the caller.
+CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& members, Bytes bytes, int root,
+                             CollectiveAlgo algo, const CollectiveContext& ctx);
+
+/// Predicts a schedule's duration without contention from other transfers: NCCL's latency plus
+/// the longer of its bandwidth time and the most loaded link's time; otherwise base latency +
+/// Σ phases (steps × step latency + the most loaded link's bytes / its bandwidth).
 Time step_latency(const CollectivePhase& phase, Protocol p, const RouteInfo& routes);
 Time base_latency(CollectiveAlgo algo, Protocol p);
 Time predict(const CollectiveSchedule& s, const RouteInfo& routes);
 
-/// The cheapest (algorithm, protocol) for the collective, or the forced algorithm with its
-/// cheapest protocol. GPU clusters choose as NCCL does: ring, tree (or hierarchical, its
-/// multi-node form) over the LL / LL128 / Simple protocols; CPU clusters (MPI) also consider
-/// halving-doubling and direct exchanges, over the `host` protocol.
+/// NCCL's communicator for `members` (sim/nccl_tuner), from the cluster.
+nccl::Communicator nccl_communicator(const std::vector<int>& members, const CollectiveContext& ctx);
+
+/// The collective as it will run: on GPUs NCCL's choice (or the forced algorithm with its
+/// cheapest protocol); on CPUs the cheapest MPI algorithm over the `host` protocol.
 CollectiveSchedule choose(CollectiveKind kind, const std::vector<int>& members, Bytes bytes, int root,
-                          CollectiveAlgo forced, bool gpu, const std::function<int(int)>& node_of,
-                          const RouteInfo& routes);
+                          CollectiveAlgo forced, const CollectiveContext& ctx);
 
 }  // namespace smol::sim

@@ -45,7 +45,7 @@ void FlowNetwork::mark_dirty(std::int32_t link) {
 }
 
 FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
-                          std::uint32_t group) {
+                          std::uint32_t group, Bandwidth max_rate) {
     FlowId f;
     if (!free_.empty()) {
         f = free_.back();
@@ -62,6 +62,7 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std:
     fl.hops = static_cast<std::uint32_t>(route.size());
     fl.tag = tag;
     fl.group = kNoGroup;
+    fl.cap = max_rate.bytes_per_second() * 1e-12;
     ++fl.version;
     fl.active = true;
     ++active_;
@@ -159,11 +160,19 @@ void FlowNetwork::solve(Time now) {
         ++link_version_[l];
         if (unfrozen_[l] > 0) shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
     }
+    // A capped flow is a one-flow link of its cap's capacity: it freezes (with its group) at its
+    // cap unless a link's share is smaller first.
+    for (FlowId f : comp_flows_)
+        if (flows_[f].cap > 0) shares_.push_back({flows_[f].cap, -1 - static_cast<std::int32_t>(f), 0});
     std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
     while (!shares_.empty()) {
         std::pop_heap(shares_.begin(), shares_.end(), ShareLater{});
         const ShareEntry e = shares_.back();
         shares_.pop_back();
+        if (e.link < 0) {
+            freeze(static_cast<FlowId>(-1 - e.link), e.share, -1, true);
+            continue;
+        }
         if (e.version != link_version_[e.link] || unfrozen_[e.link] == 0) continue;
         for (FlowId f : on_link_[e.link]) freeze(f, e.share, e.link, true);
     }

@@ -37,9 +37,11 @@ public:
 
     /// Starts a flow of `bytes` over `route` (link ids; the span must stay valid while the flow
     /// lives). `tag` is returned by complete(). Flows with the same `group` (a small dense id,
-    /// or kNoGroup) share one rate. Rates are stale until solve().
+    /// or kNoGroup) share one rate. `max_rate` caps the flow's rate (zero: no cap): what a
+    /// protocol sustains regardless of the links (NCCL's per-channel bandwidth). Rates are stale
+    /// until solve().
     FlowId start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
-                 std::uint32_t group = kNoGroup);
+                 std::uint32_t group = kNoGroup, Bandwidth max_rate = Bandwidth());
     /// Recomputes the rates of flows connected to links changed since the last solve.
     void solve(Time now);
     /// When the next flow finishes (after solve); Time::max() when none is active.
@@ -65,6 +67,7 @@ private:
         std::uint32_t version = 0;
         std::uint32_t stamp = 0;   // component search mark
         std::uint32_t group = kNoGroup;
+        double cap = 0;            // bytes per picosecond; 0: no cap
         bool active = false;
         bool frozen = false;       // water-filling mark
     };
@@ -73,9 +76,9 @@ private:
         FlowId flow;
         std::uint32_t version;
     };
-    struct ShareEntry {            // water-filling heap entry
+    struct ShareEntry {            // water-filling heap entry: a link's fair share, or a flow's cap
         double share;
-        std::int32_t link;
+        std::int32_t link;         // ≥ 0: a link; < 0: the cap of flow −1 − link
         std::uint32_t version;
     };
 

@@ -32,7 +32,9 @@ enum EventKind : std::uint32_t { op_done, phase_start, phase_end };
 struct Plan {
     struct Flow {
         std::span<const LinkId> route;
-        Bytes bytes;   // on the wire (payload / protocol efficiency)
+        Bytes bytes;           // on the wire (payload / protocol efficiency)
+        Bandwidth max_rate;    // NCCL's bandwidth for this flow (zero: the links alone decide)
+        std::uint8_t coupling = 0;   // flows of a phase with the same class move in lockstep (kUncoupled: alone)
     };
     struct Phase {
         std::vector<Flow> flows;
@@ -42,6 +44,10 @@ struct Plan {
     Time base;         // before the first phase
     Time analytic;     // the alpha-beta prediction of the whole transfer
 };
+
+/// Coupling classes per phase: flows of equal size move in lockstep (a ring's edges); a phase
+/// with flows of several sizes (a rail ring's NVLink and NIC edges) couples each size apart.
+constexpr std::uint8_t kCouplingClasses = 4, kUncoupled = 0xff;
 
 struct Transfer {
     const Plan* plan = nullptr;
@@ -73,12 +79,18 @@ public:
             group_index_.push_back(static_cast<std::uint32_t>(group_.back() - c.groups.data()));
             gpu_ = gpu_ || !group_.back()->device.is_cpu;
         }
-        routes_.route = [this](int a, int b) { return topo_.route(topo_.device_vertex(a), topo_.device_vertex(b)); };
-        routes_.latency = [this](int a, int b) {
+        ctx_.routes.route = [this](int a, int b) { return topo_.route(topo_.device_vertex(a), topo_.device_vertex(b)); };
+        ctx_.routes.latency = [this](int a, int b) {
             return topo_.route_latency(topo_.device_vertex(a), topo_.device_vertex(b));
         };
-        routes_.link_bandwidth = link_bandwidths(t);
-        node_of_ = [this](int r) { return cluster_.device(r).node; };
+        ctx_.routes.link_bandwidth = link_bandwidths(t);
+        ctx_.node_of = [this](int r) { return cluster_.device(r).node; };
+        ctx_.nic_of = [this](int r) {
+            const topo::DeviceRef d = cluster_.device(r);
+            return d.node * 4096 + cluster_.groups[static_cast<std::size_t>(d.group)].nic_of(d.local);
+        };
+        ctx_.gpu = gpu_;
+        ctx_.cluster = &cluster_;
 
         tl_.resize(g.size(), ranks);
         for (int r = 0; r < ranks; ++r) {
@@ -326,8 +338,10 @@ private:
             engine_.schedule(engine_.now() + ph.latency, phase_end, t);
             return;
         }
-        // The flows of one phase are coupled (see FlowNetwork): they move in lockstep.
-        for (const auto& f : ph.flows) network_.start(f.route, f.bytes, t, engine_.now(), t);
+        // The flows of one phase are coupled by size class (see FlowNetwork): they move in lockstep.
+        for (const auto& f : ph.flows)
+            network_.start(f.route, f.bytes, t, engine_.now(),
+                           f.coupling == kUncoupled ? FlowNetwork::kNoGroup : t * kCouplingClasses + f.coupling, f.max_rate);
     }
 
     void flow_done(std::uint32_t t) {
@@ -369,6 +383,14 @@ private:
     // ---- plans ----------------------------------------------------------------------------------
 
     const Plan* remember(const PlanKey& key, Plan&& plan) {
+        for (Plan::Phase& ph : plan.phases) {
+            std::vector<Bytes> sizes;   // coupling classes in order of first appearance
+            for (Plan::Flow& f : ph.flows) {
+                auto it = std::find(sizes.begin(), sizes.end(), f.bytes);
+                if (it == sizes.end() && sizes.size() < kCouplingClasses) it = sizes.insert(sizes.end(), f.bytes);
+                f.coupling = it == sizes.end() ? kUncoupled : static_cast<std::uint8_t>(it - sizes.begin());
+            }
+        }
         plans_.push_back(std::move(plan));
         plan_index_.emplace(key, &plans_.back());
         return &plans_.back();
@@ -379,16 +401,30 @@ private:
                               (static_cast<std::uint64_t>(c.root + 1) << 40),
                           static_cast<std::uint64_t>(c.bytes)};
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
-        const CollectiveSchedule s =
-            choose(c.kind, members, Bytes(c.bytes), c.root, options_.algo, gpu_, node_of_, routes_);
+        const CollectiveSchedule s = choose(c.kind, members, Bytes(c.bytes), c.root, options_.algo, ctx_);
         const double eff = protocol_costs(s.protocol).efficiency;
         Plan plan;
+        plan.analytic = predict(s, ctx_.routes);
+        if (s.nccl) {
+            // NCCL's latency first; then its one phase of flows, each capped to finish in NCCL's
+            // bandwidth time (sim/collectives.hpp).
+            plan.base = s.latency;
+            for (const auto& ph : s.phases) {
+                Plan::Phase out;
+                for (const auto& f : ph.flows) {
+                    const Bytes wire = f.bytes * (1.0 / eff);
+                    const Bandwidth cap = s.bandwidth_time > Time::zero() ? wire / s.bandwidth_time : Bandwidth();
+                    out.flows.push_back({ctx_.routes.route(f.src, f.dst), wire, cap});
+                }
+                plan.phases.push_back(std::move(out));
+            }
+            return remember(key, std::move(plan));
+        }
         plan.base = base_latency(s.algo, s.protocol);
-        plan.analytic = predict(s, routes_);
         for (const auto& ph : s.phases) {
             Plan::Phase out;
-            out.latency = step_latency(ph, s.protocol, routes_) * static_cast<std::int64_t>(ph.steps);
-            for (const auto& f : ph.flows) out.flows.push_back({routes_.route(f.src, f.dst), f.bytes * (1.0 / eff)});
+            out.latency = step_latency(ph, s.protocol, ctx_.routes) * static_cast<std::int64_t>(ph.steps);
+            for (const auto& f : ph.flows) out.flows.push_back({ctx_.routes.route(f.src, f.dst), f.bytes * (1.0 / eff), Bandwidth()});
             plan.phases.push_back(std::move(out));
         }
         return remember(key, std::move(plan));
@@ -399,9 +435,9 @@ private:
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         Plan plan;
         Plan::Phase ph;
-        ph.flows.push_back({topo_.route(a, b), bytes});
+        ph.flows.push_back({topo_.route(a, b), bytes, Bandwidth()});
         // A folded graph's mirrors send the same bytes at the same time over their own routes.
-        for (const auto& [ma, mb] : mirrored) ph.flows.push_back({topo_.route(ma, mb), bytes});
+        for (const auto& [ma, mb] : mirrored) ph.flows.push_back({topo_.route(ma, mb), bytes, Bandwidth()});
         ph.latency = topo_.route_latency(a, b) + extra;
         plan.analytic = ph.latency + bytes / topo_.route_bandwidth(a, b);
         plan.phases.push_back(std::move(ph));
@@ -533,8 +569,7 @@ private:
     std::vector<const topo::NodeGroup*> group_;
     std::vector<std::uint32_t> group_index_;   // per rank: its node group in the cluster
     std::vector<Time> recipe_time_;            // op_time's cache; -1 ps: not priced yet
-    RouteInfo routes_;
-    std::function<int(int)> node_of_;
+    CollectiveContext ctx_;
 
     std::vector<std::uint32_t> remaining_;
     std::vector<OpId> ready_;

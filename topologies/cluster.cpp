@@ -72,7 +72,8 @@ LinkSpec parse_link(const JsonView& j) {
 
 DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     j.expect_only({"cpu", "peak", "memory", "memory_bandwidth", "unified_memory", "launch_overhead",
-                   "gemm_efficiency", "gemm_half_dim", "memory_efficiency", "comm_slowdown", "notes"});
+                   "gemm_efficiency", "gemm_half_dim", "memory_efficiency", "comm_slowdown", "compute_capability",
+                   "notes"});
     string_list(j, "notes");
     DeviceKind d;
     d.name = name;
@@ -103,8 +104,28 @@ DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
         j.fail_member("comm_slowdown", "a slowdown factor of at least 1 (1 = no slowdown)",
                       describe_json(j.raw().at("comm_slowdown")));
     }
+    if (d.is_cpu && j.has("compute_capability"))
+        j.fail_member("compute_capability", "no compute capability on a CPU device (\"cpu\": true)",
+                      describe_json(j.raw().at("compute_capability")));
+    d.compute_capability = d.is_cpu ? 0.0 : j.number_or("compute_capability", 8.0);
+    if (!d.is_cpu && !(d.compute_capability >= 3.0 && d.compute_capability < 20.0))
+        j.fail_member("compute_capability", "a CUDA compute capability such as 8.0 (A100) or 9.0 (H100)",
+                      describe_json(j.raw().at("compute_capability")));
     return d;
 }
+
+}  // namespace
+
+const char* to_string(CpuVendor v) {
+    switch (v) {
+        case CpuVendor::intel: return "intel";
+        case CpuVendor::amd: return "amd";
+        case CpuVendor::other: return "other";
+    }
+    return "?";
+}
+
+namespace {
 
 IntraKind parse_intra_kind(const JsonView& j, const std::string& key) {
     const std::string text = j.string(key);
@@ -116,8 +137,8 @@ IntraKind parse_intra_kind(const JsonView& j, const std::string& key) {
 }
 
 NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, DeviceKind>& kinds) {
-    j.expect_only({"name", "count", "device", "devices_per_node", "host_memory", "host_memory_bandwidth",
-                   "nvme", "intra", "host_link", "nics", "notes"});
+    j.expect_only({"name", "count", "device", "devices_per_node", "cpu_vendor", "host_memory",
+                   "host_memory_bandwidth", "nvme", "intra", "host_link", "nics", "notes"});
     string_list(j, "notes");
     NodeGroup g;
     g.name = j.string("name");
@@ -137,6 +158,13 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
     }
     g.device = kind->second;
 
+    if (j.has("cpu_vendor")) {
+        const std::string v = j.string("cpu_vendor");
+        static const std::vector<std::string> vendors{"intel", "amd", "other"};
+        const auto it = std::find(vendors.begin(), vendors.end(), v);
+        if (it == vendors.end()) j.fail_member("cpu_vendor", "one of intel, amd, other" + did_you_mean(v, vendors), in_quotes(v));
+        g.cpu_vendor = static_cast<CpuVendor>(it - vendors.begin());
+    }
     g.host_memory = positive_bytes(j, "host_memory");
     g.host_memory_bandwidth = j.bandwidth("host_memory_bandwidth");
     if (const auto nvme = j.find("nvme")) {

@@ -32,6 +32,9 @@ struct DeviceKind {
     double gemm_half_dim = 128;           // GEMM size (cube root of m·n·k) at half that efficiency
     double memory_efficiency = 0.8;       // fraction of memory bandwidth streaming kernels reach
     double comm_slowdown = 1.0;           // compute runs this much slower while comm kernels run
+    /// CUDA compute capability (8.0 for A100, 9.0 for H100): picks NCCL's per-architecture tables
+    /// and speeds (sim/nccl_tuner). 8.0 when a GPU's file does not say; 0 for CPUs.
+    double compute_capability = 0;
 
     bool supports(DType d) const { return peak[static_cast<int>(d)].has_value(); }
     /// Peak for `d`; bad_input naming the device when it has none.
@@ -48,12 +51,18 @@ struct LinkSpec {
     Time latency;          // per hop
 };
 
+/// The host CPU's maker: NCCL charges 1 µs per network post on Intel, 2 µs on AMD, and its LL
+/// bandwidth limits differ (src/graph/tuning.cc getNetOverhead, llMaxBws).
+enum class CpuVendor { intel, amd, other };
+const char* to_string(CpuVendor v);
+
 struct NodeGroup {
     std::string name;                 // "pi5"
     int count = 1;                    // nodes in this group
     int devices_per_node = 1;
     DeviceKind device;
     // Host side of each node.
+    CpuVendor cpu_vendor = CpuVendor::other;
     Bytes host_memory;                // DRAM capacity (shared with the devices if unified)
     Bandwidth host_memory_bandwidth;
     std::optional<Bytes> nvme_capacity;
