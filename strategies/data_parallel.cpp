@@ -87,9 +87,13 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
     return out;
 }
 
-OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host, int layer, int microbatch,
-              Stream stream) {
-    const Kernel adam = adam_kernel(params, kAdamBytesPerParam);
+int optimizer_bytes_per_param(const Layout& layout) {
+    return layout.dtype == DType::fp32 ? kAdamBytesPerParam : layout.framework.optimizer_bytes_per_param;
+}
+
+OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, int bytes_per_param, bool on_host, int layer,
+              int microbatch, Stream stream) {
+    const Kernel adam = adam_kernel(params, bytes_per_param);
     return g.add_kernels(rank, Phase::opt, layer, microbatch, g.intern_recipe({&adam, 1}), dtype, on_host, stream);
 }
 
@@ -127,7 +131,14 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     const std::vector<Block> blocks = replica_blocks(model, layout, plan);
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t params = total_params(blocks);
-    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, first_cap);
+    // After backward (Megatron, DeepSpeed's engine): the framework's buckets, all ready once the
+    // whole backward is done; overlapped (PyTorch DDP, Horovod): buckets as backward fills them.
+    const bool after = layout.framework.grad_reduce == GradReduce::after_backward && cycle == Time::zero();
+    const Bytes after_cap = layout.framework.after_backward_bucket > 0
+                                ? Bytes(layout.framework.after_backward_bucket * sb.grads)
+                                : Bytes(std::max<std::int64_t>(1, params * sb.grads));
+    const std::vector<Bucket> buckets =
+        after ? make_buckets(blocks, sb.grads, after_cap, after_cap) : make_buckets(blocks, sb.grads, cap, first_cap);
 
     OpGraph g(layout.devices);
     const std::vector<int> replicas = replica_ranks(layout);
@@ -149,7 +160,7 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
         for (std::size_t k = 0; k < buckets.size(); ++k) {
             const auto cid = g.declare_collective(CollectiveKind::all_reduce, replicas, buckets[k].bytes);
             for (std::size_t d = 0; d < replicas.size(); ++d) {
-                const OpId ready = passes[d].bwd[last_mb][static_cast<std::size_t>(buckets[k].ready_after_block)];
+                const OpId ready = passes[d].bwd[last_mb][after ? 0 : static_cast<std::size_t>(buckets[k].ready_after_block)];
                 last_sync[d] = g.add_collective_op(cid, replicas[d], Stream::comm, Phase::comm, -1, -1, static_cast<int>(k));
                 if (cycle > Time::zero()) {
                     const OpId tick = g.add_timer(replicas[d], cycle, Stream::host, Phase::comm, static_cast<int>(k));
@@ -161,7 +172,7 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
             }
         }
     for (std::size_t d = 0; d < replicas.size(); ++d) {
-        const OpId opt = add_adam(g, replicas[d], params, layout.dtype);
+        const OpId opt = add_adam(g, replicas[d], params, layout.dtype, optimizer_bytes_per_param(layout));
         if (last_sync[d] != static_cast<OpId>(-1)) g.depend(last_sync[d], opt);
     }
     return g;

@@ -75,9 +75,13 @@ std::int64_t shard(std::int64_t n, int parts);
 std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, Tier tier = Tier::device);
 /// The three model-state buffers (parameters, gradients, optimizer state) for the whole step.
 void alloc_model_states(OpGraph& g, int rank, Bytes params, Bytes grads, Bytes optimizer, Tier tier = Tier::device);
-/// An Adam step over `params` parameters on `stream` (the compute stream by default).
-OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, bool on_host = false, int layer = -1,
-              int microbatch = -1, Stream stream = Stream::compute);
+/// Bytes the optimizer step moves per parameter: the framework's mixed-precision step
+/// (strategies/framework.cpp), or Adam's 28 in fp32 training.
+int optimizer_bytes_per_param(const Layout& layout);
+/// An Adam step over `params` parameters moving `bytes_per_param` each, on `stream` (the compute
+/// stream by default).
+OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, int bytes_per_param, bool on_host = false,
+              int layer = -1, int microbatch = -1, Stream stream = Stream::compute);
 
 /// The forward and backward compute ops of one replica, per micro-batch and block.
 struct Passes {

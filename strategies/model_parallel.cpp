@@ -332,9 +332,17 @@ private:
                     last[static_cast<std::size_t>(t)] = g_.add_free(
                         bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))],
                         Stream::compute, c.first, mb);
-            for (int t = 0; t < l_.tp; ++t) last_out[static_cast<std::size_t>(slot(t, d))] = last[static_cast<std::size_t>(t)];
+            for (int t = 0; t < l_.tp; ++t) {
+                last_out[static_cast<std::size_t>(slot(t, d))] = last[static_cast<std::size_t>(t)];
+                final_compute_[static_cast<std::size_t>(l_.rank(t, d, s))] = last[static_cast<std::size_t>(t)];
+            }
         }
-        if (last_of_chunk && st.pass == (split_ ? Pass::bwd_weight : Pass::bwd)) grad_sync(s, c);
+        if (last_of_chunk && st.pass == (split_ ? Pass::bwd_weight : Pass::bwd)) {
+            if (l_.framework.grad_reduce == GradReduce::after_backward)
+                deferred_syncs_.emplace_back(s, vs);   // after the rank's whole backward (emit_pipeline)
+            else
+                grad_sync(s, c);
+        }
     }
 
     /// Data-parallel gradient synchronisation of one chunk, after its last backward: buckets in
@@ -416,6 +424,7 @@ private:
         grad_ready_.assign(static_cast<std::size_t>(groups()), std::vector<OpId>(blocks_.size(), kNoOp));
         gathers_.assign(static_cast<std::size_t>(l_.pp), {});
         last_comm_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
+        final_compute_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
         // Last op of each emitted step per rank slot (until its transfer is added), and the
         // receive each step waits for.
         std::vector<std::vector<std::vector<OpId>>> last_op(static_cast<std::size_t>(l_.pp)), recv(static_cast<std::size_t>(l_.pp));
@@ -459,6 +468,17 @@ private:
             mine.clear();
             mine.shrink_to_fit();
         }
+        // Gradients reduced after backward (Megatron without --overlap-grad-reduce): every chunk's
+        // buckets wait for the rank's last backward op.
+        for (const auto& [s, vs] : deferred_syncs_) {
+            const Chunk& c = chunks_[static_cast<std::size_t>(vs)];
+            for (int d = 0; d < emit_dp_; ++d)
+                for (int t = 0; t < l_.tp; ++t)
+                    for (int i = c.first; i < c.last; ++i)
+                        grad_ready_[static_cast<std::size_t>(slot(t, d))][static_cast<std::size_t>(i)] =
+                            final_compute_[static_cast<std::size_t>(l_.rank(t, d, s))];
+            grad_sync(s, c);
+        }
     }
 
     /// Tied embeddings, the optimizer step, and zero1's parameter all-gather, per rank.
@@ -479,7 +499,7 @@ private:
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const int r = l_.rank(t, d, s);
-                    const OpId o = detail::add_adam(g_, r, shard, l_.dtype);
+                    const OpId o = detail::add_adam(g_, r, shard, l_.dtype, detail::optimizer_bytes_per_param(l_));
                     // The optimizer follows the rank's backward (compute stream order) and its last
                     // gradient collective (the comm stream keeps those in order).
                     if (last_comm_[static_cast<std::size_t>(r)] != kNoOp) g_.depend(last_comm_[static_cast<std::size_t>(r)], o);
@@ -517,6 +537,8 @@ private:
     std::vector<std::vector<OpId>> grad_ready_;         // per rank slot of the current stage: per block
     std::vector<std::vector<Bytes>> gathers_;           // zero1: per device, the buckets to all-gather
     std::vector<OpId> last_comm_;                       // per rank: its last gradient collective
+    std::vector<OpId> final_compute_;                   // per rank: its latest compute-stream op
+    std::vector<std::pair<int, int>> deferred_syncs_;   // (device, virtual stage) reduced after backward
 };
 
 }  // namespace

@@ -196,6 +196,57 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             fail_input(std::string("the ") + g.device.name + " devices of group '" + g.name + "' have no " +
                            to_string(l.dtype) + " peak; choose another --dtype",
                        {"", "", "--dtype"});
+    // The framework: the user's, or the plan's usual one; then the flags that change it.
+    const bool zero = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2 ||
+                      plan.strategy == DataParallel::zero3;
+    const bool pytorch_only = plan.strategy == DataParallel::ring || plan.strategy == DataParallel::ps ||
+                              plan.strategy == DataParallel::ps_async || plan.strategy == DataParallel::fsdp;
+    l.framework = !plan.framework.empty() ? parse_framework(plan.framework)
+                  : pytorch_only         ? parse_framework("pytorch")
+                                         : default_framework(l.tp > 1 || l.pp > 1, zero);
+    {
+        // Which frameworks run which strategy: Horovod's ring and the parameter servers are their
+        // own frameworks (modelled as such); FSDP is PyTorch's; ZeRO is DeepSpeed's (zero1 also
+        // Megatron's distributed optimizer).
+        const FrameworkName f = l.framework.name;
+        bool ok = true;
+        switch (plan.strategy) {
+            case DataParallel::ring:
+            case DataParallel::ps:
+            case DataParallel::ps_async:
+            case DataParallel::fsdp: ok = f == FrameworkName::pytorch; break;
+            case DataParallel::zero1: ok = f != FrameworkName::pytorch; break;
+            case DataParallel::zero2:
+            case DataParallel::zero3: ok = f == FrameworkName::deepspeed || f == FrameworkName::megatron_deepspeed; break;
+            case DataParallel::ddp: break;
+        }
+        if (!ok)
+            fail_input(std::string("--strategy ") + to_string(plan.strategy) + " does not run on " + describe(l.framework) +
+                           (plan.strategy == DataParallel::zero1 ? "; zero1 runs on deepspeed, megatron (its distributed "
+                                                                   "optimizer) or megatron-deepspeed"
+                            : zero ? "; ZeRO stages 2 and 3 are DeepSpeed's (deepspeed, megatron-deepspeed)"
+                                   : "; leave --framework out (it is pytorch)"),
+                       {"", "", "--framework"});
+    }
+    if (plan.overlap_grad_reduce) {
+        if (l.framework.name == FrameworkName::pytorch)
+            fail_input("--overlap-grad-reduce has no effect with PyTorch, whose DDP always overlaps bucketed gradient "
+                       "all-reduces with backward",
+                       {"", "", "--overlap-grad-reduce"});
+        if (!l.framework.can_overlap_grad_reduce)
+            fail_input(describe(l.framework) + " has no switch to overlap gradient reduction with backward "
+                       "(megatron-core, megatron@0.1 or later, has --overlap-grad-reduce)",
+                       {"", "", "--overlap-grad-reduce"});
+        l.framework.grad_reduce = GradReduce::overlapped;
+    }
+    if (plan.overlap_p2p_comm) {
+        if (l.pp < 2) fail_input("--overlap-p2p-comm needs pipeline parallelism (--pp 2 or more)", {"", "", "--overlap-p2p-comm"});
+        if (l.framework.name != FrameworkName::megatron)
+            fail_input("--overlap-p2p-comm is Megatron's (--framework megatron); " + describe(l.framework) +
+                           " does not have it",
+                       {"", "", "--overlap-p2p-comm"});
+        l.framework.overlap_p2p = true;
+    }
     if (l.tp > 1 || l.pp > 1) check_model_parallel(model, plan, l);
     // Folding is exact where every node holds ranks of one data-parallel replica: then a mirror
     // replica's intra-node links carry only its own traffic, the same as its representative's.

@@ -9,6 +9,7 @@
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
+#include "strategies/framework.hpp"
 #include "topologies/cluster.hpp"
 
 namespace smol::strategies {
@@ -64,6 +65,10 @@ struct Plan {
     double cycle_ms = 5;              // Horovod background cycle time (HOROVOD_CYCLE_TIME)
     FsdpSharding fsdp_sharding = FsdpSharding::full;
     int fsdp_group = 0;               // hybrid: devices per shard group; 0: the devices of a node
+    // The framework whose behaviour the graph follows (strategies/framework.hpp).
+    std::string framework;            // "megatron@2.5"; empty: the plan's default
+    bool overlap_grad_reduce = false; // Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm
+    bool overlap_p2p_comm = false;    // Megatron's --overlap-p2p-comm
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.
@@ -81,6 +86,9 @@ struct Layout {
     /// pipeline plan on a homogeneous cluster whose nodes each hold ranks of one replica only
     /// (tp a multiple of the devices per node), unless Plan::fold is off.
     bool folded = false;
+
+    /// The framework's behaviour, with the plan's overrides applied (grad_reduce, overlap_p2p).
+    Framework framework;
 
     /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
     int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }

@@ -66,7 +66,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
             }
     std::vector<OpId> opt(replicas.size());
     for (std::size_t d = 0; d < replicas.size(); ++d) {
-        opt[d] = add_adam(g, replicas[d], shard(params, n), layout.dtype);
+        opt[d] = add_adam(g, replicas[d], shard(params, n), layout.dtype, optimizer_bytes_per_param(layout));
         if (last_rs[d] != static_cast<OpId>(-1)) g.depend(last_rs[d], opt[d]);
     }
     // The updated parameter shards are all-gathered, bucket by bucket.
@@ -200,7 +200,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         }
     }
     for (int d = 0; d < dp; ++d) {
-        const OpId opt = add_adam(g, replicas[static_cast<std::size_t>(d)], shard(params, group), layout.dtype);
+        const OpId opt = add_adam(g, replicas[static_cast<std::size_t>(d)], shard(params, group), layout.dtype,
+                                  optimizer_bytes_per_param(layout));
         if (last_comm[static_cast<std::size_t>(d)] != static_cast<OpId>(-1)) g.depend(last_comm[static_cast<std::size_t>(d)], opt);
     }
     return g;

@@ -48,6 +48,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--collective-algo", f.collective_algo,
                    "auto, ring, tree, halving-doubling, hierarchical, direct")
         ->capture_default_str();
+    app.add_option("--framework", f.framework,
+                   "framework whose behaviour to follow: pytorch, megatron, deepspeed, megatron-deepspeed, optionally "
+                   "@VERSION (default: megatron with --tp/--pp, deepspeed for zero1-3, else pytorch)");
+    app.add_flag("--overlap-grad-reduce", f.overlap_grad_reduce,
+                 "reduce gradients in buckets during backward (Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm)");
+    app.add_flag("--overlap-p2p-comm", f.overlap_p2p_comm, "Megatron's --overlap-p2p-comm (pipeline receives waited for at use)");
     app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
 }
 
@@ -98,6 +104,9 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.bucket_mb = f.bucket_mb;
     p.first_bucket_mb = f.first_bucket_mb;
     p.fold = !f.no_fold;
+    p.framework = f.framework;
+    p.overlap_grad_reduce = f.overlap_grad_reduce;
+    p.overlap_p2p_comm = f.overlap_p2p_comm;
     p.ps_servers = f.ps_servers;
     p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
     p.staleness = f.staleness;

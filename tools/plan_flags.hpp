@@ -37,6 +37,8 @@ struct PlanFlags {
     std::string ps_placement = "dedicated", fsdp_sharding = "full";
     double fusion_mb = 64, cycle_ms = 5;
     std::string network = "flow", collective_algo = "auto";
+    std::string framework;
+    bool overlap_grad_reduce = false, overlap_p2p_comm = false;
     bool no_fold = false;
 };
 

@@ -14,6 +14,7 @@ Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const
     info.cluster = cluster.name;
     info.strategy = strategies::to_string(plan.strategy);
     info.network = sim::to_string(options.network);
+    info.framework = strategies::describe(built.layout.framework);
     const strategies::Layout& l = built.layout;
     info.devices = l.devices;
     info.tp = l.tp;

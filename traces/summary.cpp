@@ -126,6 +126,7 @@ Json to_json(const Summary& s) {
     j["model"] = s.info.model;
     j["cluster"] = s.info.cluster;
     j["strategy"] = s.info.strategy;
+    j["framework"] = s.info.framework;
     j["network"] = s.info.network;
     j["devices"] = s.info.devices;
     j["tp"] = s.info.tp;
@@ -178,6 +179,7 @@ void print_table(std::ostream& out, const Summary& s) {
     out << i.model << " on " << i.cluster << " (" << i.devices << " devices): " << i.strategy << ", tp " << i.tp
         << " · pp " << i.pp << " · dp " << i.dp << ", global batch " << i.global_batch << " = " << i.dp << " × "
         << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << ", " << i.network << " network"
+        << (i.framework.empty() ? "" : ", as " + i.framework)
         << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n\n";
     auto row = [&](const std::string& k, const std::string& v) {
         out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';

@@ -25,6 +25,7 @@ namespace smol::traces {
 /// What the summary needs to know about the plan; filled by the caller.
 struct StepInfo {
     std::string model, cluster, strategy, network;
+    std::string framework;              // "megatron@0.19": whose behaviour the graph follows
     int devices = 1, tp = 1, pp = 1, dp = 1, microbatches = 1, micro_batch = 1;
     std::int64_t global_batch = 1;
     int seq = 1;

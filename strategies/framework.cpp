@@ -1,0 +1,209 @@
+#include "strategies/framework.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace smol::strategies {
+
+namespace {
+
+/// A release number as integers ("0.5.10" → {0, 5, 10}); empty when the text is not one.
+std::vector<int> parse_version(const std::string& text) {
+    std::vector<int> out;
+    std::stringstream s(text);
+    std::string part;
+    while (std::getline(s, part, '.')) {
+        if (part.empty() || part.size() > 6 || !std::all_of(part.begin(), part.end(), ::isdigit)) return {};
+        out.push_back(std::stoi(part));
+    }
+    return out;
+}
+
+bool at_or_before(const std::vector<int>& release, const std::vector<int>& asked) {
+    return !std::lexicographical_compare(asked.begin(), asked.end(), release.begin(), release.end());
+}
+
+// Mixed-precision optimizer traffic per parameter, counted from the frameworks' step:
+//   Megatron (megatron/core/optimizer/optimizer.py MixedPrecisionOptimizer.step): unscale and
+//   check the fp32 main gradients (read + write, 8 B; fp16 loss scaling), the gradient norm for
+//   clipping (read 4) and the clip (read + write 8), Adam over fp32 master weights, moments and
+//   main gradient (read 16, write 12), the copy of the master weights into the 16-bit model
+//   parameters (read 4, write 2), and zeroing the main-gradient buffer for the next step (4):
+//   8 + 12 + 28 + 6 + 4 = 58 bytes.
+//   DeepSpeed's FP16 optimizer and ZeRO (runtime/fp16/fused_optimizer.py, zero/stage_1_and_2.py)
+//   do the same passes over their (sharded) fp32 copies: 58 bytes.
+//   PyTorch AMP with fp32 parameters (torch.optim.AdamW, foreach): Adam's 28 bytes.
+constexpr int kMixedPrecisionStepBytes = 58;
+
+struct Row {
+    FrameworkName name;
+    std::vector<int> release;
+    Framework behaviour;
+};
+
+Framework base(FrameworkName n, const char* version) {
+    Framework f;
+    f.name = n;
+    f.version = version;
+    return f;
+}
+
+const std::vector<Row>& rows() {
+    static const std::vector<Row> table = [] {
+        std::vector<Row> t;
+        {
+            // torch/nn/parallel/distributed.py: gradients bucketed (bucket_cap_mb = 25) and
+            // all-reduced by autograd hooks as each bucket fills, overlapping backward.
+            Framework f = base(FrameworkName::pytorch, "1.0");
+            f.grad_reduce = GradReduce::overlapped;
+            f.zero3_gather = GatherGranularity::flat_unit;   // FSDP: one flat parameter per unit
+            t.push_back({FrameworkName::pytorch, {1, 0}, f});
+        }
+        {
+            // Megatron-LM v2.5: megatron/training.py:369 all-reduces gradients after backward (the
+            // whole flattened buffer at once: after_backward_bucket 0);
+            // megatron/p2p_communication.py:126 posts a step's sends and receives with
+            // torch.distributed.batch_isend_irecv.
+            Framework f = base(FrameworkName::megatron, "2.5");
+            f.grad_reduce = GradReduce::after_backward;
+            f.p2p_batched = true;
+            f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
+            t.push_back({FrameworkName::megatron, {1, 0}, f});
+        }
+        {
+            // Megatron core 0.19 (megatron/core/distributed/distributed_data_parallel_config.py:18):
+            // overlap_grad_reduce defaults to False, so gradients are still reduced after
+            // backward unless --overlap-grad-reduce; p2p stays batched.
+            Framework f = base(FrameworkName::megatron, "0.19");
+            f.grad_reduce = GradReduce::after_backward;
+            f.can_overlap_grad_reduce = true;
+            f.p2p_batched = true;
+            f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
+            t.push_back({FrameworkName::megatron, {0, 1}, f});
+        }
+        {
+            // DeepSpeed v0.5: ZeRO-3 fetches a module's parameters one all-gather per tensor with a
+            // torch.cuda.synchronize() each (runtime/zero/partition_parameters.py:860-882,
+            // _allgather_param) and blocks (stage3.py:397 fetch_sub_module "This call is
+            // blocking"); stages 0-2 reduce after backward unless overlap_comm.
+            Framework f = base(FrameworkName::deepspeed, "0.5");
+            f.grad_reduce = GradReduce::after_backward;
+            f.can_overlap_grad_reduce = true;   // overlap_comm
+            f.after_backward_bucket = 500'000'000;   // runtime/engine.py allreduce_bucket_size
+            f.zero3_gather = GatherGranularity::per_tensor;
+            f.zero3_blocking_fetch = true;
+            f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
+            t.push_back({FrameworkName::deepspeed, {0, 0}, f});
+        }
+        {
+            // DeepSpeed v0.6 onwards: coalesced all-gathers per module, asynchronous prefetch within
+            // stage3_prefetch_bucket_size; defaults in runtime/zero/config.py (v0.19.6: prefetch
+            // 5e7, max_live_parameters 1e9, max_reuse_distance 1e9, param_persistence_threshold 1e5,
+            // reduce_bucket_size 5e8; overlap_comm defaults to True for stage 3 only, :383).
+            Framework f = base(FrameworkName::deepspeed, "0.6");
+            f.grad_reduce = GradReduce::after_backward;
+            f.can_overlap_grad_reduce = true;   // overlap_comm
+            f.after_backward_bucket = 500'000'000;
+            f.zero3_gather = GatherGranularity::per_module;
+            f.zero3_blocking_fetch = false;
+            f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
+            t.push_back({FrameworkName::deepspeed, {0, 6}, f});
+        }
+        {
+            // microsoft/Megatron-DeepSpeed: Megatron's model on DeepSpeed's engine, whose stage-0
+            // gradient all-reduce runs after backward (engine.allreduce_gradients); its pipeline
+            // engine sends and receives one buffer at a time (runtime/pipe/engine.py).
+            Framework f = base(FrameworkName::megatron_deepspeed, "2023");
+            f.grad_reduce = GradReduce::after_backward;
+            f.can_overlap_grad_reduce = true;   // overlap_comm
+            f.after_backward_bucket = 500'000'000;
+            f.p2p_batched = false;
+            f.zero3_gather = GatherGranularity::per_module;
+            f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
+            t.push_back({FrameworkName::megatron_deepspeed, {0}, f});
+        }
+        return t;
+    }();
+    return table;
+}
+
+const std::vector<std::pair<std::string, FrameworkName>>& names() {
+    static const std::vector<std::pair<std::string, FrameworkName>> n{{"pytorch", FrameworkName::pytorch},
+                                                                       {"megatron", FrameworkName::megatron},
+                                                                       {"deepspeed", FrameworkName::deepspeed},
+                                                                       {"megatron-deepspeed", FrameworkName::megatron_deepspeed}};
+    return n;
+}
+
+/// Megatron's releases come in two lines: Megatron-LM v1.0–v2.6 (2019–2021), then megatron-core
+/// 0.x (2023–): a number of 1 or more is the first line, below 1 the second, which is later.
+std::vector<int> order_key(FrameworkName n, std::vector<int> v) {
+    if (n == FrameworkName::megatron && !v.empty()) v.insert(v.begin(), v[0] >= 1 ? 0 : 1);
+    return v;
+}
+
+}  // namespace
+
+const char* to_string(FrameworkName f) {
+    switch (f) {
+        case FrameworkName::pytorch: return "pytorch";
+        case FrameworkName::megatron: return "megatron";
+        case FrameworkName::deepspeed: return "deepspeed";
+        case FrameworkName::megatron_deepspeed: return "megatron-deepspeed";
+    }
+    return "?";
+}
+
+std::vector<std::string> framework_names() {
+    std::vector<std::string> out;
+    for (const Row& r : rows()) out.push_back(std::string(to_string(r.name)) + "@" + r.behaviour.version);
+    return out;
+}
+
+Framework parse_framework(const std::string& spec) {
+    const ErrorContext where{"", "", "--framework"};
+    const auto at = spec.find('@');
+    const std::string name = spec.substr(0, at);
+    const std::string version = at == std::string::npos ? "" : spec.substr(at + 1);
+    std::vector<std::string> known;
+    for (const auto& [n, _] : names()) known.push_back(n);
+    const auto it = std::find_if(names().begin(), names().end(), [&](const auto& p) { return p.first == name; });
+    if (it == names().end())
+        fail_input("one of pytorch, megatron, deepspeed, megatron-deepspeed, optionally @VERSION",
+                   "'" + spec + "'" + did_you_mean(name, known), where);
+    const FrameworkName n = it->second;
+    std::vector<int> asked;
+    if (!version.empty()) {
+        asked = parse_version(version);
+        if (asked.empty()) fail_input("a release number such as 0.5 or 2.5 after '@'", "'" + version + "'", where);
+    }
+    // The latest row of that framework at or before the asked release (the newest without one).
+    const Row* best = nullptr;
+    for (const Row& r : rows()) {
+        if (r.name != n) continue;
+        if (!asked.empty() && !at_or_before(order_key(n, r.release), order_key(n, asked))) continue;
+        if (!best || at_or_before(order_key(n, best->release), order_key(n, r.release))) best = &r;
+    }
+    if (!best) fail_input("a release of " + name + " smolcluster models (" + [&] {
+                              std::string list;
+                              for (const auto& f : framework_names())
+                                  if (f.rfind(name + "@", 0) == 0) list += (list.empty() ? "" : ", ") + f;
+                              return list;
+                          }() + ")",
+                          "'" + version + "', older than all of them", where);
+    Framework f = best->behaviour;
+    if (!version.empty()) f.version = version;
+    return f;
+}
+
+Framework default_framework(bool model_parallel, bool zero) {
+    if (model_parallel) return parse_framework("megatron");
+    if (zero) return parse_framework("deepspeed");
+    return parse_framework("pytorch");
+}
+
+std::string describe(const Framework& f) { return std::string(to_string(f.name)) + "@" + f.version; }
+
+}  // namespace smol::strategies

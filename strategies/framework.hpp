@@ -1,0 +1,78 @@
+// Framework behaviour as data: what the training framework a user runs actually does, per
+// framework and release, read by the strategies instead of version checks scattered through
+// them. `--framework NAME[@VERSION]` picks a row: any version number is accepted and means the
+// behaviour of the latest release at or before it; no version means the current release.
+//
+//   pytorch              torch.nn.parallel.DistributedDataParallel / FSDP, eager
+//   megatron             Megatron-LM (megatron/core)
+//   deepspeed            DeepSpeed's engine (ZeRO) with a PyTorch model
+//   megatron-deepspeed   Megatron's model code on DeepSpeed's engine (microsoft/Megatron-DeepSpeed)
+//
+// Every field names the source line that decides it (see framework.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/units.hpp"
+
+namespace smol::strategies {
+
+enum class FrameworkName { pytorch, megatron, deepspeed, megatron_deepspeed };
+const char* to_string(FrameworkName f);
+
+/// How gradients of a data-parallel replica are reduced.
+enum class GradReduce {
+    overlapped,       // buckets all-reduced (or reduce-scattered) as backward fills them
+    after_backward,   // one pass over all gradients after the whole backward (no bucketing)
+};
+
+/// How ZeRO-3 / FSDP gather parameters before use.
+enum class GatherGranularity {
+    per_tensor,       // one all-gather per parameter tensor (DeepSpeed before 0.6)
+    per_module,       // one coalesced all-gather per module's parameters
+    flat_unit,        // one all-gather of the FSDP unit's flat parameter
+};
+
+struct Framework {
+    FrameworkName name = FrameworkName::pytorch;
+    std::string version;                // the release whose behaviour this row is ("2.5", "0.5.10")
+    // Data-parallel gradient reduction, by default (a flag may override it).
+    GradReduce grad_reduce = GradReduce::overlapped;
+    bool can_overlap_grad_reduce = false;   // has a switch to overlap it (Megatron core, DeepSpeed overlap_comm)
+    // Pipeline point-to-point: sends and receives of one schedule step posted together
+    // (torch.distributed.batch_isend_irecv), one NCCL stream per peer pair; overlap_p2p waits for
+    // a receive only right before its use (Megatron's --overlap-p2p-comm).
+    bool p2p_batched = true;
+    bool overlap_p2p = false;
+    // ZeRO-3 parameter gathering (DeepSpeed) and its limits, in elements.
+    GatherGranularity zero3_gather = GatherGranularity::per_module;
+    bool zero3_blocking_fetch = false;  // a device synchronize after every gather, no prefetch
+    std::int64_t prefetch_bucket = 50'000'000;       // stage3_prefetch_bucket_size
+    std::int64_t max_live_parameters = 1'000'000'000; // stage3_max_live_parameters
+    std::int64_t max_reuse_distance = 1'000'000'000;  // stage3_max_reuse_distance
+    std::int64_t param_persistence_threshold = 100'000; // stage3_param_persistence_threshold
+    std::int64_t reduce_bucket = 500'000'000;         // reduce_bucket_size (elements)
+    /// Gradients reduced after backward go out in buckets of this many elements (0: one bucket
+    /// holding them all).
+    std::int64_t after_backward_bucket = 0;
+    /// Host time per collective call the framework issues (Python, bookkeeping, the NCCL launch).
+    Time collective_host_cost;
+    /// Bytes the optimizer step moves per parameter (mixed precision: Adam plus the framework's
+    /// gradient unscale, norm and parameter copies).
+    int optimizer_bytes_per_param = 28;
+};
+
+/// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.
+Framework parse_framework(const std::string& spec);
+/// The framework a plan runs by default: Megatron-LM for tensor or pipeline parallelism,
+/// DeepSpeed for ZeRO stages, PyTorch otherwise (and always for Horovod's ring, parameter
+/// servers and FSDP, which resolve() decides).
+Framework default_framework(bool model_parallel, bool zero);
+/// "megatron@0.9" — the row's name and the release it describes.
+std::string describe(const Framework& f);
+/// Every framework and the releases whose behaviour differs, for --help and errors.
+std::vector<std::string> framework_names();
+
+}  // namespace smol::strategies
