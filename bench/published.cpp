@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -167,6 +168,24 @@ bool has_shape(const Json& model) {
     return integer_of(model, "L") && integer_of(model, "h") && integer_of(model, "heads");
 }
 
+/// A model given by name becomes the shape of the row that described it; a described model
+/// without a shape takes it from an earlier row of the same name, and the fullest description
+/// of each name is kept for later rows.
+void resolve_model(Json& model, std::map<std::string, Json>& known) {
+    if (model.is_string()) {
+        const auto it = known.find(model.get<std::string>());
+        model = it != known.end() ? it->second : Json{{"name", model.get<std::string>()}};
+        return;
+    }
+    if (!model.is_object() || !model.contains("name") || !model["name"].is_string()) return;
+    const std::string name = model["name"].get<std::string>();
+    const auto it = known.find(name);
+    if (it != known.end() && !has_shape(model) && has_shape(it->second))
+        for (const auto& [k, v] : it->second.items())
+            if (!model.contains(k)) model[k] = v;
+    if (it == known.end() || has_shape(model)) known[name] = model;
+}
+
 }  // namespace
 
 std::vector<Row> read_published_jsonl(const std::string& path) {
@@ -189,26 +208,16 @@ std::vector<Row> read_published_jsonl(const std::string& path) {
             source = rows.back().source;
         } else {
             for (const SourceName& s : kSources)
-                if (src.rfind(s.src_prefix, 0) == 0) source = s.name;
+                if (src.rfind(s.src_prefix, 0) == 0) {
+                    source = s.name;
+                    break;
+                }
             if (source.empty())
                 fail_input("a source the harness knows (add it to kSources and give it a mapping function in "
                            "bench/published.cpp)",
                            "'" + src + "'", {where, "/src", ""});
         }
-        // A model given by name refers to the row that described it; a described model fills the
-        // shape of later rows naming it.
-        Json& model = data["model"];
-        if (model.is_string()) {
-            const auto it = models.find(model.get<std::string>());
-            model = it != models.end() ? it->second : Json{{"name", model.get<std::string>()}};
-        } else if (model.is_object() && model.contains("name") && model["name"].is_string()) {
-            const std::string model_name = model["name"].get<std::string>();
-            const auto it = models.find(model_name);
-            if (it != models.end() && !has_shape(model) && has_shape(it->second))
-                for (const auto& [k, v] : it->second.items())
-                    if (!model.contains(k)) model[k] = v;
-            if (it == models.end() || has_shape(model)) models[model_name] = model;
-        }
+        if (data.contains("model")) resolve_model(data["model"], models);
         rows.push_back({id, source, name, line, std::move(data)});
     }
     return rows;
