@@ -177,8 +177,8 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
 
     try {
-        if (jobs < 1) fail_input("--jobs at least 1", std::to_string(jobs), {"", "", "--jobs"});
-        if (rows < 0) fail_input("--rows at least 0", std::to_string(rows), {"", "", "--rows"});
+        if (jobs < 1) fail_input("at least 1", std::to_string(jobs), {"", "", "--jobs"});
+        if (rows < 0) fail_input("at least 0", std::to_string(rows), {"", "", "--rows"});
         std::vector<Row> all = read_validation(validation);
         std::vector<std::string> names;
         for (const Row& r : all)
@@ -219,6 +219,9 @@ int main(int argc, char** argv) {
     } catch (const Error& e) {
         std::fprintf(stderr, "bench_published: error: %s\n", e.what());
         return e.kind() == ErrorKind::bad_input ? 2 : 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_published: internal error: %s\n", e.what());
+        return 1;
     }
     return 0;
 }

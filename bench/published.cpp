@@ -358,10 +358,10 @@ void common_gaps(const Row& row, Mapping& m) {
 
 /// A source whose rows the harness cannot map yet: the common gaps, the source's own, and, should
 /// a row show none, "no mapping yet" so that it is still reported.
-Mapping gaps_only(const Row& row, const std::vector<Gap>& own, bool tflops_are_model = false) {
+Mapping gaps_only(const Row& row, const std::vector<Gap>& own) {
     Mapping m;
     common_gaps(row, m);
-    choose_metric(row, tflops_are_model, m);
+    choose_metric(row, /*tflops_are_model=*/false, m);
     for (const Gap& g : own) add_gap(m, g.feature, g.detail);
     if (m.gaps.empty()) add_gap(m, "no mapping yet", "write a mapping function for source '" + row.source + "'");
     return finish(std::move(m));
@@ -383,7 +383,7 @@ std::int64_t required_integer(const Row& row, const Json& obj, const char* key, 
 
 /// The row's model (at /model) as a shape; kv heads default to the heads, the MLP to 4 × hidden.
 ModelShape shape_of(const Row& row, bool llama, std::int64_t seq) {
-    const Json& model = row.data.at("model");
+    const Json& model = member_or_null(row.data, "model");
     const auto i = [&](const char* key) { return static_cast<int>(required_integer(row, model, key, "/model")); };
     ModelShape s;
     s.llama = llama;
@@ -409,40 +409,45 @@ std::vector<std::string> vtrain_framework_flags() {
     return {"--strategy", "ddp", "--bucket-mb", "1048576", "--first-bucket-mb", "1048576"};
 }
 
+/// One vTrain measurement: the CSV's columns.
+struct VtrainRun {
+    std::int64_t gpus, gbs, mbs, hidden, heads, layers, seq, tp, dp, pp;
+    double iter_ms;
+};
+
 /// vTrain (VIA-Research/vTrain data/ground_truth_single.csv, and the two samples of it in
 /// published.jsonl): GPT models in Megatron-DeepSpeed on one HGX A100 node, GPT-2 vocabulary
 /// padded by Megatron, fp16 (src/predictor.py:112 sets torch.float16), full activation
 /// checkpointing and 1F1B (config use_checkpoint: true, pipeline_scheduling: "1f1b").
-Mapping map_vtrain_config(const Row& row, std::int64_t gpus, std::int64_t gbs, std::int64_t mbs, std::int64_t h,
-                          std::int64_t heads, std::int64_t layers, std::int64_t seq, std::int64_t tp, std::int64_t dp,
-                          std::int64_t pp, double iter_ms, const std::string& model_dir) {
-    if (tp * dp * pp != gpus)
-        fail_input("tp × dp × pp = GPUs", std::to_string(tp) + " × " + std::to_string(dp) + " × " + std::to_string(pp) +
-                                              " for " + std::to_string(gpus) + " GPUs",
+Mapping map_vtrain_run(const Row& row, const VtrainRun& v, const std::string& model_dir) {
+    if (v.tp * v.dp * v.pp != v.gpus)
+        fail_input("tp × dp × pp = GPUs",
+                   std::to_string(v.tp) + " × " + std::to_string(v.dp) + " × " + std::to_string(v.pp) + " for " +
+                       std::to_string(v.gpus) + " GPUs",
                    at(row, ""));
     Mapping m;
     ModelShape s;
-    s.layers = static_cast<int>(layers);
-    s.hidden = static_cast<int>(h);
-    s.heads = s.kv_heads = static_cast<int>(heads);
-    s.ffn_hidden = static_cast<int>(4 * h);
-    s.vocab = static_cast<int>(megatron_padded_vocab(50257, static_cast<int>(tp)));  // GPT-2 BPE
-    s.seq = static_cast<int>(seq);
+    s.layers = static_cast<int>(v.layers);
+    s.hidden = static_cast<int>(v.hidden);
+    s.heads = s.kv_heads = static_cast<int>(v.heads);
+    s.ffn_hidden = static_cast<int>(4 * v.hidden);
+    s.vocab = static_cast<int>(megatron_padded_vocab(50257, static_cast<int>(v.tp)));  // GPT-2 BPE
+    s.seq = static_cast<int>(v.seq);
     m.model = s;
-    m.gpus = gpus;
-    m.global_batch = gbs;
+    m.gpus = v.gpus;
+    m.global_batch = v.gbs;
     m.seq = s.seq;
-    m.metric = Metric{"iter_ms", MetricKind::step_time, iter_ms, 1e-3, "iteration time (ms), measured"};
-    m.args = {"simulate",         "--model",        model_path(model_dir, s), "--cluster",   "hgx-a100-4hdr",
-              "--devices",        std::to_string(gpus),
-              "--tp",             std::to_string(tp),
-              "--pp",             std::to_string(pp),
-              "--dp",             std::to_string(dp),
-              "--micro-batch",    std::to_string(mbs),
-              "--global-batch",   std::to_string(gbs),
-              "--dtype",          "fp16",
-              "--recompute",      "full",
-              "--schedule",       "1f1b"};
+    m.metric = Metric{"iter_ms", MetricKind::step_time, v.iter_ms, 1e-3, "iteration time (ms), measured"};
+    m.args = {"simulate",       "--model",     model_path(model_dir, s), "--cluster", "hgx-a100-4hdr",
+              "--devices",      std::to_string(v.gpus),
+              "--tp",           std::to_string(v.tp),
+              "--pp",           std::to_string(v.pp),
+              "--dp",           std::to_string(v.dp),
+              "--micro-batch",  std::to_string(v.mbs),
+              "--global-batch", std::to_string(v.gbs),
+              "--dtype",        "fp16",
+              "--recompute",    "full",
+              "--schedule",     "1f1b"};
     for (const std::string& f : vtrain_framework_flags()) m.args.push_back(f);
     m.args.push_back("--json");
     return finish(std::move(m));
@@ -451,24 +456,25 @@ Mapping map_vtrain_config(const Row& row, std::int64_t gpus, std::int64_t gbs, s
 Mapping map_vtrain(const Row& row, const std::string& model_dir) {
     const Json& d = row.data;
     const auto i = [&](const char* k) { return required_integer(row, d, k, ""); };
-    return map_vtrain_config(row, i("gpus"), i("gbs"), i("mbs"), i("h"), i("heads"), i("L"), i("seq"), i("tp"), i("dp"),
-                             i("pp"), d.at("iter_ms").get<double>(), model_dir);
+    return map_vtrain_run(row,
+                          {i("gpus"), i("gbs"), i("mbs"), i("h"), i("heads"), i("L"), i("seq"), i("tp"), i("dp"), i("pp"),
+                           d.at("iter_ms").get<double>()},
+                          model_dir);
 }
 
 /// published.jsonl P44/P45: rows of the same CSV, in the jsonl's own field names.
 Mapping map_vtrain_samples(const Row& row, const std::string& model_dir) {
     const Json& d = row.data;
-    const Json& model = d.at("model");
-    const Json& par = d.at("par");
-    const Json& hw = d.at("hw");
+    const auto in = [&](const char* obj, const char* key) {
+        return required_integer(row, member_or_null(d, obj), key, std::string("/") + obj);
+    };
+    const auto top = [&](const char* key) { return required_integer(row, d, key, ""); };
     const auto iter_ms = number_of(member_or_null(d, "metric"), "iter_ms");
     if (!iter_ms) fail_input("a number", describe_json(member_or_null(d, "metric")), at(row, "/metric/iter_ms"));
-    return map_vtrain_config(row, required_integer(row, hw, "gpus", "/hw"), required_integer(row, d, "gbs", ""),
-                             required_integer(row, d, "mbs", ""), required_integer(row, model, "h", "/model"),
-                             required_integer(row, model, "heads", "/model"), required_integer(row, model, "L", "/model"),
-                             required_integer(row, model, "seq", "/model"), required_integer(row, par, "tp", "/par"),
-                             required_integer(row, par, "dp", "/par"), required_integer(row, par, "pp", "/par"), *iter_ms,
-                             model_dir);
+    return map_vtrain_run(row,
+                          {in("hw", "gpus"), top("gbs"), top("mbs"), in("model", "h"), in("model", "heads"),
+                           in("model", "L"), in("model", "seq"), in("par", "tp"), in("par", "dp"), in("par", "pp"), *iter_ms},
+                          model_dir);
 }
 
 /// Llama 3 Herd (arXiv 2407.21783) §3.3.2 Table 4: Llama 3 405B on Grand Teton H100 nodes.
@@ -479,8 +485,8 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
     choose_metric(row, /*tflops_are_model=*/true, m);
     if (!m.gaps.empty()) return finish(std::move(m));
     const Json& d = row.data;
-    const Json& par = d.at("par");
-    const std::int64_t gpus = required_integer(row, d.at("hw"), "gpus", "/hw");
+    const Json& par = member_or_null(d, "par");
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
     const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
                        dp = required_integer(row, par, "dp", "/par");
     const std::int64_t seq = required_integer(row, d, "seq", "");
@@ -522,15 +528,15 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
     choose_metric(row, false, m);
     if (!m.gaps.empty()) return finish(std::move(m));
     const Json& d = row.data;
-    const Json& par = d.at("par");
-    const std::int64_t gpus = required_integer(row, d.at("hw"), "gpus", "/hw");
+    const Json& par = member_or_null(d, "par");
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
     const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
                        vp = required_integer(row, par, "vp", "/par"), dp = required_integer(row, par, "dp", "/par");
     const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
     if (tp * pp * dp != gpus || gpus % 8 != 0)
         fail_input("tp × pp × dp = GPUs, in whole 8-GPU nodes", std::to_string(tp * pp * dp) + " for " + std::to_string(gpus),
                    at(row, "/par"));
-    const ModelShape s = shape_of(row, /*llama=*/false, required_integer(row, d.at("model"), "seq", "/model"));
+    const ModelShape s = shape_of(row, /*llama=*/false, required_integer(row, member_or_null(d, "model"), "seq", "/model"));
     m.model = s;
     m.gpus = gpus;
     m.global_batch = gbs;
@@ -550,7 +556,7 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
 }
 
 Mapping map_opt(const Row& row, const std::string&) {
-    return gaps_only(row, {{"FSDP/ZeRO-3 with tensor or pipeline parallelism", text_of(row.data.at("par"), "shard")},
+    return gaps_only(row, {{"FSDP/ZeRO-3 with tensor or pipeline parallelism", text_of(member_or_null(row.data, "par"), "shard")},
                            {"hardware not described", "992 A100-80GB; the interconnect is not stated in §2.4"},
                            {"unknown batch", "gbs_tokens " + text_of(row.data, "gbs_tokens")}});
 }
