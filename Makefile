@@ -1,12 +1,13 @@
 # The two commands a new user types:  make run   and   make test.
 # Each installs missing Debian packages, configures and builds in Release, then runs.
+# make validate: every published measurement of validation/ simulated, the per-source error table.
 
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev
 SMOL := $(BUILD)/tools/smolcluster
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test bench validate clean
 
 all: build
 
@@ -32,6 +33,14 @@ test: build
 bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target benchmarks
 	@for b in $(BUILD)/bench/bench_*; do echo "== $$b"; $$b; done
+
+# The published-measurement harness (bench/bench_published.cpp): the table on stdout, every row
+# with its command line, measured and simulated step time, error or reason in out/validation.csv.
+validate: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS) --target bench_published
+	@mkdir -p out
+	$(BUILD)/bench/bench_published --csv out/validation.csv --json out/validation.json
 
 clean:
 	rm -rf $(BUILD) out

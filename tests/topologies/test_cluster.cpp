@@ -36,7 +36,8 @@ std::string load_error(const Json& doc) {
 TEST_CASE("every preset loads and names itself and its sources", "[topologies][cluster]") {
     const auto names = cluster_preset_names();
     for (const char* expected : {"pi5-1gbe", "pi4-1gbe", "jetson-orin-nano", "jetson-agx-orin", "workstation-4gpu",
-                                 "dgx-a100", "dgx-h100", "dgx2-v100"}) {
+                                 "dgx-a100", "dgx-h100", "dgx2-v100", "hgx-a100-4hdr", "grand-teton-h100",
+                                 "ndm-a100-v4"}) {
         CHECK(std::find(names.begin(), names.end(), expected) != names.end());
     }
     for (const auto& name : names) {
@@ -100,6 +101,40 @@ TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(150));  // 6 × 25 GB/s per direction
         CHECK(gb_per_s(g.host_link.bandwidth) == Approx(15.75)); // PCIe Gen3 x16
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(12.5));   // EDR
+    }
+    SECTION("hgx-a100-4hdr: vTrain's node, 4 HDR NICs for 8 GPUs") {
+        const Cluster c = cluster_preset("hgx-a100-4hdr");
+        const NodeGroup& g = c.groups[0];
+        CHECK(g.devices_per_node == 8);
+        CHECK(tflops(g.device, DType::fp16) == Approx(312));
+        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(2039));
+        CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(300));
+        CHECK(g.nics == 4);                                      // vTrain: 800 Gb/s per node
+        CHECK(g.nics * gb_per_s(g.nic_link.bandwidth) == Approx(800.0 / 8));
+        CHECK(g.nic_of(1) == 0);
+        CHECK(g.nic_of(7) == 3);
+        CHECK(c.network.fabric == FabricKind::single_switch);
+    }
+    SECTION("grand-teton-h100: 400 Gb/s RoCE per GPU, pods of 3,072 GPUs, 1:7 between pods") {
+        const Cluster c = cluster_preset("grand-teton-h100");
+        const NodeGroup& g = c.groups[0];
+        CHECK(tflops(g.device, DType::bf16) == Approx(989));
+        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(3350));
+        CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(450));
+        CHECK(g.nics == 8);
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(400.0 / 8));
+        CHECK(c.network.nodes_per_leaf * g.devices_per_node == 3072);
+        CHECK(c.network.oversubscription == Approx(7));
+    }
+    SECTION("ndm-a100-v4: 8 x 200 Gb/s HDR per VM, 1,900 GiB host memory") {
+        const NodeGroup& g = cluster_preset("ndm-a100-v4").groups[0];
+        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(g.nics == 8);
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(25));
+        CHECK(g.host_memory == Bytes::gib(1900));
+        CHECK_FALSE(g.nvme_capacity);  // Azure publishes no rates for its temporary NVMe
     }
     SECTION("pi5-1gbe") {
         const Cluster c = cluster_preset("pi5-1gbe");

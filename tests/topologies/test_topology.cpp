@@ -191,7 +191,8 @@ TEST_CASE("Fat tree: spines only between pods and ECMP spreads over them", "[top
 }
 
 TEST_CASE("Routes are symmetric in hops and cached and never pass through an endpoint", "[topologies][topology]") {
-    const char* name = GENERATE("dgx-a100", "dgx2-v100", "workstation-4gpu", "pi5-1gbe", "jetson-agx-orin", "dgx-h100");
+    const char* name = GENERATE("dgx-a100", "dgx2-v100", "workstation-4gpu", "pi5-1gbe", "jetson-agx-orin", "dgx-h100",
+                                "hgx-a100-4hdr", "grand-teton-h100", "ndm-a100-v4");
     INFO(name);
     Cluster c = cluster_preset(name);
     if (c.num_nodes() == 1) c = c.with_nodes(3);

@@ -1,0 +1,827 @@
+#include "bench/published.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "bench/accuracy.hpp"
+#include "tools/cli.hpp"
+
+namespace smol::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------
+// Small readers.
+
+std::string lower(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+bool contains(const std::string& text, const std::string& word) { return lower(text).find(lower(word)) != std::string::npos; }
+
+/// The member as text whatever its type (`"8 [U]"`, `8`, `{…}`), "" when absent.
+std::string text_of(const Json& obj, const char* key) {
+    if (!obj.is_object() || !obj.contains(key)) return "";
+    const Json& v = obj.at(key);
+    return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+/// The member when it is a JSON integer; a string ("8 [U, …]", "1-8") is not a figure to use.
+std::optional<std::int64_t> integer_of(const Json& obj, const char* key) {
+    if (!obj.is_object() || !obj.contains(key) || !obj.at(key).is_number_integer()) return std::nullopt;
+    return obj.at(key).get<std::int64_t>();
+}
+
+std::optional<double> number_of(const Json& obj, const char* key) {
+    if (!obj.is_object() || !obj.contains(key) || !obj.at(key).is_number()) return std::nullopt;
+    return obj.at(key).get<double>();
+}
+
+const Json& member_or_null(const Json& obj, const char* key) {
+    static const Json null_json;
+    return obj.is_object() && obj.contains(key) ? obj.at(key) : null_json;
+}
+
+std::string read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail_input("cannot read " + path + " (run from a clone with validation/, or pass --validation DIR)");
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+/// Lines without their '\r\n' or '\n' ends, a leading UTF-8 byte-order mark removed.
+std::vector<std::string> lines_of(std::string text) {
+    if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+    std::vector<std::string> lines;
+    std::stringstream s(text);
+    std::string line;
+    while (std::getline(s, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        lines.push_back(line);
+    }
+    return lines;
+}
+
+std::string file_name(const std::string& path) { return fs::path(path).filename().string(); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// vTrain's CSV.
+
+namespace {
+
+// VIA-Research/vTrain data/ground_truth_single.csv, header and column names as published.
+constexpr const char* kVtrainHeader =
+    "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
+    "data parallelism,pipeline parallelism,iteration time (ms)";
+constexpr const char* kVtrainKeys[] = {"gpus", "gbs", "mbs", "h", "heads", "L", "seq", "tp", "dp", "pp", "iter_ms"};
+
+}  // namespace
+
+std::vector<Row> read_vtrain_csv(const std::string& path) {
+    const std::string name = file_name(path);
+    const std::vector<std::string> lines = lines_of(read_text_file(path));
+    if (lines.empty() || lines[0] != kVtrainHeader)
+        fail_input(std::string("the header line of vTrain's ground_truth_single.csv: '") + kVtrainHeader + "'",
+                   "'" + (lines.empty() ? std::string() : lines[0]) + "'", {name, "", ""});
+    std::vector<Row> rows;
+    for (std::size_t i = 1; i < lines.size(); ++i) {
+        if (lines[i].empty()) continue;
+        const int line = static_cast<int>(i) + 1;
+        std::vector<std::string> cells;
+        std::stringstream s(lines[i]);
+        std::string cell;
+        while (std::getline(s, cell, ',')) cells.push_back(cell);
+        if (cells.size() != std::size(kVtrainKeys))
+            fail_input("11 comma-separated fields on line " + std::to_string(line), std::to_string(cells.size()),
+                       {name, "", ""});
+        Json data = Json::object();
+        for (std::size_t c = 0; c < cells.size(); ++c) {
+            std::size_t used = 0;
+            double v = 0;
+            try {
+                v = std::stod(cells[c], &used);
+            } catch (const std::exception&) {
+            }
+            const bool last = c + 1 == cells.size();
+            if (used != cells[c].size() || !(v > 0) || (!last && v != std::floor(v)))
+                fail_input(std::string(last ? "a positive time" : "a positive integer") + " for '" + kVtrainKeys[c] +
+                               "' on line " + std::to_string(line),
+                           "'" + cells[c] + "'", {name, "", ""});
+            if (last)
+                data[kVtrainKeys[c]] = v;
+            else
+                data[kVtrainKeys[c]] = static_cast<std::int64_t>(v);
+        }
+        char id[16];
+        std::snprintf(id, sizeof id, "V%04zu", rows.size() + 1);
+        rows.push_back({id, "vtrain", name, line, std::move(data)});
+    }
+    return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// published.jsonl: sources named from "src", "same" and model names resolved.
+
+namespace {
+
+struct SourceName {
+    const char* src_prefix;  // how the row's "src" begins
+    const char* name;
+};
+
+// Each publication of published.jsonl, by the first words of its "src".
+constexpr SourceName kSources[] = {
+    {"Llama 3 Herd", "llama3-herd"},
+    {"OPT (", "opt"},
+    {"NVIDIA/dgxc-benchmarking", "dgxc-benchmarking"},
+    {"NVIDIA/NeMo docs", "nemo-performance"},
+    {"NVIDIA-NeMo/Megatron-Bridge", "megatron-bridge"},
+    {"pytorch/torchtitan", "torchtitan"},
+    {"PyTorch blog 'Introducing PyTorch FSDP API'", "pytorch-fsdp-blog"},
+    {"deepspeedai/DeepSpeed docs/_posts/2022-07-26-deepspeed-azure", "deepspeed-azure"},
+    {"deepspeedai/DeepSpeed docs/_posts/2021-03-08-zero3-offload", "deepspeed-zero3-offload"},
+    {"ZeRO-Offload (", "zero-offload"},
+    {"ZeRO (", "zero"},
+    {"horovod/horovod", "horovod"},
+    {"NVIDIA/Megatron-LM README", "megatron-lm"},
+    {"VIA-Research/vTrain", "vtrain-samples"},
+    {"Papakyriakou & Barbounakis", "arm-clusters"},
+};
+
+bool has_shape(const Json& model) {
+    return integer_of(model, "L") && integer_of(model, "h") && integer_of(model, "heads");
+}
+
+/// A model given by name becomes the shape of the row that described it; a described model
+/// without a shape takes it from an earlier row of the same name, and the fullest description
+/// of each name is kept for later rows.
+void resolve_model(Json& model, std::map<std::string, Json>& known) {
+    if (model.is_string()) {
+        const auto it = known.find(model.get<std::string>());
+        model = it != known.end() ? it->second : Json{{"name", model.get<std::string>()}};
+        return;
+    }
+    if (!model.is_object() || !model.contains("name") || !model["name"].is_string()) return;
+    const std::string name = model["name"].get<std::string>();
+    const auto it = known.find(name);
+    if (it != known.end() && !has_shape(model) && has_shape(it->second))
+        for (const auto& [k, v] : it->second.items())
+            if (!model.contains(k)) model[k] = v;
+    if (it == known.end() || has_shape(model)) known[name] = model;
+}
+
+}  // namespace
+
+std::vector<Row> read_published_jsonl(const std::string& path) {
+    const std::string name = file_name(path);
+    const std::vector<std::string> lines = lines_of(read_text_file(path));
+    std::vector<Row> rows;
+    std::map<std::string, Json> models;  // model name → the fullest shape seen so far
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        if (lines[i].empty()) continue;
+        const int line = static_cast<int>(i) + 1;
+        const std::string where = name + ":" + std::to_string(line);
+        Json data = parse_json_text(lines[i], where);
+        const JsonView view(data, where);
+        view.expect_object();
+        const std::string id = view.string("id");
+        const std::string src = view.string("src");
+        std::string source;
+        if (src.rfind("same", 0) == 0) {
+            if (rows.empty()) fail_input("a source on the first row", "'" + src + "'", view.context());
+            source = rows.back().source;
+        } else {
+            for (const SourceName& s : kSources)
+                if (src.rfind(s.src_prefix, 0) == 0) {
+                    source = s.name;
+                    break;
+                }
+            if (source.empty())
+                fail_input("a source the harness knows (add it to kSources and give it a mapping function in "
+                           "bench/published.cpp)",
+                           "'" + src + "'", {where, "/src", ""});
+        }
+        if (data.contains("model")) resolve_model(data["model"], models);
+        rows.push_back({id, source, name, line, std::move(data)});
+    }
+    return rows;
+}
+
+std::vector<Row> read_validation(const std::string& dir) {
+    std::vector<Row> rows = read_vtrain_csv((fs::path(dir) / "vtrain-single-node.csv").string());
+    std::vector<Row> published = read_published_jsonl((fs::path(dir) / "published.jsonl").string());
+    rows.insert(rows.end(), std::make_move_iterator(published.begin()), std::make_move_iterator(published.end()));
+    return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models.
+
+Json model_json(const ModelShape& m) {
+    Json j{{"kind", "transformer"},
+           {"name", fs::path(model_file_name(m)).stem().string()},
+           {"layers", m.layers},
+           {"hidden", m.hidden},
+           {"heads", m.heads},
+           {"kv_heads", m.kv_heads},
+           {"ffn_hidden", m.ffn_hidden},
+           {"vocab", m.vocab},
+           {"seq", m.seq},
+           {"tied_embeddings", !m.llama},
+           {"gated_mlp", m.llama},
+           {"biases", !m.llama},
+           {"norm", m.llama ? "rmsnorm" : "layernorm"},
+           {"positions", m.llama ? "rope" : "learned"}};
+    return j;
+}
+
+std::string model_file_name(const ModelShape& m) {
+    std::string n = std::string(m.llama ? "llama" : "gpt") + "-l" + std::to_string(m.layers) + "-h" +
+                    std::to_string(m.hidden) + "-a" + std::to_string(m.heads);
+    if (m.kv_heads != m.heads) n += "-kv" + std::to_string(m.kv_heads);
+    return n + "-f" + std::to_string(m.ffn_hidden) + "-v" + std::to_string(m.vocab) + "-s" + std::to_string(m.seq) +
+           ".json";
+}
+
+std::int64_t megatron_padded_vocab(std::int64_t vocab, int tp, int divisible_by) {
+    const std::int64_t multiple = static_cast<std::int64_t>(divisible_by) * tp;
+    return (vocab + multiple - 1) / multiple * multiple;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gaps: what keeps a row from being simulated, in the order a row is grouped by its first.
+
+namespace {
+
+const std::vector<std::string> kGapOrder{
+    "FP8",
+    "context parallelism",
+    "MoE",
+    "offload",
+    "FSDP/ZeRO-3 with tensor or pipeline parallelism",
+    "hardware not described",
+    "unknown parallel layout",
+    "unknown model shape",
+    "unknown batch",
+    "metric 'up to'",
+    "metric not comparable yet",
+    "no mapping yet",
+};
+
+void add_gap(Mapping& m, const std::string& feature, const std::string& detail) {
+    if (std::find(kGapOrder.begin(), kGapOrder.end(), feature) == kGapOrder.end())
+        throw Error(ErrorKind::internal, "gap feature '" + feature + "' is not in kGapOrder");
+    m.gaps.push_back({feature, detail});
+}
+
+/// Sorts the gaps; a row with gaps has no command line.
+Mapping finish(Mapping m) {
+    std::stable_sort(m.gaps.begin(), m.gaps.end(), [](const Gap& a, const Gap& b) {
+        return std::find(kGapOrder.begin(), kGapOrder.end(), a.feature) <
+               std::find(kGapOrder.begin(), kGapOrder.end(), b.feature);
+    });
+    if (!m.gaps.empty()) {
+        m.args.clear();
+        m.model.reset();
+    }
+    return m;
+}
+
+/// The figure to compare, in order of directness. `tflops_are_model` says whether the source's
+/// "tflops_per_gpu" counts model FLOPs (no recompute), as the Llama 3 paper's does (its TFLOPs/GPU
+/// column is its BF16 MFU × 989 TFLOP/s: 430 ↔ 43 %).
+void choose_metric(const Row& row, bool tflops_are_model, Mapping& m) {
+    const Json& metric = member_or_null(row.data, "metric");
+    if (const auto v = number_of(metric, "iter_ms")) {
+        m.metric = Metric{"iter_ms", MetricKind::step_time, *v, 1e-3, "iteration time (ms), measured"};
+    } else if (const auto v = number_of(metric, "sec_per_iter")) {
+        m.metric = Metric{"sec_per_iter", MetricKind::step_time, *v, 1, "seconds per iteration, measured"};
+    } else if (const auto v = number_of(metric, "tokens_per_s_per_gpu")) {
+        m.metric = Metric{"tokens_per_s_per_gpu", MetricKind::tokens_per_s_per_gpu, *v, 1,
+                          "tokens/s per GPU -> step = global batch x seq / (value x GPUs)"};
+    } else if (const auto v = number_of(metric, "model_tflops_per_gpu")) {
+        m.metric = Metric{"model_tflops_per_gpu", MetricKind::model_tflops_per_gpu, *v, 1,
+                          "model TFLOP/s per GPU -> step = model FLOPs (no recompute) / (value x GPUs)"};
+    } else if (const auto v = number_of(metric, "tflops_per_gpu"); v && tflops_are_model) {
+        m.metric = Metric{"tflops_per_gpu", MetricKind::model_tflops_per_gpu, *v, 1,
+                          "model TFLOP/s per GPU -> step = model FLOPs (no recompute) / (value x GPUs)"};
+    } else if (metric.is_object() && metric.contains("tflops_per_gpu_upto")) {
+        add_gap(m, "metric 'up to'", "tflops_per_gpu_upto " + text_of(metric, "tflops_per_gpu_upto") + ": a best case, not a run");
+    } else if (text_of(metric, "tflops_per_gpu").rfind('>', 0) == 0) {
+        add_gap(m, "metric 'up to'", "tflops_per_gpu '" + text_of(metric, "tflops_per_gpu") + "': a bound, not a run");
+    } else if (metric.is_object() && metric.contains("hw_tflops_per_gpu")) {
+        add_gap(m, "metric not comparable yet",
+                "hardware TFLOP/s (Megatron's 96·B·s·l·h² formula, recompute counted): no conversion to a step time yet");
+    } else if (metric.is_object() && metric.contains("tflops_per_gpu")) {
+        add_gap(m, "metric not comparable yet", "TFLOP/s per GPU " + text_of(metric, "tflops_per_gpu") + " with an unstated FLOP formula");
+    } else {
+        std::string keys;
+        if (metric.is_object())
+            for (const auto& [k, v] : metric.items()) keys += (keys.empty() ? "" : ", ") + k;
+        add_gap(m, "metric not comparable yet", keys.empty() ? "no metric" : keys + " (not a step time or a throughput)");
+    }
+}
+
+/// Gaps any row can show by its own fields: FP8, context parallelism, MoE, offload, and a model
+/// without a shape.
+void common_gaps(const Row& row, Mapping& m) {
+    const Json& d = row.data;
+    const Json& par = member_or_null(d, "par");
+    const Json& model = member_or_null(d, "model");
+    const std::string prec = text_of(d, "prec");
+    if (contains(prec, "fp8") || contains(prec, "float8")) add_gap(m, "FP8", prec);
+    if (const auto cp = integer_of(par, "cp"); cp && *cp > 1) add_gap(m, "context parallelism", "cp " + std::to_string(*cp));
+    if (contains(text_of(d, "tag"), "moe") || integer_of(par, "ep").value_or(1) > 1 || contains(text_of(model, "name"), "moe"))
+        add_gap(m, "MoE", text_of(model, "name") + (par.contains("ep") ? ", ep " + text_of(par, "ep") : ""));
+    if (contains(text_of(par, "shard"), "offload") || contains(text_of(d, "tag"), "offload"))
+        add_gap(m, "offload", text_of(par, "shard").empty() ? text_of(d, "tag") : text_of(par, "shard"));
+    if (!has_shape(model))
+        add_gap(m, "unknown model shape",
+                (model.is_object() ? text_of(model, "name") : text_of(d, "model")) + ": layers, hidden size or heads not given");
+}
+
+/// A source whose rows the harness cannot map yet: the common gaps, the source's own, and, should
+/// a row show none, "no mapping yet" so that it is still reported.
+Mapping gaps_only(const Row& row, const std::vector<Gap>& own) {
+    Mapping m;
+    common_gaps(row, m);
+    choose_metric(row, /*tflops_are_model=*/false, m);
+    for (const Gap& g : own) add_gap(m, g.feature, g.detail);
+    if (m.gaps.empty()) add_gap(m, "no mapping yet", "write a mapping function for source '" + row.source + "'");
+    return finish(std::move(m));
+}
+
+std::string model_path(const std::string& dir, const ModelShape& shape) {
+    return (fs::path(dir) / model_file_name(shape)).string();
+}
+
+ErrorContext at(const Row& row, const std::string& path) { return {row.file + ":" + std::to_string(row.line), path, ""}; }
+
+std::int64_t required_integer(const Row& row, const Json& obj, const char* key, const std::string& path) {
+    const auto v = integer_of(obj, key);
+    if (!v || *v < 1)
+        fail_input("a positive integer", obj.is_object() && obj.contains(key) ? describe_json(obj.at(key)) : "nothing",
+                   at(row, path + "/" + key));
+    return *v;
+}
+
+/// The row's model (at /model) as a shape; kv heads default to the heads, the MLP to 4 × hidden.
+ModelShape shape_of(const Row& row, bool llama, std::int64_t seq) {
+    const Json& model = member_or_null(row.data, "model");
+    const auto i = [&](const char* key) { return static_cast<int>(required_integer(row, model, key, "/model")); };
+    ModelShape s;
+    s.llama = llama;
+    s.layers = i("L");
+    s.hidden = i("h");
+    s.heads = i("heads");
+    s.kv_heads = model.contains("kv") ? i("kv") : s.heads;
+    s.ffn_hidden = model.contains("ffn") ? i("ffn") : 4 * s.hidden;
+    s.vocab = i("vocab");
+    s.seq = static_cast<int>(seq);
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One function per source.
+
+/// Megatron-DeepSpeed as vTrain measured it (config use_gradient_bucket: false; src/predictor.py
+/// puts one data-parallel all-reduce per stage after the last backward): gradients all-reduced
+/// after the whole backward, not bucketed. Until a `--framework` flag exists, one DDP bucket large
+/// enough for every gradient (1 TiB) expresses it. This is the line that becomes
+/// {"--framework", "megatron-deepspeed@…"}.
+std::vector<std::string> vtrain_framework_flags() {
+    return {"--strategy", "ddp", "--bucket-mb", "1048576", "--first-bucket-mb", "1048576"};
+}
+
+/// One vTrain measurement: the CSV's columns.
+struct VtrainRun {
+    std::int64_t gpus, gbs, mbs, hidden, heads, layers, seq, tp, dp, pp;
+    double iter_ms;
+};
+
+/// vTrain (VIA-Research/vTrain data/ground_truth_single.csv, and the two samples of it in
+/// published.jsonl): GPT models in Megatron-DeepSpeed on one HGX A100 node, GPT-2 vocabulary
+/// padded by Megatron, fp16 (src/predictor.py:112 sets torch.float16), full activation
+/// checkpointing and 1F1B (config use_checkpoint: true, pipeline_scheduling: "1f1b").
+Mapping map_vtrain_run(const Row& row, const VtrainRun& v, const std::string& model_dir) {
+    if (v.tp * v.dp * v.pp != v.gpus)
+        fail_input("tp × dp × pp = GPUs",
+                   std::to_string(v.tp) + " × " + std::to_string(v.dp) + " × " + std::to_string(v.pp) + " for " +
+                       std::to_string(v.gpus) + " GPUs",
+                   at(row, ""));
+    Mapping m;
+    ModelShape s;
+    s.layers = static_cast<int>(v.layers);
+    s.hidden = static_cast<int>(v.hidden);
+    s.heads = s.kv_heads = static_cast<int>(v.heads);
+    s.ffn_hidden = static_cast<int>(4 * v.hidden);
+    s.vocab = static_cast<int>(megatron_padded_vocab(50257, static_cast<int>(v.tp)));  // GPT-2 BPE
+    s.seq = static_cast<int>(v.seq);
+    m.model = s;
+    m.gpus = v.gpus;
+    m.global_batch = v.gbs;
+    m.seq = s.seq;
+    m.metric = Metric{"iter_ms", MetricKind::step_time, v.iter_ms, 1e-3, "iteration time (ms), measured"};
+    m.args = {"simulate",       "--model",     model_path(model_dir, s), "--cluster", "hgx-a100-4hdr",
+              "--devices",      std::to_string(v.gpus),
+              "--tp",           std::to_string(v.tp),
+              "--pp",           std::to_string(v.pp),
+              "--dp",           std::to_string(v.dp),
+              "--micro-batch",  std::to_string(v.mbs),
+              "--global-batch", std::to_string(v.gbs),
+              "--dtype",        "fp16",
+              "--recompute",    "full",
+              "--schedule",     "1f1b"};
+    for (const std::string& f : vtrain_framework_flags()) m.args.push_back(f);
+    m.args.push_back("--json");
+    return finish(std::move(m));
+}
+
+Mapping map_vtrain(const Row& row, const std::string& model_dir) {
+    const Json& d = row.data;
+    const auto i = [&](const char* k) { return required_integer(row, d, k, ""); };
+    return map_vtrain_run(row,
+                          {i("gpus"), i("gbs"), i("mbs"), i("h"), i("heads"), i("L"), i("seq"), i("tp"), i("dp"), i("pp"),
+                           d.at("iter_ms").get<double>()},
+                          model_dir);
+}
+
+/// published.jsonl P44/P45: rows of the same CSV, in the jsonl's own field names.
+Mapping map_vtrain_samples(const Row& row, const std::string& model_dir) {
+    const Json& d = row.data;
+    const auto in = [&](const char* obj, const char* key) {
+        return required_integer(row, member_or_null(d, obj), key, std::string("/") + obj);
+    };
+    const auto top = [&](const char* key) { return required_integer(row, d, key, ""); };
+    const auto iter_ms = number_of(member_or_null(d, "metric"), "iter_ms");
+    if (!iter_ms) fail_input("a number", describe_json(member_or_null(d, "metric")), at(row, "/metric/iter_ms"));
+    return map_vtrain_run(row,
+                          {in("hw", "gpus"), top("gbs"), top("mbs"), in("model", "h"), in("model", "heads"),
+                           in("model", "L"), in("model", "seq"), in("par", "tp"), in("par", "dp"), in("par", "pp"), *iter_ms},
+                          model_dir);
+}
+
+/// Llama 3 Herd (arXiv 2407.21783) §3.3.2 Table 4: Llama 3 405B on Grand Teton H100 nodes.
+/// batch_per_dp sequences per data-parallel group per step, micro-batch 1.
+Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
+    Mapping m;
+    common_gaps(row, m);
+    choose_metric(row, /*tflops_are_model=*/true, m);
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const Json& d = row.data;
+    const Json& par = member_or_null(d, "par");
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
+                       dp = required_integer(row, par, "dp", "/par");
+    const std::int64_t seq = required_integer(row, d, "seq", "");
+    const std::int64_t gbs = required_integer(row, d, "batch_per_dp", "") * dp;
+    if (tp * pp * dp != gpus || gpus % 8 != 0)
+        fail_input("tp × pp × dp = GPUs, in whole 8-GPU nodes", std::to_string(tp * pp * dp) + " for " + std::to_string(gpus),
+                   at(row, "/par"));
+    const ModelShape s = shape_of(row, /*llama=*/true, seq);
+    m.model = s;
+    m.gpus = gpus;
+    m.global_batch = gbs;
+    m.seq = s.seq;
+    m.notes = {"FSDP of optimizer states and gradients (parameters kept after forward) as zero1, the distributed optimizer",
+               "the paper's tuned interleaved schedule has no published virtual-stage count: 1F1B",
+               "attention by FlashAttention (recomputes the attention core in backward): --recompute selective",
+               "sequence parallelism not stated: off"};
+    m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "grand-teton-h100",
+              "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
+              "--dp", std::to_string(dp), "--strategy", "zero1", "--schedule", "1f1b", "--recompute", "selective",
+              "--micro-batch", "1", "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    return finish(std::move(m));
+}
+
+/// NVIDIA/dgxc-benchmarking nemo_megatron: GPT-3 175B in NeMo on DGX H100 nodes (DGX Cloud), as
+/// gpt3_175b_hydra.yaml runs it: tp 4, pp 8, virtual pipeline 12, micro-batch 1,
+/// sequence_parallel true, distributed_fused_adam (the distributed optimizer),
+/// activations_checkpoint_granularity null with Transformer Engine's fused attention.
+Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
+    Row row = given;
+    Mapping m;
+    // The row gives layers, hidden and vocabulary; the recipe (gpt3_175b_hydra.yaml) gives the rest:
+    // num_attention_heads 96, ffn_hidden_size 49152 (4 × hidden).
+    Json& model = row.data["model"];
+    if (text_of(model, "name") == "GPT3-175B" && !model.contains("heads")) {
+        model["heads"] = 96;
+        m.notes.push_back("96 heads and ffn 49152 from the recipe's gpt3_175b_hydra.yaml");
+    }
+    common_gaps(row, m);
+    choose_metric(row, false, m);
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const Json& d = row.data;
+    const Json& par = member_or_null(d, "par");
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
+                       vp = required_integer(row, par, "vp", "/par"), dp = required_integer(row, par, "dp", "/par");
+    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
+    if (tp * pp * dp != gpus || gpus % 8 != 0)
+        fail_input("tp × pp × dp = GPUs, in whole 8-GPU nodes", std::to_string(tp * pp * dp) + " for " + std::to_string(gpus),
+                   at(row, "/par"));
+    const ModelShape s = shape_of(row, /*llama=*/false, required_integer(row, member_or_null(d, "model"), "seq", "/model"));
+    m.model = s;
+    m.gpus = gpus;
+    m.global_batch = gbs;
+    m.seq = s.seq;
+    m.notes.insert(m.notes.end(),
+                   {"DGX Cloud taken as DGX H100 nodes (8 x 400 Gb/s InfiniBand), as the row assumes",
+                    "no activation checkpointing; fused attention recomputes its core in backward: --recompute selective",
+                    "NeMo overlaps gradient reduce-scatter, parameter all-gather and tensor-parallel communication "
+                    "(overlap_grad_sync, overlap_param_sync, ub_tp_comm_overlap); the simulator blocks on tensor-parallel "
+                    "collectives"});
+    m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100",
+              "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
+              "--dp", std::to_string(dp), "--schedule", "interleaved", "--virtual-stages", std::to_string(vp), "--sp",
+              "--strategy", "zero1", "--recompute", "selective", "--micro-batch", std::to_string(mbs),
+              "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    return finish(std::move(m));
+}
+
+Mapping map_opt(const Row& row, const std::string&) {
+    return gaps_only(row, {{"FSDP/ZeRO-3 with tensor or pipeline parallelism", text_of(member_or_null(row.data, "par"), "shard")},
+                           {"hardware not described", "992 A100-80GB; the interconnect is not stated in §2.4"},
+                           {"unknown batch", "gbs_tokens " + text_of(row.data, "gbs_tokens")}});
+}
+
+Mapping map_nemo_performance(const Row& row, const std::string&) { return gaps_only(row, {}); }
+
+Mapping map_megatron_bridge(const Row& row, const std::string&) { return gaps_only(row, {}); }
+
+Mapping map_torchtitan(const Row& row, const std::string&) {
+    const Json& d = row.data;
+    std::vector<Gap> own;
+    const std::string type = text_of(member_or_null(d, "hw"), "type");
+    if (contains(type, "96GB") || contains(type, "500W"))
+        own.push_back({"hardware not described", type + ": no published peak FLOP/s or memory bandwidth for this H100 part"});
+    else
+        own.push_back({"hardware not described", type + ": the network between the nodes is not stated"});
+    const Json& par = member_or_null(d, "par");
+    if (contains(text_of(par, "shard"), "fsdp") && (integer_of(par, "tp").value_or(1) > 1 || integer_of(par, "pp").value_or(1) > 1))
+        own.push_back({"FSDP/ZeRO-3 with tensor or pipeline parallelism",
+                       text_of(par, "shard") + ", tp " + text_of(par, "tp") + (par.contains("pp") ? ", pp " + text_of(par, "pp") : "")});
+    return gaps_only(row, own);
+}
+
+Mapping map_pytorch_fsdp_blog(const Row& row, const std::string&) {
+    return gaps_only(row, {{"hardware not described", "AWS A100-SXM4-40GB nodes with 400 Gb/s EFA: no preset"}});
+}
+
+Mapping map_deepspeed_azure(const Row& row, const std::string&) {
+    std::vector<Gap> own;
+    // DeepSpeed on Azure, "Hardware (Azure instances)": "The DeepSpeed library exploits offload
+    // capabilities where the activation and optimizer states are allocated in the main memory."
+    if (!contains(text_of(member_or_null(row.data, "par"), "shard"), "offload"))
+        own.push_back({"offload", "activations and optimizer states in host memory (the post's experimental setup)"});
+    if (!integer_of(row.data, "mbs")) own.push_back({"unknown batch", "mbs " + text_of(row.data, "mbs")});
+    return gaps_only(row, own);
+}
+
+Mapping map_deepspeed_zero3_offload(const Row& row, const std::string&) {
+    return gaps_only(row, {{"unknown batch", "batch and sequence not given"}});
+}
+
+Mapping map_zero_offload(const Row& row, const std::string&) {
+    return gaps_only(row, {{"unknown batch", "batch and sequence in the paper's tables, not in the row"}});
+}
+
+Mapping map_zero(const Row& row, const std::string&) {
+    return gaps_only(row, {{"unknown batch", "batch per GPU in the paper's appendix, not in the row"},
+                           {"unknown parallel layout", "model parallelism " + text_of(member_or_null(row.data, "par"), "mp")}});
+}
+
+Mapping map_horovod(const Row& row, const std::string&) {
+    return gaps_only(row, {{"hardware not described",
+                            "\"128 servers with 4 Pascal GPUs each\": GPU model, memory and links inside a server not stated"}});
+}
+
+Mapping map_megatron_lm(const Row& row, const std::string&) {
+    return gaps_only(row, {{"unknown parallel layout", "TP/PP only in the README's images"}});
+}
+
+Mapping map_arm_clusters(const Row& row, const std::string&) {
+    return gaps_only(row, {{"hardware not described", "Raspberry Pi cluster; the network is not stated in the abstract"},
+                           {"unknown batch", "batch not stated in the abstract"}});
+}
+
+using Mapper = Mapping (*)(const Row&, const std::string&);
+
+const std::map<std::string, Mapper>& mappers() {
+    static const std::map<std::string, Mapper> all{
+        {"vtrain", map_vtrain},
+        {"vtrain-samples", map_vtrain_samples},
+        {"llama3-herd", map_llama3_herd},
+        {"opt", map_opt},
+        {"dgxc-benchmarking", map_dgxc_benchmarking},
+        {"nemo-performance", map_nemo_performance},
+        {"megatron-bridge", map_megatron_bridge},
+        {"torchtitan", map_torchtitan},
+        {"pytorch-fsdp-blog", map_pytorch_fsdp_blog},
+        {"deepspeed-azure", map_deepspeed_azure},
+        {"deepspeed-zero3-offload", map_deepspeed_zero3_offload},
+        {"zero-offload", map_zero_offload},
+        {"zero", map_zero},
+        {"horovod", map_horovod},
+        {"megatron-lm", map_megatron_lm},
+        {"arm-clusters", map_arm_clusters},
+    };
+    return all;
+}
+
+}  // namespace
+
+Mapping map_row(const Row& row, const std::string& model_dir) {
+    const auto it = mappers().find(row.source);
+    if (it == mappers().end()) throw Error(ErrorKind::internal, "no mapping function for source '" + row.source + "'");
+    return it->second(row, model_dir);
+}
+
+std::string command_line(const std::vector<std::string>& args) {
+    std::string line = "smolcluster";
+    for (const std::string& a : args) line += " " + a;
+    return line;
+}
+
+double measured_step_seconds(const Mapping& m, double flops_per_token) {
+    const Metric& x = *m.metric;
+    const double gpus = static_cast<double>(m.gpus), tokens = static_cast<double>(m.global_batch) * m.seq;
+    switch (x.kind) {
+        case MetricKind::step_time: return x.value * x.seconds_per_unit;
+        case MetricKind::tokens_per_s_per_gpu: return tokens / (x.value * gpus);
+        case MetricKind::model_tflops_per_gpu: return flops_per_token * tokens / (x.value * 1e12 * gpus);
+    }
+    return 0;
+}
+
+const char* to_string(Status s) {
+    switch (s) {
+        case Status::simulated: return "simulated";
+        case Status::not_representable: return "not representable";
+        case Status::failed: return "failed";
+    }
+    return "?";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running.
+
+namespace {
+
+struct CliResult {
+    int code = 0;
+    std::string out, err;
+};
+
+CliResult run_smolcluster(const std::vector<std::string>& args) {
+    std::vector<const char*> argv{"smolcluster"};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    const int code = tools::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+    return {code, out.str(), err.str()};
+}
+
+/// Written next to its final name and renamed, so a concurrent harness never reads half a file.
+void write_model(const std::string& dir, const ModelShape& s) {
+    const fs::path path = fs::path(dir) / model_file_name(s);
+    const fs::path tmp = path.string() + ".tmp" + std::to_string(getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary);
+        out << model_json(s).dump(2) << '\n';
+        if (!out) fail_input("cannot write " + tmp.string());
+    }
+    fs::rename(tmp, path);
+}
+
+/// Model FLOPs of one training step without recompute, from `smolcluster describe` (Narayanan et
+/// al. 2021 eq. 3's 3 × forward, from the model's own blocks).
+double train_flops_per_token(const std::string& model_file) {
+    const CliResult r = run_smolcluster({"describe", "--model", model_file, "--json"});
+    if (r.code != 0) throw Error(ErrorKind::internal, "smolcluster describe --model " + model_file + " failed: " + r.err);
+    return Json::parse(r.out).at("train_flops_per_token").get<double>();
+}
+
+/// Runs one representable row and fills its outcome. Exit 3 means the plan does not fit the
+/// simulated memory: the summary and its step time are still printed and still compared (the
+/// measured run did fit, so that is a gap of the memory model, counted apart).
+void run_one(Outcome& o, double flops_per_token) {
+    const CliResult r = run_smolcluster(o.mapping.args);
+    if (r.code != 0 && r.code != 3) {
+        o.status = Status::failed;
+        o.failure = r.err.empty() ? "exit " + std::to_string(r.code) : r.err;
+        while (!o.failure.empty() && o.failure.back() == '\n') o.failure.pop_back();
+        return;
+    }
+    const Json j = Json::parse(r.out);
+    o.status = Status::simulated;
+    o.fits = j.at("fits").get<bool>();
+    o.simulated_step_s = j.at("iteration_time_s").get<double>();
+    o.measured_step_s = measured_step_seconds(o.mapping, flops_per_token);
+    o.error = relative_error(o.simulated_step_s, o.measured_step_s);
+}
+
+}  // namespace
+
+std::vector<Outcome> run_rows(const std::vector<Row>& rows, const std::string& model_dir, int jobs) {
+    std::vector<Outcome> outcomes;
+    outcomes.reserve(rows.size());
+    for (const Row& r : rows) {
+        Outcome o;
+        o.row = r;
+        o.mapping = map_row(r, model_dir);
+        outcomes.push_back(std::move(o));
+    }
+    // Each distinct model once; its FLOPs per token where a metric counts model FLOPs.
+    fs::create_directories(model_dir);
+    std::vector<ModelShape> written;
+    std::map<std::string, double> flops_per_token;  // model file → train FLOPs per token
+    for (const Outcome& o : outcomes) {
+        if (!o.mapping.model || std::find(written.begin(), written.end(), *o.mapping.model) != written.end()) continue;
+        write_model(model_dir, *o.mapping.model);
+        written.push_back(*o.mapping.model);
+        if (o.mapping.metric->kind == MetricKind::model_tflops_per_gpu) {
+            const std::string file = model_path(model_dir, *o.mapping.model);
+            flops_per_token[file] = train_flops_per_token(file);
+        }
+    }
+
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+        for (std::size_t i = next++; i < outcomes.size(); i = next++) {
+            Outcome& o = outcomes[i];
+            if (!o.mapping.representable()) continue;
+            const auto t0 = std::chrono::steady_clock::now();
+            try {
+                const auto f = flops_per_token.find(model_path(model_dir, *o.mapping.model));
+                run_one(o, f == flops_per_token.end() ? 0 : f->second);
+            } catch (const std::exception& e) {  // a harness bug must not take the other rows down
+                o.status = Status::failed;
+                o.failure = std::string("harness: ") + e.what();
+            }
+            o.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::max(1, jobs); ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+    return outcomes;
+}
+
+std::vector<SourceSummary> summarize(const std::vector<Outcome>& outcomes) {
+    std::vector<SourceSummary> out;
+    std::map<std::string, std::vector<double>> errors;
+    for (const Outcome& o : outcomes) {
+        auto it = std::find_if(out.begin(), out.end(), [&](const SourceSummary& s) { return s.source == o.row.source; });
+        if (it == out.end()) {
+            out.push_back({});
+            out.back().source = o.row.source;
+            it = out.end() - 1;
+        }
+        SourceSummary& s = *it;
+        ++s.rows;
+        if (o.status == Status::simulated) {
+            ++s.simulated;
+            if (!o.fits) ++s.not_fitting;
+            errors[s.source].push_back(o.error);
+            const std::string& c = o.mapping.metric->description;
+            if (std::find(s.compared.begin(), s.compared.end(), c) == s.compared.end()) s.compared.push_back(c);
+        } else if (o.status == Status::failed) {
+            ++s.failed;
+        } else {
+            const std::string& feature = o.mapping.gaps.front().feature;
+            auto g = std::find_if(s.gaps.begin(), s.gaps.end(), [&](const auto& p) { return p.first == feature; });
+            if (g == s.gaps.end()) {
+                s.gaps.push_back({feature, {}});
+                g = s.gaps.end() - 1;
+            }
+            g->second.push_back(o.row.id);
+        }
+    }
+    for (SourceSummary& s : out) {
+        s.stats = error_stats(errors[s.source]);
+        std::stable_sort(s.gaps.begin(), s.gaps.end(), [](const auto& a, const auto& b) {
+            return std::find(kGapOrder.begin(), kGapOrder.end(), a.first) <
+                   std::find(kGapOrder.begin(), kGapOrder.end(), b.first);
+        });
+    }
+    return out;
+}
+
+}  // namespace smol::bench

@@ -1,0 +1,261 @@
+// The published-measurement harness: reading validation/, mapping rows to command lines (checked
+// against hand-written ones), Megatron's vocabulary padding, the metric conversions, that no row
+// is dropped, that results do not depend on the thread count, and one SECTION per bad input.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "bench/published.hpp"
+#include "test_support.hpp"
+
+using namespace smol;
+using namespace smol::bench;
+using Catch::Matchers::Contains;
+using smol::test::bad_input_message;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kValidation = std::string(SMOL_SOURCE_DIR) + "/validation";
+
+const std::vector<Row>& all_rows() {
+    static const std::vector<Row> rows = read_validation(kValidation);
+    return rows;
+}
+
+const Row& row(const std::string& id) {
+    const auto& rows = all_rows();
+    const auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.id == id; });
+    REQUIRE(it != rows.end());
+    return *it;
+}
+
+/// Lines of a file that hold data: not empty, not the CSV header.
+std::size_t data_lines(const std::string& path, bool header) {
+    std::ifstream in(path, std::ios::binary);
+    std::string line;
+    std::size_t n = 0;
+    while (std::getline(in, line))
+        if (!line.empty() && line != "\r") ++n;
+    return header ? n - 1 : n;
+}
+
+bool has_args(const Mapping& m, const std::vector<std::string>& run) {
+    return std::search(m.args.begin(), m.args.end(), run.begin(), run.end()) != m.args.end();
+}
+
+/// A scratch file, removed at the end of the test.
+struct TempFile {
+    fs::path path;
+    TempFile(const std::string& name, const std::string& text) : path(fs::temp_directory_path() / name) {
+        std::ofstream(path, std::ios::binary) << text;
+    }
+    ~TempFile() { fs::remove(path); }
+};
+
+}  // namespace
+
+TEST_CASE("Megatron pads the GPT-2 vocabulary to a multiple of 128 x tp", "[bench][published]") {
+    CHECK(megatron_padded_vocab(50257, 1) == 50304);  // 393 × 128
+    CHECK(megatron_padded_vocab(50257, 2) == 50432);  // 197 × 256
+    CHECK(megatron_padded_vocab(50257, 4) == 50688);  // 99 × 512
+    CHECK(megatron_padded_vocab(50257, 8) == 51200);  // 50 × 1024
+    CHECK(megatron_padded_vocab(51200, 8) == 51200);  // already a multiple
+}
+
+TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][published]") {
+    // validation/vtrain-single-node.csv line 5: 8 GPUs, global batch 8, micro-batch 2, hidden 2048,
+    // 16 heads, 20 layers, seq 1024, tp 4, dp 1, pp 2, 160.6027 ms.
+    const Row& r = row("V0004");
+    CHECK(r.line == 5);
+    const Mapping m = map_row(r, "/models");
+    REQUIRE(m.representable());
+    const std::vector<std::string> expected{
+        "simulate", "--model", "/models/gpt-l20-h2048-a16-f8192-v50688-s1024.json", "--cluster", "hgx-a100-4hdr",
+        "--devices", "8", "--tp", "4", "--pp", "2", "--dp", "1", "--micro-batch", "2", "--global-batch", "8",
+        "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b",
+        "--strategy", "ddp", "--bucket-mb", "1048576", "--first-bucket-mb", "1048576", "--json"};
+    CHECK(m.args == expected);
+    CHECK(command_line(m.args).rfind("smolcluster simulate --model /models/", 0) == 0);
+    REQUIRE(m.model);
+    const Json model = model_json(*m.model);
+    CHECK(model == Json::parse(R"({"kind": "transformer", "name": "gpt-l20-h2048-a16-f8192-v50688-s1024",
+        "layers": 20, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn_hidden": 8192, "vocab": 50688, "seq": 1024,
+        "tied_embeddings": true, "gated_mlp": false, "biases": true, "norm": "layernorm", "positions": "learned"})"));
+    REQUIRE(m.metric);
+    CHECK(m.metric->kind == MetricKind::step_time);
+    CHECK(measured_step_seconds(m, 0) == Approx(0.1606027));
+}
+
+TEST_CASE("the published rows map to the plans their sources describe", "[bench][published]") {
+    SECTION("Llama 3 405B on 8,192 Grand Teton H100s") {
+        const Mapping m = map_row(row("P01"), "/models");
+        REQUIRE(m.representable());
+        CHECK(has_args(m, {"--cluster", "grand-teton-h100", "--nodes", "1024", "--tp", "8", "--pp", "16", "--dp", "64"}));
+        CHECK(has_args(m, {"--micro-batch", "1", "--global-batch", "2048", "--dtype", "bf16"}));  // 32 per dp group × 64
+        CHECK(model_file_name(*m.model) == "llama-l126-h16384-a128-kv8-f53248-v128256-s8192.json");
+        CHECK(m.metric->kind == MetricKind::model_tflops_per_gpu);
+    }
+    SECTION("P02 names the model of P01") {
+        const Mapping m = map_row(row("P02"), "/models");
+        REQUIRE(m.representable());
+        CHECK(*m.model == *map_row(row("P01"), "/models").model);
+        CHECK(has_args(m, {"--nodes", "2048", "--tp", "8", "--pp", "16", "--dp", "128"}));
+    }
+    SECTION("GPT-3 175B in NeMo on DGX H100: interleaved, 12 virtual stages, sequence parallel") {
+        const Mapping m = map_row(row("P05"), "/models");
+        REQUIRE(m.representable());
+        CHECK(has_args(m, {"--cluster", "dgx-h100", "--nodes", "16", "--tp", "4", "--pp", "8", "--dp", "4", "--schedule",
+                           "interleaved", "--virtual-stages", "12", "--sp"}));
+        CHECK(model_file_name(*m.model) == "gpt-l96-h12288-a96-f49152-v51200-s2048.json");
+        CHECK(measured_step_seconds(m, 0) == Approx(8.309));
+    }
+    SECTION("the vTrain samples of published.jsonl map like their CSV rows") {
+        // P44 is line 45 of the CSV: 8,128,4,1024,16,20,1024,1,8,1,484.820972.
+        const Row& csv = *std::find_if(all_rows().begin(), all_rows().end(), [](const Row& r) { return r.line == 45 && r.source == "vtrain"; });
+        const Mapping a = map_row(row("P44"), "/models"), b = map_row(csv, "/models");
+        CHECK(a.args == b.args);
+        CHECK(measured_step_seconds(a, 0) == Approx(measured_step_seconds(b, 0)).epsilon(1e-4));
+    }
+    SECTION("rows the simulator cannot represent name their first missing feature") {
+        CHECK(map_row(row("P03"), "/m").gaps.front().feature == "context parallelism");
+        CHECK(map_row(row("P08"), "/m").gaps.front().feature == "FP8");
+        CHECK(map_row(row("P20"), "/m").gaps.front().feature == "MoE");
+        CHECK(map_row(row("P30"), "/m").gaps.front().feature == "offload");
+        const Mapping opt = map_row(row("P04"), "/m");
+        CHECK(opt.args.empty());
+        CHECK(std::any_of(opt.gaps.begin(), opt.gaps.end(), [](const Gap& g) { return g.feature == "metric 'up to'"; }));
+    }
+}
+
+TEST_CASE("every row of both files is simulated or reported with a reason", "[bench][published]") {
+    const auto& rows = all_rows();
+    // Counted apart from the reader: every data line of each file is a row.
+    CHECK(rows.size() == data_lines(kValidation + "/vtrain-single-node.csv", true) +
+                             data_lines(kValidation + "/published.jsonl", false));
+    CHECK(std::count_if(rows.begin(), rows.end(), [](const Row& r) { return r.source == "vtrain"; }) == 1440);
+    std::set<std::string> ids, representable;
+    for (const Row& r : rows) {
+        INFO(r.id);
+        CHECK(ids.insert(r.id).second);
+        const Mapping m = map_row(r, "/models");
+        if (m.representable()) {
+            CHECK_FALSE(m.args.empty());
+            CHECK(m.model);
+            CHECK(m.metric);
+            representable.insert(r.id);
+        } else {
+            CHECK(m.args.empty());
+            for (const Gap& g : m.gaps) {
+                CHECK_FALSE(g.feature.empty());
+                CHECK_FALSE(g.detail.empty());
+            }
+        }
+    }
+    // By hand from published.jsonl: Llama 3 on 8K and 16K GPUs (P01, P02), GPT-3 175B in BF16 (P05-P07),
+    // the two vTrain samples (P44, P45); the other 40 need FP8, context parallelism, MoE, offload,
+    // hardware or shapes the rows do not give.
+    std::set<std::string> published;
+    for (const std::string& id : representable)
+        if (id[0] == 'P') published.insert(id);
+    CHECK(published == std::set<std::string>{"P01", "P02", "P05", "P06", "P07", "P44", "P45"});
+    CHECK(representable.size() == 1440 + 7);
+
+    // Run the quick ones: every outcome is simulated or not representable, never lost or failed.
+    std::vector<Row> quick;
+    for (const Row& r : rows)
+        if ((r.source == "vtrain" && quick.size() < 4) || r.id == "P05" || (r.id[0] == 'P' && !representable.count(r.id)) ||
+            r.id == "P44" || r.id == "P45")
+            quick.push_back(r);
+    const auto outcomes = run_rows(quick, (fs::temp_directory_path() / "smolcluster-test-models").string(), 2);
+    REQUIRE(outcomes.size() == quick.size());
+    for (const Outcome& o : outcomes) {
+        INFO(o.row.id << ": " << o.failure);
+        CHECK(o.status == (representable.count(o.row.id) ? Status::simulated : Status::not_representable));
+        if (o.status == Status::simulated) CHECK(o.simulated_step_s > 0);
+    }
+    const auto summary = summarize(outcomes);
+    std::size_t counted = 0;
+    for (const SourceSummary& s : summary) {
+        std::size_t gaps = 0;
+        for (const auto& [feature, ids] : s.gaps) gaps += ids.size();
+        CHECK(s.simulated + s.failed + gaps == s.rows);
+        counted += s.rows;
+    }
+    CHECK(counted == quick.size());
+}
+
+TEST_CASE("the results do not depend on the number of threads", "[bench][published]") {
+    std::vector<Row> rows(all_rows().begin(), all_rows().begin() + 6);
+    const std::string dir = (fs::temp_directory_path() / "smolcluster-test-models").string();
+    const auto one = run_rows(rows, dir, 1), three = run_rows(rows, dir, 3);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        CHECK(one[i].row.id == three[i].row.id);
+        CHECK(one[i].simulated_step_s == three[i].simulated_step_s);  // exactly: same input, same output
+        CHECK(one[i].error == three[i].error);
+    }
+}
+
+TEST_CASE("metric conversions to a measured step time", "[bench][published]") {
+    Mapping m;
+    m.gpus = 8;
+    m.global_batch = 16;
+    m.seq = 8192;
+    SECTION("tokens per second per GPU") {
+        m.metric = Metric{"tokens_per_s_per_gpu", MetricKind::tokens_per_s_per_gpu, 5762, 1, ""};
+        CHECK(measured_step_seconds(m, 0) == Approx(16.0 * 8192 / (5762.0 * 8)));  // 2.843 s
+    }
+    SECTION("model TFLOP/s per GPU, with the model's FLOPs per token") {
+        m.metric = Metric{"tflops_per_gpu", MetricKind::model_tflops_per_gpu, 430, 1, ""};
+        const double flops_per_token = 6 * 405e9;  // about 6 N for a 405B model
+        CHECK(measured_step_seconds(m, flops_per_token) == Approx(flops_per_token * 16 * 8192 / (430e12 * 8)));
+    }
+    SECTION("milliseconds per iteration") {
+        m.metric = Metric{"iter_ms", MetricKind::step_time, 372.160408, 1e-3, ""};
+        CHECK(measured_step_seconds(m, 0) == Approx(0.372160408));
+    }
+}
+
+TEST_CASE("bad validation files are errors that name the file and line", "[bench][published]") {
+    const std::string header =
+        "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
+        "data parallelism,pipeline parallelism,iteration time (ms)\n";
+    SECTION("a CSV whose header is not vTrain's") {
+        TempFile f("smol-bad-header.csv", "gpus,batch\n2,16\n");
+        const std::string m = bad_input_message([&] { read_vtrain_csv(f.path.string()); });
+        CHECK_THAT(m, Contains("smol-bad-header.csv") && Contains("header"));
+    }
+    SECTION("a CSV row with too few fields") {
+        TempFile f("smol-short-row.csv", header + "2,16,8\n");
+        CHECK_THAT(bad_input_message([&] { read_vtrain_csv(f.path.string()); }), Contains("line 2") && Contains("found 3"));
+    }
+    SECTION("a CSV cell that is not a positive integer") {
+        TempFile f("smol-bad-cell.csv", header + "2,16,8,1024,16,24,1024,1,1,2,372.1\n2,16,x,1024,16,24,1024,1,1,2,372.1\n");
+        CHECK_THAT(bad_input_message([&] { read_vtrain_csv(f.path.string()); }),
+                   Contains("'mbs' on line 3") && Contains("'x'"));
+    }
+    SECTION("a CSV row whose parallel degrees do not multiply to its GPUs") {
+        TempFile f("smol-bad-degrees.csv", header + "8,16,8,1024,16,24,1024,1,1,2,372.1\n");
+        const auto rows = read_vtrain_csv(f.path.string());
+        CHECK_THAT(bad_input_message([&] { map_row(rows.at(0), "/m"); }), Contains("smol-bad-degrees.csv:2") && Contains("8 GPUs"));
+    }
+    SECTION("a missing file") {
+        CHECK_THAT(bad_input_message([] { read_validation("/nonexistent-validation"); }), Contains("cannot read"));
+    }
+    SECTION("a jsonl row from a source the harness does not know") {
+        TempFile f("smol-unknown-src.jsonl", R"({"id": "X1", "src": "Somebody's blog", "metric": {}})" "\n");
+        CHECK_THAT(bad_input_message([&] { read_published_jsonl(f.path.string()); }),
+                   Contains("smol-unknown-src.jsonl:1") && Contains("/src") && Contains("Somebody's blog"));
+    }
+    SECTION("a first jsonl row that says 'same'") {
+        TempFile f("smol-same-first.jsonl", R"({"id": "X1", "src": "same", "metric": {}})" "\n");
+        CHECK_THAT(bad_input_message([&] { read_published_jsonl(f.path.string()); }), Contains("first row"));
+    }
+    SECTION("a jsonl line that is not JSON") {
+        TempFile f("smol-not-json.jsonl", "{\"id\": \n");
+        CHECK_THAT(bad_input_message([&] { read_published_jsonl(f.path.string()); }), Contains("smol-not-json.jsonl:1"));
+    }
+}
