@@ -13,6 +13,7 @@ namespace smol::tools {
 struct Io {
     std::ostream& out;
     std::ostream& err;
+    bool err_is_terminal = false;   // progress bars draw only on a terminal
 };
 
 struct Command {
@@ -22,6 +23,7 @@ struct Command {
 
 Command add_simulate(CLI::App& parent);
 Command add_describe(CLI::App& parent);
+Command add_sweep(CLI::App& parent);
 Command add_models(CLI::App& parent);
 Command add_clusters(CLI::App& parent);
 

@@ -1,5 +1,6 @@
 #include "tools/plan_flags.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,7 +14,10 @@ namespace smol::tools {
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--model", f.model, "model preset or JSON file (smolcluster's own or a HuggingFace config.json)")
         ->required();
-    app.add_option("--cluster", f.cluster, "cluster preset or JSON file")->required();
+    app.add_option("--cluster", f.cluster, "cluster preset, JSON file, or presets composed as NAME:NODES,NAME:NODES")
+        ->required();
+    app.add_option("--cluster-network", f.cluster_network,
+                   "network joining a composed cluster's groups: switch or fat-tree (default: one switch)");
     app.add_option("--nodes", f.nodes, "scale the cluster to N nodes");
     app.add_option("--devices", f.devices, "use the first N devices of the cluster (default: all)");
     app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp")->capture_default_str();
@@ -70,7 +74,17 @@ void check_trace_target(const std::string& path, bool force, const char* flag_na
 }
 
 topo::Cluster resolve_cluster(const PlanFlags& f) {
-    topo::Cluster c = topo::load_cluster(f.cluster);
+    topo::Cluster c;
+    if (f.cluster_network.empty()) {
+        c = topo::load_cluster(f.cluster);
+    } else {
+        const topo::JoinNetwork join = topo::parse_join_network(f.cluster_network);
+        if (!topo::is_composed_spec(f.cluster))
+            fail_input("--cluster-network joins the groups of a cluster composed on the command line (NAME:N,NAME:M); '" +
+                           f.cluster + "' is not one",
+                       flag("--cluster-network"));
+        c = topo::compose_clusters(f.cluster, join);
+    }
     if (f.nodes) c = c.with_nodes(*f.nodes);
     if (f.devices) c = c.first_devices(*f.devices);
     return c;
@@ -114,20 +128,32 @@ std::vector<int> parse_ranks(const std::string& text, int devices) {
         for (int r = 0; r < std::min(devices, devices <= 64 ? 64 : 8); ++r) out.push_back(r);
         return out;
     }
+    auto bad = [&](const std::string& item) {
+        fail_input("rank numbers or ranges from 0 to " + std::to_string(devices - 1) + " separated by commas, such as 0-7,64-71",
+                   "'" + item + "'", flag("--trace-ranks"));
+    };
+    auto number = [&](const std::string& digits, const std::string& item) {
+        std::size_t used = 0;
+        long r = -1;
+        try {
+            r = std::stol(digits, &used);
+        } catch (const std::exception&) {
+        }
+        if (digits.empty() || used != digits.size() || digits[0] == '-' || digits[0] == '+' || r < 0 || r >= devices) bad(item);
+        return static_cast<int>(r);
+    };
     std::stringstream s(text);
     std::string item;
     while (std::getline(s, item, ',')) {
-        std::size_t used = 0;
-        int r = -1;
-        try {
-            r = std::stoi(item, &used);
-        } catch (const std::exception&) {
-        }
-        if (used != item.size() || r < 0 || r >= devices)
-            fail_input("rank numbers from 0 to " + std::to_string(devices - 1) + " separated by commas",
-                       "'" + item + "'", flag("--trace-ranks"));
-        out.push_back(r);
+        const std::size_t dash = item.find('-', 1);
+        const int first = number(item.substr(0, dash), item);
+        const int last = dash == std::string::npos ? first : number(item.substr(dash + 1), item);
+        if (last < first) bad(item);
+        for (int r = first; r <= last; ++r) out.push_back(r);
     }
+    if (text.back() == ',') bad(text);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
 }
 

@@ -21,6 +21,7 @@ namespace smol::tools {
 
 struct PlanFlags {
     std::string model, cluster;
+    std::string cluster_network;         // composed clusters: how the groups are joined (empty: one switch)
     std::optional<int> nodes, devices;   // unset: the cluster as described
     std::string strategy = "ddp";
     int tp = 1, pp = 1, dp = 0;
@@ -42,7 +43,8 @@ struct PlanFlags {
 
 /// The model, cluster and plan flags.
 void add_plan_flags(CLI::App& app, PlanFlags& f);
-/// The cluster the flags name, scaled by --nodes and cut by --devices.
+/// The cluster the flags name (composed with --cluster-network when it is NAME:N,…), scaled by
+/// --nodes and cut by --devices.
 topo::Cluster resolve_cluster(const PlanFlags& f);
 strategies::Plan resolve_plan(const PlanFlags& f);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);
@@ -58,7 +60,8 @@ struct TraceFlags {
 void add_trace_flags(CLI::App& app, TraceFlags& f);
 /// Refuses an existing trace file without --force, before any work is done.
 void check_trace_target(const std::string& path, bool force, const char* flag_name = "--trace");
-/// Ranks named by --trace-ranks ("0,1,8"); empty text: all ranks up to 64 devices, else 0-7.
+/// Ranks named by --trace-ranks ("0,1,8", ranges "0-7,64-71"), sorted and without repeats;
+/// empty text: all ranks up to 64 devices, else 0-7.
 std::vector<int> parse_ranks(const std::string& text, int devices);
 /// Writes the Chrome trace of `tl` to `path` through a temporary file renamed into place, so a
 /// failure never leaves half a file. `cluster` gives the routes of the link filter.
