@@ -3,7 +3,7 @@
 
 BUILD ?= build
 JOBS  ?= $(shell nproc)
-DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev
+DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev zlib1g-dev nodejs python3 python3-matplotlib
 SMOL := $(BUILD)/tools/smolcluster
 
 .PHONY: all deps build run test bench clean

@@ -41,7 +41,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         return 2;
     }
 
-    const Io io{out, err, &err == &std::cerr && isatty(STDERR_FILENO) == 1};
+    std::string command_line;
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        command_line += (i ? " " : "") + (a.find_first_of(" \t\"'") == std::string::npos ? a : "'" + a + "'");
+    }
+    const Io io{out, err, &err == &std::cerr && isatty(STDERR_FILENO) == 1, command_line};
     try {
         for (const Command& c : commands)
             if (c.app->parsed()) return c.run(io);

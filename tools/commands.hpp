@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@ struct Io {
     std::ostream& out;
     std::ostream& err;
     bool err_is_terminal = false;   // progress bars draw only on a terminal
+    std::string command_line;       // as typed, for the run metadata of traces
 };
 
 struct Command {

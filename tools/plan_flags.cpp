@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "tools/gzip_stream.hpp"
 #include "topologies/topology.hpp"
 #include "traces/chrome_trace.hpp"
 
@@ -71,6 +72,37 @@ void add_trace_flags(CLI::App& app, TraceFlags& f) {
 void check_trace_target(const std::string& path, bool force, const char* flag_name) {
     if (!path.empty() && std::filesystem::exists(path) && !force)
         fail_input(path + " exists; pass --force to overwrite it", flag(flag_name));
+}
+
+void check_trace_flags(const TraceFlags& f, int devices) {
+    if (f.trace.empty()) {
+        if (!f.trace_ranks.empty()) fail_input("--trace-ranks needs --trace FILE", flag("--trace-ranks"));
+        return;
+    }
+    check_trace_target(f.trace, f.force);
+    (void)parse_ranks(f.trace_ranks, devices);
+}
+
+std::vector<std::pair<std::string, std::string>> run_metadata(const std::string& command_line, const Model& model,
+                                                               const topo::Cluster& cluster,
+                                                               const strategies::Layout& l,
+                                                               const strategies::Plan& plan) {
+    std::string p = std::string(strategies::to_string(plan.strategy)) + ", tp " + std::to_string(l.tp) + " · pp " +
+                    std::to_string(l.pp) + " · dp " + std::to_string(l.dp) + ", global batch " +
+                    std::to_string(l.global_batch) + " = " + std::to_string(l.dp) + " × " + std::to_string(l.microbatches) +
+                    " × " + std::to_string(l.micro_batch) + ", seq " + std::to_string(l.seq) + ", " + to_string(l.dtype);
+    if (l.pp > 1) p += std::string(", schedule ") + strategies::to_string(plan.schedule);
+    if (plan.schedule == strategies::Schedule::interleaved) p += ", virtual stages " + std::to_string(plan.virtual_stages);
+    if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
+    if (plan.sequence_parallel) p += ", sp";
+    std::vector<std::pair<std::string, std::string>> out{{"smolcluster-version", SMOL_VERSION},
+                                                         {"command-line", command_line},
+                                                         {"model", model.name()},
+                                                         {"cluster", cluster.name},
+                                                         {"devices", std::to_string(cluster.num_devices())},
+                                                         {"plan", p}};
+    if (cluster.groups.size() > 1 && !cluster.description.empty()) out.emplace_back("cluster-description", cluster.description);
+    return out;
 }
 
 topo::Cluster resolve_cluster(const PlanFlags& f) {
@@ -188,18 +220,26 @@ std::vector<bool> links_of(const OpGraph& g, const topo::Topology& topology, con
 
 /// Writes the trace next to its final name, then renames it, so a crash never leaves half a file.
 void write_trace(const std::string& file, const std::string& trace_ranks, bool force, const topo::Cluster& cluster,
-                 const OpGraph& g, const Timeline& tl, const char* flag_name) {
+                 const OpGraph& g, const Timeline& tl,
+                 const std::vector<std::pair<std::string, std::string>>& metadata, const char* flag_name) {
     namespace fs = std::filesystem;
     const fs::path path(file);
     check_trace_target(file, force, flag_name);
     if (path.has_parent_path()) fs::create_directories(path.parent_path());
     const fs::path tmp = path.string() + ".tmp";
-    {
+    traces::TraceOptions opt;
+    opt.ranks = parse_ranks(trace_ranks, g.ranks());
+    if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
+    opt.metadata = metadata;
+    if (file.ends_with(".gz")) {
+        GzipFileBuf buf(tmp.string());
+        if (!buf.good()) fail_input("cannot write " + tmp.string(), flag(flag_name));
+        std::ostream out(&buf);
+        traces::write_chrome_trace(out, g, tl, opt);
+        if (!out || !buf.close()) fail_input("cannot write " + tmp.string() + " (disk full?)", flag(flag_name));
+    } else {
         std::ofstream out(tmp, std::ios::binary);
         if (!out) fail_input("cannot write " + tmp.string(), flag(flag_name));
-        traces::TraceOptions opt;
-        opt.ranks = parse_ranks(trace_ranks, g.ranks());
-        if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
         traces::write_chrome_trace(out, g, tl, opt);
         if (!out) fail_input("cannot write " + tmp.string() + " (disk full?)", flag(flag_name));
     }
