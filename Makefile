@@ -25,6 +25,7 @@ build: deps
 # The main job: GPT-2 small, PyTorch DDP, four Raspberry Pi 5 on gigabit Ethernet.
 run: build
 	$(SMOL) simulate --model gpt2-small --cluster pi5-1gbe --nodes 4 --strategy ddp --trace out/trace.json --force
+	$(SMOL) plot timeline out/trace.json -o out/timeline.png --force
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

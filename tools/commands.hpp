@@ -26,6 +26,7 @@ struct Command {
 Command add_simulate(CLI::App& parent);
 Command add_describe(CLI::App& parent);
 Command add_sweep(CLI::App& parent);
+Command add_plot(CLI::App& parent);
 Command add_models(CLI::App& parent);
 Command add_clusters(CLI::App& parent);
 

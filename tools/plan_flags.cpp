@@ -231,6 +231,12 @@ void write_trace(const std::string& file, const std::string& trace_ranks, bool f
     opt.ranks = parse_ranks(trace_ranks, g.ranks());
     if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
     opt.metadata = metadata;
+    // Each traced rank's device memory, for the memory plot's capacity line: "0:80000000000,1:…".
+    std::string capacity;
+    for (int r : opt.ranks)
+        capacity += (capacity.empty() ? "" : ",") + std::to_string(r) + ":" +
+                    std::to_string(tl.capacity[static_cast<std::size_t>(r)][static_cast<int>(Tier::device)].count());
+    opt.metadata.emplace_back("device-memory-bytes", capacity);
     if (file.ends_with(".gz")) {
         GzipFileBuf buf(tmp.string());
         if (!buf.good()) fail_input("cannot write " + tmp.string(), flag(flag_name));
