@@ -4,7 +4,7 @@
 
 BUILD ?= build
 JOBS  ?= $(shell nproc)
-DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev
+DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev zlib1g-dev nodejs python3 python3-matplotlib
 SMOL := $(BUILD)/tools/smolcluster
 
 .PHONY: all deps build run test bench validate clean
@@ -26,6 +26,7 @@ build: deps
 # The main job: GPT-2 small, PyTorch DDP, four Raspberry Pi 5 on gigabit Ethernet.
 run: build
 	$(SMOL) simulate --model gpt2-small --cluster pi5-1gbe --nodes 4 --strategy ddp --trace out/trace.json --force
+	$(SMOL) plot timeline out/trace.json -o out/timeline.png --force
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

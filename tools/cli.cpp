@@ -1,5 +1,9 @@
 #include "tools/cli.hpp"
 
+#include <iostream>
+
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 
 #include "core/error.hpp"
@@ -11,7 +15,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     CLI::App app{"smolcluster: which parallelism strategy, how long per step, does it fit in memory?"};
     app.name("smolcluster");
     app.require_subcommand(1);
-    const std::vector<Command> commands{add_simulate(app), add_describe(app), add_models(app), add_clusters(app)};
+    const std::vector<Command> commands{add_simulate(app), add_sweep(app), add_plot(app), add_describe(app), add_models(app),
+                                        add_clusters(app)};
 
     try {
         app.parse(argc, argv);
@@ -36,7 +41,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         return 2;
     }
 
-    const Io io{out, err};
+    std::string command_line;
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        command_line += (i ? " " : "") + (a.find_first_of(" \t\"'") == std::string::npos ? a : "'" + a + "'");
+    }
+    const Io io{out, err, &err == &std::cerr && isatty(STDERR_FILENO) == 1, command_line};
     try {
         for (const Command& c : commands)
             if (c.app->parsed()) return c.run(io);

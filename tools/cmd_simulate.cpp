@@ -24,17 +24,22 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     const bool tracing = !f.trace.trace.empty();
     opt.record_links = tracing;
     opt.record_memory = tracing;
-    check_trace_target(f.trace.trace, f.trace.force);
+    // Every trace flag is checked before the simulation, which may take minutes.
+    check_trace_flags(f.trace, cluster.num_devices());
 
     const Simulation run = simulate_plan(model, cluster, plan, opt);
     const traces::Summary& s = run.summary;
 
-    if (tracing) write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, run.built.graph, run.timeline);
+    if (tracing)
+        write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, run.built.graph, run.timeline,
+                    run_metadata(io.command_line, model, cluster, run.built.layout, plan));
     if (f.json)
         io.out << to_json(s).dump(2) << '\n';
     else {
         traces::print_table(io.out, s);
-        if (tracing) io.out << "\n  trace written to " << f.trace.trace << " (open in ui.perfetto.dev)\n";
+        if (cluster.groups.size() > 1 && !cluster.description.empty())
+            io.out << "\n  cluster: " << cluster.description << "\n";
+        if (tracing) io.out << "\n  trace written to " << f.trace.trace << " (open it in https://ui.perfetto.dev)\n";
     }
     if (!s.fits()) {
         io.err << "smolcluster: the plan does not fit: " << s.oom->device << " needs " << to_string(s.oom->requested)

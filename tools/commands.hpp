@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,8 @@ namespace smol::tools {
 struct Io {
     std::ostream& out;
     std::ostream& err;
+    bool err_is_terminal = false;   // progress bars draw only on a terminal
+    std::string command_line;       // as typed, for the run metadata of traces
 };
 
 struct Command {
@@ -22,6 +25,8 @@ struct Command {
 
 Command add_simulate(CLI::App& parent);
 Command add_describe(CLI::App& parent);
+Command add_sweep(CLI::App& parent);
+Command add_plot(CLI::App& parent);
 Command add_models(CLI::App& parent);
 Command add_clusters(CLI::App& parent);
 

@@ -1,10 +1,12 @@
 #include "tools/plan_flags.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "tools/gzip_stream.hpp"
 #include "topologies/topology.hpp"
 #include "traces/chrome_trace.hpp"
 
@@ -13,7 +15,10 @@ namespace smol::tools {
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--model", f.model, "model preset or JSON file (smolcluster's own or a HuggingFace config.json)")
         ->required();
-    app.add_option("--cluster", f.cluster, "cluster preset or JSON file")->required();
+    app.add_option("--cluster", f.cluster, "cluster preset, JSON file, or presets composed as NAME:NODES,NAME:NODES")
+        ->required();
+    app.add_option("--cluster-network", f.cluster_network,
+                   "network joining a composed cluster's groups: switch or fat-tree (default: one switch)");
     app.add_option("--nodes", f.nodes, "scale the cluster to N nodes");
     app.add_option("--devices", f.devices, "use the first N devices of the cluster (default: all)");
     app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp")->capture_default_str();
@@ -75,8 +80,49 @@ void check_trace_target(const std::string& path, bool force, const char* flag_na
         fail_input(path + " exists; pass --force to overwrite it", flag(flag_name));
 }
 
+void check_trace_flags(const TraceFlags& f, int devices) {
+    if (f.trace.empty()) {
+        if (!f.trace_ranks.empty()) fail_input("--trace-ranks needs --trace FILE", flag("--trace-ranks"));
+        return;
+    }
+    check_trace_target(f.trace, f.force);
+    (void)parse_ranks(f.trace_ranks, devices);
+}
+
+std::vector<std::pair<std::string, std::string>> run_metadata(const std::string& command_line, const Model& model,
+                                                               const topo::Cluster& cluster,
+                                                               const strategies::Layout& l,
+                                                               const strategies::Plan& plan) {
+    std::string p = std::string(strategies::to_string(plan.strategy)) + ", tp " + std::to_string(l.tp) + " · pp " +
+                    std::to_string(l.pp) + " · dp " + std::to_string(l.dp) + ", global batch " +
+                    std::to_string(l.global_batch) + " = " + std::to_string(l.dp) + " × " + std::to_string(l.microbatches) +
+                    " × " + std::to_string(l.micro_batch) + ", seq " + std::to_string(l.seq) + ", " + to_string(l.dtype);
+    if (l.pp > 1) p += std::string(", schedule ") + strategies::to_string(plan.schedule);
+    if (plan.schedule == strategies::Schedule::interleaved) p += ", virtual stages " + std::to_string(plan.virtual_stages);
+    if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
+    if (plan.sequence_parallel) p += ", sp";
+    std::vector<std::pair<std::string, std::string>> out{{"smolcluster-version", SMOL_VERSION},
+                                                         {"command-line", command_line},
+                                                         {"model", model.name()},
+                                                         {"cluster", cluster.name},
+                                                         {"devices", std::to_string(cluster.num_devices())},
+                                                         {"plan", p}};
+    if (cluster.groups.size() > 1 && !cluster.description.empty()) out.emplace_back("cluster-description", cluster.description);
+    return out;
+}
+
 topo::Cluster resolve_cluster(const PlanFlags& f) {
-    topo::Cluster c = topo::load_cluster(f.cluster);
+    topo::Cluster c;
+    if (f.cluster_network.empty()) {
+        c = topo::load_cluster(f.cluster);
+    } else {
+        const topo::JoinNetwork join = topo::parse_join_network(f.cluster_network);
+        if (!topo::is_composed_spec(f.cluster))
+            fail_input("--cluster-network joins the groups of a cluster composed on the command line (NAME:N,NAME:M); '" +
+                           f.cluster + "' is not one",
+                       flag("--cluster-network"));
+        c = topo::compose_clusters(f.cluster, join);
+    }
     if (f.nodes) c = c.with_nodes(*f.nodes);
     if (f.devices) c = c.first_devices(*f.devices);
     return c;
@@ -123,20 +169,32 @@ std::vector<int> parse_ranks(const std::string& text, int devices) {
         for (int r = 0; r < std::min(devices, devices <= 64 ? 64 : 8); ++r) out.push_back(r);
         return out;
     }
+    auto bad = [&](const std::string& item) {
+        fail_input("rank numbers or ranges from 0 to " + std::to_string(devices - 1) + " separated by commas, such as 0-7,64-71",
+                   "'" + item + "'", flag("--trace-ranks"));
+    };
+    auto number = [&](const std::string& digits, const std::string& item) {
+        std::size_t used = 0;
+        long r = -1;
+        try {
+            r = std::stol(digits, &used);
+        } catch (const std::exception&) {
+        }
+        if (digits.empty() || used != digits.size() || digits[0] == '-' || digits[0] == '+' || r < 0 || r >= devices) bad(item);
+        return static_cast<int>(r);
+    };
     std::stringstream s(text);
     std::string item;
     while (std::getline(s, item, ',')) {
-        std::size_t used = 0;
-        int r = -1;
-        try {
-            r = std::stoi(item, &used);
-        } catch (const std::exception&) {
-        }
-        if (used != item.size() || r < 0 || r >= devices)
-            fail_input("rank numbers from 0 to " + std::to_string(devices - 1) + " separated by commas",
-                       "'" + item + "'", flag("--trace-ranks"));
-        out.push_back(r);
+        const std::size_t dash = item.find('-', 1);
+        const int first = number(item.substr(0, dash), item);
+        const int last = dash == std::string::npos ? first : number(item.substr(dash + 1), item);
+        if (last < first) bad(item);
+        for (int r = first; r <= last; ++r) out.push_back(r);
     }
+    if (text.back() == ',') bad(text);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
 }
 
@@ -171,18 +229,32 @@ std::vector<bool> links_of(const OpGraph& g, const topo::Topology& topology, con
 
 /// Writes the trace next to its final name, then renames it, so a crash never leaves half a file.
 void write_trace(const std::string& file, const std::string& trace_ranks, bool force, const topo::Cluster& cluster,
-                 const OpGraph& g, const Timeline& tl, const char* flag_name) {
+                 const OpGraph& g, const Timeline& tl,
+                 const std::vector<std::pair<std::string, std::string>>& metadata, const char* flag_name) {
     namespace fs = std::filesystem;
     const fs::path path(file);
     check_trace_target(file, force, flag_name);
     if (path.has_parent_path()) fs::create_directories(path.parent_path());
     const fs::path tmp = path.string() + ".tmp";
-    {
+    traces::TraceOptions opt;
+    opt.ranks = parse_ranks(trace_ranks, g.ranks());
+    if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
+    opt.metadata = metadata;
+    // Each traced rank's device memory, for the memory plot's capacity line: "0:80000000000,1:…".
+    std::string capacity;
+    for (int r : opt.ranks)
+        capacity += (capacity.empty() ? "" : ",") + std::to_string(r) + ":" +
+                    std::to_string(tl.capacity[static_cast<std::size_t>(r)][static_cast<int>(Tier::device)].count());
+    opt.metadata.emplace_back("device-memory-bytes", capacity);
+    if (file.ends_with(".gz")) {
+        GzipFileBuf buf(tmp.string());
+        if (!buf.good()) fail_input("cannot write " + tmp.string(), flag(flag_name));
+        std::ostream out(&buf);
+        traces::write_chrome_trace(out, g, tl, opt);
+        if (!out || !buf.close()) fail_input("cannot write " + tmp.string() + " (disk full?)", flag(flag_name));
+    } else {
         std::ofstream out(tmp, std::ios::binary);
         if (!out) fail_input("cannot write " + tmp.string(), flag(flag_name));
-        traces::TraceOptions opt;
-        opt.ranks = parse_ranks(trace_ranks, g.ranks());
-        if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
         traces::write_chrome_trace(out, g, tl, opt);
         if (!out) fail_input("cannot write " + tmp.string() + " (disk full?)", flag(flag_name));
     }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ namespace smol::tools {
 
 struct PlanFlags {
     std::string model, cluster;
+    std::string cluster_network;         // composed clusters: how the groups are joined (empty: one switch)
     std::optional<int> nodes, devices;   // unset: the cluster as described
     std::string strategy = "ddp";
     int tp = 1, pp = 1, dp = 0;
@@ -44,7 +46,8 @@ struct PlanFlags {
 
 /// The model, cluster and plan flags.
 void add_plan_flags(CLI::App& app, PlanFlags& f);
-/// The cluster the flags name, scaled by --nodes and cut by --devices.
+/// The cluster the flags name (composed with --cluster-network when it is NAME:N,…), scaled by
+/// --nodes and cut by --devices.
 topo::Cluster resolve_cluster(const PlanFlags& f);
 strategies::Plan resolve_plan(const PlanFlags& f);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);
@@ -60,11 +63,23 @@ struct TraceFlags {
 void add_trace_flags(CLI::App& app, TraceFlags& f);
 /// Refuses an existing trace file without --force, before any work is done.
 void check_trace_target(const std::string& path, bool force, const char* flag_name = "--trace");
-/// Ranks named by --trace-ranks ("0,1,8"); empty text: all ranks up to 64 devices, else 0-7.
+/// Every trace flag checked before simulating: the file (check_trace_target) and --trace-ranks
+/// against the cluster's `devices`.
+void check_trace_flags(const TraceFlags& f, int devices);
+/// Ranks named by --trace-ranks ("0,1,8", ranges "0-7,64-71"), sorted and without repeats;
+/// empty text: all ranks up to 64 devices, else 0-7.
 std::vector<int> parse_ranks(const std::string& text, int devices);
 /// Writes the Chrome trace of `tl` to `path` through a temporary file renamed into place, so a
-/// failure never leaves half a file. `cluster` gives the routes of the link filter.
+/// failure never leaves half a file; gzip-compressed when the name ends in ".gz". `cluster`
+/// gives the routes of the link filter; `metadata` goes into the trace's "metadata" object.
 void write_trace(const std::string& path, const std::string& trace_ranks, bool force, const topo::Cluster& cluster,
-                 const OpGraph& g, const Timeline& tl, const char* flag_name = "--trace");
+                 const OpGraph& g, const Timeline& tl,
+                 const std::vector<std::pair<std::string, std::string>>& metadata = {},
+                 const char* flag_name = "--trace");
+/// The run metadata a trace carries: smolcluster version, command line, model, cluster, plan.
+std::vector<std::pair<std::string, std::string>> run_metadata(const std::string& command_line, const Model& model,
+                                                               const topo::Cluster& cluster,
+                                                               const strategies::Layout& layout,
+                                                               const strategies::Plan& plan);
 
 }  // namespace smol::tools

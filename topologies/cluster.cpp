@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <map>
 #include <string_view>
 #include <utility>
@@ -25,7 +27,7 @@ constexpr std::array<DType, 3> all_dtypes{DType::bf16, DType::fp16, DType::fp32}
 
 std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
 
-std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
+std::string join_items(const std::vector<std::string>& items, const char* separator = ", ") {
     std::string out;
     for (std::size_t i = 0; i < items.size(); ++i) {
         if (i) out += separator;
@@ -152,7 +154,7 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         std::vector<std::string> names;
         for (const auto& [name, _] : kinds) names.push_back(name);
         j.fail_member("device",
-                      "the name of a device kind under /device_kinds (" + join(names) + ")" +
+                      "the name of a device kind under /device_kinds (" + join_items(names) + ")" +
                           did_you_mean(device, names),
                       in_quotes(device));
     }
@@ -203,7 +205,7 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         }
         nics.fail_member("count",
                          "a NIC count that divides devices_per_node (" + std::to_string(g.devices_per_node) +
-                             "): one of " + join(divisors),
+                             "): one of " + join_items(divisors),
                          std::to_string(g.nics));
     }
     g.nic_link = {nics.bandwidth("bandwidth"), nics.time("latency")};
@@ -252,7 +254,7 @@ FlopRate DeviceKind::peak_for(DType d) const {
         for (DType t : all_dtypes) {
             if (supports(t)) have.emplace_back(to_string(t));
         }
-        fail_input("device " + in_quotes(name) + " has no " + to_string(d) + " matrix peak; it supports " + join(have));
+        fail_input("device " + in_quotes(name) + " has no " + to_string(d) + " matrix peak; it supports " + join_items(have));
     }
     return *peak[static_cast<int>(d)];
 }
@@ -346,7 +348,7 @@ Cluster Cluster::with_nodes(int n) const {
         std::vector<std::string> parts;
         for (const auto& g : groups) parts.push_back(g.name + " (" + std::to_string(g.count) + " nodes)");
         fail_input("--nodes " + std::to_string(n) + " cannot scale cluster " + in_quotes(name) + ": it mixes " +
-                   std::to_string(groups.size()) + " node groups (" + join(parts) +
+                   std::to_string(groups.size()) + " node groups (" + join_items(parts) +
                    ") and --nodes does not know which to grow; edit the counts in a copy of its JSON file, "
                    "or use --devices to take the first devices");
     }
@@ -410,7 +412,7 @@ Cluster cluster_preset(const std::string& name) {
         return cluster_from_json(JsonView(json, file));
     }
     const std::vector<std::string> names = cluster_preset_names();
-    fail_input("unknown cluster preset " + in_quotes(name) + did_you_mean(name, names) + "; presets: " + join(names) +
+    fail_input("unknown cluster preset " + in_quotes(name) + did_you_mean(name, names) + "; presets: " + join_items(names) +
                "; or give the path of a cluster JSON file");
 }
 
@@ -448,12 +450,122 @@ Cluster load_cluster(const std::string& spec) {
     for (const auto& [preset, _] : presets()) {
         if (preset == spec) return cluster_preset(spec);
     }
+    std::error_code exists_ec;
+    if (is_composed_spec(spec) && !std::filesystem::exists(spec, exists_ec)) return compose_clusters(spec);
     std::error_code ec;
     const bool looks_like_path = spec.find('/') != std::string::npos || spec.ends_with(".json") ||
                                  std::filesystem::exists(spec, ec);
     if (!looks_like_path) cluster_preset(spec);  // throws: unknown preset, with a suggestion
     const Json json = load_json_file(spec);
     return cluster_from_json(JsonView(json, spec));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+struct ComposeItem {
+    std::string text, name;
+    std::optional<int> nodes;
+};
+
+std::vector<ComposeItem> parse_compose_spec(const std::string& spec) {
+    std::vector<ComposeItem> items;
+    std::size_t begin = 0;
+    for (;;) {
+        const std::size_t comma = spec.find(',', begin);
+        ComposeItem item;
+        item.text = spec.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+        const std::size_t colon = item.text.rfind(':');
+        item.name = item.text.substr(0, colon);
+        if (colon != std::string::npos) {
+            const std::string count = item.text.substr(colon + 1);
+            std::size_t used = 0;
+            long n = 0;
+            try {
+                n = std::stol(count, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (count.empty() || used != count.size() || n < 1 || n > 1'000'000)
+                fail_input("NAME:NODES items with a node count of at least 1, such as jetson-agx-orin:4",
+                           "'" + item.text + "' in '" + spec + "'", {"", "", "--cluster"});
+            item.nodes = static_cast<int>(n);
+        }
+        if (item.name.empty())
+            fail_input("a preset name or JSON file before each ':' and between commas", "'" + spec + "'", {"", "", "--cluster"});
+        items.push_back(std::move(item));
+        if (comma == std::string::npos) break;
+        begin = comma + 1;
+    }
+    return items;
+}
+
+}  // namespace
+
+bool is_composed_spec(const std::string& spec) {
+    if (spec.find(',') != std::string::npos) return true;
+    const std::size_t colon = spec.rfind(':');
+    return colon != std::string::npos && colon + 1 < spec.size() &&
+           spec.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+}
+
+JoinNetwork parse_join_network(const std::string& text) {
+    if (text == "switch") return JoinNetwork::single_switch;
+    if (text == "fat-tree") return JoinNetwork::fat_tree;
+    fail_input("switch or fat-tree", "'" + text + "'" + did_you_mean(text, {"switch", "fat-tree"}), {"", "", "--cluster-network"});
+}
+
+Cluster compose_clusters(const std::string& spec, JoinNetwork join) {
+    Cluster out;
+    out.name = spec;
+    std::vector<std::string> parts;
+    Time switch_latency = Time::zero();
+    Bandwidth slowest_nic = Bandwidth::bytes_per_s(std::numeric_limits<double>::infinity());
+    for (const ComposeItem& item : parse_compose_spec(spec)) {
+        Cluster c;
+        try {
+            c = load_cluster(item.name);
+        } catch (const Error& e) {
+            throw e.with_context({"", "", "--cluster"});
+        }
+        if (item.nodes) {
+            if (c.groups.size() != 1)
+                fail_input("'" + item.text + "': cluster '" + c.name + "' has " + std::to_string(c.groups.size()) +
+                               " node groups, so a node count cannot say which to grow; give it without ':" +
+                               std::to_string(*item.nodes) + "'",
+                           {"", "", "--cluster"});
+            c = c.with_nodes(*item.nodes);
+        }
+        switch_latency = std::max(switch_latency, c.network.switch_latency);
+        for (NodeGroup g : c.groups) {
+            slowest_nic = std::min(slowest_nic, g.nic_link.bandwidth);
+            // Group names stay unique (two items of one preset): a suffix counts the repeats.
+            std::string name = g.name;
+            for (int k = 2;; ++k) {
+                const bool taken = std::any_of(out.groups.begin(), out.groups.end(),
+                                               [&](const NodeGroup& other) { return other.name == name; });
+                if (!taken) break;
+                name = g.name + "-" + std::to_string(k);
+            }
+            g.name = name;
+            out.groups.push_back(std::move(g));
+        }
+        for (const std::string& s : c.sources)
+            if (std::find(out.sources.begin(), out.sources.end(), s) == out.sources.end()) out.sources.push_back(s);
+        parts.push_back(std::to_string(c.num_nodes()) + " × " + c.name + " (" + std::to_string(c.num_devices()) + " " +
+                        c.device_kind(0).name + ")");
+    }
+    out.network = Network{};
+    out.network.fabric = join == JoinNetwork::fat_tree ? FabricKind::fat_tree : FabricKind::single_switch;
+    out.network.switch_latency = switch_latency;
+    out.description = join_items(parts, " + ") + "; joined by " +
+                      (join == JoinNetwork::fat_tree ? std::string("a rail-optimized non-blocking fat tree")
+                                                     : std::string("one switch")) +
+                      " (switch latency " + to_string(switch_latency) + ", the largest of the parts'); every node keeps " +
+                      "its NICs, so traffic between groups runs at the slower NIC (slowest " + to_string(slowest_nic) +
+                      "); --cluster-network to change";
+    return out;
 }
 
 }  // namespace smol::topo

@@ -125,7 +125,23 @@ public:
 std::vector<std::string> cluster_preset_names();
 Cluster cluster_preset(const std::string& name);
 Cluster cluster_from_json(const JsonView& json);
-/// `spec` is a preset name or a path to a JSON file.
+/// `spec` is a preset name, a path to a JSON file, or presets and files composed with node
+/// counts ("jetson-agx-orin:4,workstation-4gpu:1", see compose_clusters; default network).
 Cluster load_cluster(const std::string& spec);
+
+/// True for a composed spec: more than one item, or one item with a ":N" node count.
+bool is_composed_spec(const std::string& spec);
+/// How a composed cluster's groups are joined (--cluster-network).
+enum class JoinNetwork { single_switch, fat_tree };
+JoinNetwork parse_join_network(const std::string& text);   // "switch" | "fat-tree"; bad_input names --cluster-network
+/// A cluster composed of presets (or files) on the command line: "NAME:N,NAME:M,…", each item a
+/// preset name or JSON path with an optional node count (an item of one node group gets N nodes;
+/// without a count, its own). The groups keep their order, so ranks go item by item. Every
+/// node keeps its own NICs; the items' networks are replaced by one `join` network over all
+/// NICs: one switch (default) or a rail-optimized non-blocking fat tree, with the largest of
+/// the items' switch latencies. Traffic between two groups runs at the slower group's NIC rate.
+/// The description says all of this (the summary prints it). Bad items are bad_input naming the
+/// item and --cluster.
+Cluster compose_clusters(const std::string& spec, JoinNetwork join = JoinNetwork::single_switch);
 
 }  // namespace smol::topo

@@ -4,11 +4,35 @@
 // Layout (pid, tid):
 //   metadata       every process_name / process_labels / process_sort_index / thread_name /
 //                  thread_sort_index first, ranks in ascending order, then "network"
-//   (rank, s)      per rank, per stream s in enum order: its ops sorted by (start, end, op id);
-//                  each op an "X" slice (alloc / free: an instant "i", scope "t"), followed by
-//                  the flow ends bound to it ("f" before "s" at equal time, then by flow id)
+//   (rank, s)      per rank, per stream s in enum order: its ops sorted by (start, end, op id),
+//                  each op an "X" slice whose category is its kind ("p2p" for sends and receives)
+//   (rank, kStreams) the "memory" thread: alloc / free as thread-scoped instants ("i")
 //   (rank, 0)      memory counters "memory <tier>", args {"bytes"}, in sample time order
+//   flows          every flow event, sorted by (ts, flow id, step)
 //   (ranks, 0)     the network process: per link with samples, "C" events named after the link
+// and, after "traceEvents", "metadata": {the run's model, cluster, plan, command line, version}.
+//
+// Flows, so that they bind to their own slices in Perfetto, in the classic trace viewer
+// (catapult) and in Chrome DevTools' trace engine, whose rules differ:
+//  * Each flow event sits at the exact start of its slice, on the slice's pid and tid, with the
+//    slice's category. DevTools binds a flow event to the event with the same (ts, pid, tid, cat)
+//    (trace engine FlowsHandler); Perfetto binds "s", "t" and "f" with "bp":"e" to the slice open
+//    on the thread at that time, and its sorter runs complete slices before other events of the
+//    same timestamp (trace_processor sorter, SlowOperatorLess), so that is the slice starting there.
+//  * The classic viewer finds the slice at a time over closed intervals, preferring the earlier
+//    slice (catapult base/sorted_array_utils findIndexInSortedClosedIntervals): a slice that ends
+//    exactly where a flow's slice starts would take the arrow. So a slice that ends where the next
+//    one on its thread starts is written 1 ps shorter (invisible at any zoom; the summary and the
+//    timeline keep the exact time; it also keeps viewers' floating-point ts + dur from nesting the
+//    next slice), and alloc / free instants, which it treats as zero-length slices, live on their
+//    own thread.
+//  * DevTools keys a flow's events by timestamp, so slices of one flow that start at the same time
+//    show there as one (its limitation; Perfetto and the classic viewer bind each).
+//  * Every viewer drops a flow whose end comes before its start, so a flow runs through its slices
+//    in the order they started (ties: by rank): the first-posted of a send and its receive to the
+//    other (the one that completed the rendezvous), and the members of a collective from the first
+//    arrival to the last ("s", then "t" per member, then "f"). Flow events are written in that
+//    time order, since DevTools matches them in file order.
 // Flow ids: P2Ps first in p2p order, then collectives in collective order, from 1.
 //
 // Numbers: times in microseconds with exactly six fraction digits, printed from the integer
@@ -126,12 +150,13 @@ private:
     bool first_ = true;
 };
 
-/// One end of a flow arrow, bound to the slice of `op`.
+/// One flow event, bound to the slice of `op` (at its start).
 struct FlowEnd {
     OpId op;
     Time ts;
     std::uint64_t id;
-    char ph;            // 's' or 'f'
+    std::uint32_t step; // position along the flow
+    char ph;            // 's', 't' or 'f'
     bool collective;    // names the flow "collective", else "p2p"
 };
 
@@ -142,6 +167,13 @@ struct Slice {
 };
 
 bool is_marker(OpKind k) { return k == OpKind::alloc || k == OpKind::free; }
+
+/// Threads per rank: one per stream, then the "memory" thread of alloc / free instants.
+constexpr int kLanes = kStreams + 1;
+
+/// The category of an op's slice: its kind, except that a send and its receive share "p2p"
+/// (a flow's events carry one category, and DevTools binds them to slices of that category).
+const char* category(OpKind k) { return k == OpKind::send || k == OpKind::recv ? "p2p" : to_string(k); }
 
 class TraceWriter {
 public:
@@ -159,8 +191,11 @@ public:
         out_.raw("{\"traceEvents\":[");
         write_metadata(network);
         for (int r : ranks_) write_rank(r);
+        write_flows();
         if (network) write_network();
-        out_.raw("\n],\"displayTimeUnit\":\"ns\"}\n");
+        out_.raw("\n],\"displayTimeUnit\":\"ns\"");
+        write_run_metadata();
+        out_.raw("}\n");
         out_.flush();
     }
 
@@ -189,7 +224,8 @@ private:
     }
 
     std::size_t lane_of(const Op& op) const {
-        return static_cast<std::size_t>(op.rank) * kStreams + static_cast<std::size_t>(op.stream);
+        return static_cast<std::size_t>(op.rank) * kLanes +
+               (is_marker(op.kind) ? static_cast<std::size_t>(kStreams) : static_cast<std::size_t>(op.stream));
     }
 
     /// Buckets written ops by (rank, stream), sorts each lane by time and applies the no-overlap
@@ -197,7 +233,7 @@ private:
     /// jitter, and a slice that starts before its predecessor on the stream ended is moved to
     /// that end (shortened, never below zero length) so the file keeps its promise.
     void build_lanes() {
-        const std::size_t lanes = static_cast<std::size_t>(graph_.ranks()) * kStreams;
+        const std::size_t lanes = static_cast<std::size_t>(graph_.ranks()) * kLanes;
         std::vector<std::uint32_t> count(lanes + 1, 0);
         for (OpId id = 0; id < graph_.size(); ++id)
             if (written(id)) ++count[lane_of(graph_.op(id)) + 1];
@@ -219,6 +255,7 @@ private:
                 return a.id < b.id;
             });
             Time busy_until = Time::ps(std::numeric_limits<std::int64_t>::min());
+            Slice* prev = nullptr;
             for (auto it = first; it != last; ++it) {
                 if (is_marker(graph_.op(it->id).kind)) continue;  // instants take no room
                 if (it->start < busy_until) {
@@ -227,6 +264,15 @@ private:
                     adjusted_[it->id] = {it->start, it->end};
                 }
                 busy_until = it->end;
+                // A slice ending exactly where the next begins is written 1 ps shorter: viewers
+                // add ts + dur in floating point, and a sum that rounds past the next slice's ts
+                // nests it (DevTools then leaves it out), while the classic viewer binds a flow at
+                // the boundary to the earlier slice (see the top of the file).
+                if (prev && prev->end == it->start && prev->end > prev->start) {
+                    prev->end = prev->end - Time::ps(1);
+                    adjusted_[prev->id] = {prev->start, prev->end};
+                }
+                prev = &*it;
             }
         }
     }
@@ -237,37 +283,38 @@ private:
         return {tl_.start[id], std::max(tl_.end[id], tl_.start[id])};
     }
 
-    /// An arrow from the slice of `from` to the slice of `to`. The "s" sits at the start of `from`;
-    /// the "f" sits inside `to` (bound to it with "bp":"e"), at the same time as the "s" when
-    /// that falls inside `to`, else at the start of `to`.
-    void add_flow(OpId from, OpId to, bool collective) {
+    /// A flow through the slices of `ops`, in the order they started (ties: rank, then op id).
+    void add_flow(std::vector<OpId> ops, bool collective) {
         const std::uint64_t id = ++flow_count_;
-        const Time fs = times(from).first;
-        const auto [ts, te] = times(to);
-        const Time at = (fs >= ts && fs < te) ? fs : ts;
-        flows_.push_back({from, fs, id, 's', collective});
-        flows_.push_back({to, at, id, 'f', collective});
+        if (ops.size() < 2) return;
+        std::sort(ops.begin(), ops.end(), [&](OpId a, OpId b) {
+            const Time ta = times(a).first, tb = times(b).first;
+            if (ta != tb) return ta < tb;
+            if (graph_.op(a).rank != graph_.op(b).rank) return graph_.op(a).rank < graph_.op(b).rank;
+            return a < b;
+        });
+        for (std::size_t k = 0; k < ops.size(); ++k) {
+            const char ph = k == 0 ? 's' : k + 1 == ops.size() ? 'f' : 't';
+            flows_.push_back({ops[k], times(ops[k]).first, id, static_cast<std::uint32_t>(k), ph, collective});
+        }
     }
 
     void build_flows() {
-        for (const P2P& p : graph_.p2ps())
-            if (written(p.send) && written(p.recv)) add_flow(p.send, p.recv, false);
+        for (const P2P& p : graph_.p2ps()) {
+            std::vector<OpId> ends;
+            if (written(p.send) && written(p.recv)) ends = {p.send, p.recv};
+            add_flow(std::move(ends), false);
+        }
         for (std::size_t c = 0; c < graph_.collectives().size(); ++c) {
-            const std::span<const OpId> members = graph_.collective_ops(static_cast<std::int32_t>(c));
-            OpId prev = 0;
-            bool have_prev = false;
-            for (OpId m : members) {  // member i → the next written member, skipping unselected ranks
-                if (m == OpGraph::kNoOp || !written(m)) continue;
-                if (have_prev) add_flow(prev, m, true);
-                prev = m;
-                have_prev = true;
-            }
+            std::vector<OpId> members;
+            for (OpId m : graph_.collective_ops(static_cast<std::int32_t>(c)))
+                if (m != OpGraph::kNoOp && written(m)) members.push_back(m);
+            add_flow(std::move(members), true);
         }
         std::sort(flows_.begin(), flows_.end(), [](const FlowEnd& a, const FlowEnd& b) {
-            if (a.op != b.op) return a.op < b.op;
             if (a.ts != b.ts) return a.ts < b.ts;
-            if (a.ph != b.ph) return a.ph < b.ph;  // 'f' (arrival) before 's' (departure)
-            return a.id < b.id;
+            if (a.id != b.id) return a.id < b.id;
+            return a.step < b.step;
         });
     }
 
@@ -338,10 +385,10 @@ private:
             metadata("process_name", r, 0, "name", device_name(r));
             metadata("process_labels", r, 0, "labels", "rank " + std::to_string(r));
             metadata("process_sort_index", r, 0, "sort_index", r);
-            for (int s = 0; s < kStreams; ++s) {
-                const std::size_t l = static_cast<std::size_t>(r) * kStreams + static_cast<std::size_t>(s);
+            for (int s = 0; s < kLanes; ++s) {
+                const std::size_t l = static_cast<std::size_t>(r) * kLanes + static_cast<std::size_t>(s);
                 if (lane_begin_[l] == lane_begin_[l + 1]) continue;
-                metadata("thread_name", r, s, "name", to_string(static_cast<Stream>(s)));
+                metadata("thread_name", r, s, "name", s < kStreams ? to_string(static_cast<Stream>(s)) : "memory");
                 metadata("thread_sort_index", r, s, "sort_index", s);
             }
         }
@@ -353,12 +400,9 @@ private:
     }
 
     void write_rank(int r) {
-        for (int s = 0; s < kStreams; ++s) {
-            const std::size_t l = static_cast<std::size_t>(r) * kStreams + static_cast<std::size_t>(s);
-            for (std::uint32_t i = lane_begin_[l]; i < lane_begin_[l + 1]; ++i) {
-                write_op(slices_[i], r, s);
-                write_flows(slices_[i].id, r, s);
-            }
+        for (int s = 0; s < kLanes; ++s) {
+            const std::size_t l = static_cast<std::size_t>(r) * kLanes + static_cast<std::size_t>(s);
+            for (std::uint32_t i = lane_begin_[l]; i < lane_begin_[l + 1]; ++i) write_op(slices_[i], r, s);
         }
         const auto rank = static_cast<std::size_t>(r);
         for (std::uint32_t i = memory_begin_[rank]; i < memory_begin_[rank + 1]; ++i) {
@@ -390,7 +434,7 @@ private:
         out_.raw(",\"name\":");
         out_.str(graph_.op_name(slice.id));
         out_.raw(",\"cat\":\"");
-        out_.raw(to_string(op.kind));
+        out_.raw(category(op.kind));
         out_.raw("\",\"args\":{\"op\":");
         out_.integer(slice.id);
         out_.raw(",\"kind\":\"");
@@ -449,20 +493,34 @@ private:
         out_.end_event();
     }
 
-    void write_flows(OpId id, int r, int s) {
-        auto it = std::lower_bound(flows_.begin(), flows_.end(), id,
-                                   [](const FlowEnd& f, OpId v) { return f.op < v; });
-        for (; it != flows_.end() && it->op == id; ++it) {
-            const char ph[2] = {it->ph, '\0'};
-            head(ph, r, s);
+    void write_flows() {
+        for (const FlowEnd& f : flows_) {
+            const Op& op = graph_.op(f.op);
+            const char ph[2] = {f.ph, '\0'};
+            head(ph, op.rank, static_cast<int>(op.stream));
             out_.raw(",\"ts\":");
-            out_.micros(it->ts);
-            out_.raw(it->collective ? ",\"name\":\"collective\",\"cat\":\"flow\",\"id\":"
-                                    : ",\"name\":\"p2p\",\"cat\":\"flow\",\"id\":");
-            out_.integer(static_cast<std::int64_t>(it->id));
-            if (it->ph == 'f') out_.raw(",\"bp\":\"e\"");
+            out_.micros(f.ts);
+            out_.raw(f.collective ? ",\"name\":\"collective\",\"cat\":\"" : ",\"name\":\"p2p\",\"cat\":\"");
+            out_.raw(category(op.kind));
+            out_.raw("\",\"id\":");
+            out_.integer(static_cast<std::int64_t>(f.id));
+            if (f.ph == 'f') out_.raw(",\"bp\":\"e\"");
             out_.end_event();
         }
+    }
+
+    void write_run_metadata() {
+        if (options_.metadata.empty()) return;
+        out_.raw(",\"metadata\":{");
+        bool first = true;
+        for (const auto& [key, value] : options_.metadata) {
+            if (!first) out_.ch(',');
+            first = false;
+            out_.str(key);
+            out_.ch(':');
+            out_.str(value);
+        }
+        out_.ch('}');
     }
 
     void write_network() {
@@ -504,10 +562,10 @@ private:
 
     std::vector<bool> selected_;
     std::vector<int> ranks_;
-    std::vector<std::uint32_t> lane_begin_;   // (rank * kStreams + stream) → first index in slices_
+    std::vector<std::uint32_t> lane_begin_;   // (rank * kLanes + thread) → first index in slices_
     std::vector<Slice> slices_;
     std::unordered_map<OpId, std::pair<Time, Time>> adjusted_;  // ops moved by the no-overlap guard
-    std::vector<FlowEnd> flows_;              // sorted by (op, ts, ph, id)
+    std::vector<FlowEnd> flows_;              // sorted by (ts, id, step)
     std::uint64_t flow_count_ = 0;
     std::vector<std::uint32_t> memory_begin_;  // rank → first index in memory_
     std::vector<std::uint32_t> memory_;        // indices into timeline.memory

@@ -2,11 +2,14 @@
 // object form {"traceEvents":[…],"displayTimeUnit":"ns"}; one process per rank named after its
 // device ("node1/gpu3"), one thread per stream; complete events ("X") whose args carry op, bytes,
 // FLOPs, layer and micro-batch; flow events tying each send to its receive and the members of a
-// collective together; counter events for memory per tier; a "network" process with one
+// collective together (bound to their slices in Perfetto, the classic viewer and DevTools; see
+// chrome_trace.cpp); counter events for memory per tier; a "network" process with one
 // utilisation counter per link. Slices on one thread never overlap. Same input, same bytes.
 #pragma once
 
 #include <ostream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/op_graph.hpp"
@@ -21,6 +24,9 @@ struct TraceOptions {
     /// The command line passes the links the traced ranks' traffic crosses, so a trace of 8 ranks
     /// out of 1,024 does not carry the utilisation of 50,000 links.
     std::vector<bool> link_filter;
+    /// Run metadata (model, cluster, plan, command line, version), written in order as the
+    /// top-level "metadata" object, which Perfetto, the classic viewer and DevTools show.
+    std::vector<std::pair<std::string, std::string>> metadata;
 };
 
 void write_chrome_trace(std::ostream& out, const OpGraph& graph, const Timeline& timeline,

@@ -155,8 +155,11 @@ TEST_CASE("the trace file: contract fields, no overlaps, paired flows, byte-iden
         v.insert(v.end(), {"--trace", p.string()});
         return v;
     };
+    // The same command twice gives the same bytes (the metadata holds the command line, so the
+    // second run writes the same path after the first is moved away).
     REQUIRE(cli(with(a)).code == 0);
-    REQUIRE(cli(with(b)).code == 0);
+    fs::rename(a, b);
+    REQUIRE(cli(with(a)).code == 0);
     const std::string text = read(a);
     CHECK(text == read(b));
 
@@ -175,6 +178,8 @@ TEST_CASE("the trace file: contract fields, no overlaps, paired flows, byte-iden
             slices[{e["pid"], e["tid"]}].emplace_back(e["ts"], e["dur"]);
         } else if (ph == "s") {
             flow_ends[e["id"].get<long>()] += 1;
+        } else if (ph == "t") {
+            flow_ends[e["id"].get<long>()] += 0;
         } else if (ph == "f") {
             flow_ends[e["id"].get<long>()] += 10;
         } else if (ph == "C" && e["name"].get<std::string>().rfind("memory", 0) == 0) {
@@ -192,6 +197,9 @@ TEST_CASE("the trace file: contract fields, no overlaps, paired flows, byte-iden
     }
     CHECK(!flow_ends.empty());
     for (const auto& [id, ends] : flow_ends) CHECK(ends == 11);  // exactly one start and one finish
+    CHECK(t["metadata"]["model"] == "gpt2-small");
+    CHECK(t["metadata"]["smolcluster-version"] == "0.1.0");
+    CHECK(t["metadata"]["command-line"].get<std::string>().find("--trace " + a.string()) != std::string::npos);
 
     SECTION("an existing trace is not overwritten without --force") {
         const auto before = fs::last_write_time(a);
@@ -268,4 +276,60 @@ TEST_CASE("a trace of some ranks shows only the links their traffic crosses", "[
         node1_gpu0 = node1_gpu0 || l.find("node1/gpu0") != std::string::npos;
     }
     CHECK(node1_gpu0);
+}
+
+TEST_CASE("a cluster composed on the command line simulates; a bad one exits 2 naming it", "[tools][cli]") {
+    const Result ok = cli({"simulate", "--model", "gpt2-small", "--cluster", "jetson-agx-orin:4,workstation-4gpu:1",
+                           "--pp", "2", "--global-batch", "8", "--json"});
+    REQUIRE(ok.code == 0);
+    const Json j = Json::parse(ok.out);
+    CHECK(j["devices"] == 8);
+    CHECK(j["per_device"][4]["device"] == "node4/gpu0");
+    const Result text = cli({"simulate", "--model", "gpt2-small", "--cluster", "jetson-agx-orin:4,workstation-4gpu:1",
+                             "--pp", "2", "--global-batch", "8"});
+    CHECK(text.out.find("one switch") != std::string::npos);   // the default network is printed
+
+    const Result bad = cli({"simulate", "--model", "gpt2-small", "--cluster", "jetson-agx-orin:4,workstation-4gpu:zero"});
+    CHECK(bad.code == 2);
+    CHECK(bad.err.find("'workstation-4gpu:zero'") != std::string::npos);
+    const Result not_composed = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--cluster-network", "switch"});
+    CHECK(not_composed.code == 2);
+    CHECK(not_composed.err.find("--cluster-network") != std::string::npos);
+}
+
+TEST_CASE("a trace named .json.gz is gzip and trace ranks take ranges checked before simulating", "[tools][trace]") {
+    const fs::path gz = fs::temp_directory_path() / "smol-trace.json.gz";
+    fs::remove(gz);
+    const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "2", "--global-batch", "16",
+                          "--trace", gz.string(), "--trace-ranks", "0-1,8-9"});
+    REQUIRE(r.code == 0);
+    const std::string bytes = read(gz);
+    REQUIRE(bytes.size() > 18);
+    CHECK(static_cast<unsigned char>(bytes[0]) == 0x1f);   // gzip magic
+    CHECK(static_cast<unsigned char>(bytes[1]) == 0x8b);
+    // Decompressed with the system's gzip, it is the trace of ranks 0, 1, 8 and 9.
+    const std::string cmd = "gzip -dc '" + gz.string() + "'";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::string text;
+    char buf[65536];
+    for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) text.append(buf, n);
+    CHECK(pclose(pipe) == 0);
+    const Json t = Json::parse(text);
+    std::set<int> pids;
+    for (const auto& e : t["traceEvents"])
+        if (e["ph"] == "X") pids.insert(e["pid"].get<int>());
+    CHECK(pids == std::set<int>{0, 1, 8, 9});
+    fs::remove(gz);
+
+    SECTION("a bad range exits 2 before simulating, and writes nothing") {
+        for (const std::string ranks : {"0-", "7-3", "0-16", "a", "1,,2", "-1"}) {
+            const Result bad = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "2",
+                                    "--global-batch", "16", "--trace", gz.string(), "--trace-ranks", ranks});
+            INFO(ranks);
+            CHECK(bad.code == 2);
+            CHECK_THAT(bad.err, Catch::Contains("--trace-ranks"));
+            CHECK_FALSE(fs::exists(gz));
+        }
+    }
 }

@@ -420,3 +420,49 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         CHECK_THAT(load_error(doc), Contains("at /node_groups/1/name:"));
     }
 }
+
+TEST_CASE("a cluster composed of presets has their devices in order, joined by one switch", "[topologies][cluster]") {
+    const Cluster c = load_cluster("jetson-agx-orin:4,workstation-4gpu:1");
+    REQUIRE(c.groups.size() == 2);
+    CHECK(c.num_nodes() == 5);
+    CHECK(c.num_devices() == 4 + 4);
+    for (int r = 0; r < 4; ++r) CHECK(c.device_kind(r).name == "agx-orin-64gb");
+    for (int r = 4; r < 8; ++r) CHECK(c.device_kind(r).name == "rtx-4090");
+    CHECK(c.device(4).node == 4);
+    CHECK(c.device_name(7) == "node4/gpu3");
+    CHECK(c.network.fabric == FabricKind::single_switch);
+    // The larger of the two presets' switch latencies (both 1 us), and the default said aloud.
+    CHECK(c.network.switch_latency == Time::us(1));
+    CHECK_THAT(c.description, Contains("one switch"));
+    CHECK_THAT(c.description, Contains("--cluster-network"));
+
+    const Cluster twice = compose_clusters("dgx-a100:2,dgx-a100:1", JoinNetwork::fat_tree);
+    CHECK(twice.num_devices() == 24);
+    CHECK(twice.groups[0].name != twice.groups[1].name);
+    CHECK(twice.network.fabric == FabricKind::fat_tree);
+    CHECK(is_composed_spec("dgx-a100:2"));
+    CHECK_FALSE(is_composed_spec("dgx-a100"));
+}
+
+TEST_CASE("a bad composed cluster names the item", "[topologies][cluster]") {
+    using smol::test::bad_input_message;
+    SECTION("zero nodes") {
+        CHECK_THAT(bad_input_message([] { load_cluster("jetson-agx-orin:0,workstation-4gpu:1"); }),
+                   Contains("'jetson-agx-orin:0'"));
+    }
+    SECTION("not a number") {
+        CHECK_THAT(bad_input_message([] { load_cluster("jetson-agx-orin:4,workstation-4gpu:x"); }),
+                   Contains("'workstation-4gpu:x'"));
+    }
+    SECTION("unknown preset") {
+        const std::string m = bad_input_message([] { load_cluster("jetson-agx-orn:4,workstation-4gpu:1"); });
+        CHECK_THAT(m, Contains("jetson-agx-orn"));
+        CHECK_THAT(m, Contains("did you mean 'jetson-agx-orin'?"));
+    }
+    SECTION("empty item") {
+        CHECK_THAT(bad_input_message([] { load_cluster("jetson-agx-orin:4,,pi5-1gbe"); }), Contains("--cluster"));
+    }
+    SECTION("unknown network") {
+        CHECK_THAT(bad_input_message([] { parse_join_network("ring"); }), Contains("--cluster-network"));
+    }
+}

@@ -1,0 +1,245 @@
+// Plan search (tools/sweep.*) and `smolcluster sweep`: the same ranking on any number of threads,
+// pruned plans that really are impossible, a memory bound that never exceeds the simulated peak,
+// shards that gather into the whole, and the files it writes.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/json.hpp"
+#include "strategies/plan.hpp"
+#include "test_support.hpp"
+#include "tools/cli.hpp"
+#include "tools/progress.hpp"
+#include "tools/simulation.hpp"
+#include "tools/sweep.hpp"
+
+using namespace smol;
+using namespace smol::tools;
+namespace fs = std::filesystem;
+
+namespace {
+
+SweepResult gpt2_on_dgx(int jobs, sim::NetworkMode network = sim::NetworkMode::flow) {
+    SweepOptions o;
+    o.global_batch = 16;
+    o.jobs = jobs;
+    o.network = network;
+    return sweep(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), o);
+}
+
+struct Result {
+    int code;
+    std::string out, err;
+};
+
+Result cli(std::vector<std::string> args) {
+    args.insert(args.begin(), "smolcluster");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+    return {code, out.str(), err.str()};
+}
+
+}  // namespace
+
+TEST_CASE("a sweep ranks the same plans the same way on one thread and on two", "[tools][sweep]") {
+    const SweepResult one = gpt2_on_dgx(1), two = gpt2_on_dgx(2);
+    REQUIRE(one.plans.size() == two.plans.size());
+    REQUIRE(one.ranking.size() > 100);
+    CHECK(one.ranking == two.ranking);
+    for (std::size_t i = 0; i < one.plans.size(); ++i) {
+        CHECK(one.plans[i].status == two.plans[i].status);
+        if (one.plans[i].result) CHECK(one.plans[i].result->iteration == two.plans[i].result->iteration);
+    }
+    // Best first, by step time.
+    for (std::size_t k = 1; k < one.ranking.size(); ++k)
+        CHECK(one.plans[one.ranking[k - 1]].result->iteration <= one.plans[one.ranking[k]].result->iteration);
+    // Every dimension of the table shows up among the ranked plans.
+    bool pipeline = false, interleaved = false, sp = false, recompute = false, micro = false;
+    for (std::size_t i : one.ranking) {
+        const strategies::Plan& p = one.plans[i].plan;
+        pipeline |= p.pp > 1;
+        interleaved |= p.schedule == strategies::Schedule::interleaved && p.virtual_stages > 1;
+        sp |= p.sequence_parallel;
+        recompute |= p.recompute == Recompute::full;
+        micro |= p.micro_batch > 1;
+    }
+    CHECK((pipeline && interleaved && sp && recompute && micro));
+}
+
+TEST_CASE("plans pruned by resolve fail to build, and the memory bound never exceeds the peak", "[tools][sweep]") {
+    const Model model = model_preset("gpt2-small");
+    const topo::Cluster cluster = topo::cluster_preset("dgx-a100");
+    const SweepResult r = gpt2_on_dgx(2);
+    const auto reasons = r.pruned_by_reason();
+    CHECK(reasons.count("--virtual-stages") == 1);
+    CHECK(reasons.count("--strategy") == 1);
+    // Spot-check every reason: the first three plans pruned for it fail strategies::build the same way.
+    std::map<std::string, int> checked;
+    for (const PlanResult& p : r.plans) {
+        if (p.status != PlanStatus::pruned || checked[p.reason_key]++ >= 3) continue;
+        const std::string message =
+            test::bad_input_message([&] { (void)strategies::build(model, cluster, p.plan); });
+        CHECK(message.find(p.reason) != std::string::npos);
+    }
+    CHECK(checked.size() == reasons.size());
+    // Invariant: the bound is below the simulated peak of every plan.
+    for (const PlanResult& p : r.plans)
+        if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
+}
+
+TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
+    // Llama-2-7B on four 24 GB RTX 4090: DDP's 16 bytes per parameter (108 GB) cannot fit, ZeRO-3's 27 GB
+    // per device neither; the pipeline plans may.
+    const Model model = model_preset("llama2-7b");
+    const topo::Cluster cluster = topo::cluster_preset("workstation-4gpu");
+    SweepOptions o;
+    o.global_batch = 4;
+    o.seq = 512;
+    o.jobs = 2;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    o.space.strategies = {strategies::DataParallel::ddp, strategies::DataParallel::zero3};
+    o.space.micro_batch = {1};
+    const SweepResult r = sweep(model, cluster, o);
+    std::size_t checked = 0;
+    sim::SimOptions sim_options;
+    sim_options.network = sim::NetworkMode::analytic;
+    sim_options.record_memory = false;
+    for (const PlanResult& p : r.plans) {
+        if (p.status != PlanStatus::pruned || p.reason_key != "memory bound") continue;
+        if (checked++ % 3 != 0) continue;   // every third one: a spot check, kept short
+        const Simulation s = simulate_plan(model, cluster, p.plan, sim_options);
+        CHECK_FALSE(s.summary.fits());
+        CHECK(p.memory_bound <= s.summary.peak_memory);
+    }
+    CHECK(checked >= 3);
+    for (const PlanResult& p : r.plans)
+        if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
+}
+
+TEST_CASE("an analytic screen re-simulates its best plans flow-level and ranks them first", "[tools][sweep]") {
+    const SweepResult r = gpt2_on_dgx(2, sim::NetworkMode::analytic);
+    REQUIRE(r.refined == 10);
+    for (std::size_t k = 0; k < r.ranking.size(); ++k) {
+        const PlanResult& p = r.plans[r.ranking[k]];
+        CHECK((p.result->network == sim::NetworkMode::flow) == (k < 10));
+        CHECK(p.screen.has_value() == (k < 10));
+    }
+}
+
+TEST_CASE("shards of a sweep gather into the whole sweep", "[tools][sweep]") {
+    SweepOptions o;
+    o.global_batch = 8;
+    o.jobs = 1;
+    o.space.tp = {1, 2};
+    o.space.micro_batch = {1};
+    const Model model = model_preset("gpt2-small");
+    const topo::Cluster cluster = topo::cluster_preset("dgx-a100");
+    const SweepResult whole = sweep(model, cluster, o);
+    std::vector<SweepResult> shards;
+    for (int k = 0; k < 3; ++k) {
+        SweepOptions mine = o;
+        mine.shard_index = k;
+        mine.shard_count = 3;
+        shards.push_back(sweep(model, cluster, mine));
+        CHECK(shards.back().count(PlanStatus::pending) > 0);
+    }
+    const SweepResult merged = merge_shards(std::move(shards), o);
+    CHECK(merged.count(PlanStatus::pending) == 0);
+    CHECK(merged.ranking == whole.ranking);
+}
+
+TEST_CASE("the progress line shows done, total, rate and time left", "[tools][sweep]") {
+    const std::string line = ProgressBar::line(50, 100, 10.0, "plans");
+    CHECK(line.find("50/100 plans") != std::string::npos);
+    CHECK(line.find("5 plans/s") != std::string::npos);
+    CHECK(line.find("ETA 0:10") != std::string::npos);
+    // Not a terminal: nothing is drawn.
+    std::ostringstream sink;
+    {
+        ProgressBar bar(sink, false, "plans");
+        bar.update(1, 2);
+    }
+    CHECK(sink.str().empty());
+}
+
+TEST_CASE("smolcluster sweep prints the ranking and writes every plan to --csv and --json", "[tools][sweep]") {
+    const fs::path dir = fs::temp_directory_path() / "smol-sweep-test";
+    fs::remove_all(dir);
+    const std::string csv = (dir / "plans.csv").string(), json = (dir / "plans.json").string();
+    const Result r = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "8", "--tp", "1,2",
+                          "--micro-batch", "1", "--jobs", "2", "--top", "3", "--csv", csv, "--json", json});
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("candidate plans") != std::string::npos);
+    CHECK(r.out.find("  1     ") != std::string::npos);
+    CHECK(r.err.empty());   // not a terminal: no progress bar
+    const Json j = Json::parse(std::ifstream(json));
+    const std::size_t plans = j["sweeps"][0]["plans"].size();
+    CHECK(plans == j["sweeps"][0]["candidates"].get<std::size_t>());
+    std::ifstream in(csv);
+    std::size_t lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    CHECK(lines == plans + 1);
+
+    SECTION("an existing file is kept without --force") {
+        const Result again = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "8",
+                                  "--csv", csv});
+        CHECK(again.code == 2);
+        CHECK(again.err.find("--force") != std::string::npos);
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("sweep --nodes prints a scaling table per strategy", "[tools][sweep]") {
+    const Result r = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "1,2", "--global-batch",
+                          "32", "--strategies", "ddp", "--tp", "1", "--pp", "1", "--micro-batch", "1,2,4", "--jobs", "2"});
+    REQUIRE(r.code == 0);
+    const auto at = r.out.find("scaling");
+    REQUIRE(at != std::string::npos);
+    CHECK(r.out.find("ddp       1      ", at) != std::string::npos);
+    CHECK(r.out.find("ddp       2      ", at) != std::string::npos);
+    CHECK(r.out.find("1.00×", at) != std::string::npos);
+}
+
+TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep]") {
+    const std::vector<std::string> base{"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "8"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), extra.begin(), extra.end());
+        return cli(args);
+    };
+    SECTION("objective") {
+        const Result r = with({"--objective", "speed"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--objective") != std::string::npos);
+    }
+    SECTION("headroom") {
+        const Result r = with({"--min-headroom", "1.5"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--min-headroom") != std::string::npos);
+    }
+    SECTION("max memory") {
+        const Result r = with({"--max-memory", "lots"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--max-memory") != std::string::npos);
+    }
+    SECTION("jobs") {
+        const Result r = with({"--jobs", "-1", "--tp", "1", "--pp", "1"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--jobs") != std::string::npos);
+    }
+    SECTION("strategy") {
+        const Result r = with({"--strategies", "ddp,zero4"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("zero4") != std::string::npos);
+    }
+    SECTION("no plan fits: exit 3") {
+        const Result r = with({"--max-memory", "1 MB", "--tp", "1", "--pp", "1"});
+        CHECK(r.code == 3);
+        CHECK(r.out.find("no plan fits") != std::string::npos);
+    }
+}

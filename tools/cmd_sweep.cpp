@@ -1,0 +1,413 @@
+// `smolcluster sweep`: every valid plan of a model on a cluster, simulated and ranked (the search
+// itself is tools/sweep.*); the table, the pruning and fitting counts, --csv and --json, and with
+// --nodes 1,2,4,8 a scaling table per strategy.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "core/error.hpp"
+#include "tools/commands.hpp"
+#include "tools/plan_flags.hpp"
+#include "tools/progress.hpp"
+#include "tools/sweep.hpp"
+
+namespace smol::tools {
+
+namespace {
+
+struct SweepFlags {
+    std::string model, cluster, cluster_network;
+    std::vector<int> nodes;
+    std::optional<int> devices;
+    std::int64_t global_batch = 0;
+    int seq = 0;
+    std::string dtype, network = "flow", collective_algo = "auto", objective = "time";
+    bool no_fold = false;
+    std::vector<std::string> strategies;
+    std::vector<int> tp, pp, micro_batch;
+    std::string max_memory;
+    std::optional<double> min_headroom;
+    int top = 10, jobs = 0, refine = 10;
+    std::string csv, json;
+    bool force = false, quiet = false;
+};
+
+struct NodeSweep {
+    std::optional<int> nodes;
+    topo::Cluster cluster;
+    SweepResult result;
+};
+
+std::string fmt(const char* f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+std::string with_commas(std::size_t n) {
+    const std::string digits = std::to_string(n);
+    std::string s;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+        s += digits[i];
+    }
+    return s;
+}
+
+std::string pad(std::string s, std::size_t w) {
+    // Pads by code points so "·" and "×" count as one column.
+    std::size_t cols = 0;
+    for (unsigned char c : s) cols += (c & 0xC0) != 0x80;
+    if (cols < w) s.append(w - cols, ' ');
+    return s;
+}
+
+void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, const SweepOptions& o, int top) {
+    const SweepResult& r = n.result;
+    out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << " devices), global batch "
+        << o.global_batch << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
+    if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
+    const std::size_t pruned = r.count(PlanStatus::pruned);
+    const std::size_t simulated = r.plans.size() - pruned - r.count(PlanStatus::pending);
+    out << "  " << with_commas(r.plans.size()) << " candidate plans: " << with_commas(pruned) << " pruned before simulating, "
+        << with_commas(simulated) << " simulated (" << sim::to_string(o.network) << ")";
+    if (r.refined) out << ", the best " << r.refined << " re-simulated flow-level";
+    out << "\n";
+    for (const auto& [key, entry] : r.pruned_by_reason())
+        out << "    pruned " << pad(with_commas(entry.first), 7) << " " << pad(key, 16) << " e.g. " << entry.second << "\n";
+    const std::size_t oom = r.count(PlanStatus::out_of_memory), over = r.count(PlanStatus::over_limit),
+                      failed = r.count(PlanStatus::failed);
+    out << "  did not fit: " << with_commas(oom) << " out of memory, " << with_commas(over) << " over the memory limits";
+    if (failed) out << ", " << failed << " failed to simulate";
+    out << "\n";
+    for (PlanStatus s : {PlanStatus::out_of_memory, PlanStatus::over_limit, PlanStatus::failed})
+        for (const PlanResult& p : r.plans)
+            if (p.status == s) {
+                out << "    first " << to_string(s) << ": " << describe_plan(p) << ": " << p.reason << "\n";
+                break;
+            }
+    if (r.ranking.empty()) {
+        out << "\n  no plan fits\n";
+        return;
+    }
+    out << "\n  rank  strategy  tp  pp  dp   schedule      mb  recompute  sp  step time   tokens/s    MFU     peak memory  network\n";
+    for (std::size_t k = 0; k < std::min<std::size_t>(r.ranking.size(), static_cast<std::size_t>(top)); ++k) {
+        const PlanResult& p = r.plans[r.ranking[k]];
+        const Outcome& x = *p.result;
+        std::string schedule = p.plan.pp > 1 ? strategies::to_string(p.plan.schedule) : "-";
+        if (p.plan.schedule == strategies::Schedule::interleaved) schedule += " v" + std::to_string(p.plan.virtual_stages);
+        char buf[320];
+        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %-4d %-13s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
+                      strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, p.layout.dp, schedule.c_str(),
+                      p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
+                      to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
+                      fmt("%.1f %%", x.mfu * 100).c_str(), to_string(x.peak_memory).c_str(), sim::to_string(x.network));
+        out << buf;
+    }
+    if (r.ranking.size() > static_cast<std::size_t>(top))
+        out << "  … " << with_commas(r.ranking.size() - static_cast<std::size_t>(top)) << " more ranked plans (--top, --csv, --json)\n";
+}
+
+/// The best ranked plan of each strategy at each node count, and its speed-up and efficiency
+/// over the strategy's smallest node count.
+struct ScalingRow {
+    std::string strategy;
+    int nodes;
+    double samples_per_s, speedup, efficiency;
+    std::size_t plan;
+};
+
+std::vector<ScalingRow> scaling_rows(const std::vector<NodeSweep>& sweeps) {
+    std::vector<std::string> names;
+    for (const NodeSweep& n : sweeps)
+        for (std::size_t i : n.result.ranking) {
+            const std::string s = strategies::to_string(n.result.plans[i].plan.strategy);
+            if (std::find(names.begin(), names.end(), s) == names.end()) names.push_back(s);
+        }
+    std::sort(names.begin(), names.end());
+    std::vector<ScalingRow> rows;
+    for (const std::string& s : names) {
+        std::optional<std::pair<int, double>> base;
+        for (const NodeSweep& n : sweeps) {
+            // The ranking is best first, so the first plan of the strategy is its best.
+            for (std::size_t i : n.result.ranking) {
+                const PlanResult& p = n.result.plans[i];
+                if (strategies::to_string(p.plan.strategy) != s) continue;
+                const double thr = p.result->samples_per_s;
+                if (!base) base = {*n.nodes, thr};
+                const double speedup = thr / base->second;
+                rows.push_back({s, *n.nodes, thr, speedup, speedup * base->first / *n.nodes, i});
+                break;
+            }
+        }
+    }
+    return rows;
+}
+
+void print_scaling(std::ostream& out, const std::vector<ScalingRow>& rows, const std::vector<NodeSweep>& sweeps) {
+    out << "\nscaling (best plan of each strategy per node count; speed-up and efficiency against its fewest nodes)\n\n"
+        << "  strategy  nodes  samples/s   speed-up  efficiency  plan\n";
+    for (const ScalingRow& row : rows) {
+        const NodeSweep* n = nullptr;
+        for (const NodeSweep& s : sweeps)
+            if (*s.nodes == row.nodes) n = &s;
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "  %-9s %-6d %-11s %-9s %-11s %s\n", row.strategy.c_str(), row.nodes,
+                      fmt("%.4g", row.samples_per_s).c_str(), fmt("%.2f×", row.speedup).c_str(),
+                      fmt("%.1f %%", row.efficiency * 100).c_str(), describe_plan(n->result.plans[row.plan]).c_str());
+        out << buf;
+    }
+}
+
+Json plan_json(const PlanResult& p, std::optional<std::size_t> rank) {
+    Json j{{"index", p.index},
+           {"strategy", strategies::to_string(p.plan.strategy)},
+           {"tp", p.plan.tp},
+           {"pp", p.plan.pp},
+           {"schedule", strategies::to_string(p.plan.schedule)},
+           {"virtual_stages", p.plan.virtual_stages},
+           {"micro_batch", p.plan.micro_batch},
+           {"recompute", to_string(p.plan.recompute)},
+           {"sp", p.plan.sequence_parallel},
+           {"status", to_string(p.status)},
+           {"reason", p.reason},
+           {"rank", rank ? Json(*rank) : Json(nullptr)}};
+    if (p.status != PlanStatus::pruned || p.reason_key == "memory bound") {
+        j["dp"] = p.layout.dp;
+        j["microbatches"] = p.layout.microbatches;
+        j["memory_lower_bound_bytes"] = p.memory_bound.count();
+    }
+    if (p.result) {
+        const Outcome& x = *p.result;
+        j["network"] = sim::to_string(x.network);
+        j["iteration_time_s"] = x.iteration.to_seconds();
+        j["samples_per_s"] = x.samples_per_s;
+        j["tokens_per_s"] = x.tokens_per_s;
+        j["mfu"] = x.mfu;
+        j["peak_memory_bytes"] = x.peak_memory.count();
+        j["min_headroom"] = x.min_headroom;
+        j["bubble_fraction"] = x.bubble_fraction;
+        j["exposed_comm_s"] = x.exposed_comm.to_seconds();
+        j["fits"] = x.fits;
+        j["events"] = x.events;
+    }
+    if (p.screen) j["screen_iteration_time_s"] = p.screen->iteration.to_seconds();
+    return j;
+}
+
+std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
+    std::vector<std::optional<std::size_t>> rank(r.plans.size());
+    for (std::size_t k = 0; k < r.ranking.size(); ++k) rank[r.ranking[k]] = k + 1;
+    return rank;
+}
+
+/// Writes `text` to `path` through a temporary file renamed into place.
+void write_file(const std::string& path, const std::string& text, const char* flag_name) {
+    namespace fs = std::filesystem;
+    const fs::path p(path);
+    if (p.has_parent_path()) fs::create_directories(p.parent_path());
+    const fs::path tmp = p.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary);
+        out << text;
+        if (!out) fail_input("cannot write " + tmp.string(), flag(flag_name));
+    }
+    fs::rename(tmp, p);
+}
+
+std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
+    std::ostringstream out;
+    out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,dp,schedule,virtual_stages,micro_batch,microbatches,"
+           "recompute,sp,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
+    auto quoted = [](const std::string& s) {
+        std::string q = "\"";
+        for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+        return q + "\"";
+    };
+    for (const NodeSweep& n : sweeps) {
+        const auto rank = ranks_of(n.result);
+        for (const PlanResult& p : n.result.plans) {
+            const bool resolved = p.status != PlanStatus::pruned || p.reason_key == "memory bound";
+            out << model.name() << ',' << quoted(n.cluster.name) << ',' << (n.nodes ? std::to_string(*n.nodes) : "") << ','
+                << n.cluster.num_devices() << ',' << p.index << ',' << (rank[p.index] ? std::to_string(*rank[p.index]) : "")
+                << ',' << strategies::to_string(p.plan.strategy) << ',' << p.plan.tp << ',' << p.plan.pp << ','
+                << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
+                << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
+                << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
+                << (p.plan.sequence_parallel ? "true" : "false") << ',' << to_string(p.status) << ',';
+            if (p.result) {
+                const Outcome& x = *p.result;
+                out << sim::to_string(x.network) << ',' << x.iteration.to_seconds() << ',' << x.samples_per_s << ','
+                    << x.tokens_per_s << ',' << x.mfu << ',' << x.peak_memory.count() << ',' << x.min_headroom << ','
+                    << x.bubble_fraction << ',' << x.exposed_comm.to_seconds() << ',';
+            } else {
+                out << ",,,,,,,,,";
+            }
+            out << (resolved ? std::to_string(p.memory_bound.count()) : "") << ','
+                << (p.screen ? fmt("%.9g", p.screen->iteration.to_seconds()) : "") << ',' << quoted(p.reason) << '\n';
+        }
+    }
+    return out.str();
+}
+
+std::string json_text(const Model& model, const SweepOptions& o, const std::vector<NodeSweep>& sweeps,
+                      const std::vector<ScalingRow>& scaling) {
+    Json j{{"model", model.name()},
+           {"global_batch", o.global_batch},
+           {"objective", to_string(o.objective)},
+           {"network", sim::to_string(o.network)}};
+    Json list = Json::array();
+    for (const NodeSweep& n : sweeps) {
+        const SweepResult& r = n.result;
+        Json pruned = Json::object();
+        for (const auto& [key, entry] : r.pruned_by_reason()) pruned[key] = {{"count", entry.first}, {"example", entry.second}};
+        Json plans = Json::array();
+        const auto rank = ranks_of(r);
+        for (const PlanResult& p : r.plans) plans.push_back(plan_json(p, rank[p.index]));
+        list.push_back({{"cluster", n.cluster.name},
+                        {"nodes", n.nodes ? Json(*n.nodes) : Json(nullptr)},
+                        {"devices", n.cluster.num_devices()},
+                        {"device_memory_bytes", n.cluster.device_kind(0).memory.count()},
+                        {"candidates", r.plans.size()},
+                        {"pruned", std::move(pruned)},
+                        {"out_of_memory", r.count(PlanStatus::out_of_memory)},
+                        {"over_limit", r.count(PlanStatus::over_limit)},
+                        {"failed", r.count(PlanStatus::failed)},
+                        {"refined", r.refined},
+                        {"ranking", r.ranking},
+                        {"plans", std::move(plans)}});
+    }
+    j["sweeps"] = std::move(list);
+    Json rows = Json::array();
+    for (const ScalingRow& row : scaling)
+        rows.push_back({{"strategy", row.strategy},
+                        {"nodes", row.nodes},
+                        {"samples_per_s", row.samples_per_s},
+                        {"speedup", row.speedup},
+                        {"efficiency", row.efficiency},
+                        {"plan", row.plan}});
+    j["scaling"] = std::move(rows);
+    return j.dump(1) + "\n";
+}
+
+int run_sweep(const SweepFlags& f, const Io& io) {
+    // Everything that can be refused is refused before the first simulation.
+    check_trace_target(f.csv, f.force, "--csv");
+    check_trace_target(f.json, f.force, "--json");
+    const Model model = load_model(f.model);
+    SweepOptions o;
+    o.global_batch = f.global_batch;
+    if (f.global_batch < 1)
+        fail_input("--global-batch must be at least 1, found " + std::to_string(f.global_batch), flag("--global-batch"));
+    if (f.seq < 0) fail_input("--seq must be at least 1, found " + std::to_string(f.seq), flag("--seq"));
+    o.seq = f.seq;
+    if (!f.dtype.empty()) o.dtype = parse_dtype(f.dtype, flag("--dtype"));
+    o.fold = !f.no_fold;
+    o.network = sim::parse_network_mode(f.network);
+    o.algo = sim::parse_collective_algo(f.collective_algo);
+    o.objective = parse_objective(f.objective);
+    if (!f.max_memory.empty()) {
+        try {
+            o.max_memory = parse_bytes(f.max_memory);
+        } catch (const Error&) {
+            fail_input("a size such as \"60 GB\"", "'" + f.max_memory + "'", flag("--max-memory"));
+        }
+    }
+    o.min_headroom = f.min_headroom;
+    if (f.jobs < 0) fail_input("--jobs must be at least 1 (0: the machine's cores), found " + std::to_string(f.jobs), flag("--jobs"));
+    o.jobs = f.jobs > 0 ? f.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    o.refine = f.refine;
+    for (const std::string& s : f.strategies) o.space.strategies.push_back(strategies::parse_data_parallel(s));
+    o.space.tp = f.tp;
+    o.space.pp = f.pp;
+    o.space.micro_batch = f.micro_batch;
+    if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
+    for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--micro-batch", &f.micro_batch}})
+        for (int v : *list)
+            if (v < 1) fail_input(std::string(name) + " values must be at least 1, found " + std::to_string(v), flag(name));
+
+    PlanFlags plan_flags;
+    plan_flags.model = f.model;
+    plan_flags.cluster = f.cluster;
+    plan_flags.cluster_network = f.cluster_network;
+    plan_flags.devices = f.devices;
+    std::vector<NodeSweep> sweeps;
+    if (f.nodes.empty()) {
+        sweeps.push_back({std::nullopt, resolve_cluster(plan_flags), {}});
+    } else {
+        for (int n : f.nodes) {
+            plan_flags.nodes = n;
+            sweeps.push_back({n, resolve_cluster(plan_flags), {}});
+        }
+    }
+    for (NodeSweep& n : sweeps) {
+        ProgressBar bar(io.err, io.err_is_terminal && !f.quiet, "plans");
+        SweepOptions mine = o;
+        if (io.err_is_terminal && !f.quiet) mine.progress = [&bar](std::size_t done, std::size_t total) { bar.update(done, total); };
+        n.result = sweep(model, n.cluster, mine);
+        bar.finish();
+        if (&n != &sweeps.front()) io.out << "\n";
+        print_sweep(io.out, model, n, o, f.top);
+    }
+    std::vector<ScalingRow> scaling;
+    if (sweeps.size() > 1) {
+        scaling = scaling_rows(sweeps);
+        print_scaling(io.out, scaling, sweeps);
+    }
+    if (!f.csv.empty()) {
+        write_file(f.csv, csv_text(model, sweeps), "--csv");
+        io.out << "\n  every plan written to " << f.csv << "\n";
+    }
+    if (!f.json.empty()) {
+        write_file(f.json, json_text(model, o, sweeps, scaling), "--json");
+        io.out << (f.csv.empty() ? "\n" : "") << "  every plan written to " << f.json << "\n";
+    }
+    for (const NodeSweep& n : sweeps)
+        if (!n.result.ranking.empty()) return 0;
+    return 3;   // no plan fits: the same status as a simulate that does not fit
+}
+
+}  // namespace
+
+Command add_sweep(CLI::App& parent) {
+    auto f = std::make_shared<SweepFlags>();
+    CLI::App* app = parent.add_subcommand("sweep", "search every valid plan of a model on a cluster and rank them");
+    app->add_option("--model", f->model, "model preset or JSON file")->required();
+    app->add_option("--cluster", f->cluster, "cluster preset, JSON file, or presets composed as NAME:NODES,NAME:NODES")
+        ->required();
+    app->add_option("--cluster-network", f->cluster_network,
+                    "network joining a composed cluster's groups: switch or fat-tree (default: one switch)");
+    app->add_option("--nodes", f->nodes, "node counts to sweep, e.g. 1,2,4,8 (a scaling table with more than one)")
+        ->delimiter(',');
+    app->add_option("--devices", f->devices, "use the first N devices of the cluster");
+    app->add_option("--global-batch", f->global_batch, "samples per step")->required();
+    app->add_option("--seq", f->seq, "sequence length (default: the model's)");
+    app->add_option("--dtype", f->dtype, "bf16, fp16 or fp32 (default: the device's)");
+    app->add_option("--network", f->network, "flow, or analytic (screen analytically, re-simulate the best flow-level)")
+        ->capture_default_str();
+    app->add_option("--refine", f->refine, "with --network analytic: plans re-simulated flow-level")->capture_default_str();
+    app->add_option("--collective-algo", f->collective_algo, "auto, ring, tree, halving-doubling, hierarchical, direct")
+        ->capture_default_str();
+    app->add_flag("--no-fold", f->no_fold, "simulate every data-parallel replica");
+    app->add_option("--strategies", f->strategies, "data-parallel flavours to try (default: ddp,ring,zero1,zero2,zero3,fsdp)")
+        ->delimiter(',');
+    app->add_option("--tp", f->tp, "tensor-parallel sizes to try (default: powers of two)")->delimiter(',');
+    app->add_option("--pp", f->pp, "pipeline sizes to try (default: powers of two)")->delimiter(',');
+    app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
+    app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
+    app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GB\"");
+    app->add_option("--min-headroom", f->min_headroom, "fraction of each device's memory to leave free, e.g. 0.1");
+    app->add_option("--top", f->top, "plans to print")->capture_default_str();
+    app->add_option("--jobs", f->jobs, "simulation threads (default: the machine's cores)");
+    app->add_option("--csv", f->csv, "write every plan with its summary as CSV to FILE");
+    app->add_option("--json", f->json, "write every plan with its summary as JSON to FILE");
+    app->add_flag("--force", f->force, "overwrite existing --csv / --json files");
+    app->add_flag("--quiet", f->quiet, "no progress bar");
+    return {app, [f](const Io& io) { return run_sweep(*f, io); }};
+}
+
+}  // namespace smol::tools

@@ -1,0 +1,435 @@
+#include "tools/sweep.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/error.hpp"
+#include "strategies/data_parallel.hpp"
+#include "tools/simulation.hpp"
+#include "topologies/topology.hpp"
+
+namespace smol::tools {
+
+using strategies::DataParallel;
+using strategies::Layout;
+using strategies::Plan;
+using strategies::Schedule;
+
+const char* to_string(Objective o) {
+    switch (o) {
+        case Objective::time: return "time";
+        case Objective::tokens: return "tokens";
+        case Objective::memory: return "memory";
+    }
+    return "?";
+}
+
+Objective parse_objective(const std::string& text) {
+    for (Objective o : {Objective::time, Objective::tokens, Objective::memory})
+        if (text == to_string(o)) return o;
+    fail_input("time, tokens or memory", "'" + text + "'" + did_you_mean(text, {"time", "tokens", "memory"}),
+               {"", "", "--objective"});
+}
+
+const char* to_string(PlanStatus s) {
+    switch (s) {
+        case PlanStatus::pending: return "pending";
+        case PlanStatus::pruned: return "pruned";
+        case PlanStatus::ranked: return "ranked";
+        case PlanStatus::out_of_memory: return "out-of-memory";
+        case PlanStatus::over_limit: return "over-limit";
+        case PlanStatus::failed: return "failed";
+    }
+    return "?";
+}
+
+std::size_t SweepResult::count(PlanStatus s) const {
+    return static_cast<std::size_t>(
+        std::count_if(plans.begin(), plans.end(), [s](const PlanResult& p) { return p.status == s; }));
+}
+
+std::map<std::string, std::pair<std::size_t, std::string>> SweepResult::pruned_by_reason() const {
+    std::map<std::string, std::pair<std::size_t, std::string>> out;
+    for (const PlanResult& p : plans) {
+        if (p.status != PlanStatus::pruned) continue;
+        auto& [n, example] = out[p.reason_key];
+        if (n++ == 0) example = p.reason;
+    }
+    return out;
+}
+
+std::string describe_plan(const PlanResult& p) {
+    const Plan& x = p.plan;
+    std::string s = std::string(strategies::to_string(x.strategy)) + " tp " + std::to_string(x.tp) + " pp " +
+                    std::to_string(x.pp);
+    if (x.pp > 1) s += std::string(" ") + strategies::to_string(x.schedule);
+    if (x.schedule == Schedule::interleaved) s += " v " + std::to_string(x.virtual_stages);
+    s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
+    if (x.sequence_parallel) s += " sp";
+    return s;
+}
+
+namespace {
+
+// ---- the plan dimensions ----------------------------------------------------------------------
+
+/// What a dimension may look at: the model, the cluster and the sweep's options, and the layout
+/// strategies::resolve gave the partial plan so far.
+struct Context {
+    const Model& model;
+    const topo::Cluster& cluster;
+    const SweepOptions& options;
+};
+
+using Expand = std::vector<Plan> (*)(const Context&, const Plan&, const Layout&);
+
+/// `plan` once per value of `member`.
+template <class T>
+std::vector<Plan> vary(const Plan& plan, T Plan::*member, const std::vector<T>& values) {
+    std::vector<Plan> out;
+    for (const T& v : values) {
+        Plan p = plan;
+        p.*member = v;
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+/// 1, 2, 4, … up to `most`, or the user's list.
+std::vector<int> powers_of_two(int most, const std::vector<int>& chosen) {
+    if (!chosen.empty()) return chosen;
+    std::vector<int> out;
+    for (int v = 1; v <= most; v *= 2) out.push_back(v);
+    return out;
+}
+
+/// The dimensions of strategies::Plan, in expansion order. A dimension that does not apply to a
+/// partial plan (a schedule without a pipeline) returns the plan unchanged. Adding a dimension
+/// (offload, attention kernels) is one row.
+struct Dimension {
+    const char* name;
+    Expand expand;
+    /// Resolve the partial plans after this dimension. Not after strategy and tp: their partial
+    /// plans have tp = 1 or pp = 1, whose dp may not divide the global batch when a larger tp · pp
+    /// would. From pp on, the later dimensions' defaults (micro-batch 1, 1F1B, no virtual stages,
+    /// no recompute, no sp) never make a plan impossible, so an error is the choices' own.
+    bool resolve = true;
+};
+const Dimension kDimensions[] = {
+    // Synchronous data-parallel flavours; ps-async's "step" is K asynchronous updates per worker
+    // and is not comparable (pass --strategies to sweep it anyway).
+    {"strategy",
+     [](const Context& c, const Plan& p, const Layout&) {
+         const std::vector<DataParallel> all{DataParallel::ddp,   DataParallel::ring,  DataParallel::zero1,
+                                             DataParallel::zero2, DataParallel::zero3, DataParallel::fsdp};
+         return vary(p, &Plan::strategy, c.options.space.strategies.empty() ? all : c.options.space.strategies);
+     },
+     false},
+    {"tp", [](const Context& c, const Plan& p, const Layout&) {
+         return vary(p, &Plan::tp, powers_of_two(c.cluster.num_devices(), c.options.space.tp));
+     },
+     false},
+    {"pp", [](const Context& c, const Plan& p, const Layout&) {
+         return vary(p, &Plan::pp, powers_of_two(c.cluster.num_devices() / p.tp, c.options.space.pp));
+     }},
+    // Up to the per-replica batch (one micro-batch per replica).
+    {"micro_batch", [](const Context& c, const Plan& p, const Layout& l) {
+         return vary(p, &Plan::micro_batch,
+                     powers_of_two(static_cast<int>(std::min<std::int64_t>(l.global_batch / l.dp, 1 << 20)),
+                                   c.options.space.micro_batch));
+     }},
+    {"schedule", [](const Context&, const Plan& p, const Layout&) {
+         if (p.pp == 1) return std::vector<Plan>{p};
+         return vary(p, &Plan::schedule,
+                     {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1});
+     }},
+    // Megatron-LM's interleaved schedule with 2 to 8 model chunks per device.
+    {"virtual_stages", [](const Context&, const Plan& p, const Layout&) {
+         if (p.schedule != Schedule::interleaved) return std::vector<Plan>{p};
+         return vary(p, &Plan::virtual_stages, {2, 3, 4, 5, 6, 7, 8});
+     }},
+    {"recompute", [](const Context&, const Plan& p, const Layout&) {
+         return vary(p, &Plan::recompute, {Recompute::none, Recompute::selective, Recompute::full});
+     }},
+    {"sp", [](const Context&, const Plan& p, const Layout&) {
+         if (p.tp == 1) return std::vector<Plan>{p};
+         return vary(p, &Plan::sequence_parallel, {false, true});
+     }},
+};
+
+struct Candidate {
+    Plan plan;
+    std::optional<Layout> layout;   // unset: pruned by resolve
+    std::string reason, reason_key;
+};
+
+/// Expands the table dimension by dimension, resolving every partial plan.
+std::vector<Candidate> enumerate(const Context& c) {
+    Plan base;
+    base.global_batch = c.options.global_batch;
+    base.seq = c.options.seq;
+    base.dtype = c.options.dtype;
+    base.fold = c.options.fold;
+    std::vector<Candidate> done, open{{base, Layout{}, "", ""}};
+    for (const Dimension& dim : kDimensions) {
+        std::vector<Candidate> next;
+        for (const Candidate& partial : open)
+            for (Plan& p : dim.expand(c, partial.plan, *partial.layout)) {
+                if (!dim.resolve) {
+                    next.push_back({std::move(p), Layout{}, "", ""});
+                    continue;
+                }
+                try {
+                    next.push_back({p, strategies::resolve(c.model, c.cluster, p), "", ""});
+                } catch (const Error& e) {
+                    if (e.kind() != ErrorKind::bad_input) throw;
+                    done.push_back({std::move(p), std::nullopt, e.detail(), e.context().flag.empty() ? "model" : e.context().flag});
+                }
+            }
+        open = std::move(next);
+    }
+    done.insert(done.end(), std::make_move_iterator(open.begin()), std::make_move_iterator(open.end()));
+    return done;
+}
+
+// ---- memory bound -----------------------------------------------------------------------------
+
+/// What the device limits allow on average over the devices: the least of each device's capacity,
+/// --max-memory and (1 − --min-headroom) of its capacity.
+double mean_allowed_bytes(const topo::Cluster& cluster, const SweepOptions& o) {
+    double sum = 0;
+    const int n = cluster.num_devices();
+    for (int r = 0; r < n; ++r) {
+        double cap = static_cast<double>(cluster.device_kind(r).memory.count());
+        double allowed = cap;
+        if (o.max_memory) allowed = std::min(allowed, static_cast<double>(o.max_memory->count()));
+        if (o.min_headroom) allowed = std::min(allowed, (1 - *o.min_headroom) * cap);
+        sum += allowed;
+    }
+    return sum / n;
+}
+
+// ---- simulating -------------------------------------------------------------------------------
+
+Outcome outcome_of(const Simulation& s, sim::NetworkMode network) {
+    const traces::Summary& m = s.summary;
+    Outcome o;
+    o.network = network;
+    o.iteration = m.iteration;
+    o.samples_per_s = m.samples_per_s;
+    o.tokens_per_s = m.tokens_per_s;
+    o.mfu = m.mfu;
+    o.bubble_fraction = m.bubble_fraction;
+    o.peak_memory = m.peak_memory;
+    o.exposed_comm = m.exposed_comm;
+    o.fits = m.fits();
+    o.events = m.events;
+    o.min_headroom = 1;
+    const auto dev = static_cast<std::size_t>(Tier::device);
+    for (std::size_t r = 0; r < s.timeline.peak.size(); ++r) {
+        const double cap = static_cast<double>(s.timeline.capacity[r][dev].count());
+        if (cap > 0) o.min_headroom = std::min(o.min_headroom, 1 - static_cast<double>(s.timeline.peak[r][dev].count()) / cap);
+    }
+    if (m.oom)
+        o.oom = m.oom->device + " needs " + to_string(m.oom->requested) + " more " + to_string(m.oom->tier) +
+                " memory with " + to_string(m.oom->free) + " free";
+    return o;
+}
+
+/// Sets status and reason from the outcome and the limits.
+void judge(PlanResult& p, const SweepOptions& o) {
+    const Outcome& r = *p.result;
+    p.reason.clear();
+    if (!r.fits) {
+        p.status = PlanStatus::out_of_memory;
+        p.reason = r.oom;
+    } else if (o.max_memory && r.peak_memory > *o.max_memory) {
+        p.status = PlanStatus::over_limit;
+        p.reason = "peak " + to_string(r.peak_memory) + " above --max-memory " + to_string(*o.max_memory);
+    } else if (o.min_headroom && r.min_headroom < *o.min_headroom) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "headroom %.1f %% below --min-headroom %.1f %%", r.min_headroom * 100,
+                      *o.min_headroom * 100);
+        p.status = PlanStatus::over_limit;
+        p.reason = buf;
+    } else {
+        p.status = PlanStatus::ranked;
+    }
+}
+
+/// Simulates `plans[i]` for every i in `which` on `jobs` threads, each with its own Topology.
+/// `store(i, simulation)` runs on the worker; each i is one slot, so no two workers share one.
+void simulate_all(const Model& model, const topo::Cluster& cluster, std::vector<PlanResult>& plans,
+                  const std::vector<std::size_t>& which, const SweepOptions& o, sim::NetworkMode network) {
+    sim::SimOptions sim_options;
+    sim_options.network = network;
+    sim_options.algo = o.algo;
+    sim_options.record_memory = false;
+    sim_options.record_links = false;
+    std::atomic<std::size_t> next{0}, done{0};
+    auto worker = [&] {
+        const topo::Topology topology(cluster);
+        for (std::size_t k; (k = next.fetch_add(1)) < which.size(); done.fetch_add(1)) {
+            PlanResult& p = plans[which[k]];
+            try {
+                const Simulation s = simulate_plan(model, cluster, p.plan, sim_options, &topology);
+                if (p.result && p.result->network != network) p.screen = p.result;
+                p.result = outcome_of(s, network);
+                judge(p, o);
+            } catch (const Error& e) {
+                p.status = PlanStatus::failed;
+                p.reason = e.what();
+            }
+        }
+    };
+    const int jobs = std::max(1, std::min<int>(o.jobs, static_cast<int>(which.size())));
+    std::vector<std::thread> threads;
+    for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
+    if (o.progress) {
+        // The calling thread reports progress while the others work, then joins in.
+        std::thread last(worker);
+        while (done.load() < which.size()) {
+            o.progress(done.load(), which.size());
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        last.join();
+        o.progress(which.size(), which.size());
+    } else {
+        worker();
+    }
+    for (std::thread& t : threads) t.join();
+}
+
+/// True when a ranks better than b under the objective (ties: enumeration order).
+bool better(const PlanResult& a, const PlanResult& b, Objective objective) {
+    const Outcome &x = *a.result, &y = *b.result;
+    switch (objective) {
+        case Objective::time:
+            if (x.iteration != y.iteration) return x.iteration < y.iteration;
+            break;
+        case Objective::tokens:
+            if (x.tokens_per_s != y.tokens_per_s) return x.tokens_per_s > y.tokens_per_s;
+            break;
+        case Objective::memory:
+            if (x.peak_memory != y.peak_memory) return x.peak_memory < y.peak_memory;
+            if (x.iteration != y.iteration) return x.iteration < y.iteration;
+            break;
+    }
+    return a.index < b.index;
+}
+
+/// Ranked plans, best first; plans simulated flow-level (refined) before the analytic rest.
+std::vector<std::size_t> rank(const std::vector<PlanResult>& plans, Objective objective) {
+    std::vector<std::size_t> out;
+    for (const PlanResult& p : plans)
+        if (p.status == PlanStatus::ranked) out.push_back(p.index);
+    std::sort(out.begin(), out.end(), [&](std::size_t a, std::size_t b) {
+        const bool fa = plans[a].screen.has_value(), fb = plans[b].screen.has_value();
+        if (fa != fb) return fa;
+        return better(plans[a], plans[b], objective);
+    });
+    return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const Plan& plan, const Layout& l) {
+    if (plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async) return Bytes(0);  // not derived
+    const std::vector<Block> blocks = strategies::detail::replica_blocks(model, l, plan);
+    double params = 0, activations = 0;   // per tensor rank, over one pipeline
+    for (const Block& b : blocks) {
+        params += static_cast<double>(b.params);
+        activations += static_cast<double>(b.activations.count());
+    }
+    params /= l.pp;                       // per device, averaged over the pipeline's stages
+    const strategies::StateBytes sb = strategies::state_bytes(l.dtype);
+    const double n = l.dp;                // ranks the sharded states are split over
+    double states = 0;
+    switch (plan.strategy) {
+        case DataParallel::ddp:
+        case DataParallel::ring: states = params * (sb.params + sb.grads + sb.optimizer); break;
+        case DataParallel::zero1: states = params * (sb.params + sb.grads + sb.optimizer / n); break;
+        case DataParallel::zero2: states = params * (sb.params + (sb.grads + sb.optimizer) / n); break;
+        // FSDP shards at most as much as ZeRO-3 (full sharding); the others shard less.
+        case DataParallel::zero3:
+        case DataParallel::fsdp: states = params * (sb.params + sb.grads + sb.optimizer) / n; break;
+        case DataParallel::ps:
+        case DataParallel::ps_async: break;
+    }
+    const int chunks = l.pp * (plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
+    (void)cluster;
+    return Bytes(static_cast<std::int64_t>(states + activations / chunks));
+}
+
+SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepOptions& o) {
+    if (o.global_batch < 1)
+        fail_input("--global-batch must be at least 1, found " + std::to_string(o.global_batch), {"", "", "--global-batch"});
+    if (o.jobs < 1) fail_input("--jobs must be at least 1, found " + std::to_string(o.jobs), {"", "", "--jobs"});
+    if (o.refine < 0) fail_input("--refine must be at least 0, found " + std::to_string(o.refine), {"", "", "--refine"});
+    if (o.min_headroom && !(*o.min_headroom >= 0 && *o.min_headroom < 1))
+        fail_input("--min-headroom must be a fraction in [0, 1), found " + std::to_string(*o.min_headroom),
+                   {"", "", "--min-headroom"});
+    if (o.max_memory && o.max_memory->count() <= 0)
+        fail_input("--max-memory must be above zero", {"", "", "--max-memory"});
+    if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count)
+        throw Error(ErrorKind::internal, "sweep shard " + std::to_string(o.shard_index) + " of " + std::to_string(o.shard_count));
+
+    const Context context{model, cluster, o};
+    std::vector<Candidate> candidates = enumerate(context);
+    const double allowed = mean_allowed_bytes(cluster, o);
+    SweepResult out;
+    out.plans.resize(candidates.size());
+    std::vector<std::size_t> to_simulate;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        Candidate& c = candidates[i];
+        PlanResult& p = out.plans[i];
+        p.index = i;
+        p.plan = std::move(c.plan);
+        if (!c.layout) {
+            p.status = PlanStatus::pruned;
+            p.reason = std::move(c.reason);
+            p.reason_key = std::move(c.reason_key);
+            continue;
+        }
+        p.layout = *c.layout;
+        p.memory_bound = memory_lower_bound(model, cluster, p.plan, p.layout);
+        if (static_cast<double>(p.memory_bound.count()) > allowed) {
+            p.status = PlanStatus::pruned;
+            p.reason_key = "memory bound";
+            p.reason = "needs at least " + to_string(p.memory_bound) + " per device (model states and one chunk of "
+                       "activations), above the " + to_string(Bytes(static_cast<std::int64_t>(allowed))) + " allowed";
+            continue;
+        }
+        if (static_cast<int>(i % static_cast<std::size_t>(o.shard_count)) == o.shard_index) to_simulate.push_back(i);
+    }
+    simulate_all(model, cluster, out.plans, to_simulate, o, o.network);
+
+    if (o.network == sim::NetworkMode::analytic && o.refine > 0 && o.shard_count == 1) {
+        std::vector<std::size_t> best = rank(out.plans, o.objective);
+        best.resize(std::min<std::size_t>(best.size(), static_cast<std::size_t>(o.refine)));
+        std::sort(best.begin(), best.end());
+        SweepOptions quiet = o;
+        quiet.progress = nullptr;
+        simulate_all(model, cluster, out.plans, best, quiet, sim::NetworkMode::flow);
+        out.refined = best.size();
+    }
+    out.ranking = rank(out.plans, o.objective);
+    return out;
+}
+
+SweepResult merge_shards(std::vector<SweepResult> shards, const SweepOptions& o) {
+    if (shards.empty()) return {};
+    SweepResult out = std::move(shards.front());
+    for (std::size_t i = 0; i < out.plans.size(); ++i) {
+        SweepResult& from = shards[i % shards.size()];
+        if (i % shards.size() != 0) out.plans[i] = std::move(from.plans[i]);
+    }
+    out.ranking = rank(out.plans, o.objective);
+    return out;
+}
+
+}  // namespace smol::tools

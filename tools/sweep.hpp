@@ -1,0 +1,127 @@
+// Plan search: every valid plan of a model on a cluster, simulated and ranked.
+//
+//  1. Enumerate. The plan dimensions of strategies/plan.hpp are a table (sweep.cpp, kDimensions):
+//     each row expands a partial plan into its values for that dimension, in order strategy, tp,
+//     pp, micro-batch, schedule, virtual stages, recompute, sp. After every row each partial plan
+//     is checked by strategies::resolve itself (later dimensions at their defaults, which are
+//     always valid), so an impossible choice is pruned once, with resolve's own message, before
+//     its later dimensions multiply it.
+//  2. Bound memory. A lower bound on the device memory a plan's busiest device needs (model
+//     states and one chunk of activations, both alive at the first backward; see
+//     memory_lower_bound) prunes plans that cannot fit before any simulation. It never exceeds
+//     the simulated peak (tested on every simulated plan).
+//  3. Simulate the rest on `jobs` threads, each with its own Topology (its route cache is not
+//     shared). Results go to the plan's slot, so they are the same for any number of threads.
+//  4. With the analytic network, the best `refine` plans are simulated again flow-level and
+//     ranked first by their flow-level figures.
+//
+// Plans are numbered in enumeration order; `shard_index` / `shard_count` simulate the plans whose
+// number is shard_index modulo shard_count, so workers can split one sweep by index and the
+// results be gathered by number (merge_shards).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model.hpp"
+#include "sim/simulator.hpp"
+#include "strategies/plan.hpp"
+#include "topologies/cluster.hpp"
+
+namespace smol::tools {
+
+enum class Objective { time, tokens, memory };
+const char* to_string(Objective o);
+Objective parse_objective(const std::string& text);   // bad_input names --objective
+
+/// Restrictions of the search space; an empty list means every value the dimension generates.
+struct SearchSpace {
+    std::vector<strategies::DataParallel> strategies;   // empty: ddp, ring, zero1, zero2, zero3, fsdp
+    std::vector<int> tp, pp, micro_batch;
+};
+
+struct SweepOptions {
+    std::int64_t global_batch = 0;      // required (> 0)
+    int seq = 0;                        // 0: the model's
+    std::optional<DType> dtype;         // unset: the device's default
+    bool fold = true;
+    sim::NetworkMode network = sim::NetworkMode::flow;
+    sim::CollectiveAlgo algo = sim::CollectiveAlgo::automatic;
+    Objective objective = Objective::time;
+    std::optional<Bytes> max_memory;    // peak device memory allowed per device
+    std::optional<double> min_headroom; // fraction of each device's memory left free at the peak
+    int jobs = 1;
+    int refine = 10;                    // analytic network: the best N re-simulated flow-level
+    SearchSpace space;
+    int shard_index = 0, shard_count = 1;
+    /// Called from the calling thread while plans are simulated: plans done, plans to simulate.
+    std::function<void(std::size_t done, std::size_t total)> progress;
+};
+
+enum class PlanStatus {
+    pending,       // not simulated (another shard's)
+    pruned,        // impossible (strategies::resolve) or above the memory bound: never simulated
+    ranked,        // simulated, fits and within --max-memory / --min-headroom
+    out_of_memory, // simulated, an allocation did not fit
+    over_limit,    // simulated, fits the devices but not --max-memory / --min-headroom
+    failed,        // the simulation raised an error (deadlock, internal)
+};
+const char* to_string(PlanStatus s);
+
+/// What a sweep keeps of one simulation.
+struct Outcome {
+    sim::NetworkMode network = sim::NetworkMode::flow;
+    Time iteration;
+    double samples_per_s = 0, tokens_per_s = 0, mfu = 0, bubble_fraction = 0;
+    Bytes peak_memory;
+    double min_headroom = 0;            // min over devices of 1 − peak / capacity
+    Time exposed_comm;
+    bool fits = true;
+    std::string oom;                    // "node0/gpu3 needs 2 GB more device memory with 1 GB free"
+    std::uint64_t events = 0;
+};
+
+struct PlanResult {
+    std::size_t index = 0;
+    strategies::Plan plan;
+    strategies::Layout layout;          // set unless pruned by resolve
+    PlanStatus status = PlanStatus::pending;
+    std::string reason;                 // pruned / over_limit / failed / out_of_memory: why
+    std::string reason_key;             // pruned: the flag resolve named ("--tp"), "model", or "memory bound"
+    Bytes memory_bound;                 // memory_lower_bound (0 when pruned by resolve)
+    std::optional<Outcome> screen;      // the analytic screen, when refined flow-level
+    std::optional<Outcome> result;      // the figures the plan is ranked by
+};
+
+struct SweepResult {
+    std::vector<PlanResult> plans;       // enumeration order, pruned ones included
+    std::vector<std::size_t> ranking;    // indices into plans of the ranked ones, best first
+    std::size_t refined = 0;             // plans re-simulated flow-level
+    std::size_t count(PlanStatus s) const;
+    /// Pruned plans by reason key, with the first message seen for each.
+    std::map<std::string, std::pair<std::size_t, std::string>> pruned_by_reason() const;
+};
+
+/// "ddp tp 2 pp 4 1f1b mb 2 recompute none" — what a table row or a CSV cell shows.
+std::string describe_plan(const PlanResult& p);
+
+/// A lower bound on the device-tier bytes of the busiest device of a resolved plan: the model
+/// states every strategy allocates for the whole step (Rajbhandari et al. 2020: 16Ψ for DDP,
+/// 4Ψ + 12Ψ/N for ZeRO-1, 2Ψ + 14Ψ/N for ZeRO-2, 16Ψ/N for ZeRO-3 and FSDP full sharding; with
+/// tp·pp, Ψ is a pipeline's parameters per tensor rank over pp devices) plus the activations of one
+/// (chunk, micro-batch), which are all alive when the chunk's first backward starts. Averages over
+/// devices stand in for the busiest one, so the bound can only be low.
+Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
+                         const strategies::Layout& layout);
+
+SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepOptions& options);
+
+/// Gathers the shards of one sweep (each from sweep() with the same options but its own
+/// shard_index) into one result, ranked again: plan i comes from shard i % shards.size().
+SweepResult merge_shards(std::vector<SweepResult> shards, const SweepOptions& options);
+
+}  // namespace smol::tools
