@@ -402,11 +402,10 @@ ModelShape shape_of(const Row& row, bool llama, std::int64_t seq) {
 
 /// Megatron-DeepSpeed as vTrain measured it (config use_gradient_bucket: false; src/predictor.py
 /// puts one data-parallel all-reduce per stage after the last backward): gradients all-reduced
-/// after the whole backward, not bucketed. Until a `--framework` flag exists, one DDP bucket large
-/// enough for every gradient (1 TiB) expresses it. This is the line that becomes
-/// {"--framework", "megatron-deepspeed@…"}.
+/// after the whole backward, not bucketed: --framework megatron-deepspeed says so.
 std::vector<std::string> vtrain_framework_flags() {
-    return {"--strategy", "ddp", "--bucket-mb", "1048576", "--first-bucket-mb", "1048576"};
+    // Megatron-DeepSpeed: DeepSpeed's engine all-reduces gradients after backward (strategies/framework.cpp).
+    return {"--strategy", "ddp", "--framework", "megatron-deepspeed"};
 }
 
 /// One vTrain measurement: the CSV's columns.

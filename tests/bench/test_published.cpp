@@ -77,7 +77,7 @@ TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][publ
         "simulate", "--model", "/models/gpt-l20-h2048-a16-f8192-v50688-s1024.json", "--cluster", "hgx-a100-4hdr",
         "--devices", "8", "--tp", "4", "--pp", "2", "--dp", "1", "--micro-batch", "2", "--global-batch", "8",
         "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b",
-        "--strategy", "ddp", "--bucket-mb", "1048576", "--first-bucket-mb", "1048576", "--json"};
+        "--strategy", "ddp", "--framework", "megatron-deepspeed", "--json"};
     CHECK(m.args == expected);
     CHECK(command_line(m.args).rfind("smolcluster simulate --model /models/", 0) == 0);
     REQUIRE(m.model);
