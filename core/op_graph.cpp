@@ -51,6 +51,10 @@ const char* to_string(Stream s) {
         case Stream::p2p: return "p2p";
         case Stream::copy: return "copy";
         case Stream::host: return "host";
+        case Stream::send_next: return "send_next";
+        case Stream::recv_next: return "recv_next";
+        case Stream::send_prev: return "send_prev";
+        case Stream::recv_prev: return "recv_prev";
     }
     return "?";
 }
@@ -248,13 +252,13 @@ std::vector<OpId> OpGraph::add_collective(CollectiveKind kind, const std::vector
 }
 
 std::pair<OpId, OpId> OpGraph::add_send_recv(int src, int dst, Bytes bytes, Phase phase, int layer, int microbatch,
-                                             Stream stream) {
+                                             Stream send_stream, Stream recv_stream) {
     if (src == dst) fail_graph("send from rank " + std::to_string(src) + " to itself");
     const auto pid = static_cast<std::int32_t>(p2ps_.size());
     Op s;
     s.kind = OpKind::send;
     s.rank = src;
-    s.stream = stream;
+    s.stream = send_stream;
     s.phase = phase;
     s.layer = layer;
     s.microbatch = microbatch;
@@ -263,6 +267,7 @@ std::pair<OpId, OpId> OpGraph::add_send_recv(int src, int dst, Bytes bytes, Phas
     Op r = s;
     r.kind = OpKind::recv;
     r.rank = dst;
+    r.stream = recv_stream;
     const OpId sid = add(s);
     const OpId rid = add(r);
     p2ps_.push_back({sid, rid, src, dst, bytes.count()});

@@ -38,9 +38,11 @@ using OpId = std::uint32_t;
 enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc, free, timer };
 /// Per-rank in-order queues: the device's compute stream, its communication streams (collectives;
 /// point to point), its copy engine, and a host thread for framework background work (Horovod's
-/// cycle, a colocated parameter server's updates).
-enum class Stream : std::uint8_t { compute, comm, p2p, copy, host };
-inline constexpr int kStreams = 5;
+/// cycle, a colocated parameter server's updates). A pipeline's batched point-to-point gets one
+/// queue per neighbour and direction (send_next … recv_prev), as PyTorch gives each peer pair its
+/// own NCCL communicator and batch_isend_irecv posts a step's sends and receives together.
+enum class Stream : std::uint8_t { compute, comm, p2p, copy, host, send_next, recv_next, send_prev, recv_prev };
+inline constexpr int kStreams = 9;
 enum class Phase : std::uint8_t { none, fwd, bwd, bwd_input, bwd_weight, recompute, opt, comm };
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier };
 enum class Tier : std::uint8_t { device, host, nvme };
@@ -139,9 +141,9 @@ public:
     std::vector<OpId> add_collective(CollectiveKind kind, const std::vector<int>& communicator, Bytes bytes_per_rank,
                                      Stream stream, Phase phase, int layer = -1, int microbatch = -1, int index = -1,
                                      int root = -1);
-    /// A send on `src` and its receive on `dst`; returns {send, recv}.
+    /// A send on `src` (on `send_stream`) and its receive on `dst` (on `recv_stream`); returns {send, recv}.
     std::pair<OpId, OpId> add_send_recv(int src, int dst, Bytes bytes, Phase phase, int layer, int microbatch,
-                                        Stream stream = Stream::p2p);
+                                        Stream send_stream = Stream::p2p, Stream recv_stream = Stream::p2p);
     OpId add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer = -1, int microbatch = -1);
     /// Waits until the next multiple of `period` since the step began (now, if on a tick).
     OpId add_timer(int rank, Time period, Stream stream, Phase phase, int index = -1);

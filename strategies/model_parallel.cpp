@@ -29,7 +29,12 @@ struct Chunk {
 
 }  // namespace
 
-std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, const std::vector<int>& by_hand) {
+Partition partition_rule(const Model& model, const Plan& plan) {
+    return plan.partition ? *plan.partition : model.is_transformer() ? Partition::equal : Partition::balanced;
+}
+
+std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, const std::vector<int>& by_hand,
+                                  Partition rule) {
     std::vector<double> layer_cost;
     double head = 0, first = 0;
     for (const Block& b : blocks) {
@@ -57,6 +62,14 @@ std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, 
     if (stages > n)
         fail_input(std::to_string(stages) + " pipeline stages need at least as many layers; the model has " + std::to_string(n),
                    {"", "", "--pp"});
+    if (rule == Partition::equal) {
+        if (n % stages != 0)
+            fail_input("the " + std::to_string(n) + " layers do not split equally into " + std::to_string(stages) +
+                           " pipeline stages (Megatron requires it); choose a --pp (× --virtual-stages) dividing " +
+                           std::to_string(n) + ", or --partition balanced, or --stage-layers",
+                       {"", "", "--pp"});
+        return std::vector<int>(static_cast<std::size_t>(stages), n / stages);
+    }
     // best[k][i]: the smallest possible costliest stage when the first i layers fill k + 1 stages.
     std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0);
     for (int i = 0; i < n; ++i) prefix[static_cast<std::size_t>(i) + 1] = prefix[static_cast<std::size_t>(i)] + layer_cost[static_cast<std::size_t>(i)];
@@ -143,7 +156,7 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l)
         fail_input("--virtual-stages " + std::to_string(plan.virtual_stages) + " needs --schedule interleaved",
                    {"", "", "--virtual-stages"});
     }
-    if (!plan.stage_layers.empty()) partition_layers(blocks, stages, plan.stage_layers);
+    partition_layers(blocks, stages, plan.stage_layers, partition_rule(model, plan));
 }
 
 namespace {
@@ -197,7 +210,7 @@ private:
 
     void make_chunks() {
         const int vstages = schedule_.virtual_stages();
-        const std::vector<int> sizes = partition_layers(blocks_, vstages, plan_.stage_layers);
+        const std::vector<int> sizes = partition_layers(blocks_, vstages, plan_.stage_layers, partition_rule(model_, plan_));
         chunks_.resize(static_cast<std::size_t>(vstages));
         int b = 0;
         for (int vs = 0; vs < vstages; ++vs) {
@@ -425,13 +438,28 @@ private:
         gathers_.assign(static_cast<std::size_t>(l_.pp), {});
         last_comm_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
         final_compute_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
-        // Last op of each emitted step per rank slot (until its transfer is added), and the
-        // receive each step waits for.
+        // Last op of each emitted step per rank slot, and the receive each step waits for.
         std::vector<std::vector<std::vector<OpId>>> last_op(static_cast<std::size_t>(l_.pp)), recv(static_cast<std::size_t>(l_.pp));
         for (int s = 0; s < l_.pp; ++s) {
             last_op[static_cast<std::size_t>(s)].resize(schedule_.steps[static_cast<std::size_t>(s)].size());
             recv[static_cast<std::size_t>(s)].resize(schedule_.steps[static_cast<std::size_t>(s)].size());
         }
+        // Point to point as the framework runs it. Batched (Megatron, torch batch_isend_irecv):
+        // one queue per neighbour and direction, so a ready send never waits behind a receive
+        // from another peer; unless --overlap-p2p-comm, a step's receives are posted with its
+        // neighbour exchange after the previous step's compute (Megatron's
+        // send_forward_recv_backward and friends block between steps), with it they are posted
+        // early and waited for just before use. Not batched (DeepSpeed's pipeline engine): one
+        // in-order queue per rank, in the order the transfers happen by the schedule's estimate.
+        const bool batched = l_.framework.p2p_batched;
+        const bool post_after_previous = batched && !l_.framework.overlap_p2p;
+        // Receives whose posting waits for a step of their device not emitted yet: by (device, step).
+        std::vector<std::vector<std::vector<std::vector<OpId>>>> posted_after(static_cast<std::size_t>(l_.pp));
+        for (int s = 0; s < l_.pp; ++s) posted_after[static_cast<std::size_t>(s)].resize(schedule_.steps[static_cast<std::size_t>(s)].size());
+        auto post_after = [&](const std::vector<OpId>& tail, const std::vector<OpId>& receives) {
+            for (std::size_t i = 0; i < receives.size(); ++i)
+                if (tail[i] != kNoOp && receives[i] != kNoOp) g_.depend(tail[i], receives[i]);
+        };
         const Pass back = split_ ? Pass::bwd_input : Pass::bwd;
         for (const auto& [time, kind, s, k] : items) {
             const Step& st = schedule_.steps[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)];
@@ -445,6 +473,8 @@ private:
                 emit_step(s, st, wait, mine, last_of_chunk);
                 wait.clear();
                 wait.shrink_to_fit();
+                for (const auto& receives : posted_after[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)]) post_after(mine, receives);
+                posted_after[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)].clear();
                 continue;
             }
             // A transfer from this step to the neighbouring virtual stage.
@@ -458,15 +488,23 @@ private:
             // Activations of virtual stage vs going forward; their gradient (same size) back.
             const Bytes bytes = chunks_[static_cast<std::size_t>(grad ? to_vs : vs)].send_fwd;
             const int layer = chunks_[static_cast<std::size_t>(grad ? vs : to_vs)].first;
+            const Stream send_stream = !batched ? Stream::p2p : grad ? Stream::send_prev : Stream::send_next;
+            const Stream recv_stream = !batched ? Stream::p2p : grad ? Stream::recv_next : Stream::recv_prev;
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const auto [snd, rcv] = g_.add_send_recv(l_.rank(t, d, s), l_.rank(t, d, ds), bytes,
-                                                             grad ? Phase::bwd : Phase::fwd, layer, st.microbatch);
+                                                             grad ? Phase::bwd : Phase::fwd, layer, st.microbatch,
+                                                             send_stream, recv_stream);
                     g_.depend(mine[static_cast<std::size_t>(slot(t, d))], snd);
                     wait[static_cast<std::size_t>(slot(t, d))] = rcv;
                 }
-            mine.clear();
-            mine.shrink_to_fit();
+            if (post_after_previous && consumer > 0) {
+                const auto& tail = last_op[static_cast<std::size_t>(ds)][static_cast<std::size_t>(consumer) - 1];
+                if (!tail.empty())
+                    post_after(tail, wait);
+                else
+                    posted_after[static_cast<std::size_t>(ds)][static_cast<std::size_t>(consumer) - 1].push_back(wait);
+            }
         }
         // Gradients reduced after backward (Megatron without --overlap-grad-reduce): every chunk's
         // buckets wait for the rank's last backward op.

@@ -10,10 +10,11 @@
 //    over the tensor group in forward and as many in backward; with sequence parallelism each
 //    becomes an all-gather plus a reduce-scatter of the same buffer (same volume). Full
 //    recompute repeats the forward's collectives.
-//  * pipeline: layers are cut into p·v contiguous virtual stages, balanced by FLOPs (embedding
-//    with the first, head with the last) or as --stage-layers says; the schedule table
-//    (schedule.hpp) is the order of each device's steps. Activations go forward and their
-//    gradients backward as send/recv on Stream::p2p between the stage ranks of one (t, d). With
+//  * pipeline: layers are cut into p·v contiguous virtual stages, equal (Megatron's) or balanced
+//    by FLOPs (embedding with the first, head with the last) or as --stage-layers says; the
+//    schedule table (schedule.hpp) is the order of each device's steps. Activations go forward
+//    and their gradients backward as send/recv between the stage ranks of one (t, d), on one
+//    queue per neighbour and direction when the framework batches them (Megatron). With
 //    tp > 1 and no sp, each tensor rank sends 1/t of the activation (Megatron's scatter/gather
 //    optimisation, Narayanan et al. 2021 §4.1; the all-gather after it, over NVLink, is not
 //    modelled). Activations of a (chunk, micro-batch) are allocated at its forward and freed
@@ -35,10 +36,16 @@
 namespace smol::strategies {
 
 /// Layers (transformer layers, or a layer list's layers) per virtual stage, `stages` entries.
-/// `by_hand` (from --stage-layers) is checked and returned when not empty; otherwise contiguous
-/// stages minimising the costliest stage's FLOPs (forward + backward + recompute), the embedding
-/// counted with the first stage and the head with the last, at least one layer each.
-std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, const std::vector<int>& by_hand);
+/// `by_hand` (from --stage-layers) is checked and returned when not empty. Otherwise `equal`
+/// gives each stage the same number of layers, as Megatron-LM does (a bad_input error when they
+/// do not divide: megatron/core/transformer/transformer_block.py asserts it), and `balanced`
+/// cuts contiguous stages minimising the costliest stage's FLOPs (forward + backward +
+/// recompute), the embedding counted with the first stage and the head with the last, at least
+/// one layer each.
+std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, const std::vector<int>& by_hand,
+                                  Partition rule = Partition::balanced);
+/// The rule a plan uses: its --partition, else equal for transformers and balanced for layer lists.
+Partition partition_rule(const Model& model, const Plan& plan);
 
 /// The checks resolve() runs when tp > 1 or pp > 1; throws bad_input saying why a plan is
 /// impossible: tp not dividing the heads or key-value heads (the model's own message), a

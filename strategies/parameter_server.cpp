@@ -93,7 +93,7 @@ OpGraph build_parameter_server(const Model& model, const Layout& layout, const P
                     continue;
                 }
                 const auto [send, recv] = g.add_send_recv(p.workers[static_cast<std::size_t>(w)], p.servers[static_cast<std::size_t>(s)],
-                                                          Bytes(slice * sb.grads), Phase::bwd, static_cast<int>(k), mb, Stream::p2p);
+                                                          Bytes(slice * sb.grads), Phase::bwd, static_cast<int>(k), mb, Stream::p2p, Stream::p2p);
                 g.depend(ready, send);
                 arrived[k][static_cast<std::size_t>(s)].push_back(recv);
             }
@@ -115,7 +115,7 @@ OpGraph build_parameter_server(const Model& model, const Layout& layout, const P
             for (int w = 0; w < W; ++w) {
                 if (p.workers[static_cast<std::size_t>(w)] == p.servers[static_cast<std::size_t>(s)]) continue;
                 const auto [send, recv] = g.add_send_recv(p.servers[static_cast<std::size_t>(s)], p.workers[static_cast<std::size_t>(w)],
-                                                          Bytes(slice * sb.params), Phase::fwd, static_cast<int>(k), mb, Stream::comm);
+                                                          Bytes(slice * sb.params), Phase::fwd, static_cast<int>(k), mb, Stream::comm, Stream::comm);
                 g.depend(update[k][static_cast<std::size_t>(s)], send);
                 (void)recv;
             }
@@ -159,7 +159,7 @@ OpGraph build_parameter_server_async(const Model& model, const Layout& layout, c
                     }
                     const auto [send, recv] =
                         g.add_send_recv(p.workers[static_cast<std::size_t>(w)], p.servers[static_cast<std::size_t>(s)],
-                                        Bytes(slice_of(k) * sb.grads), Phase::bwd, static_cast<int>(k), j, Stream::p2p);
+                                        Bytes(slice_of(k) * sb.grads), Phase::bwd, static_cast<int>(k), j, Stream::p2p, Stream::p2p);
                     g.depend(ready, send);
                     arrived[static_cast<std::size_t>(w)][k][static_cast<std::size_t>(s)] = recv;
                 }
@@ -183,7 +183,7 @@ OpGraph build_parameter_server_async(const Model& model, const Layout& layout, c
                     }
                     const auto [send, recv] =
                         g.add_send_recv(p.servers[static_cast<std::size_t>(s)], p.workers[static_cast<std::size_t>(w)],
-                                        Bytes(slice_of(k) * sb.params), Phase::fwd, static_cast<int>(k), j, Stream::comm);
+                                        Bytes(slice_of(k) * sb.params), Phase::fwd, static_cast<int>(k), j, Stream::comm, Stream::comm);
                     g.depend(u, send);
                     if (j + 1 < J) g.depend(recv, passes[static_cast<std::size_t>(w)].fwd[static_cast<std::size_t>(j + 1)][0]);
                 }

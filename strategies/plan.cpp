@@ -82,6 +82,13 @@ Schedule parse_schedule(const std::string& text) {
     return parse_name(text, all, "--schedule");
 }
 
+const char* to_string(Partition p) { return p == Partition::equal ? "equal" : "balanced"; }
+
+Partition parse_partition(const std::string& text) {
+    static const Partition all[] = {Partition::equal, Partition::balanced};
+    return parse_name(text, all, "--partition");
+}
+
 const char* to_string(Offload o) {
     switch (o) {
         case Offload::none: return "none";

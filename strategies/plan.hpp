@@ -34,6 +34,12 @@ enum class FsdpSharding { full, grad_op, hybrid, none };
 const char* to_string(FsdpSharding f);
 FsdpSharding parse_fsdp_sharding(const std::string& text);
 
+/// How layers are cut into pipeline stages (--partition): `equal` layers per stage, as Megatron
+/// does (it requires the layers to divide); `balanced` by FLOPs, embedding and head included.
+enum class Partition { equal, balanced };
+const char* to_string(Partition p);
+Partition parse_partition(const std::string& text);
+
 enum class Offload { none, cpu, nvme };
 const char* to_string(Offload o);
 Offload parse_offload(const std::string& text);
@@ -56,6 +62,8 @@ struct Plan {
     double bucket_mb = 25;            // DDP gradient bucket in MiB (PyTorch's bucket_cap_mb)
     double first_bucket_mb = 1;       // DDP's first bucket in MiB (PyTorch's _DEFAULT_FIRST_BUCKET_BYTES)
     std::vector<int> stage_layers;
+    /// Unset: equal for transformers (Megatron's), balanced for layer lists.
+    std::optional<Partition> partition;
     bool fold = true;                 // fold identical data-parallel replicas where it is exact (--no-fold)    // layers per (virtual) pipeline stage; empty: balanced by cost
     // Data-parallel family (strategies/parameter_server, horovod, zero, fsdp).
     int ps_servers = 1;               // parameter-server shards (--ps-servers)

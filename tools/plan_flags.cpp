@@ -30,6 +30,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--stage-layers", f.stage_layers,
                    "layers per pipeline stage, e.g. 5,6,6,5 (pp × virtual stages entries; default: balanced by cost)")
         ->delimiter(',');
+    app.add_option("--partition", f.partition,
+                   "pipeline stages: equal (Megatron's: layers must divide; default for transformers) or balanced (by FLOPs)");
     app.add_flag("--sp", f.sp, "sequence parallelism (with --tp)");
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
     app.add_option("--offload", f.offload, "optimizer offload: none")->capture_default_str();
@@ -137,6 +139,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.schedule = strategies::parse_schedule(f.schedule);
     p.virtual_stages = f.virtual_stages;
     p.stage_layers = f.stage_layers;
+    if (!f.partition.empty()) p.partition = strategies::parse_partition(f.partition);
     p.sequence_parallel = f.sp;
     p.recompute = parse_recompute(f.recompute, flag("--recompute"));
     p.offload = strategies::parse_offload(f.offload);

@@ -29,6 +29,7 @@ struct PlanFlags {
     std::string schedule = "1f1b";
     int virtual_stages = 1;
     std::vector<int> stage_layers;
+    std::string partition;
     bool sp = false;
     std::string recompute = "none", offload = "none";
     std::int64_t global_batch = 0;

@@ -164,7 +164,7 @@ TEST_CASE("an engineered deadlock is reported with the stuck ops", "[sim][deadlo
     const topo::Cluster c = test::uniform_switch_cluster(2, 1.0, 0, 0);
     OpGraph g(2);
     const auto [s01, r01] = g.add_send_recv(0, 1, Bytes::mb(1), Phase::fwd, 0, 0, Stream::p2p);
-    const auto [s10, r10] = g.add_send_recv(1, 0, Bytes::mb(1), Phase::bwd, 0, 0, Stream::comm);
+    const auto [s10, r10] = g.add_send_recv(1, 0, Bytes::mb(1), Phase::bwd, 0, 0, Stream::comm, Stream::comm);
     g.depend(r10, s01);
     g.depend(r01, s10);
     g.finalize();

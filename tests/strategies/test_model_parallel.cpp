@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <set>
+#include <numeric>
+#include <map>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -15,6 +18,7 @@
 #include "strategies/model_parallel.hpp"
 #include "strategies/plan.hpp"
 #include "traces/summary.hpp"
+#include "test_support.hpp"
 
 using namespace smol;
 using namespace smol::strategies;
@@ -139,7 +143,9 @@ TEST_CASE("interleaved bubble is (p − 1)/(v·m) of the ideal time, ZB-H1's abo
         const Measured r = simulate_pipeline(equal_layers(16), p, plan);
         for (const Stage& st : r.stages) {
             const double ideal = st.busy.to_seconds();
-            CHECK((r.tl.makespan.to_seconds() - ideal) / ideal == Approx(double(p - 1) / (3 * m)).epsilon(0.02));
+            // "About": Megatron posts each step's receives after the previous step, which adds a
+            // few per cent to the drain.
+            CHECK((r.tl.makespan.to_seconds() - ideal) / ideal == Approx(double(p - 1) / (3 * m)).epsilon(0.05));
             // Activations are held until the weight pass; still at most p micro-batches.
             CHECK(st.peak.as_double() <= Bytes::mb(16.0 / p).as_double() * p * 1.0001);
         }
@@ -248,7 +254,8 @@ TEST_CASE("3D layout: pipelines run between ranks of one (t, d), dp syncs gradie
     Workload w;
     w.tp = 2;
     const auto blocks = m.blocks(w);
-    const auto parts = partition_layers(blocks, 4, {});
+    const auto parts = partition_layers(blocks, 4, {}, Partition::equal);
+    CHECK(parts == std::vector<int>(4, 6));   // Megatron's equal split of 24 layers
     std::int64_t params = 0;
     for (const Block& blk : blocks)
         if (blk.index > parts[0] && blk.index <= parts[0] + parts[1]) params += blk.params;
@@ -311,4 +318,52 @@ TEST_CASE("bad model-parallel plans exit 2 with a reason", "[strategies][pipelin
         CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --stage-layers 5,6", err) == 2);
         CHECK_THAT(err, Catch::Contains("adds up to 11 layers, but the model has 12"));
     }
+}
+
+TEST_CASE("Megatron's equal partition: the same layers per stage, or a clear error", "[strategies][pipeline]") {
+    const Model m = model_preset("gpt2-medium");   // 24 layers
+    const auto blocks = m.blocks(Workload{});
+    CHECK(partition_layers(blocks, 8, {}, Partition::equal) == std::vector<int>(8, 3));
+    CHECK(partition_rule(m, Plan{}) == Partition::equal);
+    CHECK(partition_rule(equal_layers(4), Plan{}) == Partition::balanced);
+    const std::string msg = test::bad_input_message([&] { partition_layers(blocks, 5, {}, Partition::equal); });
+    CHECK_THAT(msg, Catch::Contains("--pp") && Catch::Contains("do not split equally") && Catch::Contains("--partition balanced"));
+    // Balanced accepts it.
+    const auto five = partition_layers(blocks, 5, {}, Partition::balanced);
+    CHECK(std::accumulate(five.begin(), five.end(), 0) == 24);
+}
+
+TEST_CASE("on a balanced model with 16 micro-batches interleaving beats 1F1B", "[strategies][pipeline]") {
+    Plan plan;
+    plan.global_batch = 16;
+    const Measured one = simulate_pipeline(equal_layers(16), 4, plan);
+    plan.schedule = Schedule::interleaved;
+    plan.virtual_stages = 2;
+    const Measured inter = simulate_pipeline(equal_layers(16), 4, plan);
+    INFO("1f1b " << to_string(one.tl.makespan) << ", interleaved " << to_string(inter.tl.makespan));
+    CHECK(inter.tl.makespan < one.tl.makespan);
+}
+
+TEST_CASE("batched point to point: sends to different peers never wait for each other", "[strategies][pipeline]") {
+    // A middle stage of a Megatron pipeline sends activations forward and gradients backward;
+    // each direction to each neighbour has its own queue, so no send is queued behind one to the
+    // other neighbour (or behind a receive).
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan plan;
+    plan.pp = 4;
+    plan.global_batch = 8;
+    plan.framework = "megatron";
+    const Built b = build(m, c, plan);
+    std::map<std::pair<int, Stream>, std::set<int>> peers;   // (rank, stream) → ranks it sends to or receives from
+    for (const P2P& p : b.graph.p2ps()) {
+        peers[{p.src, b.graph.op(p.send).stream}].insert(p.dst);
+        peers[{p.dst, b.graph.op(p.recv).stream}].insert(p.src);
+        CHECK(b.graph.op(p.send).stream != b.graph.op(p.recv).stream);
+    }
+    for (const auto& [where, who] : peers) CHECK(who.size() == 1);
+    // DeepSpeed's pipeline engine keeps one in-order queue per rank.
+    plan.framework = "megatron-deepspeed";
+    const Built d = build(m, c, plan);
+    for (const P2P& p : d.graph.p2ps()) CHECK(d.graph.op(p.send).stream == Stream::p2p);
 }
