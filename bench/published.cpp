@@ -498,7 +498,16 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
     m.gpus = gpus;
     m.global_batch = gbs;
     m.seq = s.seq;
+    // §3.3.2: "we reduce one Transformer layer each from the first and the last stages" (the
+    // embedding and the head take their place): 126 layers on 16 stages as 7, 8, …, 8, 7.
+    std::string stages;
+    if (s.layers == (pp - 2) * (s.layers / pp + 1) + 2 * (s.layers / pp)) {
+        const std::int64_t inner = s.layers / pp + 1;
+        for (std::int64_t k = 0; k < pp; ++k)
+            stages += (k ? "," : "") + std::to_string(k == 0 || k == pp - 1 ? inner - 1 : inner);
+    }
     m.notes = {"FSDP of optimizer states and gradients (parameters kept after forward) as zero1, the distributed optimizer",
+               "stages as the paper cuts them: one layer fewer on the first and the last",
                "the paper's tuned interleaved schedule has no published virtual-stage count: 1F1B",
                "attention by FlashAttention (recomputes the attention core in backward): --recompute selective",
                "sequence parallelism not stated: off"};
@@ -506,6 +515,7 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--strategy", "zero1", "--schedule", "1f1b", "--recompute", "selective",
               "--micro-batch", "1", "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    if (!stages.empty()) m.args.insert(m.args.end() - 1, {"--stage-layers", stages});
     return finish(std::move(m));
 }
 

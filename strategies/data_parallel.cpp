@@ -97,11 +97,22 @@ OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, int bytes_
     return g.add_kernels(rank, Phase::opt, layer, microbatch, g.intern_recipe({&adam, 1}), dtype, on_host, stream);
 }
 
+ReduceTiming reduce_timing(const Layout& layout, int zero_stage) {
+    const Framework& f = layout.framework;
+    if (f.name == FrameworkName::deepspeed || f.name == FrameworkName::megatron_deepspeed) {
+        const bool overlap = f.overlap_comm ? *f.overlap_comm : zero_stage == 3;   // runtime/zero/config.py:383
+        return overlap ? ReduceTiming::overlapped : ReduceTiming::blocking;
+    }
+    return f.grad_reduce == GradReduce::overlapped ? ReduceTiming::overlapped : ReduceTiming::after_backward;
+}
+
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
-                  const std::function<void(int, const Block&)>& before_bwd) {
+                  const std::function<void(int, const Block&)>& before_bwd,
+                  const std::function<void(int, const Block&, OpId)>& after_bwd) {
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
+    p.bwd_first = p.fwd;
     const std::vector<BlockRecipes> recipes = intern_block_recipes(g, blocks);
     for (int mb = 0; mb < microbatches; ++mb) {
         std::vector<std::int32_t> act(blocks.size());
@@ -113,9 +124,12 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
         for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
             const Block& b = *it;
             if (before_bwd) before_bwd(mb, b);
+            OpId first = OpGraph::kNoOp;
             if (recipes[b.index].recompute >= 0)
-                g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
+                first = g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
             p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, recipes[b.index].bwd, dtype);
+            p.bwd_first[mb][b.index] = first != OpGraph::kNoOp ? first : p.bwd[mb][b.index];
+            if (after_bwd) after_bwd(mb, b, p.bwd[mb][b.index]);
             g.add_free(act[b.index], Stream::compute, b.index, mb);
         }
     }

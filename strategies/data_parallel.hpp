@@ -86,13 +86,26 @@ OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, int bytes_
 /// The forward and backward compute ops of one replica, per micro-batch and block.
 struct Passes {
     std::vector<std::vector<OpId>> fwd, bwd;   // [micro-batch][block index]
+    /// The first op of each block's backward: its recompute when it has one, else its backward.
+    /// What a parameter gather before backward must precede.
+    std::vector<std::vector<OpId>> bwd_first;
 };
 /// Emits every micro-batch's forward (blocks in order) and backward (reverse order) on `rank`'s
 /// compute stream, with each block's activations allocated before its forward and freed after
 /// its backward. `before_bwd(mb, block)` runs just before a block's backward is added (to add
-/// compute-stream allocations, such as gradient buckets).
+/// compute-stream allocations, such as gradient buckets), `after_bwd(mb, block, bwd op)` right
+/// after it (compute-stream work that blocks the rest of backward).
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
-                  const std::function<void(int, const Block&)>& before_bwd = {});
+                  const std::function<void(int, const Block&)>& before_bwd = {},
+                  const std::function<void(int, const Block&, OpId)>& after_bwd = {});
+
+/// How a ZeRO stage's gradient reductions are timed (DeepSpeed's overlap_comm; Megatron's
+/// distributed optimizer): on the comm stream as backward fills each bucket, on the compute
+/// stream inside backward (DeepSpeed without overlap_comm reduces on the current stream,
+/// runtime/zero/stage_1_and_2.py), or on the comm stream after the whole backward (Megatron
+/// without --overlap-grad-reduce).
+enum class ReduceTiming { overlapped, blocking, after_backward };
+ReduceTiming reduce_timing(const Layout& layout, int zero_stage);
 
 /// Replicas that all-reduce gradient buckets (≤ `cap`, the first ≤ `first_cap`) as backward
 /// fills them, then step Adam: DDP, and Horovod with its background `cycle` (zero: none).

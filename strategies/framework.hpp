@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,8 +58,9 @@ struct Framework {
     /// Gradients reduced after backward go out in buckets of this many elements (0: one bucket
     /// holding them all).
     std::int64_t after_backward_bucket = 0;
-    /// Host time per collective call the framework issues (Python, bookkeeping, the NCCL launch).
-    Time collective_host_cost;
+    /// DeepSpeed's zero_optimization.overlap_comm as configured (unset: its default, true for
+    /// stage 3 only — runtime/zero/config.py:383).
+    std::optional<bool> overlap_comm;
     /// Bytes the optimizer step moves per parameter (mixed precision: Adam plus the framework's
     /// gradient unscale, norm and parameter copies).
     int optimizer_bytes_per_param = 28;

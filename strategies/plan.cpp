@@ -178,8 +178,18 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // ps-async runs each worker's loop of updates: by default 4 iterations per worker (each
     // micro-batch is one update), so the staleness bound and the server's queue show.
     const std::int64_t default_iterations = plan.strategy == DataParallel::ps_async ? 4 : 1;
-    l.global_batch = plan.global_batch > 0 ? plan.global_batch
-                                           : static_cast<std::int64_t>(l.dp) * plan.micro_batch * default_iterations;
+    if (plan.gradient_accumulation < 0)
+        fail_input("gradient_accumulation_steps must be at least 1, found " + std::to_string(plan.gradient_accumulation),
+                   {"", "", "--deepspeed-config"});
+    const std::int64_t accumulated = static_cast<std::int64_t>(l.dp) * plan.micro_batch * plan.gradient_accumulation;
+    if (plan.gradient_accumulation > 0 && plan.global_batch > 0 && plan.global_batch != accumulated)
+        fail_input("the global batch " + std::to_string(plan.global_batch) + " is not dp " + std::to_string(l.dp) +
+                       " × micro-batch " + std::to_string(plan.micro_batch) + " × gradient_accumulation_steps " +
+                       std::to_string(plan.gradient_accumulation) + " = " + std::to_string(accumulated),
+                   {"", "", "--deepspeed-config"});
+    l.global_batch = plan.global_batch > 0        ? plan.global_batch
+                     : plan.gradient_accumulation ? accumulated
+                                                  : static_cast<std::int64_t>(l.dp) * plan.micro_batch * default_iterations;
     if (l.global_batch % l.dp != 0)
         fail_input("the global batch " + std::to_string(l.global_batch) + " does not split over dp = " +
                        std::to_string(l.dp) + " replicas",
@@ -235,6 +245,16 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                    : "; leave --framework out (it is pytorch)"),
                        {"", "", "--framework"});
     }
+    {
+        const auto& o = plan.framework_overrides;
+        if (o.overlap_comm) l.framework.overlap_comm = *o.overlap_comm;
+        if (o.reduce_bucket) l.framework.reduce_bucket = *o.reduce_bucket, l.framework.after_backward_bucket = *o.reduce_bucket;
+        if (o.prefetch_bucket) l.framework.prefetch_bucket = *o.prefetch_bucket;
+        if (o.max_live_parameters) l.framework.max_live_parameters = *o.max_live_parameters;
+        if (o.max_reuse_distance) l.framework.max_reuse_distance = *o.max_reuse_distance;
+        if (o.param_persistence_threshold) l.framework.param_persistence_threshold = *o.param_persistence_threshold;
+        if (l.framework.overlap_comm && *l.framework.overlap_comm) l.framework.grad_reduce = GradReduce::overlapped;
+    }
     if (plan.overlap_grad_reduce) {
         if (l.framework.name == FrameworkName::pytorch)
             fail_input("--overlap-grad-reduce has no effect with PyTorch, whose DDP always overlaps bucketed gradient "
@@ -245,6 +265,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        "(megatron-core, megatron@0.1 or later, has --overlap-grad-reduce)",
                        {"", "", "--overlap-grad-reduce"});
         l.framework.grad_reduce = GradReduce::overlapped;
+        if (l.framework.name == FrameworkName::deepspeed || l.framework.name == FrameworkName::megatron_deepspeed)
+            l.framework.overlap_comm = true;
     }
     if (plan.overlap_p2p_comm) {
         if (l.pp < 2) fail_input("--overlap-p2p-comm needs pipeline parallelism (--pp 2 or more)", {"", "", "--overlap-p2p-comm"});

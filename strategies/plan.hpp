@@ -77,6 +77,14 @@ struct Plan {
     std::string framework;            // "megatron@2.5"; empty: the plan's default
     bool overlap_grad_reduce = false; // Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm
     bool overlap_p2p_comm = false;    // Megatron's --overlap-p2p-comm
+    /// From a DeepSpeed config (strategies/deepspeed_config.hpp): the framework's knobs, and its
+    /// gradient_accumulation_steps (0: unset; the global batch is then dp × micro-batch × steps).
+    struct FrameworkOverrides {
+        std::optional<bool> overlap_comm;
+        std::optional<std::int64_t> reduce_bucket, prefetch_bucket, max_live_parameters, max_reuse_distance,
+            param_persistence_threshold;
+    } framework_overrides;
+    int gradient_accumulation = 0;
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.

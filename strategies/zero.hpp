@@ -32,6 +32,22 @@ namespace smol::strategies {
 
 OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, int stage);
 
+/// DeepSpeed ZeRO-3 as it runs (layout.framework): parameters gathered per tensor, blocking, in
+/// v0.5 (partition_parameters.py _allgather_param with a torch.cuda.synchronize each); per
+/// module, coalesced and prefetched within stage3_prefetch_bucket_size and
+/// stage3_max_live_parameters from v0.6; released after forward unless reused within
+/// stage3_max_reuse_distance elements, else gathered again before the recompute or backward;
+/// tensors under stage3_param_persistence_threshold elements kept whole on every rank;
+/// gradients reduce-scattered every micro-batch in reduce_bucket_size buckets.
+OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan);
+
+/// The tensors of a block DeepSpeed partitions (elements, in use order): its weight matrices (the
+/// B operand of each of its weight GEMMs, tied weights excepted) and what no GEMM reads
+/// (embedding tables), each at least `persistence_threshold`; the rest (norms, biases, small
+/// matrices) stays whole on every rank, returned in `persistent`.
+std::vector<std::int64_t> partitioned_tensors(const Block& b, std::int64_t persistence_threshold,
+                                              std::int64_t* persistent = nullptr);
+
 /// The sharded-parameter engine shared by ZeRO-3 and FSDP: one unit per block.
 struct ShardedOptions {
     bool shard_params = true;            // false: NO_SHARD (DDP-like, one all-reduce per unit)

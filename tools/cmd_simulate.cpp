@@ -20,6 +20,7 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     const Model model = load_model(f.plan.model);
     const topo::Cluster cluster = resolve_cluster(f.plan);
     const strategies::Plan plan = resolve_plan(f.plan);
+    print_warnings(f.plan, io.err);
     sim::SimOptions opt = resolve_sim_options(f.plan);
     const bool tracing = !f.trace.trace.empty();
     opt.record_links = tracing;

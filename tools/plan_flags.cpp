@@ -8,6 +8,7 @@
 
 #include "tools/gzip_stream.hpp"
 #include "topologies/topology.hpp"
+#include "strategies/deepspeed_config.hpp"
 #include "traces/chrome_trace.hpp"
 
 namespace smol::tools {
@@ -60,6 +61,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "@VERSION (default: megatron with --tp/--pp, deepspeed for zero1-3, else pytorch)");
     app.add_flag("--overlap-grad-reduce", f.overlap_grad_reduce,
                  "reduce gradients in buckets during backward (Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm)");
+    app.add_option("--deepspeed-config", f.deepspeed_config,
+                   "a DeepSpeed ds_config.json: ZeRO stage, overlap_comm, buckets, stage-3 prefetch and reuse limits, batch "
+                   "sizes, fp16/bf16 (keys not modelled are reported)");
+    f.app = &app;
     app.add_flag("--overlap-p2p-comm", f.overlap_p2p_comm, "Megatron's --overlap-p2p-comm (pipeline receives waited for at use)");
     app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
 }
@@ -130,6 +135,67 @@ topo::Cluster resolve_cluster(const PlanFlags& f) {
     return c;
 }
 
+namespace {
+
+bool given(const PlanFlags& f, const char* name) { return f.app && f.app->count(name) > 0; }
+
+/// Applies a ds_config.json to the plan: what it sets fills the flags left unset, a flag given
+/// with another value is an error naming both.
+void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
+    const std::string& file = f.deepspeed_config;
+    const Json doc = load_json_file(file);
+    const strategies::DeepSpeedConfig c = strategies::read_deepspeed_config(JsonView(doc, file));
+    auto conflict = [&](const char* flag_name, const std::string& key, const std::string& ours, const std::string& theirs) {
+        fail_input(std::string(flag_name) + " " + ours + " contradicts " + file + "'s " + key + " " + theirs +
+                       "; give one of them",
+                   flag(flag_name));
+    };
+    if (p.framework.empty()) p.framework = "deepspeed";
+    else if (p.framework.rfind("deepspeed", 0) != 0 && p.framework.rfind("megatron-deepspeed", 0) != 0)
+        fail_input("--deepspeed-config needs --framework deepspeed or megatron-deepspeed, not " + p.framework,
+                   flag("--deepspeed-config"));
+    if (c.zero_stage) {
+        const strategies::DataParallel s = *c.zero_stage == 0   ? strategies::DataParallel::ddp
+                                           : *c.zero_stage == 1 ? strategies::DataParallel::zero1
+                                           : *c.zero_stage == 2 ? strategies::DataParallel::zero2
+                                                                : strategies::DataParallel::zero3;
+        if (given(f, "--strategy") && p.strategy != s)
+            conflict("--strategy", "zero_optimization.stage", strategies::to_string(p.strategy), std::to_string(*c.zero_stage));
+        p.strategy = s;
+    }
+    if (c.micro_batch) {
+        if (given(f, "--micro-batch") && p.micro_batch != *c.micro_batch)
+            conflict("--micro-batch", "train_micro_batch_size_per_gpu", std::to_string(p.micro_batch), std::to_string(*c.micro_batch));
+        p.micro_batch = *c.micro_batch;
+    }
+    if (c.train_batch_size) {
+        if (given(f, "--global-batch") && p.global_batch != *c.train_batch_size)
+            conflict("--global-batch", "train_batch_size", std::to_string(p.global_batch), std::to_string(*c.train_batch_size));
+        p.global_batch = *c.train_batch_size;
+    }
+    if (c.gradient_accumulation_steps) p.gradient_accumulation = *c.gradient_accumulation_steps;
+    if (c.dtype) {
+        if (p.dtype && *p.dtype != *c.dtype) conflict("--dtype", "fp16/bf16", to_string(*p.dtype), to_string(*c.dtype));
+        p.dtype = c.dtype;
+    }
+    for (const auto& [section, dev] : {std::pair{"offload_optimizer", c.offload_optimizer}, std::pair{"offload_param", c.offload_param}})
+        if (dev && *dev != "none")
+            fail_input("zero_optimization." + std::string(section) + ".device " + *dev +
+                           ": offload is not modelled in this version of smolcluster",
+                       {file, "/zero_optimization/" + std::string(section) + "/device", ""});
+    auto& o = p.framework_overrides;
+    o.overlap_comm = c.overlap_comm;
+    o.reduce_bucket = c.reduce_bucket_size;
+    o.prefetch_bucket = c.prefetch_bucket_size;
+    o.max_live_parameters = c.max_live_parameters;
+    o.max_reuse_distance = c.max_reuse_distance;
+    o.param_persistence_threshold = c.param_persistence_threshold;
+    if (c.allgather_bucket_size) f.warnings.push_back(file + ": /zero_optimization/allgather_bucket_size is not modelled");
+    for (const std::string& key : c.unmodelled) f.warnings.push_back(file + ": " + key + " is not modelled");
+}
+
+}  // namespace
+
 strategies::Plan resolve_plan(const PlanFlags& f) {
     strategies::Plan p;
     p.strategy = strategies::parse_data_parallel(f.strategy);
@@ -163,7 +229,13 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.cycle_ms = f.cycle_ms;
     p.fsdp_sharding = strategies::parse_fsdp_sharding(f.fsdp_sharding);
     p.fsdp_group = f.fsdp_group;
+    if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);
     return p;
+}
+
+void print_warnings(const PlanFlags& f, std::ostream& err) {
+    for (const std::string& w : f.warnings) err << "smolcluster: warning: " << w << '\n';
+    f.warnings.clear();
 }
 
 std::vector<int> parse_ranks(const std::string& text, int devices) {

@@ -42,6 +42,10 @@ struct PlanFlags {
     std::string network = "flow", collective_algo = "auto";
     std::string framework;
     bool overlap_grad_reduce = false, overlap_p2p_comm = false;
+    std::string deepspeed_config;       // a ds_config.json
+    const CLI::App* app = nullptr;      // the subcommand, to tell flags given from defaults
+    /// Warnings for the user (keys of a DeepSpeed config that are not modelled), filled by resolve_plan.
+    mutable std::vector<std::string> warnings;
     bool no_fold = false;
 };
 
@@ -50,7 +54,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& f);
 /// The cluster the flags name (composed with --cluster-network when it is NAME:N,…), scaled by
 /// --nodes and cut by --devices.
 topo::Cluster resolve_cluster(const PlanFlags& f);
+/// The plan the flags describe; a --deepspeed-config is read and applied here (its keys fill
+/// what the flags leave unset; a conflict with a flag given is an error), its unmodelled keys
+/// added to f.warnings.
 strategies::Plan resolve_plan(const PlanFlags& f);
+/// Prints f.warnings to `err` as "smolcluster: warning: …".
+void print_warnings(const PlanFlags& f, std::ostream& err);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);
 
 inline ErrorContext flag(const char* name) { return {"", "", name}; }

@@ -1,0 +1,64 @@
+// DeepSpeed's ds_config.json: modelled keys read, every other key reported, bad values named.
+#include <catch2/catch.hpp>
+
+#include "core/json.hpp"
+#include "strategies/deepspeed_config.hpp"
+#include "test_support.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+DeepSpeedConfig read(const std::string& text) {
+    const Json doc = parse_json_text(text, "ds_config.json");
+    return read_deepspeed_config(JsonView(doc, "ds_config.json"));
+}
+}  // namespace
+
+TEST_CASE("a DeepSpeed config's modelled keys are read; the others are reported", "[strategies][deepspeed]") {
+    const DeepSpeedConfig c = read(R"({
+        "train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+        "bf16": {"enabled": true},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+        "scheduler": {"type": "WarmupLR"},
+        "zero_optimization": {"stage": 3, "overlap_comm": true, "reduce_bucket_size": 5e8,
+                              "stage3_prefetch_bucket_size": 1e7, "stage3_max_live_parameters": 3e8,
+                              "stage3_max_reuse_distance": 0, "stage3_param_persistence_threshold": 1e4,
+                              "round_robin_gradients": true},
+        "steps_per_print": 10})");
+    CHECK(c.zero_stage == 3);
+    CHECK(c.overlap_comm == true);
+    CHECK(c.reduce_bucket_size == 500'000'000);
+    CHECK(c.prefetch_bucket_size == 10'000'000);
+    CHECK(c.max_live_parameters == 300'000'000);
+    CHECK(c.max_reuse_distance == 0);
+    CHECK(c.param_persistence_threshold == 10'000);
+    CHECK(c.train_batch_size == 64);
+    CHECK(c.micro_batch == 2);
+    CHECK(c.gradient_accumulation_steps == 4);
+    CHECK(c.dtype == DType::bf16);
+    const std::vector<std::string> expected{"/optimizer/params", "/zero_optimization/round_robin_gradients", "/scheduler",
+                                            "/steps_per_print"};
+    for (const auto& k : expected)
+        CHECK(std::find(c.unmodelled.begin(), c.unmodelled.end(), k) != c.unmodelled.end());
+    CHECK(c.unmodelled.size() == expected.size());
+}
+
+TEST_CASE("bad DeepSpeed config values name the file and the key", "[strategies][deepspeed]") {
+    SECTION("stage out of range") {
+        CHECK_THAT(test::bad_input_message([] { read(R"({"zero_optimization": {"stage": 4}})"); }),
+                   Catch::Contains("ds_config.json") && Catch::Contains("/zero_optimization/stage"));
+    }
+    SECTION("a fractional bucket") {
+        CHECK_THAT(test::bad_input_message([] { read(R"({"zero_optimization": {"reduce_bucket_size": 2.5}})"); }),
+                   Catch::Contains("reduce_bucket_size") && Catch::Contains("whole number"));
+    }
+    SECTION("fp16 and bf16 together") {
+        CHECK_THAT(test::bad_input_message([] { read(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"); }),
+                   Catch::Contains("not both"));
+    }
+    SECTION("an unknown offload device") {
+        CHECK_THAT(test::bad_input_message([] { read(R"({"zero_optimization": {"offload_param": {"device": "gpu"}}})"); }),
+                   Catch::Contains("/zero_optimization/offload_param/device"));
+    }
+}
