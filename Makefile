@@ -3,7 +3,8 @@
 
 BUILD ?= build
 JOBS  ?= $(shell nproc)
-DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev
+DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev \
+                libopenmpi-dev openmpi-bin libopenblas-dev pkg-config
 SMOL := $(BUILD)/tools/smolcluster
 
 .PHONY: all deps build run test bench clean

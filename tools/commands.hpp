@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,7 @@ namespace smol::tools {
 struct Io {
     std::ostream& out;
     std::ostream& err;
+    std::vector<std::string> argv;       // the command line as given, program name first
 };
 
 struct Command {
@@ -20,9 +22,15 @@ struct Command {
     std::function<int(const Io&)> run;   // exit status (see cli.hpp)
 };
 
+/// Prints an error as the command line does and returns its exit status (2 bad input, else 1).
+int print_error(const std::exception& e, std::ostream& err);
+
 Command add_simulate(CLI::App& parent);
 Command add_describe(CLI::App& parent);
 Command add_models(CLI::App& parent);
 Command add_clusters(CLI::App& parent);
+Command add_run(CLI::App& parent);
+Command add_validate(CLI::App& parent);
+Command add_calibrate(CLI::App& parent);
 
 }  // namespace smol::tools
