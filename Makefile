@@ -4,7 +4,8 @@
 
 BUILD ?= build
 JOBS  ?= $(shell nproc)
-DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev zlib1g-dev nodejs python3 python3-matplotlib
+DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev zlib1g-dev nodejs python3 \
+                python3-matplotlib libopenmpi-dev openmpi-bin libopenblas-dev pkg-config
 SMOL := $(BUILD)/tools/smolcluster
 
 .PHONY: all deps build run test bench validate clean

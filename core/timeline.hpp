@@ -51,6 +51,11 @@ struct Timeline {
     std::vector<std::string> link_names;          // simulator only
     std::vector<LinkSample> links;                // simulator only, in time order
     std::optional<OutOfMemory> oom;
+    /// Per op, optional (empty unless the backend was asked to record it): the time a compute op
+    /// spent in kernels of each class (KernelClass: gemm, attention, elementwise, optimizer),
+    /// each kernel's dispatch included. Zero for other ops. A validation compares these class
+    /// by class: the executor times every kernel, the simulator splits its price by kernel.
+    std::vector<std::array<Time, kKernelClasses>> kernel_class_time;
 
     Time makespan;
     std::uint64_t events = 0;    // events the backend processed

@@ -15,8 +15,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     CLI::App app{"smolcluster: which parallelism strategy, how long per step, does it fit in memory?"};
     app.name("smolcluster");
     app.require_subcommand(1);
-    const std::vector<Command> commands{add_simulate(app), add_sweep(app), add_plot(app), add_describe(app), add_models(app),
-                                        add_clusters(app)};
+    const std::vector<Command> commands{add_simulate(app), add_run(app),      add_sweep(app),   add_plot(app),
+                                        add_describe(app),  add_models(app), add_clusters(app)};
 
     try {
         app.parse(argc, argv);
@@ -46,18 +46,24 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         const std::string a = argv[i];
         command_line += (i ? " " : "") + (a.find_first_of(" \t\"'") == std::string::npos ? a : "'" + a + "'");
     }
-    const Io io{out, err, &err == &std::cerr && isatty(STDERR_FILENO) == 1, command_line};
+    const Io io{out, err, &err == &std::cerr && isatty(STDERR_FILENO) == 1, command_line,
+                std::vector<std::string>(argv, argv + argc)};
     try {
         for (const Command& c : commands)
             if (c.app->parsed()) return c.run(io);
-    } catch (const Error& e) {
-        err << "smolcluster: error: " << e.what() << '\n';
-        return e.kind() == ErrorKind::bad_input ? 2 : 1;
     } catch (const std::exception& e) {
-        err << "smolcluster: internal error: " << e.what() << '\n';
-        return 1;
+        return print_error(e, err);
     }
     return 0;
+}
+
+int print_error(const std::exception& e, std::ostream& err) {
+    if (const auto* se = dynamic_cast<const Error*>(&e)) {
+        err << "smolcluster: error: " << se->what() << std::endl;
+        return se->kind() == ErrorKind::bad_input ? 2 : 1;
+    }
+    err << "smolcluster: internal error: " << e.what() << std::endl;
+    return 1;
 }
 
 }  // namespace smol::tools

@@ -4,16 +4,13 @@
 
 namespace smol::tools {
 
-Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
-                         const sim::SimOptions& options, const topo::Topology* topology) {
-    strategies::Built built = strategies::build(model, cluster, plan);
-    Timeline tl = topology ? sim::simulate(built.graph, cluster, *topology, options)
-                           : sim::simulate(built.graph, cluster, options);
+traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
+                           const strategies::Built& built, const std::string& network) {
     traces::StepInfo info;
     info.model = model.name();
     info.cluster = cluster.name;
     info.strategy = strategies::to_string(plan.strategy);
-    info.network = sim::to_string(options.network);
+    info.network = network;
     info.framework = strategies::describe(built.layout.framework);
     const strategies::Layout& l = built.layout;
     info.devices = l.devices;
@@ -28,8 +25,23 @@ Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
-    traces::Summary summary = traces::summarize(built.graph, tl, info);
-    if (plan.strategy == strategies::DataParallel::ps_async) summary.mean_staleness = strategies::mean_staleness(built.graph, tl);
+    return info;
+}
+
+traces::Summary summarize_plan(const strategies::Built& built, const Timeline& timeline, const traces::StepInfo& info,
+                               const strategies::Plan& plan) {
+    traces::Summary summary = traces::summarize(built.graph, timeline, info);
+    if (plan.strategy == strategies::DataParallel::ps_async) summary.mean_staleness = strategies::mean_staleness(built.graph, timeline);
+    return summary;
+}
+
+Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
+                         const sim::SimOptions& options, const topo::Topology* topology) {
+    strategies::Built built = strategies::build(model, cluster, plan);
+    Timeline tl = topology ? sim::simulate(built.graph, cluster, *topology, options)
+                           : sim::simulate(built.graph, cluster, options);
+    const traces::StepInfo info = step_info(model, cluster, plan, built, sim::to_string(options.network));
+    traces::Summary summary = summarize_plan(built, tl, info, plan);
     return {std::move(built), std::move(tl), std::move(summary)};
 }
 

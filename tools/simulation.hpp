@@ -17,6 +17,14 @@ struct Simulation {
     traces::Summary summary;
 };
 
+/// What the summary needs to know about a built plan; `network` names how it was priced
+/// ("flow", "analytic") or "measured" for a run.
+traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
+                           const strategies::Built& built, const std::string& network);
+/// The summary of a timeline of `built` (with ps-async's mean staleness).
+traces::Summary summarize_plan(const strategies::Built& built, const Timeline& timeline, const traces::StepInfo& info,
+                               const strategies::Plan& plan);
+
 /// `topology` may be null: it is then built from the cluster (pass one to reuse its routes).
 Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
                          const sim::SimOptions& options = {}, const topo::Topology* topology = nullptr);

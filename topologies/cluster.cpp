@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "topologies/localhost.hpp"
 
 namespace smol::topo {
 namespace detail {
@@ -131,11 +132,11 @@ namespace {
 
 IntraKind parse_intra_kind(const JsonView& j, const std::string& key) {
     const std::string text = j.string(key);
-    static const std::vector<std::string> names{"none", "nvswitch", "nvlink", "pcie"};
+    static const std::vector<std::string> names{"none", "nvswitch", "nvlink", "pcie", "shm"};
     for (std::size_t i = 0; i < names.size(); ++i) {
         if (text == names[i]) return static_cast<IntraKind>(i);
     }
-    j.fail_member(key, "one of none, nvswitch, nvlink, pcie" + did_you_mean(text, names), in_quotes(text));
+    j.fail_member(key, "one of none, nvswitch, nvlink, pcie, shm" + did_you_mean(text, names), in_quotes(text));
 }
 
 NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, DeviceKind>& kinds) {
@@ -185,10 +186,14 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
             g.intra_link = {intra->bandwidth_or("bandwidth", Bandwidth()), intra->time_or("latency", Time::zero())};
         }
     }
+    if (g.intra == IntraKind::shm && !g.device.is_cpu && !g.device.unified_memory)
+        j.at("intra").fail_member("kind", "nvswitch, nvlink or pcie for device " + in_quotes(device) +
+                                              " (shm joins CPU ranks of one host, or unified-memory devices)",
+                                  "\"shm\"");
     if (g.intra == IntraKind::none && g.devices_per_node > 1) {
         const std::string where = j.has("intra") ? "intra" : "devices_per_node";
         j.fail_member(where,
-                      "an intra-node link (intra.kind nvswitch, nvlink or pcie) for " +
+                      "an intra-node link (intra.kind nvswitch, nvlink, pcie or shm) for " +
                           std::to_string(g.devices_per_node) + " devices per node",
                       j.has("intra") ? "kind \"none\"" : "no \"intra\" member");
     }
@@ -272,6 +277,7 @@ const char* to_string(IntraKind k) {
         case IntraKind::nvswitch: return "nvswitch";
         case IntraKind::nvlink: return "nvlink";
         case IntraKind::pcie: return "pcie";
+        case IntraKind::shm: return "shm";
     }
     return "?";
 }
@@ -401,10 +407,13 @@ Cluster Cluster::first_devices(int n) const {
 std::vector<std::string> cluster_preset_names() {
     std::vector<std::string> names;
     for (const auto& [name, _] : presets()) names.emplace_back(name);
+    names.emplace_back("localhost");   // described from the OS, not a file (localhost.hpp)
+    std::sort(names.begin(), names.end());
     return names;
 }
 
 Cluster cluster_preset(const std::string& name) {
+    if (name == "localhost") return localhost_cluster();
     for (const auto& [preset, text] : presets()) {
         if (preset != name) continue;
         const std::string file = "preset " + name;
@@ -447,6 +456,7 @@ Cluster cluster_from_json(const JsonView& json) {
 }
 
 Cluster load_cluster(const std::string& spec) {
+    if (spec == "localhost") return localhost_cluster();
     for (const auto& [preset, _] : presets()) {
         if (preset == spec) return cluster_preset(spec);
     }

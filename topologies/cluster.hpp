@@ -43,7 +43,10 @@ struct DeviceKind {
     DType default_dtype() const;
 };
 
-enum class IntraKind { none, nvswitch, nvlink, pcie };
+/// How the devices of one node reach each other. `shm`: the devices are processes of one host
+/// (CPU ranks) exchanging through shared memory, as MPI's shared-memory transport (Open MPI's
+/// vader BTL) moves messages: a copy in and a copy out of a shared segment.
+enum class IntraKind { none, nvswitch, nvlink, pcie, shm };
 const char* to_string(IntraKind k);
 
 struct LinkSpec {

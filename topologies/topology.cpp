@@ -14,6 +14,14 @@
 //        │                   │
 //      [host] ───────────────┘
 //
+//   Several CPU ranks on one host (intra shm: MPI processes, one per core or group of cores):
+//   each rank is laid out as above and the ranks also meet at a shared-memory vertex, one intra
+//   link each (what Open MPI's shared-memory transport moves between two processes).
+//
+//        cpu0   cpu1  …        (each also: memory, nvme and NIC links as above)
+//           \   /
+//          [ shm ]
+//
 //   GPU node with NVSwitch or NVLink and one NIC per device (DGX A100 / H100): a PCIe switch per
 //   NIC pairs each GPU with its NIC, as on the board, and uplinks to the root (the CPU).
 //
@@ -269,7 +277,8 @@ Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.swi
 
     int node = 0, rank = 0;
     for (const NodeGroup& g : cluster.groups) {
-        const bool soc = g.intra == IntraKind::none && (g.device.is_cpu || g.device.unified_memory);
+        const bool soc = (g.intra == IntraKind::none || g.intra == IntraKind::shm) &&
+                         (g.device.is_cpu || g.device.unified_memory);
         const LinkSpec memory_link{g.host_memory_bandwidth, no_latency};
         for (int i = 0; i < g.count; ++i, ++node) {
             const std::string prefix = node_prefix(node);
@@ -304,6 +313,10 @@ Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.swi
                 }
                 // The NIC DMAs from DRAM without the cores, so host memory reaches other nodes too.
                 for (VertexId nic : nics) add_duplex(host, nic, g.host_link);
+                if (g.intra == IntraKind::shm) {
+                    const VertexId shm = add_vertex(VertexKind::shm, prefix + "shm");
+                    for (VertexId d : devices) add_duplex(d, shm, g.intra_link);
+                }
             } else {
                 const VertexId root = add_vertex(VertexKind::pcie_switch, prefix + "pcie");
                 add_duplex(root, host, memory_link);

@@ -39,7 +39,8 @@ namespace smol::topo {
 using VertexId = std::int32_t;
 using LinkId = std::int32_t;
 
-enum class VertexKind : std::uint8_t { device, host_memory, nvme, nic, nvswitch, pcie_switch, network_switch };
+/// `shm`: the shared-memory segment through which CPU ranks of one host exchange (IntraKind::shm).
+enum class VertexKind : std::uint8_t { device, host_memory, nvme, nic, nvswitch, pcie_switch, network_switch, shm };
 
 struct Vertex {
     VertexKind kind;

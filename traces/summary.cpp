@@ -138,6 +138,7 @@ Json to_json(const Summary& s) {
     j["seq"] = s.info.seq;
     j["dtype"] = s.info.dtype;
     j["folded"] = s.info.folded;
+    j["measured"] = s.info.measured;
     j["iteration_time_s"] = s.iteration.to_seconds();
     j["samples_per_s"] = s.samples_per_s;
     j["tokens_per_s"] = s.tokens_per_s;
@@ -178,8 +179,8 @@ void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
     out << i.model << " on " << i.cluster << " (" << i.devices << " devices): " << i.strategy << ", tp " << i.tp
         << " · pp " << i.pp << " · dp " << i.dp << ", global batch " << i.global_batch << " = " << i.dp << " × "
-        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << ", " << i.network << " network"
-        << (i.framework.empty() ? "" : ", as " + i.framework)
+        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << ", "
+        << (i.measured ? "measured" : i.network + " network") << (i.framework.empty() ? "" : ", as " + i.framework)
         << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n\n";
     auto row = [&](const std::string& k, const std::string& v) {
         out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';
@@ -200,7 +201,10 @@ void print_table(std::ostream& out, const Summary& s) {
         row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": asked " + to_string(s.oom->requested) +
                                  " with " + to_string(s.oom->free) + " free");
     if (s.mean_staleness) row("mean staleness", fmt("%.3g updates", *s.mean_staleness));
-    row("simulated", std::to_string(s.events) + fmt(" events in %.3g s", s.sim_wall_s));
+    if (i.measured)
+        row("executed", std::to_string(s.events) + " ops (one measured step)");
+    else
+        row("simulated", std::to_string(s.events) + fmt(" events in %.3g s", s.sim_wall_s));
     out << "\n  rank  device            busy        comm        exposed     peak memory\n";
     const std::size_t shown = std::min<std::size_t>(s.per_device.size(), 16);
     for (std::size_t k = 0; k < shown; ++k) {

@@ -33,6 +33,9 @@ struct StepInfo {
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
     bool folded = false;                // data-parallel replicas simulated as one
+    /// The timeline was measured by running the plan (smolcluster run), not simulated: the
+    /// table says "executed" where it says "simulated"; the JSON keys are the same.
+    bool measured = false;
 };
 
 struct DeviceSummary {

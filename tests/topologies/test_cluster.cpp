@@ -328,6 +328,12 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         doc["node_groups"][0]["host_link"]["bandwidth"] = 0;
         CHECK_THAT(load_error(doc), Contains("at /node_groups/0/host_link/bandwidth:"));
     }
+    SECTION("shared memory between discrete GPUs") {
+        doc["node_groups"][0]["intra"]["kind"] = "shm";
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /node_groups/0/intra/kind:"));
+        CHECK_THAT(m, Contains("shm joins CPU ranks of one host"));
+    }
     SECTION("unknown unit") {
         doc["device_kinds"]["a100-80gb"]["memory_bandwidth"] = "2039 GB/sec";
         const std::string m = load_error(doc);

@@ -1,0 +1,95 @@
+// The CPU backend: one rank's device work on the host's cores and memory.
+//
+//   compute      every kernel of the op's recipe at its own shape, in fp32 (kernels.hpp), on a
+//                per-stream workspace sized to the stream's largest kernel and filled once with
+//                small values (operands are real memory, not a pointer to nothing)
+//   collectives  MPI on real buffers of the op's size, on the op-graph communicator's MPI
+//                communicator (comm.hpp)
+//   send / recv  MPI point to point on the p2p communicator, tag = the graph's p2p id
+//   copies       device ↔ host as memcpy — on a CPU board device and host are one memory, so a
+//                "transfer" is a copy within DRAM; to and from the NVMe tier as file I/O in the
+//                scratch directory (O_DIRECT where the file system allows it, so the page cache
+//                does not stand in for the drive)
+//   alloc / free real allocations, every page touched, so the memory is resident; a freed
+//                block is kept for the next allocation of the same size (as PyTorch's caching
+//                allocator keeps blocks), so steady-state steps do not pay page faults; NVMe-tier
+//                buffers are files of their size (posix_fallocate) in the scratch directory
+// BLAS threads per rank: the host's cores divided by the ranks on the host (at least 1, at most
+// the cores this process may run on), set explicitly.
+#pragma once
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "exec/executor.hpp"
+#include "exec/mpi.hpp"
+
+namespace smol::exec::cpu {
+
+/// 64-byte aligned floats, touched when made.
+class Workspace {
+public:
+    Workspace() = default;
+    explicit Workspace(std::int64_t floats);
+    ~Workspace();
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+    Workspace(Workspace&& o) noexcept;
+    Workspace& operator=(Workspace&& o) noexcept;
+    float* data() const { return data_; }
+    std::int64_t floats() const { return floats_; }
+
+private:
+    float* data_ = nullptr;
+    std::int64_t floats_ = 0;
+};
+
+/// Floats of workspace one kernel needs (its operands and results, fp32).
+std::int64_t kernel_floats(const Kernel& k);
+/// Bytes of workspace each stream of `rank` needs for its ops.
+std::array<std::int64_t, kStreams> workspace_bytes(const OpGraph& graph, int rank);
+/// BLAS threads for one of `local_ranks` ranks on this host.
+int blas_threads_per_rank(int local_ranks);
+
+class CpuBackend final : public Backend {
+public:
+    /// `scratch`: directory for the NVMe tier (a per-rank subdirectory is made there when needed
+    /// and removed afterwards); empty: the temporary directory.
+    CpuBackend(const OpGraph& graph, Mpi& mpi, std::string scratch);
+    ~CpuBackend() override;
+
+    std::string describe() const override;
+    void prepare(const OpGraph& graph, int rank, const Communicators& comms) override;
+    StreamDevice& stream(Stream s) override;
+    void allocate(std::int32_t buffer) override;
+    void release(std::int32_t buffer) override;
+    Bytes workspace() const override;
+
+    /// The scratch subdirectory (made on first use).
+    const std::string& scratch_dir();
+
+private:
+    class Device;
+
+    const OpGraph& g_;
+    Mpi& mpi_;
+    std::string scratch_root_, scratch_dir_;
+    int rank_ = 0;
+    std::array<std::unique_ptr<Device>, kStreams> devices_;
+    Bytes workspace_;
+
+    std::mutex alloc_mu_;
+    std::multimap<std::int64_t, void*> free_blocks_;     // size → kept block
+    std::multimap<std::int64_t, std::string> free_files_;
+    std::vector<void*> block_of_;                        // per buffer, while allocated
+    std::vector<std::string> file_of_;
+    std::vector<std::pair<void*, std::int64_t>> blocks_; // every block made, for the destructor
+    std::vector<std::string> files_;
+    int next_file_ = 0;
+};
+
+}  // namespace smol::exec::cpu

@@ -1,0 +1,174 @@
+// `smolcluster run` as users start it: under mpirun (spawned by the test, loopback only), and the
+// ways it refuses or fails — without mpirun, a wrong number of processes, ranks that built
+// different graphs, a plan too big for the host, a rank that fails or hangs mid-step. Every
+// failure must end the whole job with a message; `timeout` bounds each job, and no process of
+// the job may outlive it.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "strategies/plan.hpp"
+#include "topologies/localhost.hpp"
+#include "traces/trace_checks.hpp"
+
+using namespace smol;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Job {
+    int code = -1;
+    std::string output;   // stdout and stderr together
+};
+
+/// A marker in the environment of every process of the job, to find any that outlive it.
+std::string marker() { return "smol-exec-test-" + std::to_string(getpid()); }
+
+/// Runs `command` under a 120 s `timeout`; code 124 means the job had to be killed.
+Job shell(const std::string& command) {
+    const std::string full = "SMOL_TEST_MARK=" + marker() + " timeout 120 " + command + " 2>&1";
+    Job j;
+    FILE* p = popen(full.c_str(), "r");
+    REQUIRE(p);
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) j.output.append(buf, n);
+    const int status = pclose(p);
+    j.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return j;
+}
+
+std::string mpirun(int ranks) {
+    return "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo -np " +
+           std::to_string(ranks) + " ";
+}
+
+const std::string bin = SMOLCLUSTER_BIN;
+
+/// Processes (other than this one) whose environment carries the job marker.
+int survivors() {
+    const std::string mark = "SMOL_TEST_MARK=" + marker();
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+        const std::string name = e.path().filename();
+        if (name.find_first_not_of("0123456789") != std::string::npos || name == std::to_string(getpid())) continue;
+        std::ifstream in(e.path() / "environ", std::ios::binary);
+        const std::string env((std::istreambuf_iterator<char>(in)), {});
+        if (env.find(mark) != std::string::npos) ++n;
+    }
+    return n;
+}
+
+/// Waits up to 10 s for the job's processes to be gone (mpirun reaps them as it exits).
+int survivors_after_job() {
+    for (int i = 0; i < 100; ++i) {
+        if (survivors() == 0) return 0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return survivors();
+}
+
+/// An op of `rank` in the middle of the ddp gpt-tiny graph on 2 localhost ranks (what `run` builds).
+OpId middle_op_of(int rank) {
+    const topo::Cluster c = topo::cluster_from_json(JsonView(topo::localhost_json(topo::read_host_facts(), 2), "localhost"));
+    strategies::Plan plan;
+    plan.fold = false;
+    plan.seq = 64;
+    const strategies::Built b = strategies::build(model_preset("gpt-tiny"), c, plan);
+    std::vector<OpId> mine;
+    for (OpId id = 0; id < b.graph.size(); ++id)
+        if (b.graph.op(id).rank == rank && b.graph.op(id).kind == OpKind::compute) mine.push_back(id);
+    REQUIRE(!mine.empty());
+    return mine[mine.size() / 2];
+}
+
+const std::string tiny = " run --model gpt-tiny --cluster localhost --seq 64 --warmup 0";
+
+}  // namespace
+
+TEST_CASE("run without mpirun exits 2 and prints the mpirun command to use", "[exec][cli]") {
+    const Job j = shell(bin + " run --model gpt-tiny --cluster pi5-1gbe --strategy ddp");
+    CHECK(j.code == 2);
+    CHECK_THAT(j.output, Contains("started by mpirun"));
+    CHECK_THAT(j.output, Contains("-np 4 " + bin + " run --model gpt-tiny --cluster pi5-1gbe --strategy ddp"));
+}
+
+TEST_CASE("run with a world size that does not match the plan exits 2 with the right command", "[exec][cli]") {
+    const Job j = shell(mpirun(2) + bin + " run --model gpt-tiny --cluster pi5-1gbe --warmup 0");
+    CHECK(j.code == 2);
+    CHECK_THAT(j.output, Contains("mpirun started 2 processes but the plan runs on 4 devices"));
+    CHECK_THAT(j.output, Contains("-np 4"));
+    CHECK(survivors_after_job() == 0);
+}
+
+TEST_CASE("run --json prints simulate's keys, measured, and writes the same Chrome trace", "[exec][cli]") {
+    const fs::path trace = fs::temp_directory_path() / ("smol-run-trace-" + std::to_string(getpid()) + ".json");
+    const Job j = shell(mpirun(2) + bin + tiny + " --json --trace " + trace.string() + " --force");
+    REQUIRE(j.code == 0);
+    const auto json = nlohmann::json::parse(j.output);
+    for (const char* key : {"iteration_time_s", "samples_per_s", "tokens_per_s", "model_flops_per_iteration",
+                            "tflops_per_device", "mfu", "peak_memory_bytes", "fits", "oom", "exposed_comm_s",
+                            "bubble_fraction", "per_device", "events", "sim_wall_s", "executor", "clocks",
+                            "resident_peak_bytes"})
+        CHECK(json.contains(key));
+    CHECK(json["measured"] == true);
+    CHECK(json["iteration_time_s"].get<double>() > 0);
+    CHECK(json["per_device"].size() == 2);
+    CHECK(json["fits"] == true);
+    std::ifstream in(trace);
+    const auto doc = nlohmann::json::parse(in);
+    test::check_no_overlap(doc);
+    test::check_flows(doc);
+    fs::remove(trace);
+}
+
+TEST_CASE("a rank that fails mid-step stops every rank, naming the failing rank and op", "[exec][cli]") {
+    const OpId op = middle_op_of(1);
+    const Job j = shell("env SMOL_FAIL_AT=1:" + std::to_string(op) + " " + mpirun(2) + bin + tiny);
+    CHECK(j.code != 0);
+    CHECK(j.code != 124);   // ended by itself, not by the test's timeout
+    CHECK_THAT(j.output, Contains("rank 1 failed at op " + std::to_string(op)));
+    CHECK_THAT(j.output, Contains("injected failure"));
+    CHECK(survivors_after_job() == 0);
+}
+
+TEST_CASE("a hang becomes an error listing the stuck ops (--timeout)", "[exec][cli]") {
+    const OpId op = middle_op_of(1);
+    const Job j = shell("env SMOL_FAIL_AT=1:" + std::to_string(op) + ":hang " + mpirun(2) + bin + tiny + " --timeout 2");
+    CHECK(j.code != 0);
+    CHECK(j.code != 124);
+    CHECK_THAT(j.output, Contains("finished no op for 2 s (--timeout); stuck ops:"));
+    CHECK_THAT(j.output, Contains("stream compute: op " + std::to_string(op)));
+    CHECK(survivors_after_job() == 0);
+}
+
+TEST_CASE("ranks that build different graphs exit 2, each naming the first differing op", "[exec][cli]") {
+    // mpirun's MPMD form starts rank 0 with ddp and rank 1 with zero1.
+    const std::string common = " run --model gpt-tiny --cluster localhost --seq 64 --warmup 0";
+    const Job j = shell("mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo -np 1 " +
+                        bin + common + " --strategy ddp : -np 1 " + bin + common + " --strategy zero1");
+    CHECK(j.code == 2);
+    std::size_t at = 0, times = 0;
+    while ((at = j.output.find("the ranks built different op graphs", at)) != std::string::npos) ++times, ++at;
+    CHECK(times == 2);
+    CHECK_THAT(j.output, Contains("the first difference is op "));
+    CHECK_THAT(j.output, Contains("ranks that differ from rank 0: 1"));
+    CHECK(survivors_after_job() == 0);
+}
+
+TEST_CASE("a plan too big for the machine is refused before it runs", "[exec][cli]") {
+    const Job j = shell(mpirun(2) + bin + " run --model gpt3-175b --cluster localhost --warmup 0");
+    CHECK(j.code == 3);
+    CHECK_THAT(j.output, Contains("does not fit"));
+    CHECK(survivors_after_job() == 0);
+}
