@@ -17,7 +17,7 @@ struct SimulateFlags {
 };
 
 int run_simulate(const SimulateFlags& f, const Io& io) {
-    const Model model = load_model(f.plan.model);
+    const Model model = load_model_warning(f.plan.model, io.err);
     const topo::Cluster cluster = resolve_cluster(f.plan);
     const strategies::Plan plan = resolve_plan(f.plan);
     sim::SimOptions opt = resolve_sim_options(f.plan);

@@ -305,8 +305,10 @@ TEST_CASE("HuggingFace config.json files load to the preset shapes", "[core][mod
         CHECK(x.max_seq == y.max_seq);
         CHECK(x.tied_embeddings == y.tied_embeddings);
         CHECK(x.gated_mlp == y.gated_mlp);
-        CHECK(x.learned_positions == y.learned_positions);
-        CHECK(x.biases == y.biases);
+        CHECK(x.positions == y.positions);
+        CHECK(x.qkv_bias == y.qkv_bias);
+        CHECK(x.attn_out_bias == y.attn_out_bias);
+        CHECK(x.mlp_bias == y.mlp_bias);
         CHECK(x.layer_norm == y.layer_norm);
         CHECK(a.parameters() == b.parameters());
     };
@@ -324,8 +326,8 @@ TEST_CASE("HuggingFace config.json files load to the preset shapes", "[core][mod
         same_shape(m, model_preset("gpt2-xl"));
     }
     SECTION("Llama 3 with grouped-query attention") {
-        const Model m = from_text(R"({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+        const Model m = from_text(R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
             "max_position_embeddings": 8192, "tie_word_embeddings": false, "rope_theta": 500000.0})");
         same_shape(m, model_preset("llama3-8b"));
     }
@@ -339,7 +341,7 @@ TEST_CASE("smolcluster's own model JSON", "[core][model]") {
         CHECK(s.kv_heads == 2);
         CHECK(s.gated_mlp);
         CHECK_FALSE(s.layer_norm);
-        CHECK_FALSE(s.learned_positions);
+        CHECK(s.positions == Positions::rope);
         // Embedding 1000·64; per layer q 64², k and v 64·32 each, o 64², MLP 3·64·256, norms 2·64;
         // final norm 64; untied head 1000·64.
         CHECK(m.parameters() == 64000 + 2 * (4096 + 2048 + 2048 + 4096 + 49152 + 128) + 64 + 64000);
@@ -462,7 +464,7 @@ TEST_CASE("bad model inputs", "[core][model]") {
                    Contains("m.json: at /vocab: missing required key 'vocab'"));
     }
     SECTION("missing HuggingFace key names the path") {
-        CHECK_THAT(bad_input_message([] { from_text(R"({"n_layer": 2, "n_embd": 64, "n_positions": 8,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_positions": 8,
                                                 "vocab_size": 10})", "hf"); }),
                    Contains("hf.json: at /n_head: missing required key 'n_head'"));
     }
@@ -472,7 +474,7 @@ TEST_CASE("bad model inputs", "[core][model]") {
                    Contains("at /layers: expected a positive integer, found -2"));
     }
     SECTION("zero size in a HuggingFace file") {
-        CHECK_THAT(bad_input_message([] { from_text(R"({"num_hidden_layers": 2, "hidden_size": 0,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 0,
             "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10,
             "max_position_embeddings": 8})"); }),
                    Contains("at /hidden_size: expected a positive integer, found 0"));
