@@ -9,7 +9,7 @@
 //    is not read by transformers, so it is refused here); BloomBlock input_layernorm and
 //    post_attention_layernorm; BloomModel.ln_f; lm_head tied. ALiBi biases are computed, not
 //    learned.
-// The training length, which the config does not give: 2,048 (BigScience 2022, "BLOOM: A
+// The training length, where the config does not give seq_length: 2,048 (BigScience 2022, "BLOOM: A
 // 176B-Parameter Open-Access Multilingual Language Model", arXiv 2211.05100, training hyperparameters:
 // sequence length 2048).
 #include "core/hf/reader.hpp"
@@ -32,7 +32,8 @@ Model read_bloom(ConfigReader& c, const std::string& name) {
     m.kv_heads = m.heads;
     m.ffn_hidden = 4 * m.hidden;
     m.vocab = c.size("vocab_size");
-    m.max_seq = 2048;
+    // seq_length: the training length Megatron-DeepSpeed's BLOOM configs carry (bigscience/bloom).
+    m.max_seq = c.size_or("seq_length", 2048);
     m.tied_embeddings = c.flag_or("tie_word_embeddings", true);
     m.gated_mlp = false;
     m.positions = Positions::alibi;
@@ -42,7 +43,7 @@ Model read_bloom(ConfigReader& c, const std::string& name) {
     if (m.hidden % m.heads != 0) c.fail("n_head", "a head count dividing the hidden size " + std::to_string(m.hidden));
     c.accept({"apply_residual_connection_post_layernorm", "attention_dropout", "hidden_dropout", "layer_norm_epsilon",
               "pretraining_tp", "slow_but_exact", "attention_softmax_in_fp32", "bias_dropout_fusion",
-              "masked_softmax_fusion", "offset_alibi", "skip_bias_add", "skip_bias_add_qkv", "seq_length"});
+              "masked_softmax_fusion", "offset_alibi", "skip_bias_add", "skip_bias_add_qkv"});
     return c.finish(m, name);
 }
 
