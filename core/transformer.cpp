@@ -233,7 +233,6 @@ I attention_core_activations(const Dims& d) {
 }
 
 struct LayerPlan {
-    int i;               // layer index, 0-based
     I keys;              // keys per query of its self-attention
     bool causal;         // decoder self-attention (T5's encoder attends both ways)
     bool cross;          // T5 decoder: cross-attention over the encoder output
@@ -441,7 +440,6 @@ Block embedding_block(const TransformerShape& m, const Dims& d) {
 
 Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, int i) {
     LayerPlan lp{};
-    lp.i = i;
     lp.keys = m.attended_keys(i, static_cast<int>(d.s));
     lp.causal = m.encoder_layers == 0 || decoder_layer(m, i);
     lp.cross = decoder_layer(m, i);
@@ -485,6 +483,10 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
         case Recompute::selective:
             blk.recompute = attention_core_flops(d, lp.keys);
             blk.recompute_kernels = core;
+            if (lp.cross) {  // T5's cross-attention core is dropped and redone too
+                blk.recompute += attention_core_flops(d, d.s);
+                for (const Kernel& k : attention_core_kernels(d, d.s, false)) blk.recompute_kernels.push_back(k);
+            }
             break;
         case Recompute::full:
             blk.recompute = blk.fwd;
