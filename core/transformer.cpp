@@ -10,9 +10,9 @@
 //
 // Megatron-LM's tensor parallelism splits the QKV, up and gate projections by columns (by heads)
 // and the output and down projections by rows; norms, routers and MLA's down-projections are
-// replicated ("duplicated": megatron/core/transformer/multi_latent_attention.py). Experts are split
-// like the dense MLP (expert tensor parallelism = tp, Megatron's default:
-// megatron/core/parallel_state.py `expert_tensor_parallel_size = tensor_model_parallel_size`).
+// replicated ("duplicated": Megatron-LM d98e8a6, megatron/core/transformer/multi_latent_attention.py:527).
+// Experts are split like the dense MLP (expert tensor parallelism = tp, Megatron's default:
+// megatron/core/parallel_state.py:872 `expert_tensor_parallel_size = tensor_model_parallel_size`).
 #include "core/transformer.hpp"
 
 #include <algorithm>
@@ -223,8 +223,8 @@ Flops attention_core_flops(const Dims& d, I keys) {
 /// 16-bit: 2as²b + as²b + 2as²b); flash keeps only the log-sum-exp, one fp32 per query and head
 /// (FlashAttention-2, Dao 2023 Algorithm 1: "store the logsumexp L"), its output being the
 /// output projection's saved input. Selective recompute keeps neither: the core is redone from
-/// Q, K and V in backward (Megatron's core_attn checkpoint, megatron/core/transformer/attention.py
-/// `_checkpointed_attention_forward`).
+/// Q, K and V in backward (Megatron's core_attn checkpoint, megatron/core/transformer/attention.py:392
+/// `checkpoint_core_attention`, :446 `_checkpointed_attention_forward`).
 I attention_core_activations(const Dims& d) {
     if (d.recompute == Recompute::selective) return 0;
     if (d.attention == Attention::flash) return 4 * d.a * d.s * d.b / d.t;

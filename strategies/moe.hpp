@@ -1,8 +1,9 @@
 // Mixture of experts with expert parallelism (GShard, Lepikhin et al. 2020; Megatron-LM's MoE,
 // megatron/core/transformer/moe/), for the model-parallel builder (strategies/model_parallel.cpp).
 //
-// Layout, as Megatron forms its groups (megatron/core/parallel_state.py, initialize_model_parallel
-// with order "tp-cp-ep-dp-pp" and expert_tensor_parallel_size = tp): the dp data-parallel ranks of
+// Layout, as Megatron forms its groups (Megatron-LM d98e8a6, megatron/core/parallel_state.py:617
+// order "tp-cp-ep-dp-pp", :872 expert_tensor_parallel_size = tp, :1357 the EP groups, :1457 the
+// expert-data-parallel groups): the dp data-parallel ranks of
 // one (tensor rank t, stage s) are cut into expert-parallel groups of ep consecutive replicas,
 // d = e + ep·d', e < ep; each group holds all E experts, E/ep per rank. The expert-data-parallel
 // group of a rank is the ranks with the same e (dp/ep of them): expert gradients are reduced
@@ -12,8 +13,8 @@
 //   dp = 8, ep = 4:   EP groups {d0 d1 d2 d3} {d4 d5 d6 d7}    EDP groups {d0 d4} {d1 d5} {d2 d6} {d3 d7}
 //
 // One MoE layer's forward on a rank, as MoEAlltoAllTokenDispatcher runs it
-// (megatron/core/transformer/moe/token_dispatcher.py: "permute → A2A(EP) → AG(TP) → experts →
-// RS(TP) → A2A(EP) → unpermute"), all on the compute stream, blocking:
+// (megatron/core/transformer/moe/token_dispatcher.py:375-387: "permute → A2A(EP) → AG(TP) →
+// experts → RS(TP) → A2A(EP) → unpermute"), all on the compute stream, blocking:
 //   attention, router, top-k, permutation, shared experts  (compute)
 //   dispatch all-to-all over the EP group                    (the rank's K token copies)
 //   all-gather of the routed tokens over the tensor group    (tp > 1; Megatron requires --sp then)
@@ -48,7 +49,7 @@ std::vector<int> expert_data_parallel_group(const Layout& l, int t, int d, int s
 std::int64_t zero1_shard(std::int64_t total, std::int64_t expert, const Layout& l);
 /// The checks resolve() runs for --ep, --expert-imbalance and --capacity-factor: ep dividing dp
 /// and the experts, MoE with tensor parallelism only with --sp (Megatron's rule,
-/// megatron/core/transformer/moe/moe_layer.py), data parallelism ddp or zero1.
+/// megatron/core/transformer/moe/moe_layer.py:636), data parallelism ddp or zero1.
 void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l);
 
 /// Emits what an MoE layer needs beyond one compute op: its passes split around the
