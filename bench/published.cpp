@@ -299,6 +299,7 @@ Mapping finish(Mapping m) {
     if (!m.gaps.empty()) {
         m.args.clear();
         m.model.reset();
+        m.model_config.reset();
     }
     return m;
 }
@@ -338,8 +339,29 @@ void choose_metric(const Row& row, bool tflops_are_model, Mapping& m) {
     }
 }
 
-/// Gaps any row can show by its own fields: FP8, context parallelism, MoE, offload, and a model
-/// without a shape.
+/// OpenAI's openai/gpt-oss-120b config.json (huggingface.co/openai/gpt-oss-120b, as published with
+/// the model, August 2025; the quantization_config of its MXFP4 checkpoint left out: the harness
+/// simulates BF16 training). 36 layers, 128 experts of width 2880, 4 per token, 116.8 B parameters.
+const char* const kGptOss120bConfig = R"({
+  "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0, "eos_token_id": 200002,
+  "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096,
+  "initializer_range": 0.02, "intermediate_size": 2880, "max_position_embeddings": 131072, "model_type": "gpt_oss",
+  "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
+  "num_local_experts": 128, "output_router_logits": false, "pad_token_id": 199999, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                   "rope_type": "yarn", "truncate": false},
+  "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+  "tie_word_embeddings": false, "transformers_version": "4.55.0.dev0", "use_cache": true, "vocab_size": 201088
+})";
+
+/// The mixture-of-experts models the harness has a config.json for, by the name rows give them.
+std::optional<std::pair<std::string, Json>> known_moe_config(const std::string& name) {
+    if (name == "GPT-OSS-120B (MoE)") return std::make_pair(std::string("gpt-oss-120b.json"), Json::parse(kGptOss120bConfig));
+    return std::nullopt;
+}
+
+/// Gaps any row can show by its own fields: FP8, context parallelism, MoE (a model the harness
+/// has no config.json for), offload, and a model without a shape.
 void common_gaps(const Row& row, Mapping& m) {
     const Json& d = row.data;
     const Json& par = member_or_null(d, "par");
@@ -347,11 +369,14 @@ void common_gaps(const Row& row, Mapping& m) {
     const std::string prec = text_of(d, "prec");
     if (contains(prec, "fp8") || contains(prec, "float8")) add_gap(m, "FP8", prec);
     if (const auto cp = integer_of(par, "cp"); cp && *cp > 1) add_gap(m, "context parallelism", "cp " + std::to_string(*cp));
-    if (contains(text_of(d, "tag"), "moe") || integer_of(par, "ep").value_or(1) > 1 || contains(text_of(model, "name"), "moe"))
-        add_gap(m, "MoE", text_of(model, "name") + (par.contains("ep") ? ", ep " + text_of(par, "ep") : ""));
+    const bool known_config = known_moe_config(text_of(model, "name")).has_value();
+    if ((contains(text_of(d, "tag"), "moe") || integer_of(par, "ep").value_or(1) > 1 || contains(text_of(model, "name"), "moe")) &&
+        !known_config)
+        add_gap(m, "MoE", text_of(model, "name") + (par.contains("ep") ? ", ep " + text_of(par, "ep") : "") +
+                              ": no config.json for this mixture of experts in the harness");
     if (contains(text_of(par, "shard"), "offload") || contains(text_of(d, "tag"), "offload"))
         add_gap(m, "offload", text_of(par, "shard").empty() ? text_of(d, "tag") : text_of(par, "shard"));
-    if (!has_shape(model))
+    if (!has_shape(model) && !known_config)
         add_gap(m, "unknown model shape",
                 (model.is_object() ? text_of(model, "name") : text_of(d, "model")) + ": layers, hidden size or heads not given");
 }
@@ -405,7 +430,9 @@ ModelShape shape_of(const Row& row, bool llama, std::int64_t seq) {
 /// after the whole backward, not bucketed: --framework megatron-deepspeed says so.
 std::vector<std::string> vtrain_framework_flags() {
     // Megatron-DeepSpeed: DeepSpeed's engine all-reduces gradients after backward (strategies/framework.cpp).
-    return {"--strategy", "ddp", "--framework", "megatron-deepspeed"};
+    // Attention: Megatron-DeepSpeed's unfused path (baddbmm, fused softmax) unless --use-flash-attn,
+    // which vTrain's configs do not name: --attention eager.
+    return {"--strategy", "ddp", "--framework", "megatron-deepspeed", "--attention", "eager"};
 }
 
 /// One vTrain measurement: the CSV's columns.
@@ -509,11 +536,11 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
     m.notes = {"FSDP of optimizer states and gradients (parameters kept after forward) as zero1, the distributed optimizer",
                "stages as the paper cuts them: one layer fewer on the first and the last",
                "the paper's tuned interleaved schedule has no published virtual-stage count: 1F1B",
-               "attention by FlashAttention (recomputes the attention core in backward): --recompute selective",
+               "attention by FlashAttention (the default on H100): its backward recomputes the scores; no other recompute",
                "sequence parallelism not stated: off"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "grand-teton-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
-              "--dp", std::to_string(dp), "--strategy", "zero1", "--schedule", "1f1b", "--recompute", "selective",
+              "--dp", std::to_string(dp), "--strategy", "zero1", "--schedule", "1f1b", "--recompute", "none",
               "--micro-batch", "1", "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     if (!stages.empty()) m.args.insert(m.args.end() - 1, {"--stage-layers", stages});
     return finish(std::move(m));
@@ -552,14 +579,15 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
     m.seq = s.seq;
     m.notes.insert(m.notes.end(),
                    {"DGX Cloud taken as DGX H100 nodes (8 x 400 Gb/s InfiniBand), as the row assumes",
-                    "no activation checkpointing; fused attention recomputes its core in backward: --recompute selective",
+                    "no activation checkpointing (activations_checkpoint_granularity null); Transformer Engine's fused "
+                    "attention is flash attention (the default on H100), whose backward recomputes the scores",
                     "NeMo overlaps gradient reduce-scatter, parameter all-gather and tensor-parallel communication "
                     "(overlap_grad_sync, overlap_param_sync, ub_tp_comm_overlap); the simulator blocks on tensor-parallel "
                     "collectives"});
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--schedule", "interleaved", "--virtual-stages", std::to_string(vp), "--sp",
-              "--strategy", "zero1", "--recompute", "selective", "--micro-batch", std::to_string(mbs),
+              "--strategy", "zero1", "--recompute", "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     return finish(std::move(m));
 }
@@ -572,7 +600,43 @@ Mapping map_opt(const Row& row, const std::string&) {
 
 Mapping map_nemo_performance(const Row& row, const std::string&) { return gaps_only(row, {}); }
 
-Mapping map_megatron_bridge(const Row& row, const std::string&) { return gaps_only(row, {}); }
+/// NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (25.11, DGX-H100): FP8 rows are gaps;
+/// P20 is GPT-OSS-120B, a mixture of experts, in BF16 with expert parallelism, routing
+/// force-balanced (Megatron's --moe-router-force-load-balancing: --expert-imbalance 1, the default).
+Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
+    Mapping m;
+    common_gaps(row, m);
+    choose_metric(row, false, m);
+    const Json& d = row.data;
+    const Json& model = member_or_null(d, "model");
+    const auto config = known_moe_config(text_of(model, "name"));
+    if (!config && m.gaps.empty()) add_gap(m, "no mapping yet", "only the mixtures of experts of this source are mapped");
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const Json& par = member_or_null(d, "par");
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
+                       ep = required_integer(row, par, "ep", "/par");
+    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
+    const std::int64_t seq = required_integer(row, model, "seq", "/model");
+    if (gpus % (tp * pp) != 0 || gpus % 8 != 0)
+        fail_input("GPUs in whole 8-GPU nodes and a multiple of tp × pp", std::to_string(gpus), at(row, "/par"));
+    const std::int64_t dp = gpus / (tp * pp);
+    m.model_config = config;
+    m.gpus = gpus;
+    m.global_batch = gbs;
+    m.seq = static_cast<int>(seq);
+    m.notes = {"dp = GPUs / (tp x pp) = " + std::to_string(dp) + ", the expert-parallel groups inside it (Megatron); the row's "
+               "ga " + text_of(d, "ga") + " does not fit gbs / (dp x mbs) = " + std::to_string(gbs / (dp * mbs)) +
+               ", which the simulation runs",
+               "Megatron's distributed optimizer (Megatron-Bridge's default): zero1; no recompute, flash attention, 1F1B",
+               "routing force-balanced: --expert-imbalance 1"};
+    m.args = {"simulate", "--model", (fs::path(model_dir) / config->first).string(), "--cluster", "dgx-h100",
+              "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
+              "--dp", std::to_string(dp), "--ep", std::to_string(ep), "--strategy", "zero1", "--framework", "megatron",
+              "--schedule", "1f1b", "--recompute", "none", "--micro-batch", std::to_string(mbs),
+              "--global-batch", std::to_string(gbs), "--seq", std::to_string(seq), "--dtype", "bf16", "--json"};
+    return finish(std::move(m));
+}
 
 Mapping map_torchtitan(const Row& row, const std::string&) {
     const Json& d = row.data;
@@ -760,6 +824,17 @@ std::vector<Outcome> run_rows(const std::vector<Row>& rows, const std::string& m
     fs::create_directories(model_dir);
     std::vector<ModelShape> written;
     std::map<std::string, double> flops_per_token;  // model file → train FLOPs per token
+    for (const Outcome& o : outcomes)
+        if (o.mapping.model_config) {
+            const fs::path path = fs::path(model_dir) / o.mapping.model_config->first;
+            const fs::path tmp = path.string() + ".tmp" + std::to_string(getpid());
+            {
+                std::ofstream out(tmp, std::ios::binary);
+                out << o.mapping.model_config->second.dump(2) << '\n';
+                if (!out) fail_input("cannot write " + tmp.string());
+            }
+            fs::rename(tmp, path);
+        }
     for (const Outcome& o : outcomes) {
         if (!o.mapping.model || std::find(written.begin(), written.end(), *o.mapping.model) != written.end()) continue;
         write_model(model_dir, *o.mapping.model);
@@ -777,7 +852,8 @@ std::vector<Outcome> run_rows(const std::vector<Row>& rows, const std::string& m
             if (!o.mapping.representable()) continue;
             const auto t0 = std::chrono::steady_clock::now();
             try {
-                const auto f = flops_per_token.find(model_path(model_dir, *o.mapping.model));
+                const auto f = o.mapping.model ? flops_per_token.find(model_path(model_dir, *o.mapping.model))
+                                               : flops_per_token.end();
                 run_one(o, f == flops_per_token.end() ? 0 : f->second);
             } catch (const std::exception& e) {  // a harness bug must not take the other rows down
                 o.status = Status::failed;

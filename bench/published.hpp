@@ -89,6 +89,9 @@ struct Mapping {
     std::optional<Metric> metric;
     std::int64_t gpus = 0, global_batch = 0;
     int seq = 0;
+    /// A model the harness ships as a HuggingFace config.json (a shape ModelShape cannot say, such
+    /// as a mixture of experts): its file name in model_dir and its contents.
+    std::optional<std::pair<std::string, Json>> model_config;
     std::vector<Gap> gaps;           // sorted by kGapOrder; empty when representable
     std::vector<std::string> notes;  // assumptions the mapping makes, for the report
     bool representable() const { return gaps.empty(); }

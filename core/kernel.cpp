@@ -144,7 +144,11 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                 break;
             case KernelOp::flash:
                 if (inputs) {
-                    out.push_back(flash_kernel(f.batch, f.m, f.n, f.k, f.elem_bytes, true));
+                    // 2.5× the forward's FLOPs, whatever pairs the forward counted (a causal or
+                    // windowed mask skips the same blocks in backward).
+                    Kernel b = flash_kernel(f.batch, f.m, f.n, f.k, f.elem_bytes, true);
+                    b.flops = 2.5 * f.flops;
+                    out.push_back(b);
                 }
                 break;
             case KernelOp::stream:

@@ -1,13 +1,11 @@
-// Model description: presets, JSON readers, parameter counts, and the per-block arithmetic
-// (FLOPs, activation bytes, tensor-parallel traffic) that strategies lay out on devices.
-//
-// Notation below follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
-// Transformer Models"): s sequence, b micro-batch, h hidden, a attention heads, t tensor-parallel
-// size, v vocabulary, l layers. kv = kv_heads · h / a is the key/value width (= h without GQA),
-// f the ffn hidden size (4h for GPT), e the bytes per element of the training dtype.
+// Model description: presets, smolcluster's own model JSON, and the Model interface. The
+// per-block arithmetic of transformers is core/transformer.cpp; HuggingFace config.json files are
+// read by core/hf_config.cpp, one reader per model_type (core/hf/).
 #include "core/model.hpp"
 
 #include "core/cnn_presets.hpp"
+#include "core/hf_config.hpp"
+#include "core/transformer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -36,8 +34,8 @@ TransformerShape gpt2_style(int layers, int hidden, int heads, int max_seq) {
     s.max_seq = max_seq;
     s.tied_embeddings = true;
     s.gated_mlp = false;
-    s.learned_positions = true;
-    s.biases = true;
+    s.positions = Positions::learned;
+    s.qkv_bias = s.attn_out_bias = s.mlp_bias = true;
     s.layer_norm = true;
     return s;
 }
@@ -59,8 +57,8 @@ TransformerShape llama_style(int layers, int hidden, int heads, int kv_heads, in
     s.max_seq = max_seq;
     s.tied_embeddings = false;
     s.gated_mlp = true;
-    s.learned_positions = false;
-    s.biases = false;
+    s.positions = Positions::rope;
+    s.qkv_bias = s.attn_out_bias = s.mlp_bias = false;
     s.layer_norm = false;
     return s;
 }
@@ -89,279 +87,6 @@ std::string join(const std::vector<std::string>& names) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parameter counts.
-
-std::int64_t norm_params(const TransformerShape& m) { return m.layer_norm ? 2LL * m.hidden : m.hidden; }
-std::int64_t kv_dim(const TransformerShape& m) {
-    return static_cast<std::int64_t>(m.kv_heads) * (m.hidden / m.heads);
-}
-std::int64_t ffn_matrices(const TransformerShape& m) { return m.gated_mlp ? 3 : 2; }
-
-/// Parameters of one transformer layer held by one of `t` tensor-parallel ranks. Megatron splits
-/// the QKV and first MLP matrices by columns (with their biases) and the attention output and
-/// second MLP matrices by rows; the row-parallel biases and the norms are replicated.
-std::int64_t layer_params_per_rank(const TransformerShape& m, std::int64_t t) {
-    const std::int64_t h = m.hidden, f = m.ffn_hidden, kv = kv_dim(m);
-    const std::int64_t qkv_out = h + 2 * kv;
-    std::int64_t split = qkv_out * h + h * h + ffn_matrices(m) * h * f;  // weights
-    std::int64_t replicated = 2 * norm_params(m);
-    if (m.biases) {
-        split += qkv_out + (ffn_matrices(m) - 1) * f;  // column-parallel biases
-        replicated += 2 * h;                            // attention output and MLP down biases
-    }
-    return split / t + replicated;
-}
-
-/// Megatron pads the vocabulary so the vocab-parallel embedding and head split evenly
-/// (--make-vocab-size-divisible-by, default 128 × t). We pad only to a multiple of t: at t = 1
-/// the published vocabulary, parameter counts and FLOP formulas stay exact, and the extra rows
-/// (under t per rank) are negligible.
-std::int64_t padded_vocab(const TransformerShape& m, std::int64_t t) { return (m.vocab + t - 1) / t * t; }
-
-// ---------------------------------------------------------------------------------------------
-// Blocks.
-
-/// Everything the per-block formulas need, in int64 to keep s²·a·b products exact.
-struct Dims {
-    std::int64_t b, s, h, a, kv, f, v, t;  // v: padded vocabulary
-    bool sp;
-    std::int64_t e;  // bytes per element
-    Recompute recompute;
-    /// Tensors outside the tensor-parallel regions (norm inputs, residual stream, dropout masks
-    /// after the row-parallel layers) are replicated on all t ranks unless sequence parallelism
-    /// splits them along s (Korthikanti §4.2.2).
-    std::int64_t rep(std::int64_t bytes) const { return sp ? bytes / t : bytes; }
-};
-
-Flops gemm_flops(double m, double n, double k) { return Flops(2.0 * m * n * k); }
-
-Block embedding_block(const TransformerShape& m, const Dims& d) {
-    const std::int64_t sbh = d.s * d.b * d.h;
-    Block blk;
-    blk.kind = Block::Kind::embedding;
-    blk.index = 0;
-    // Vocab-parallel token table; the position table (GPT-2) is replicated on every rank.
-    blk.params = d.v / d.t * d.h + (m.learned_positions ? static_cast<std::int64_t>(m.max_seq) * d.h : 0);
-    // A gather (and a position add): no GEMM, so no FLOPs are counted, as in Narayanan et al.
-    blk.fwd = Flops(0);
-    blk.bwd = Flops(0);
-    blk.recompute = Flops(0);
-    // Saved for backward: only the embedding dropout mask, 1 byte per element (Korthikanti §4.3).
-    blk.activations = Bytes(d.rep(sbh));
-    blk.output = Bytes(d.rep(sbh * d.e));
-    // Gather (read the rows, write sbh), the position add (read 2, write 1) and dropout (read,
-    // write, a 1-byte mask), on the sequence shard with sp.
-    blk.fwd_kernels.push_back(stream_kernel(KernelName::embedding, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
-    if (m.learned_positions)
-        blk.fwd_kernels.push_back(stream_kernel(KernelName::embedding, KernelClass::elementwise, d.rep(3 * sbh * d.e)));
-    blk.fwd_kernels.push_back(stream_kernel(KernelName::bias_dropout_residual, KernelClass::elementwise, d.rep(2 * sbh * d.e + sbh)));
-    // The vocab-parallel embedding sums partial lookups: one all-reduce (reduce-scatter with sp).
-    blk.tp_collectives_fwd = d.t > 1 ? 1 : 0;
-    blk.tp_bytes_per_collective = Bytes(sbh * d.e);
-    return blk;
-}
-
-/// Forward FLOPs of one transformer layer on one rank: the GEMMs, 2mnk each (Narayanan et al.
-/// 2021 §5.1). With kv = h and f = 4h this is (24·b·s·h² + 4·b·s²·h) / t.
-Flops layer_fwd_flops(const Dims& d, std::int64_t mlp_matrices) {
-    const double bs = static_cast<double>(d.b * d.s);
-    Flops f = gemm_flops(bs, d.h + 2.0 * d.kv, d.h);                        // QKV projection
-    f += gemm_flops(static_cast<double>(d.b * d.a) * d.s, d.s, d.h / d.a) * 2;  // scores and attention·V
-    f += gemm_flops(bs, d.h, d.h);                                          // attention output
-    f += gemm_flops(bs, d.f, d.h) * static_cast<double>(mlp_matrices);      // MLP
-    return f / static_cast<double>(d.t);
-}
-
-/// The attention core (QKᵀ and attention·V), what selective recompute redoes: 4·b·s²·h / t.
-Flops attention_core_flops(const Dims& d) {
-    return Flops(4.0 * static_cast<double>(d.b) * d.s * d.s * d.h / static_cast<double>(d.t));
-}
-
-/// Bytes saved for backward by one layer on one rank, built from Korthikanti et al. 2022 §4.1
-/// term by term (their 16-bit figures in parentheses). e-byte tensors scale with the dtype;
-/// dropout masks stay 1 byte per element.
-///   Attention (11sbh + 5as²b):
-///     QKV input, the norm output        sbh·e  (2sbh)   replicated without sp
-///     Q and K for QKᵀ                   s·b·(h + kv)·e  (4sbh)   split by t
-///     softmax output                    a·s²·b·e  (2as²b)        split
-///     softmax dropout mask              a·s²·b    (as²b)         split
-///     dropout output, for attention·V   a·s²·b·e  (2as²b)        split
-///     V                                 s·b·kv·e  (2sbh)         split
-///     output projection input           sbh·e  (2sbh)            split
-///     attention dropout mask            sbh       (sbh)          replicated without sp
-///   MLP (19sbh with f = 4h):
-///     first linear input                sbh·e  (2sbh)            replicated without sp
-///     activation input and output       2·s·b·f·e  (16sbh)       split
-///       gated (SwiGLU): gate, up and their product: 3·s·b·f·e
-///     dropout mask                      sbh       (sbh)          replicated without sp
-///   Two norm inputs                     2·sbh·e  (4sbh)          replicated without sp
-/// Sum in 16-bit, kv = h, f = 4h: sbh(34 + 5as/h); with t and no sp: sbh(10 + 24/t + 5as/(ht));
-/// with sp: sbh(34 + 5as/h)/t (Korthikanti Table 2). GQA shrinks only the K and V terms; a gated
-/// MLP keeps one more f-wide tensor. Dropout masks are counted as in Megatron's GPT defaults
-/// for every model, including Llama shapes.
-/// Selective recompute drops the as²b terms (they are rebuilt from Q, K, V); full recompute
-/// keeps only the layer input, sbh·e (/t with sp).
-Bytes layer_activations(const Dims& d, std::int64_t mlp_matrices) {
-    const std::int64_t sb = d.s * d.b, sbh = sb * d.h, e = d.e, t = d.t;
-    if (d.recompute == Recompute::full) return Bytes(d.rep(sbh * e));
-    std::int64_t bytes = 0;
-    bytes += d.rep(sbh * e);                      // QKV input
-    bytes += sb * (d.h + d.kv) * e / t;           // Q, K
-    bytes += sb * d.kv * e / t;                   // V
-    bytes += sbh * e / t;                         // output projection input
-    bytes += d.rep(sbh);                          // attention dropout mask
-    if (d.recompute != Recompute::selective) {
-        const std::int64_t as2b = d.a * d.s * d.s * d.b;
-        bytes += (2 * as2b * e + as2b) / t;       // softmax output, mask, dropout output
-    }
-    bytes += d.rep(sbh * e);                      // MLP input
-    bytes += (mlp_matrices == 3 ? 3 : 2) * sb * d.f * e / t;  // activation function tensors
-    bytes += d.rep(sbh);                          // MLP dropout mask
-    bytes += d.rep(2 * sbh * e);                  // two norm inputs
-    return Bytes(bytes);
-}
-
-/// The attention core of one layer on one rank, as Megatron-LM's eager path runs it
-/// (megatron/core/transformer/dot_product_attention.py): the scores Q·Kᵀ as one batched GEMM
-/// over the b·a/t heads (baddbmm), the fused scale-mask-softmax, attention dropout (read, write,
-/// a 1-byte mask), the context P·V as a batched GEMM, and the permute of the context back to
-/// [s, b, h/t] (a copy). Grouped-query attention repeats K and V per head, so the GEMMs are per
-/// query head.
-std::vector<Kernel> attention_core_kernels(const Dims& d) {
-    const std::int64_t hd = d.h / d.a, heads = d.b * d.a / d.t, e = d.e;
-    return {gemm_kernel(KernelName::scores, KernelClass::attention, d.s, d.s, hd, heads, static_cast<int>(e), false),
-            softmax_kernel(heads * d.s, d.s, static_cast<int>(e)),
-            stream_kernel(KernelName::softmax, KernelClass::attention, heads * d.s * d.s * (2 * e + 1)),
-            gemm_kernel(KernelName::context, KernelClass::attention, d.s, hd, d.s, heads, static_cast<int>(e), false),
-            stream_kernel(KernelName::context, KernelClass::attention, 2 * d.s * d.b * d.h / d.t * e)};
-}
-
-/// The forward kernels of one transformer layer on one tensor-parallel rank, in launch order
-/// (Megatron-LM's TransformerLayer): norm, QKV projection (column-parallel, its bias added by a
-/// separate kernel as ColumnParallelLinear does), rotary embedding on Q and K (RoPE models), the
-/// attention core, the output projection (row-parallel), fused bias-dropout-add, norm, the MLP's
-/// up projection (one GEMM for gate and up with SwiGLU), fused bias-activation, down projection,
-/// bias-dropout-add. GEMMs cover b·s tokens (the all-gathered sequence with sp); norms and the
-/// residual kernels run on the sequence shard with sp.
-std::vector<Kernel> layer_kernels(const TransformerShape& m, const Dims& d, std::int64_t mlp_matrices) {
-    const std::int64_t tok = d.b * d.s, e = d.e, ei = d.e;
-    const int eb = static_cast<int>(e);
-    const std::int64_t qkv = (d.h + 2 * d.kv) / d.t, up = (mlp_matrices - 1) * d.f / d.t, f_rank = d.f / d.t;
-    std::vector<Kernel> k;
-    const Kernel norm = stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * tok * d.h * e));
-    // Bias-dropout-add: read the projection output, the residual, write the sum, a 1-byte mask.
-    const Kernel residual = stream_kernel(KernelName::bias_dropout_residual, KernelClass::elementwise,
-                                          d.rep(3 * tok * d.h * e + tok * d.h));
-    k.push_back(norm);
-    k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, qkv, d.h, 1, eb, true));
-    if (m.biases) k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * qkv * e));
-    if (!m.learned_positions)  // RoPE rewrites Q and K
-        k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * (d.h + d.kv) / d.t * e));
-    for (const Kernel& a : attention_core_kernels(d)) k.push_back(a);
-    k.push_back(gemm_kernel(KernelName::attn_proj, KernelClass::gemm, tok, d.h, d.h / d.t, 1, eb, true));
-    k.push_back(residual);
-    k.push_back(norm);
-    k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, tok, up, d.h, 1, eb, true));
-    // Bias + activation (GeLU: read f, write f; SwiGLU: read gate and up, write f).
-    k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + f_rank) * tok * ei));
-    k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, tok, d.h, f_rank, 1, eb, true));
-    k.push_back(residual);
-    return k;
-}
-
-Block layer_block(const TransformerShape& m, const Dims& d, int index) {
-    const std::int64_t mats = ffn_matrices(m);
-    const std::int64_t sbh = d.s * d.b * d.h;
-    Block blk;
-    blk.kind = Block::Kind::transformer;
-    blk.index = index;
-    blk.params = layer_params_per_rank(m, d.t);
-    blk.fwd = layer_fwd_flops(d, mats);
-    blk.bwd = blk.fwd * 2.0;
-    switch (d.recompute) {
-    case Recompute::none: blk.recompute = Flops(0); break;
-    case Recompute::selective: blk.recompute = attention_core_flops(d); break;
-    case Recompute::full: blk.recompute = blk.fwd; break;
-    }
-    blk.activations = layer_activations(d, mats);
-    blk.output = Bytes(d.rep(sbh * d.e));
-    blk.fwd_kernels = layer_kernels(m, d, mats);
-    switch (d.recompute) {
-    case Recompute::none: break;
-    case Recompute::selective: blk.recompute_kernels = attention_core_kernels(d); break;
-    case Recompute::full: blk.recompute_kernels = blk.fwd_kernels; break;
-    }
-    // Megatron's f/g operators: one all-reduce after attention and one after the MLP (each a
-    // reduce-scatter + all-gather pair with sp), over the full b·s·h tensor.
-    blk.tp_collectives_fwd = d.t > 1 ? 2 : 0;
-    blk.tp_bytes_per_collective = Bytes(sbh * d.e);
-    return blk;
-}
-
-Block head_block(const TransformerShape& m, const Dims& d, int index) {
-    const std::int64_t sb = d.s * d.b, sbh = sb * d.h;
-    const std::int64_t v_rank = d.v / d.t;  // vocab columns on this rank
-    Block blk;
-    blk.kind = Block::Kind::head;
-    blk.index = index;
-    // With tied embeddings the projection is the embedding table, counted there once. A pipeline
-    // strategy that puts the head on another stage than the embedding holds a copy of it there
-    // (and all-reduces its gradient), as Megatron does.
-    blk.params = norm_params(m) + (m.tied_embeddings ? 0 : v_rank * d.h);
-    blk.fwd = gemm_flops(static_cast<double>(sb), static_cast<double>(v_rank), static_cast<double>(d.h));
-    blk.bwd = blk.fwd * 2.0;
-    blk.recompute = Flops(0);  // the head is outside the recomputed layers
-    // Korthikanti §4.3: the final norm input and the projection input (sbh·e each, replicated
-    // without sp) and the logits kept in fp32 for the cross-entropy (4·s·b·v/t bytes).
-    blk.activations = Bytes(d.rep(2 * sbh * d.e) + 4 * sb * v_rank);
-    blk.output = Bytes(4 * sb);  // per-token losses, fp32
-    // Final norm, the logits GEMM (column-parallel over the vocabulary), then Megatron's
-    // vocab-parallel cross-entropy on `output.float()`: the cast (read e, write 4 bytes per
-    // logit), then max, exp-sum and the normalised probabilities kept for backward (read the fp32
-    // logits three times, write them once: 16 bytes per logit).
-    blk.fwd_kernels = {stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)),
-                       gemm_kernel(KernelName::logits, KernelClass::gemm, sb, v_rank, d.h, 1, static_cast<int>(d.e), true),
-                       stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * (d.e + 4)),
-                       stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * 16)};
-    // The column-parallel projection's input needs one collective per pass over b·s·h: its
-    // gradient is all-reduced in backward (all-gathered input in forward with sp). The forward
-    // cross-entropy reductions (max, sum of exponentials, target logit: 3 × b·s fp32) are tiny
-    // and folded into this one.
-    blk.tp_collectives_fwd = d.t > 1 ? 1 : 0;
-    blk.tp_bytes_per_collective = Bytes(sbh * d.e);
-    return blk;
-}
-
-void check_tp(const std::string& name, const TransformerShape& m, int tp) {
-    const std::string t = "tp " + std::to_string(tp);
-    if (tp < 1) fail_input("tensor-parallel size must be at least 1, got " + std::to_string(tp));
-    if (m.heads % tp != 0)
-        fail_input(t + " does not divide the " + std::to_string(m.heads) + " attention heads of " + name);
-    if (m.kv_heads % tp != 0)
-        fail_input(t + " does not divide the " + std::to_string(m.kv_heads) + " key-value heads of " + name);
-    if (m.ffn_hidden % tp != 0)
-        fail_input(t + " does not divide the ffn hidden size " + std::to_string(m.ffn_hidden) + " of " + name);
-}
-
-void check_shape(const std::string& name, const TransformerShape& m) {
-    const std::pair<const char*, int> sizes[] = {{"layers", m.layers},         {"hidden", m.hidden},
-                                                 {"heads", m.heads},           {"kv_heads", m.kv_heads},
-                                                 {"ffn_hidden", m.ffn_hidden}, {"vocab", m.vocab},
-                                                 {"seq", m.max_seq}};
-    for (const auto& [what, n] : sizes) {
-        if (n < 1) fail_input("a positive " + std::string(what), std::to_string(n), {name, "", ""});
-    }
-    if (m.hidden % m.heads != 0)
-        fail_input("hidden size " + std::to_string(m.hidden) + " is not a multiple of the " +
-                       std::to_string(m.heads) + " attention heads",
-                   {name, "", ""});
-    if (m.heads % m.kv_heads != 0)
-        fail_input("the " + std::to_string(m.heads) + " attention heads are not a multiple of the " +
-                       std::to_string(m.kv_heads) + " key-value heads",
-                   {name, "", ""});
-}
-
-// ---------------------------------------------------------------------------------------------
 // JSON readers.
 
 int positive_int(const JsonView& j, const std::string& key) {
@@ -370,27 +95,103 @@ int positive_int(const JsonView& j, const std::string& key) {
     return static_cast<int>(n);
 }
 
+int non_negative_int(const JsonView& j, const std::string& key, int fallback) {
+    if (!j.has(key)) return fallback;
+    const std::int64_t n = j.integer(key);
+    if (n < 0 || n > std::numeric_limits<int>::max()) j.fail_member(key, "a non-negative size below 2^31", std::to_string(n));
+    return static_cast<int>(n);
+}
+
+/// A sorted list of layer indices ("dense_layers": [0, 1, 2]).
+std::vector<int> layer_list_of(const JsonView& j, const std::string& key) {
+    std::vector<int> out;
+    if (!j.has(key)) return out;
+    const JsonView list = j.at(key);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+        const Json& v = list.at(i).raw();
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0) list.at(i).fail("a layer index (an integer ≥ 0)", describe_json(v));
+        out.push_back(static_cast<int>(v.get<std::int64_t>()));
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+template <class E, std::size_t N>
+E choice(const JsonView& j, const std::string& key, const std::string& fallback, const std::pair<const char*, E> (&names)[N]) {
+    const std::string text = j.string_or(key, fallback);
+    std::string list;
+    for (const auto& [n, v] : names) {
+        if (text == n) return v;
+        list += std::string(list.empty() ? "" : " or ") + "\"" + n + "\"";
+    }
+    j.fail_member(key, list, describe_json(j.raw()[key]));
+}
+
+/// smolcluster's own transformer JSON (README "Models"): the GPT-2 / Llama shape in a handful
+/// of numbers, plus what current models need (head_dim, biases by projection, norms, positions,
+/// sliding windows, experts, latent attention, T5's encoder layers).
 Model own_transformer(const JsonView& j, const std::string& name) {
-    j.expect_only({"kind", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq",
-                   "tied_embeddings", "gated_mlp", "biases", "norm", "positions"});
+    j.expect_only({"kind", "name", "layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "ffn_hidden",
+                   "vocab", "seq", "max_seq", "tied_embeddings", "gated_mlp", "biases", "qkv_bias", "attn_out_bias",
+                   "mlp_bias", "norm", "norms_per_layer", "qk_norm", "embedding_norm", "final_norm", "positions",
+                   "position_offset", "relative_attention_buckets", "parallel_residual", "attention_sinks",
+                   "sliding_window", "full_attention_layers", "encoder_layers", "moe", "mla"});
     TransformerShape m;
     m.layers = positive_int(j, "layers");
     m.hidden = positive_int(j, "hidden");
     m.heads = positive_int(j, "heads");
     m.kv_heads = j.has("kv_heads") ? positive_int(j, "kv_heads") : m.heads;
+    m.head_dim = non_negative_int(j, "head_dim", 0);
+    m.v_head_dim = non_negative_int(j, "v_head_dim", 0);
     m.ffn_hidden = j.has("ffn_hidden") ? positive_int(j, "ffn_hidden") : 4 * m.hidden;
     m.vocab = positive_int(j, "vocab");
-    m.max_seq = positive_int(j, "seq");
+    // "seq" is the training length; "max_seq" the positions the model knows (default: seq).
+    m.train_seq = positive_int(j, "seq");
+    m.max_seq = j.has("max_seq") ? positive_int(j, "max_seq") : m.train_seq;
+    if (m.train_seq > m.max_seq) j.fail_member("seq", "at most max_seq " + std::to_string(m.max_seq), std::to_string(m.train_seq));
     m.tied_embeddings = j.boolean_or("tied_embeddings", true);
     m.gated_mlp = j.boolean_or("gated_mlp", false);
-    m.biases = j.boolean_or("biases", true);
-    const std::string norm = j.string_or("norm", "layernorm");
-    if (norm != "layernorm" && norm != "rmsnorm") j.fail_member("norm", "\"layernorm\" or \"rmsnorm\"", describe_json(j.raw()["norm"]));
-    m.layer_norm = norm == "layernorm";
-    const std::string positions = j.string_or("positions", "learned");
-    if (positions != "learned" && positions != "rope")
-        j.fail_member("positions", "\"learned\" or \"rope\"", describe_json(j.raw()["positions"]));
-    m.learned_positions = positions == "learned";
+    const bool biases = j.boolean_or("biases", true);
+    m.qkv_bias = j.boolean_or("qkv_bias", biases);
+    m.attn_out_bias = j.boolean_or("attn_out_bias", biases);
+    m.mlp_bias = j.boolean_or("mlp_bias", biases);
+    static const std::pair<const char*, bool> norms[] = {{"layernorm", true}, {"rmsnorm", false}};
+    m.layer_norm = choice(j, "norm", "layernorm", norms);
+    m.norms_per_layer = j.has("norms_per_layer") ? positive_int(j, "norms_per_layer") : 2;
+    m.qk_norm = j.boolean_or("qk_norm", false);
+    m.embedding_norm = j.boolean_or("embedding_norm", false);
+    m.final_norm = j.boolean_or("final_norm", true);
+    static const std::pair<const char*, Positions> positions[] = {
+        {"learned", Positions::learned}, {"rope", Positions::rope}, {"alibi", Positions::alibi}, {"relative", Positions::relative}};
+    m.positions = choice(j, "positions", "learned", positions);
+    m.position_offset = non_negative_int(j, "position_offset", 0);
+    m.relative_attention_buckets = non_negative_int(j, "relative_attention_buckets", 0);
+    m.parallel_residual = j.boolean_or("parallel_residual", false);
+    m.attention_sinks = j.boolean_or("attention_sinks", false);
+    m.sliding_window = non_negative_int(j, "sliding_window", 0);
+    m.full_attention_layers = layer_list_of(j, "full_attention_layers");
+    m.encoder_layers = non_negative_int(j, "encoder_layers", 0);
+    if (const auto moe = j.find("moe")) {
+        moe->expect_only({"experts", "top_k", "ffn_hidden", "shared_experts", "shared_ffn_hidden", "shared_expert_gate",
+                          "router_bias", "expert_biases", "dense_layers"});
+        m.moe.experts = positive_int(*moe, "experts");
+        m.moe.top_k = non_negative_int(*moe, "top_k", 0);
+        m.moe.ffn_hidden = positive_int(*moe, "ffn_hidden");
+        m.moe.shared_experts = non_negative_int(*moe, "shared_experts", 0);
+        m.moe.shared_ffn_hidden = non_negative_int(*moe, "shared_ffn_hidden", m.moe.shared_experts > 0 ? m.moe.ffn_hidden : 0);
+        m.moe.shared_expert_gate = moe->boolean_or("shared_expert_gate", false);
+        m.moe.router_bias = moe->boolean_or("router_bias", false);
+        m.moe.expert_biases = moe->boolean_or("expert_biases", false);
+        m.moe.dense_layers = layer_list_of(*moe, "dense_layers");
+        if (m.moe.top_k == 0) moe->fail("a top_k with the experts (how many experts each token goes to)", "none");
+    }
+    if (const auto mla = j.find("mla")) {
+        mla->expect_only({"q_lora_rank", "kv_lora_rank", "rope_head_dim"});
+        m.mla.q_lora_rank = non_negative_int(*mla, "q_lora_rank", 0);
+        m.mla.kv_lora_rank = positive_int(*mla, "kv_lora_rank");
+        m.mla.rope_head_dim = positive_int(*mla, "rope_head_dim");
+    }
     try {
         return Model::transformer(j.string_or("name", name), m);
     } catch (const Error& e) {
@@ -429,55 +230,6 @@ Model own_layer_list(const JsonView& j, const std::string& name) {
     return Model::layer_list(j.string_or("name", name), std::move(layers), static_cast<int>(input));
 }
 
-/// HuggingFace GPT-2 config.json (transformers.GPT2Config). Other keys are ignored.
-Model hf_gpt2(const JsonView& j, const std::string& name) {
-    TransformerShape m;
-    m.layers = positive_int(j, "n_layer");
-    m.hidden = positive_int(j, "n_embd");
-    m.heads = positive_int(j, "n_head");
-    m.kv_heads = m.heads;
-    // n_inner: null or absent means 4 · n_embd (GPT2Config's documented default).
-    m.ffn_hidden = j.has("n_inner") && !j.raw()["n_inner"].is_null() ? positive_int(j, "n_inner") : 4 * m.hidden;
-    m.vocab = positive_int(j, "vocab_size");
-    m.max_seq = positive_int(j, "n_positions");
-    m.tied_embeddings = j.boolean_or("tie_word_embeddings", true);
-    m.gated_mlp = false;
-    m.learned_positions = true;
-    m.biases = true;
-    m.layer_norm = true;
-    try {
-        return Model::transformer(name, m);
-    } catch (const Error& e) {
-        throw e.with_context(j.context());
-    }
-}
-
-/// HuggingFace Llama config.json (transformers.LlamaConfig; Mistral and others share the keys).
-/// attention_bias / mlp_bias are not modelled: Llama has neither.
-Model hf_llama(const JsonView& j, const std::string& name) {
-    TransformerShape m;
-    m.layers = positive_int(j, "num_hidden_layers");
-    m.hidden = positive_int(j, "hidden_size");
-    m.heads = positive_int(j, "num_attention_heads");
-    // Absent or null: no grouped-query attention (LlamaConfig's default).
-    m.kv_heads = j.has("num_key_value_heads") && !j.raw()["num_key_value_heads"].is_null()
-                     ? positive_int(j, "num_key_value_heads")
-                     : m.heads;
-    m.ffn_hidden = positive_int(j, "intermediate_size");
-    m.vocab = positive_int(j, "vocab_size");
-    m.max_seq = positive_int(j, "max_position_embeddings");
-    m.tied_embeddings = j.boolean_or("tie_word_embeddings", false);
-    m.gated_mlp = true;
-    m.learned_positions = false;
-    m.biases = false;
-    m.layer_norm = false;
-    try {
-        return Model::transformer(name, m);
-    } catch (const Error& e) {
-        throw e.with_context(j.context());
-    }
-}
-
 }  // namespace
 
 int dtype_bytes(DType d) { return d == DType::fp32 ? 4 : 2; }
@@ -514,8 +266,37 @@ Recompute parse_recompute(const std::string& text, const ErrorContext& where) {
     fail_input("none, selective or full", "\"" + text + "\"", where);
 }
 
+const char* to_string(Positions p) {
+    switch (p) {
+    case Positions::learned: return "learned";
+    case Positions::rope: return "rope";
+    case Positions::alibi: return "alibi";
+    case Positions::relative: return "relative";
+    }
+    return "?";
+}
+
+const char* to_string(Attention a) { return a == Attention::flash ? "flash" : "eager"; }
+
+Attention parse_attention(const std::string& text, const ErrorContext& where) {
+    if (text == "flash") return Attention::flash;
+    if (text == "eager") return Attention::eager;
+    fail_input("flash or eager", "\"" + text + "\"", where);
+}
+
+bool TransformerShape::moe_layer(int i) const {
+    return moe.experts > 0 && !std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), i);
+}
+
+int TransformerShape::attended_keys(int i, int s) const {
+    const bool windowed = sliding_window > 0 && !std::binary_search(full_attention_layers.begin(), full_attention_layers.end(), i);
+    return windowed ? std::min(s, sliding_window) : s;
+}
+
 Model Model::transformer(std::string name, TransformerShape shape) {
-    check_shape(name, shape);
+    std::sort(shape.moe.dense_layers.begin(), shape.moe.dense_layers.end());
+    std::sort(shape.full_attention_layers.begin(), shape.full_attention_layers.end());
+    detail::check_transformer_shape(name, shape);
     Model m;
     m.name_ = std::move(name);
     m.transformer_ = shape;
@@ -531,6 +312,12 @@ Model Model::layer_list(std::string name, std::vector<LayerSpec> layers, int inp
     return m;
 }
 
+Model Model::with_notes(std::string seq_note, std::vector<std::string> warnings) && {
+    seq_note_ = std::move(seq_note);
+    warnings_ = std::move(warnings);
+    return std::move(*this);
+}
+
 const TransformerShape& Model::shape() const {
     if (!transformer_) throw Error(ErrorKind::internal, "model " + name_ + " is a layer list, not a transformer");
     return *transformer_;
@@ -542,17 +329,20 @@ std::int64_t Model::parameters() const {
         for (const auto& l : layers_) n += l.params;
         return n;
     }
-    const TransformerShape& m = *transformer_;
-    const std::int64_t h = m.hidden;
-    std::int64_t n = static_cast<std::int64_t>(m.vocab) * h;              // token embedding
-    if (m.learned_positions) n += static_cast<std::int64_t>(m.max_seq) * h;  // position table
-    n += m.layers * layer_params_per_rank(m, 1);
-    n += norm_params(m);                                                  // final norm
-    if (!m.tied_embeddings) n += static_cast<std::int64_t>(m.vocab) * h;  // output projection
-    return n;
+    return detail::transformer_parameters(*transformer_, false);
 }
 
-int Model::default_seq() const { return transformer_ ? transformer_->max_seq : 1; }
+std::int64_t Model::active_parameters() const {
+    return transformer_ ? detail::transformer_parameters(*transformer_, true) : parameters();
+}
+
+std::int64_t Model::tied_table_params(int tp) const {
+    if (!transformer_ || !transformer_->tied_embeddings) return 0;
+    const std::int64_t t = std::max(1, tp);
+    return (transformer_->vocab + t - 1) / t * transformer_->hidden;
+}
+
+int Model::default_seq() const { return transformer_ ? transformer_->default_seq() : 1; }
 
 std::vector<Block> Model::blocks(const Workload& w) const {
     if (w.micro_batch < 1) fail_input("micro-batch must be at least 1, got " + std::to_string(w.micro_batch));
@@ -605,30 +395,7 @@ std::vector<Block> Model::blocks(const Workload& w) const {
         return out;
     }
 
-    const TransformerShape& m = *transformer_;
-    check_tp(name_, m, w.tp);
-    const int seq = w.seq == 0 ? m.max_seq : w.seq;
-    if (m.learned_positions && seq > m.max_seq)
-        fail_input("sequence length " + std::to_string(seq) + " exceeds the " + std::to_string(m.max_seq) +
-                   " learned positions of " + name_);
-    Dims d{};
-    d.b = w.micro_batch;
-    d.s = seq;
-    d.h = m.hidden;
-    d.a = m.heads;
-    d.kv = kv_dim(m);
-    d.f = m.ffn_hidden;
-    d.t = w.tp;
-    d.v = padded_vocab(m, d.t);
-    d.sp = w.sequence_parallel && w.tp > 1;
-    d.e = e;
-    d.recompute = w.recompute;
-
-    out.reserve(static_cast<std::size_t>(m.layers) + 2);
-    out.push_back(embedding_block(m, d));
-    for (int i = 0; i < m.layers; ++i) out.push_back(layer_block(m, d, i + 1));
-    out.push_back(head_block(m, d, m.layers + 1));
-    return out;
+    return detail::transformer_blocks(name_, *transformer_, w);
 }
 
 Flops Model::flops_per_iteration(std::int64_t global_batch, int seq, Recompute r) const {
@@ -668,11 +435,7 @@ Model model_from_json(const JsonView& json, const std::string& name) {
         if (kind == "layers") return own_layer_list(json, name);
         json.fail_member("kind", "\"transformer\" or \"layers\"", describe_json(json.raw()["kind"]));
     }
-    if (json.has("n_layer") || json.has("n_embd")) return hf_gpt2(json, name);
-    if (json.has("num_hidden_layers") || json.has("hidden_size")) return hf_llama(json, name);
-    json.fail("smolcluster's model JSON (with \"kind\") or a HuggingFace config.json with GPT-2 keys "
-              "(n_layer, n_embd, …) or Llama keys (num_hidden_layers, hidden_size, …)",
-              "an object with neither");
+    return model_from_hf_config(json, name);
 }
 
 Model load_model(const std::string& spec) {

@@ -1,7 +1,9 @@
 // The model description: what a strategy needs to know about a network to lay it out on devices.
 //
-// A model is either a transformer (GPT-2 or Llama shape, generated from a handful of numbers) or
-// a list of layers (CNN / MLP, with parameters, FLOPs and activation sizes given per sample).
+// A model is either a transformer (generated from the numbers of a config.json: GPT-2, Llama,
+// mixtures of experts, DeepSeek's latent attention, T5's encoder–decoder) or a list of layers
+// (CNN / MLP, with parameters, FLOPs and activation sizes given per sample). HuggingFace
+// config.json files are read by core/hf_config.hpp, one reader per model_type.
 // Both are turned into a list of Blocks for a given Workload (micro-batch, sequence length,
 // tensor parallelism, recompute, dtype): the unit a strategy places on a device, in order.
 //
@@ -9,7 +11,9 @@
 //  * FLOPs: every GEMM of m×k by k×n costs 2mnk; backward costs twice forward (Narayanan et al.
 //    2021, §5.1). For a GPT layer that gives 24·b·s·h² + 4·b·s²·h forward.
 //  * Activation bytes saved for backward: Korthikanti et al. 2022, Table 2 and §4, built from
-//    its per-tensor terms (see model.cpp): s·b·h·(34 + 5·a·s/h) in 16-bit without parallelism.
+//    its per-tensor terms (see model.cpp): s·b·h·(34 + 5·a·s/h) in 16-bit without parallelism
+//    with eager attention; FlashAttention (Dao 2023) keeps no s² term, only its output and the
+//    log-sum-exp per query and head.
 #pragma once
 
 #include <cstdint>
@@ -32,20 +36,80 @@ enum class Recompute { none, selective, full };
 const char* to_string(Recompute r);
 Recompute parse_recompute(const std::string& text, const ErrorContext& where);
 
-/// A GPT-2 or Llama-style decoder-only transformer.
+/// How a transformer knows where a token is: a learned table (GPT-2, OPT), rotary embeddings
+/// (Llama and most current models), ALiBi biases (BLOOM) or T5's bucketed relative bias.
+enum class Positions : std::uint8_t { learned, rope, alibi, relative };
+const char* to_string(Positions p);
+
+/// Mixture of experts (Shazeer et al. 2017, GShard: Lepikhin et al. 2020): in an MoE layer a
+/// router sends each token to `top_k` of `experts` feed-forward networks; `shared_experts` see
+/// every token (DeepSeekMoE, Qwen-MoE). `experts` = 0: a dense model.
+struct MoeShape {
+    int experts = 0;                 // routed experts E
+    int top_k = 0;                   // experts per token K
+    int ffn_hidden = 0;              // each routed expert's ffn width
+    int shared_experts = 0;          // experts every token goes through
+    int shared_ffn_hidden = 0;       // the ffn width of one shared expert
+    bool shared_expert_gate = false; // Qwen2-MoE: sigmoid(Linear(h → 1)) scales the shared experts
+    bool router_bias = false;        // GPT-OSS's router has a bias
+    bool expert_biases = false;      // GPT-OSS's experts have biases on both projections
+    std::vector<int> dense_layers;   // layers (0-based, sorted) that keep the dense MLP
+    bool operator==(const MoeShape&) const = default;
+};
+
+/// DeepSeek-V2/V3 multi-head latent attention (DeepSeek-AI 2024, §2.1): queries and keys/values
+/// through low-rank bottlenecks; each query/key head is `head_dim` = nope + rope wide, of which
+/// `rope_head_dim` carries RoPE and is shared by all heads for the keys. kv_lora_rank 0: not MLA.
+struct MlaShape {
+    int q_lora_rank = 0;             // 0: queries projected straight from the hidden state
+    int kv_lora_rank = 0;
+    int rope_head_dim = 0;
+    bool operator==(const MlaShape&) const = default;
+};
+
+/// A decoder-only transformer (or, with `encoder_layers` > 0, T5's encoder–decoder), generated
+/// from the numbers a config.json gives. Layer i < encoder_layers is an encoder layer; the
+/// layers after it are decoder layers with cross-attention over the encoder's output.
 struct TransformerShape {
     int layers = 0;
     int hidden = 0;
     int heads = 0;
     int kv_heads = 0;         // = heads without grouped-query attention
-    int ffn_hidden = 0;       // 4·hidden for GPT-2
+    int head_dim = 0;         // query/key width per head; 0: hidden / heads
+    int v_head_dim = 0;       // value width per head; 0: head_dim
+    int ffn_hidden = 0;       // the dense MLP's width (4·hidden for GPT-2)
     int vocab = 0;
-    int max_seq = 0;
-    bool tied_embeddings = true;    // GPT-2 ties the output layer to the token embedding
-    bool gated_mlp = false;         // Llama's SwiGLU: three ffn matrices instead of two
-    bool learned_positions = true;  // GPT-2: a max_seq × hidden position table; Llama: RoPE
-    bool biases = true;             // GPT-2 has biases on every linear layer; Llama has none
+    int max_seq = 0;          // positions the model knows (the learned table's rows)
+    int train_seq = 0;        // the sequence a plan uses by default; 0: max_seq
+    bool tied_embeddings = true;    // the output layer is the token embedding (GPT-2, Gemma, T5)
+    bool gated_mlp = false;         // SwiGLU / GeGLU: three ffn matrices instead of two
+    Positions positions = Positions::learned;
+    int position_offset = 0;        // extra rows of the learned table (OPT: 2)
+    bool qkv_bias = true;           // biases on the query, key and value projections
+    bool attn_out_bias = true;      // bias on the attention output projection
+    bool mlp_bias = true;           // biases on the MLP (or experts') projections
     bool layer_norm = true;         // LayerNorm (weight + bias) vs RMSNorm (weight only)
+    int norms_per_layer = 2;        // Gemma 2: 4 (pre and post norms); Falcon-7B: 1 (shared by both branches)
+    bool qk_norm = false;           // Qwen3: RMSNorm over each query and key head
+    bool embedding_norm = false;    // BLOOM: a LayerNorm right after the token embedding
+    bool final_norm = true;
+    bool parallel_residual = false; // GPT-NeoX, Falcon: attention and MLP read the same input
+    bool attention_sinks = false;   // GPT-OSS: one learned logit per head
+    int sliding_window = 0;         // keys per query in sliding-window layers; 0: none
+    std::vector<int> full_attention_layers;  // with a window: the layers (0-based) that attend to all
+    int encoder_layers = 0;         // T5: the first encoder_layers layers are the encoder
+    int relative_attention_buckets = 0;  // T5: a buckets × heads bias table in each stack's first layer
+    MoeShape moe;
+    MlaShape mla;
+
+    int q_head_dim() const { return head_dim > 0 ? head_dim : hidden / heads; }
+    int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : q_head_dim(); }
+    int default_seq() const { return train_seq > 0 ? train_seq : max_seq; }
+    bool is_moe() const { return moe.experts > 0; }
+    /// Layer i (0-based) routes its tokens to experts.
+    bool moe_layer(int i) const;
+    /// Keys per query that layer i attends to at sequence s (the window caps it).
+    int attended_keys(int i, int s) const;
 };
 
 /// One layer of a CNN or MLP, per sample (batch 1). Parameters and FLOPs are exact counts.
@@ -58,34 +122,79 @@ struct LayerSpec {
     Bytes output;           // output tensor bytes for one sample, in fp32
 };
 
+/// How attention runs (--attention): `eager` materialises the scores and the softmax (Megatron's
+/// unfused path, HuggingFace's "eager"); `flash` is FlashAttention-2 (Dao 2023), which never writes
+/// the s × s matrices, keeps its output and log-sum-exp, and recomputes the scores in backward.
+enum class Attention : std::uint8_t { eager, flash };
+const char* to_string(Attention a);
+Attention parse_attention(const std::string& text, const ErrorContext& where);  // "eager" | "flash"
+
+/// The expert part of an MoE layer on one rank, for a strategy that runs experts on other ranks
+/// (strategies/moe.hpp). The block's forward kernels split in three: fwd_kernels[0, dispatch_at)
+/// run before the dispatch all-to-all (attention, router, permutation, shared experts),
+/// [dispatch_at, combine_at) are the local experts' GEMMs, the rest runs after the combine
+/// all-to-all (un-permutation, weighted sum, residual).
+struct MoePass {
+    int dispatch_at = 0;
+    int combine_at = 0;
+    /// The token copies this rank routes, each all-to-all's buffer per rank: tokens on the rank
+    /// (b·s, or b·s/t with sequence parallelism) × top-k × hidden × e (× the capacity factor
+    /// with fixed capacity). An all-to-all over ep ranks sends (ep − 1)/ep of it.
+    Bytes dispatch_bytes;
+    /// With tp > 1: Megatron's dispatcher all-gathers the routed tokens over the tensor group after
+    /// the dispatch and reduce-scatters them before the combine; the full gathered tensor.
+    Bytes tp_gather_bytes;
+    /// The collectives of the attention half on the tensor group (the layer's other tensor-parallel
+    /// collectives are the gather and scatter above); the block's tp_collectives_fwd is 0.
+    int attention_tp_collectives = 0;
+    /// Parameters of this rank's experts: its E/ep routed experts (tensor-split with tp). Their
+    /// gradients are reduced over the expert-data-parallel group, the rest over data parallelism.
+    std::int64_t expert_params = 0;
+    bool operator==(const MoePass&) const = default;
+};
+
 /// What one micro-batch asks of one block, on one tensor-parallel rank.
 struct Block {
     enum class Kind { embedding, transformer, head, layer };
     Kind kind = Kind::layer;
     int index = 0;                 // position in the model, 0-based
-    std::int64_t params = 0;       // parameters held by one tensor-parallel rank
+    std::int64_t params = 0;       // parameters held by one tensor- (and expert-) parallel rank
+    /// Model FLOPs (Narayanan et al. 2021: 2mnk per GEMM, attention scores over every key of the
+    /// window, no saving from the causal mask); the kernels below are what runs.
     Flops fwd;                     // forward FLOPs
     Flops bwd;                     // backward FLOPs, without recompute (2× forward for GEMMs)
     Flops recompute;               // extra forward FLOPs redone during backward
     Bytes activations;             // saved for backward during the step
     Bytes output;                  // the output tensor (what a pipeline stage sends on)
     /// The kernels of one forward pass, in launch order (core/kernel.hpp); backward is derived
-    /// from them (backward_kernels). `fwd` counts the FLOPs of their GEMM and attention kernels.
+    /// from them (backward_kernels).
     std::vector<Kernel> fwd_kernels;
     /// What backward redoes first: nothing, the attention core (selective), or the whole forward (full).
     std::vector<Kernel> recompute_kernels;
     // Tensor-parallel communication per forward pass (backward has the same number):
     int tp_collectives_fwd = 0;    // all-reduces (or reduce-scatter + all-gather pairs with sp)
     Bytes tp_bytes_per_collective; // the full tensor each all-reduce covers: b·s·h elements
+    /// Set on the MoE layers of a mixture of experts (strategies/moe.hpp runs them).
+    std::optional<MoePass> moe;
 };
 
 struct Workload {
     int micro_batch = 1;
-    int seq = 0;            // 0: the model's max_seq (transformers); ignored for layer lists
+    int seq = 0;            // 0: the model's default (transformers); ignored for layer lists
     int tp = 1;
     bool sequence_parallel = false;
     Recompute recompute = Recompute::none;
     DType dtype = DType::bf16;
+    Attention attention = Attention::eager;
+    int ep = 1;                    // expert parallelism: each rank holds experts / ep routed experts
+    /// Tokens the busiest expert receives over the mean (≥ 1; 1: balanced routing). Every rank
+    /// waits for the busiest at the combine all-to-all, so each rank's experts are priced (and
+    /// hold activations) for imbalance × their balanced share.
+    double expert_imbalance = 1;
+    /// GShard's expert capacity (Lepikhin et al. 2020 §2.2): each expert takes at most
+    /// capacity_factor × its balanced share, padded to it (Megatron's --moe-expert-capacity-factor
+    /// with --moe-pad-expert-input-to-capacity); 0: dropless (Megatron's default).
+    double capacity_factor = 0;
 };
 
 class Model {
@@ -102,8 +211,22 @@ public:
 
     /// Total trainable parameters (tied embeddings counted once).
     std::int64_t parameters() const;
-    /// Sequence length used when a workload leaves it at 0 (max_seq; 1 for layer lists).
+    /// Parameters one token goes through: without the routed experts it is not sent to (equal to
+    /// parameters() for dense models).
+    std::int64_t active_parameters() const;
+    /// The token embedding table on one of `tp` ranks (what a pipeline's last stage copies when
+    /// the head is tied to it).
+    std::int64_t tied_table_params(int tp) const;
+    /// Sequence length used when a workload leaves it at 0 (the training length; 1 for layer lists).
     int default_seq() const;
+    /// Why default_seq() is what it is, for the summary ("max_position_embeddings 131072 is a
+    /// long-context extension; …"); empty when it is simply the model's length.
+    const std::string& seq_note() const { return seq_note_; }
+    /// Things a reader accepted but wants the user to know (keys it does not model); the command
+    /// line prints them on stderr. Library code never prints.
+    const std::vector<std::string>& warnings() const { return warnings_; }
+    /// The same model with a sequence note and reader warnings attached.
+    Model with_notes(std::string seq_note, std::vector<std::string> warnings) &&;
     /// Blocks in model order: embedding, layers…, head for transformers; one per layer otherwise.
     /// Throws bad_input when tp does not divide heads, kv heads, ffn hidden or vocab.
     std::vector<Block> blocks(const Workload& w) const;
@@ -116,14 +239,16 @@ private:
     std::optional<TransformerShape> transformer_;
     std::vector<LayerSpec> layers_;
     int input_bytes_per_sample_ = 0;
+    std::string seq_note_;
+    std::vector<std::string> warnings_;
 };
 
 /// Preset names, sorted.
 std::vector<std::string> model_preset_names();
 /// A preset by name; unknown names are a bad_input error suggesting the nearest.
 Model model_preset(const std::string& name);
-/// Reads smolcluster's own JSON or a HuggingFace config.json (GPT-2 or Llama keys), told apart
-/// by their keys.
+/// Reads smolcluster's own JSON (it has "kind") or a HuggingFace config.json (read by its
+/// model_type, core/hf_config.hpp).
 Model model_from_json(const JsonView& json, const std::string& name);
 /// `spec` is a preset name or a path to a JSON file.
 Model load_model(const std::string& spec);

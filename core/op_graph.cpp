@@ -169,10 +169,11 @@ std::int32_t OpGraph::intern_recipe(std::span<const Kernel> kernels) {
     return id;
 }
 
-std::int32_t OpGraph::intern_communicator(const std::vector<int>& members) {
+std::int32_t OpGraph::intern_communicator(const std::vector<int>& members, int group) {
     for (std::size_t i = communicators_.size(); i-- > 0;)
-        if (communicators_[i] == members) return static_cast<std::int32_t>(i);
+        if (communicator_groups_[i] == group && communicators_[i] == members) return static_cast<std::int32_t>(i);
     communicators_.push_back(members);
+    communicator_groups_.push_back(group);
     return static_cast<std::int32_t>(communicators_.size() - 1);
 }
 
@@ -202,7 +203,7 @@ OpId OpGraph::add_kernels(int rank, Phase phase, int layer, int microbatch, std:
 }
 
 std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<int>& communicator,
-                                        Bytes bytes_per_rank, int root) {
+                                        Bytes bytes_per_rank, int root, int group) {
     if (communicator.empty()) fail_graph("a collective needs at least one rank");
     std::vector<int> sorted = communicator;
     std::sort(sorted.begin(), sorted.end());
@@ -213,7 +214,7 @@ std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<
     if ((kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) &&
         std::find(communicator.begin(), communicator.end(), root) == communicator.end())
         fail_graph(std::string(to_string(kind)) + " root " + std::to_string(root) + " is not in " + list_ranks(communicator));
-    collectives_.push_back({kind, intern_communicator(communicator), bytes_per_rank.count(), root,
+    collectives_.push_back({kind, intern_communicator(communicator, group), bytes_per_rank.count(), root,
                             static_cast<std::uint32_t>(member_ops_.size())});
     member_ops_.resize(member_ops_.size() + communicator.size(), kNone);
     return static_cast<std::int32_t>(collectives_.size() - 1);

@@ -132,8 +132,11 @@ public:
     std::int32_t intern_recipe(std::span<const Kernel> kernels);
     /// Declares a collective whose member ops are added one rank at a time with
     /// add_collective_op (a strategy emitting per-rank programs, such as a pipeline schedule).
+    /// `group` tells apart process groups with the same members (Megatron builds separate
+    /// expert-parallel and data-parallel groups even when they hold the same ranks): each
+    /// (members, group) is its own communicator, with its own order of collectives.
     std::int32_t declare_collective(CollectiveKind kind, const std::vector<int>& communicator, Bytes bytes_per_rank,
-                                    int root = -1);
+                                    int root = -1, int group = 0);
     OpId add_collective_op(std::int32_t collective, int rank, Stream stream, Phase phase, int layer = -1,
                            int microbatch = -1, int index = -1);
     /// Declares a collective and adds one op per member of `communicator` (ranks, in ring order),
@@ -206,7 +209,7 @@ private:
     using Csr = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, boost::no_property,
                                                    boost::no_property, OpId, std::uint32_t>;
 
-    std::int32_t intern_communicator(const std::vector<int>& members);
+    std::int32_t intern_communicator(const std::vector<int>& members, int group);
     void check_acyclic();
     void check_collectives() const;
     void check_buffers() const;
@@ -223,6 +226,7 @@ private:
     std::vector<Collective> collectives_;
     std::vector<OpId> member_ops_;                       // per collective, per member
     std::vector<std::vector<int>> communicators_;
+    std::vector<int> communicator_groups_;               // per communicator: its declare_collective group
     std::vector<P2P> p2ps_;
     std::vector<Buffer> buffers_;
     std::vector<Kernel> kernels_;                        // every recipe's kernels, back to back

@@ -45,6 +45,10 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.sequence_parallel = plan.sequence_parallel;
     w.recompute = plan.recompute;
     w.dtype = layout.dtype;
+    w.attention = layout.attention;
+    w.ep = layout.ep;
+    w.expert_imbalance = plan.expert_imbalance;
+    w.capacity_factor = plan.capacity_factor;
     return model.blocks(w);
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/moe.hpp"
 #include "strategies/schedule.hpp"
 
 namespace smol::strategies {
@@ -167,6 +168,7 @@ public:
         : model_(model), l_(layout), plan_(plan), g_(layout.devices) {
         blocks_ = detail::replica_blocks(model, layout, plan);
         recipes_ = detail::intern_block_recipes(g_, blocks_);
+        moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
         emit_dp_ = l_.folded ? 1 : l_.dp;
@@ -183,8 +185,9 @@ public:
                 for (int t = 0; t < l_.tp; ++t) {
                     const int r = l_.rank(t, d, s);
                     const std::int64_t p = device_params(s);
-                    const std::int64_t opt = plan_.strategy == DataParallel::zero1 ? ceil_div(p * sb_.optimizer, l_.dp)
-                                                                                    : p * sb_.optimizer;
+                    const std::int64_t opt = plan_.strategy == DataParallel::zero1
+                                                 ? zero1_shard(p * sb_.optimizer, device_expert_params(s) * sb_.optimizer, l_)
+                                                 : p * sb_.optimizer;
                     for (auto [bytes, label] : {std::pair{p * sb_.params, BufferLabel::parameters},
                                                 std::pair{p * sb_.grads, BufferLabel::gradients},
                                                 std::pair{opt, BufferLabel::optimizer_state}})
@@ -235,8 +238,7 @@ private:
         }
         // Tied embeddings: the head on another stage keeps its own copy of the table (Megatron).
         if (model_.is_transformer() && model_.shape().tied_embeddings && vstages > 1) {
-            const auto& m = model_.shape();
-            tied_bytes_ = blocks_.front().params - (m.learned_positions ? std::int64_t{m.max_seq} * m.hidden : 0);
+            tied_bytes_ = model_.tied_table_params(l_.tp);
             chunks_.back().params += tied_bytes_;
         }
     }
@@ -244,6 +246,15 @@ private:
     std::int64_t device_params(int s) const {
         std::int64_t p = 0;
         for (int c = 0; c < schedule_.chunks; ++c) p += chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))].params;
+        return p;
+    }
+    /// Of device_params, the experts' (reduced and sharded over the expert-data-parallel group).
+    std::int64_t device_expert_params(int s) const {
+        std::int64_t p = 0;
+        for (int c = 0; c < schedule_.chunks; ++c) {
+            const Chunk& k = chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))];
+            p += moe_.expert_params(k.first, k.last);
+        }
         return p;
     }
 
@@ -277,6 +288,7 @@ private:
 
     /// One block's compute op on each tensor rank of (d, s), running `recipe`.
     void compute(const Block& blk, int d, int s, Phase phase, int mb, std::int32_t recipe, std::vector<OpId>& last) {
+        if (moe_.runs(blk, phase)) return moe_.pass(blk, d, s, phase, mb, last);  // its all-to-alls (strategies/moe.hpp)
         for (int t = 0; t < l_.tp; ++t)
             last[static_cast<std::size_t>(t)] = g_.add_kernels(l_.rank(t, d, s), phase, blk.index, mb, recipe, l_.dtype);
     }
@@ -301,7 +313,7 @@ private:
                 }
             auto waited = [&](int t, OpId op) {
                 if (!wait_for.empty() && wait_for[static_cast<std::size_t>(slot(t, d))] != kNoOp)
-                    g_.depend(wait_for[static_cast<std::size_t>(slot(t, d))], op);
+                    g_.depend(wait_for[static_cast<std::size_t>(slot(t, d))], moe_.first_of(op));
             };
             bool first = st.pass != Pass::fwd;   // forward waited at its alloc
             const bool forward = st.pass == Pass::fwd;
@@ -362,7 +374,7 @@ private:
     /// reverse block order, each waiting for the backward that completes it.
     void grad_sync(int s, const Chunk& c) {
         if (l_.dp == 1) return;
-        const std::vector<Block> chunk_blocks(blocks_.begin() + c.first, blocks_.begin() + c.last);
+        const std::vector<Block> chunk_blocks = moe_.dense_part(blocks_, c.first, c.last);
         const Bytes cap = Bytes::mib(plan_.bucket_mb);
         const std::vector<Bucket> buckets =
             make_buckets(chunk_blocks, sb_.grads, cap, std::min(cap, Bytes::mib(plan_.first_bucket_mb)));
@@ -383,6 +395,7 @@ private:
                 if (zero1 && t == 0) gathers_[static_cast<std::size_t>(s)].push_back(buckets[k].bytes);
             }
         }
+        moe_.grad_sync(s, c.first, c.last, cap, sb_.grads, zero1, grad_ready_, last_comm_);
     }
 
     /// Runs the table in estimated time (FLOPs as duration) to get one global order in which to
@@ -532,7 +545,7 @@ private:
                 }
         for (int s = 0; s < l_.pp; ++s) {
             const std::int64_t p = device_params(s);
-            const std::int64_t shard = zero1 ? ceil_div(p, l_.dp) : p;
+            const std::int64_t shard = zero1 ? zero1_shard(p, device_expert_params(s), l_) : p;
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
@@ -556,6 +569,7 @@ private:
                         }
                     }
                 }
+            if (zero1) moe_.gather_experts(s, sb_.params, sb_.grads, opt);
         }
     }
 
@@ -565,6 +579,7 @@ private:
     OpGraph g_;
     std::vector<Block> blocks_;
     std::vector<detail::BlockRecipes> recipes_;   // by block index
+    ExpertParallel moe_;                            // MoE layers' all-to-alls and expert gradients
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
     int emit_dp_ = 1;                                   // replicas with ops: 1 when folded

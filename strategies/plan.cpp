@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/model_parallel.hpp"
+#include "strategies/moe.hpp"
 
 namespace smol::strategies {
 
@@ -276,18 +277,37 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        {"", "", "--overlap-p2p-comm"});
         l.framework.overlap_p2p = true;
     }
-    if (l.tp > 1 || l.pp > 1) check_model_parallel(model, plan, l);
+    l.ep = plan.ep;
+    check_expert_parallel(model, plan, l);
+    // Attention: FlashAttention-2 where every device runs it (Ampere and later: flash-attn's README,
+    // "FlashAttention-2 currently supports Ampere, Ada, or Hopper GPUs"), eager elsewhere.
+    {
+        const topo::NodeGroup* slowest = nullptr;
+        for (const auto& g : cluster.groups)
+            if (!slowest || g.device.is_cpu || g.device.compute_capability < slowest->device.compute_capability) slowest = &g;
+        const bool flash_runs = slowest && !slowest->device.is_cpu && slowest->device.compute_capability >= 8.0;
+        l.attention = plan.attention ? *plan.attention : flash_runs ? Attention::flash : Attention::eager;
+        if (l.attention == Attention::flash && !flash_runs)
+            fail_input("--attention flash needs GPUs of compute capability 8.0 or later (FlashAttention-2 runs on Ampere, "
+                       "Ada and Hopper); the " + slowest->device.name + " devices of group '" + slowest->name + "' " +
+                           (slowest->device.is_cpu ? std::string("are CPUs")
+                                                   : "have compute capability " + std::to_string(slowest->device.compute_capability).substr(0, 3)),
+                       {"", "", "--attention"});
+    }
+    if (l.tp > 1 || l.pp > 1 || l.ep > 1) check_model_parallel(model, plan, l);
     // Folding is exact where every node holds ranks of one data-parallel replica: then a mirror
     // replica's intra-node links carry only its own traffic, the same as its representative's.
     const int per_node = cluster.groups.front().devices_per_node;
+    // Expert parallelism exchanges tokens between replicas: they are no longer mirrors.
     l.folded = plan.fold && l.dp > 1 && (l.tp > 1 || l.pp > 1) && cluster.groups.size() == 1 && l.servers == 0 &&
-               l.tp % per_node == 0;
+               l.tp % per_node == 0 && l.ep == 1;
     return l;
 }
 
 Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     const Layout layout = resolve(model, cluster, plan);
-    Built out{layout.tp > 1 || layout.pp > 1 ? build_model_parallel(model, layout, plan)
+    // Expert parallelism needs the model-parallel builder's per-layer passes (strategies/moe.hpp).
+    Built out{layout.tp > 1 || layout.pp > 1 || layout.ep > 1 ? build_model_parallel(model, layout, plan)
                                              : build_data_parallel(model, cluster, layout, plan),
               layout,
               model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute)};

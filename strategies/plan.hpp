@@ -85,6 +85,13 @@ struct Plan {
             param_persistence_threshold;
     } framework_overrides;
     int gradient_accumulation = 0;
+    // Mixture of experts (strategies/moe.hpp).
+    int ep = 1;                       // expert parallelism: experts sharded over ep data-parallel ranks (--ep)
+    double expert_imbalance = 1;      // the busiest expert's tokens over the mean (--expert-imbalance)
+    double capacity_factor = 0;       // GShard's fixed expert capacity; 0: dropless (--capacity-factor)
+    /// How attention runs (--attention); unset: flash on GPUs of compute capability 8.0 or later
+    /// (FlashAttention-2 runs on Ampere and later), eager elsewhere.
+    std::optional<Attention> attention;
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.
@@ -105,6 +112,9 @@ struct Layout {
 
     /// The framework's behaviour, with the plan's overrides applied (grad_reduce, overlap_p2p).
     Framework framework;
+
+    int ep = 1;                       // expert-parallel ranks, within the data-parallel group (strategies/moe.hpp)
+    Attention attention = Attention::eager;
 
     /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
     int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }

@@ -6,6 +6,7 @@
 #include "strategies/data_parallel.hpp"
 #include "strategies/plan.hpp"
 #include "tools/commands.hpp"
+#include "tools/plan_flags.hpp"
 #include "topologies/cluster.hpp"
 
 namespace smol::tools {
@@ -13,23 +14,30 @@ namespace smol::tools {
 namespace {
 
 int run_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
-                 std::ostream& out) {
-    const Model model = load_model(model_spec);
+                 std::ostream& out, std::ostream& err) {
+    const Model model = load_model_warning(model_spec, err);
     const std::int64_t params = model.parameters();
+    const std::int64_t active = model.active_parameters();
     const int seq = model.default_seq();
     // FLOPs per token of a training step (forward + backward), from the model's own blocks.
     Workload w;
     w.seq = seq;
     const Flops per_sample = model.flops_per_iteration(1, seq, Recompute::none);
-    Bytes activations;
+    Bytes activations, flash_activations;
     for (const Block& b : model.blocks(w)) activations += b.activations;
+    w.attention = Attention::flash;
+    if (model.is_transformer())
+        for (const Block& b : model.blocks(w)) flash_activations += b.activations;
     const auto sb = strategies::state_bytes(DType::bf16);
     const Bytes states(params * (sb.params + sb.grads + sb.optimizer));
     Json j{{"model", model.name()},
            {"parameters", params},
+           {"active_parameters", active},
            {"seq", seq},
+           {"seq_note", model.seq_note()},
            {"train_flops_per_token", per_sample.count() / seq},
            {"activation_bytes_per_sample", activations.count()},
+           {"activation_bytes_per_sample_flash", flash_activations.count()},
            {"model_state_bytes", {{"ddp", states.count()}}}};
     std::optional<topo::Cluster> cluster;
     // With a cluster: each data-parallel strategy's model-state bytes per device, read from the
@@ -72,10 +80,18 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     std::snprintf(buf, sizeof buf, "  parameters            %.4g (%lld)\n", static_cast<double>(params),
                   static_cast<long long>(params));
     out << buf;
+    if (active != params) {
+        std::snprintf(buf, sizeof buf, "  active parameters     %.4g per token (the routed experts it goes to)\n",
+                      static_cast<double>(active));
+        out << buf;
+    }
     std::snprintf(buf, sizeof buf, "  train FLOPs / token   %.4g (forward + backward, seq %d)\n",
                   per_sample.count() / seq, seq);
     out << buf;
-    out << "  activations / sample  " << to_string(activations) << " (bf16, no recompute)\n";
+    if (!model.seq_note().empty()) out << "  seq " << seq << ": " << model.seq_note() << '\n';
+    out << "  activations / sample  " << to_string(activations) << " (bf16, no recompute, eager attention)";
+    if (model.is_transformer()) out << "; " << to_string(flash_activations) << " with flash attention";
+    out << '\n';
     if (cluster)
         out << "  on " << cluster->name << ": " << cluster->num_devices() << " devices of "
             << to_string(cluster->device_kind(0).memory) << "; model states per device (mixed-precision Adam):\n";
@@ -99,7 +115,7 @@ Command add_describe(CLI::App& parent) {
     app->add_option("--cluster", f->cluster, "cluster preset or JSON file");
     app->add_option("--nodes", f->nodes, "scale the cluster to N nodes");
     app->add_flag("--json", f->json, "print one JSON object");
-    return {app, [f](const Io& io) { return run_describe(f->model, f->cluster, f->nodes, f->json, io.out); }};
+    return {app, [f](const Io& io) { return run_describe(f->model, f->cluster, f->nodes, f->json, io.out, io.err); }};
 }
 
 Command add_models(CLI::App& parent) {

@@ -17,7 +17,7 @@ struct SimulateFlags {
 };
 
 int run_simulate(const SimulateFlags& f, const Io& io) {
-    const Model model = load_model(f.plan.model);
+    const Model model = load_model_warning(f.plan.model, io.err);
     const topo::Cluster cluster = resolve_cluster(f.plan);
     const strategies::Plan plan = resolve_plan(f.plan);
     print_warnings(f.plan, io.err);

@@ -298,7 +298,7 @@ int run_sweep(const SweepFlags& f, const Io& io) {
     // Everything that can be refused is refused before the first simulation.
     check_trace_target(f.csv, f.force, "--csv");
     check_trace_target(f.json, f.force, "--json");
-    const Model model = load_model(f.model);
+    const Model model = load_model_warning(f.model, io.err);
     SweepOptions o;
     o.global_batch = f.global_batch;
     if (f.global_batch < 1)

@@ -66,7 +66,25 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "sizes, fp16/bf16 (keys not modelled are reported)");
     f.app = &app;
     app.add_flag("--overlap-p2p-comm", f.overlap_p2p_comm, "Megatron's --overlap-p2p-comm (pipeline receives waited for at use)");
+    app.add_option("--ep", f.ep,
+                   "expert parallelism: experts sharded over N ranks of the data-parallel group (mixtures of experts)")
+        ->capture_default_str();
+    app.add_option("--expert-imbalance", f.expert_imbalance,
+                   "tokens the busiest expert receives over the mean (1: balanced routing); every rank is priced at it")
+        ->capture_default_str();
+    app.add_option("--capacity-factor", f.capacity_factor,
+                   "GShard expert capacity: each expert takes (padded to) this many times its balanced share; 0: dropless")
+        ->capture_default_str();
+    app.add_option("--attention", f.attention,
+                   "flash (FlashAttention-2) or eager (scores materialised); default: flash on GPUs of compute capability "
+                   "8.0 or later, eager elsewhere");
     app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
+}
+
+Model load_model_warning(const std::string& spec, std::ostream& err) {
+    Model model = load_model(spec);
+    for (const std::string& w : model.warnings()) err << "smolcluster: warning: " << w << '\n';
+    return model;
 }
 
 sim::SimOptions resolve_sim_options(const PlanFlags& f) {
@@ -229,6 +247,10 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.cycle_ms = f.cycle_ms;
     p.fsdp_sharding = strategies::parse_fsdp_sharding(f.fsdp_sharding);
     p.fsdp_group = f.fsdp_group;
+    p.ep = f.ep;
+    p.expert_imbalance = f.expert_imbalance;
+    p.capacity_factor = f.capacity_factor;
+    if (!f.attention.empty()) p.attention = parse_attention(f.attention, flag("--attention"));
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);
     return p;
 }

@@ -47,8 +47,14 @@ struct PlanFlags {
     /// Warnings for the user (keys of a DeepSpeed config that are not modelled), filled by resolve_plan.
     mutable std::vector<std::string> warnings;
     bool no_fold = false;
+    int ep = 1;
+    double expert_imbalance = 1, capacity_factor = 0;
+    std::string attention;               // empty: flash on GPUs of compute capability ≥ 8.0, else eager
 };
 
+/// The model a --model names (core/model.hpp load_model), its reader's warnings written to `err`
+/// as "smolcluster: warning: …".
+Model load_model_warning(const std::string& spec, std::ostream& err);
 /// The model, cluster and plan flags.
 void add_plan_flags(CLI::App& app, PlanFlags& f);
 /// The cluster the flags name (composed with --cluster-network when it is NAME:N,…), scaled by

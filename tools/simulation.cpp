@@ -21,6 +21,9 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.micro_batch = l.micro_batch;
     info.global_batch = l.global_batch;
     info.seq = l.seq;
+    if (plan.seq == 0) info.seq_note = model.seq_note();
+    info.ep = l.ep;
+    info.attention = to_string(l.attention);
     info.dtype = to_string(l.dtype);
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();

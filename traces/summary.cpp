@@ -136,6 +136,9 @@ Json to_json(const Summary& s) {
     j["micro_batch"] = s.info.micro_batch;
     j["microbatches"] = s.info.microbatches;
     j["seq"] = s.info.seq;
+    j["seq_note"] = s.info.seq_note;
+    j["ep"] = s.info.ep;
+    j["attention"] = s.info.attention;
     j["dtype"] = s.info.dtype;
     j["folded"] = s.info.folded;
     j["measured"] = s.info.measured;
@@ -178,10 +181,13 @@ Json to_json(const Summary& s) {
 void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
     out << i.model << " on " << i.cluster << " (" << i.devices << " devices): " << i.strategy << ", tp " << i.tp
-        << " · pp " << i.pp << " · dp " << i.dp << ", global batch " << i.global_batch << " = " << i.dp << " × "
-        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << ", "
-        << (i.measured ? "measured" : i.network + " network") << (i.framework.empty() ? "" : ", as " + i.framework)
-        << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n\n";
+        << " · pp " << i.pp << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = " << i.dp << " × "
+        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << (i.attention.empty() ? "" : ", " + i.attention + " attention") << ", "
+        << (i.measured ? "measured" : i.network + " network")
+        << (i.framework.empty() ? "" : ", as " + i.framework)
+        << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n";
+    if (!i.seq_note.empty()) out << "  seq " << i.seq << ": " << i.seq_note << "\n";
+    out << "\n";
     auto row = [&](const std::string& k, const std::string& v) {
         out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';
     };

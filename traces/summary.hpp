@@ -29,6 +29,11 @@ struct StepInfo {
     int devices = 1, tp = 1, pp = 1, dp = 1, microbatches = 1, micro_batch = 1;
     std::int64_t global_batch = 1;
     int seq = 1;
+    /// Where a default sequence length came from ("max_position_embeddings 131072 is a long-context
+    /// extension; …"); empty when it is the model's own length or --seq gave it.
+    std::string seq_note;
+    int ep = 1;                         // expert-parallel ranks (mixtures of experts)
+    std::string attention;              // "flash" or "eager"
     std::string dtype;
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype

@@ -77,7 +77,7 @@ TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][publ
         "simulate", "--model", "/models/gpt-l20-h2048-a16-f8192-v50688-s1024.json", "--cluster", "hgx-a100-4hdr",
         "--devices", "8", "--tp", "4", "--pp", "2", "--dp", "1", "--micro-batch", "2", "--global-batch", "8",
         "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b",
-        "--strategy", "ddp", "--framework", "megatron-deepspeed", "--json"};
+        "--strategy", "ddp", "--framework", "megatron-deepspeed", "--attention", "eager", "--json"};
     CHECK(m.args == expected);
     CHECK(command_line(m.args).rfind("smolcluster simulate --model /models/", 0) == 0);
     REQUIRE(m.model);
@@ -113,6 +113,18 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(model_file_name(*m.model) == "gpt-l96-h12288-a96-f49152-v51200-s2048.json");
         CHECK(measured_step_seconds(m, 0) == Approx(8.309));
     }
+    SECTION("GPT-OSS-120B on 64 H100s: pp 4, expert parallelism 8 inside dp 16, from its config.json") {
+        const Mapping m = map_row(row("P20"), "/models");
+        REQUIRE(m.representable());
+        CHECK(has_args(m, {"--model", "/models/gpt-oss-120b.json", "--cluster", "dgx-h100", "--nodes", "8", "--tp", "1",
+                           "--pp", "4", "--dp", "16", "--ep", "8"}));
+        CHECK(has_args(m, {"--micro-batch", "4", "--global-batch", "512", "--seq", "4096", "--dtype", "bf16"}));
+        REQUIRE(m.model_config);
+        CHECK(m.model_config->second.at("model_type") == "gpt_oss");
+        CHECK_FALSE(m.model);
+        // tokens/s per GPU: 512 × 4096 tokens over 64 GPUs at 5,630 tokens/s each.
+        CHECK(measured_step_seconds(m, 0) == Approx(512.0 * 4096 / (5630.0 * 64)));
+    }
     SECTION("the vTrain samples of published.jsonl map like their CSV rows") {
         // P44 is line 45 of the CSV: 8,128,4,1024,16,20,1024,1,8,1,484.820972.
         const Row& csv = *std::find_if(all_rows().begin(), all_rows().end(), [](const Row& r) { return r.line == 45 && r.source == "vtrain"; });
@@ -123,7 +135,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
     SECTION("rows the simulator cannot represent name their first missing feature") {
         CHECK(map_row(row("P03"), "/m").gaps.front().feature == "context parallelism");
         CHECK(map_row(row("P08"), "/m").gaps.front().feature == "FP8");
-        CHECK(map_row(row("P20"), "/m").gaps.front().feature == "MoE");
+        CHECK(map_row(row("P18"), "/m").gaps.front().feature == "FP8");
         CHECK(map_row(row("P30"), "/m").gaps.front().feature == "offload");
         const Mapping opt = map_row(row("P04"), "/m");
         CHECK(opt.args.empty());
@@ -144,7 +156,7 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
         const Mapping m = map_row(r, "/models");
         if (m.representable()) {
             CHECK_FALSE(m.args.empty());
-            CHECK(m.model);
+            CHECK((m.model || m.model_config));
             CHECK(m.metric);
             representable.insert(r.id);
         } else {
@@ -156,13 +168,13 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
         }
     }
     // By hand from published.jsonl: Llama 3 on 8K and 16K GPUs (P01, P02), GPT-3 175B in BF16 (P05-P07),
-    // the two vTrain samples (P44, P45); the other 40 need FP8, context parallelism, MoE, offload,
-    // hardware or shapes the rows do not give.
+    // GPT-OSS-120B with expert parallelism (P20), the two vTrain samples (P44, P45); the other 39 need
+    // FP8, context parallelism, offload, hardware or shapes the rows do not give.
     std::set<std::string> published;
     for (const std::string& id : representable)
         if (id[0] == 'P') published.insert(id);
-    CHECK(published == std::set<std::string>{"P01", "P02", "P05", "P06", "P07", "P44", "P45"});
-    CHECK(representable.size() == 1440 + 7);
+    CHECK(published == std::set<std::string>{"P01", "P02", "P05", "P06", "P07", "P20", "P44", "P45"});
+    CHECK(representable.size() == 1440 + 8);
 
     // Run the quick ones: every outcome is simulated or not representable, never lost or failed.
     std::vector<Row> quick;

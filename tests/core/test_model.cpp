@@ -185,6 +185,116 @@ TEST_CASE("activation bytes match Korthikanti et al. 2022", "[core][model]") {
     }
 }
 
+TEST_CASE("flash attention keeps the log-sum-exp, not the s² matrices (FlashAttention vs Korthikanti)", "[core][model]") {
+    // GPT-3 175B at s = 2048, b = 1, 16-bit. Eager: Korthikanti's sbh(34 + 5as/h). Flash (Dao 2023,
+    // Algorithm 1): the same 34sbh of projections, norms and masks, plus the log-sum-exp, one fp32
+    // per query and head: 4·a·s·b bytes. Selective recompute drops it.
+    const Model m = model_preset("gpt3-175b");
+    const double s = 2048, b = 1, h = 12288, a = 96, sbh = s * b * h;
+    auto layer = [&](Attention attn, Recompute r, int tp = 1, bool sp = false) {
+        Workload w;
+        w.attention = attn;
+        w.recompute = r;
+        w.tp = tp;
+        w.sequence_parallel = sp;
+        return m.blocks(w)[1];
+    };
+    CHECK(layer(Attention::eager, Recompute::none).activations.as_double() == Approx(sbh * (34 + 5 * a * s / h)).epsilon(0.02));
+    CHECK(layer(Attention::flash, Recompute::none).activations.as_double() == Approx(sbh * 34 + 4 * a * s * b).epsilon(0.02));
+    CHECK(layer(Attention::flash, Recompute::selective).activations.as_double() == Approx(sbh * 34).epsilon(0.02));
+    CHECK(layer(Attention::flash, Recompute::none, 8, true).activations.as_double() ==
+          Approx((sbh * 34 + 4 * a * s * b) / 8).epsilon(0.02));
+    // Model FLOPs do not depend on how attention runs; the kernels do: one FlashAttention-2 kernel
+    // over the causal half of the scores (Σ min(i + 1, s) pairs), 2.5× that in backward.
+    CHECK(layer(Attention::flash, Recompute::none).fwd == layer(Attention::eager, Recompute::none).fwd);
+    const Block f = layer(Attention::flash, Recompute::none);
+    std::vector<Kernel> flash;
+    for (const Kernel& k : f.fwd_kernels)
+        if (k.op == KernelOp::flash) flash.push_back(k);
+    REQUIRE(flash.size() == 1);
+    CHECK(flash[0].flops == Approx(4.0 * a * (s * (s + 1) / 2) * (h / a)));
+    CHECK(backward_kernels(flash)[0].flops == Approx(2.5 * flash[0].flops));
+    for (const Kernel& k : f.fwd_kernels) CHECK(k.op != KernelOp::softmax);
+}
+
+TEST_CASE("Llama 3 8B at sequence 8,192: 387 GB of eager activations per sample, a tenth with flash", "[core][model]") {
+    // The issue's figures: Korthikanti's s² term makes eager attention keep 5·a·s²·b bytes per
+    // layer (32 · 5 · 32 · 8192² = 344 GB of the 387 GB); FlashAttention keeps none of it.
+    const Model m = model_preset("llama3-8b");
+    Workload w;
+    w.seq = 8192;
+    auto per_sample = [&](Attention a, Recompute r) {
+        w.attention = a;
+        w.recompute = r;
+        Bytes total;
+        for (const Block& b : m.blocks(w)) total += b.activations;
+        return total.as_double();
+    };
+    CHECK(per_sample(Attention::eager, Recompute::none) == Approx(387e9).epsilon(0.01));
+    const double flash = per_sample(Attention::flash, Recompute::selective);
+    CHECK(flash < 45e9);
+    CHECK(flash < 80e9 - 16.1e9);  // fits an A100 80 GB beside FSDP's 16 B/param / 8 of model states
+    CHECK(per_sample(Attention::eager, Recompute::none) - per_sample(Attention::flash, Recompute::none) ==
+          Approx(32 * (5.0 * 32 * 8192 * 8192 - 4.0 * 32 * 8192)));
+}
+
+TEST_CASE("sliding windows cap flash attention's scores; eager keeps the whole matrix", "[core][model]") {
+    // A Mistral-shaped layer (window 4,096) at s = 8,192: flash computes Σ min(i + 1, w) pairs per
+    // head; the eager path multiplies all s² and masks (HuggingFace's eager_attention_forward).
+    const Model m = from_text(R"({"kind": "transformer", "layers": 2, "hidden": 4096, "heads": 32, "kv_heads": 8,
+        "ffn_hidden": 14336, "vocab": 32000, "seq": 8192, "gated_mlp": true, "biases": false, "norm": "rmsnorm",
+        "positions": "rope", "sliding_window": 4096, "full_attention_layers": [1]})");
+    Workload w;
+    w.attention = Attention::flash;
+    const auto blocks = m.blocks(w);
+    const double s = 8192, win = 4096, d = 128, heads = 32;
+    auto flash_flops = [](const Block& b) {
+        for (const Kernel& k : b.fwd_kernels)
+            if (k.op == KernelOp::flash) return k.flops;
+        return 0.0;
+    };
+    CHECK(flash_flops(blocks[1]) == Approx(heads * 4 * d * (win * (win + 1) / 2 + (s - win) * win)));
+    CHECK(flash_flops(blocks[2]) == Approx(heads * 4 * d * (s * (s + 1) / 2)));  // layer 1 attends to all
+    // Model FLOPs count every key of the window: 4·s·min(s, w)·h per layer.
+    CHECK(blocks[1].fwd.count() < blocks[2].fwd.count());
+    w.attention = Attention::eager;
+    const auto eager = m.blocks(w);
+    CHECK(total_flops(eager[1].fwd_kernels) == Approx(total_flops(eager[2].fwd_kernels)));
+}
+
+TEST_CASE("mixture-of-experts blocks: experts split by ep, kernels split around the all-to-alls", "[core][model]") {
+    const Model m = from_text(R"({"kind": "transformer", "layers": 2, "hidden": 256, "heads": 4, "ffn_hidden": 1024,
+        "vocab": 1000, "seq": 128, "gated_mlp": true, "biases": false, "norm": "rmsnorm", "positions": "rope",
+        "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 512, "dense_layers": [0]}})");
+    const std::int64_t h = 256, fe = 512, E = 8;
+    Workload w;
+    w.micro_batch = 2;
+    const auto one = m.blocks(w);
+    CHECK_FALSE(one[1].moe);           // layer 0 keeps its dense MLP
+    REQUIRE(one[2].moe);
+    w.ep = 4;
+    const auto four = m.blocks(w);
+    const MoePass& p = *four[2].moe;
+    CHECK(p.expert_params == 2 * 3 * h * fe);                            // E/ep = 2 experts per rank
+    CHECK(one[2].params - four[2].params == (E - 2) * 3 * h * fe);
+    CHECK(p.dispatch_bytes.count() == 2 * 128 * 2 * h * 2);              // b·s·K·h·e
+    // The local experts' grouped GEMMs: 2 problems over b·s·K·ep/E = 128 tokens each.
+    const Kernel& up = four[2].fwd_kernels[static_cast<std::size_t>(p.dispatch_at)];
+    CHECK((up.op == KernelOp::gemm && up.batch == 2 && up.m == 2 * 128 * 2 / 2 && up.n == 2 * fe && up.k == h));
+    // Model FLOPs do not depend on ep.
+    CHECK(four[2].fwd == one[2].fwd);
+    // A skewed router: the busiest expert takes 1.5× the mean; every rank is priced at it.
+    w.expert_imbalance = 1.5;
+    const auto skewed = m.blocks(w);
+    CHECK(skewed[2].fwd_kernels[static_cast<std::size_t>(p.dispatch_at)].m == 256 * 3 / 2);
+    CHECK(skewed[2].fwd == four[2].fwd);   // model FLOPs count useful work
+    CHECK(skewed[2].activations > four[2].activations);
+    // GShard capacity 1.25: the dispatched buffer is padded to capacity.
+    w.expert_imbalance = 1;
+    w.capacity_factor = 1.25;
+    CHECK(m.blocks(w)[2].moe->dispatch_bytes.count() == 2 * 128 * 2 * h * 2 * 5 / 4);
+}
+
 TEST_CASE("GQA and gated MLP shrink and grow the right terms", "[core][model]") {
     // Llama 3 8B: K and V are a quarter of Q; the gated MLP keeps gate, up and their product.
     const Model m = model_preset("llama3-8b");
@@ -305,8 +415,10 @@ TEST_CASE("HuggingFace config.json files load to the preset shapes", "[core][mod
         CHECK(x.max_seq == y.max_seq);
         CHECK(x.tied_embeddings == y.tied_embeddings);
         CHECK(x.gated_mlp == y.gated_mlp);
-        CHECK(x.learned_positions == y.learned_positions);
-        CHECK(x.biases == y.biases);
+        CHECK(x.positions == y.positions);
+        CHECK(x.qkv_bias == y.qkv_bias);
+        CHECK(x.attn_out_bias == y.attn_out_bias);
+        CHECK(x.mlp_bias == y.mlp_bias);
         CHECK(x.layer_norm == y.layer_norm);
         CHECK(a.parameters() == b.parameters());
     };
@@ -324,8 +436,8 @@ TEST_CASE("HuggingFace config.json files load to the preset shapes", "[core][mod
         same_shape(m, model_preset("gpt2-xl"));
     }
     SECTION("Llama 3 with grouped-query attention") {
-        const Model m = from_text(R"({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+        const Model m = from_text(R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
             "max_position_embeddings": 8192, "tie_word_embeddings": false, "rope_theta": 500000.0})");
         same_shape(m, model_preset("llama3-8b"));
     }
@@ -339,7 +451,7 @@ TEST_CASE("smolcluster's own model JSON", "[core][model]") {
         CHECK(s.kv_heads == 2);
         CHECK(s.gated_mlp);
         CHECK_FALSE(s.layer_norm);
-        CHECK_FALSE(s.learned_positions);
+        CHECK(s.positions == Positions::rope);
         // Embedding 1000·64; per layer q 64², k and v 64·32 each, o 64², MLP 3·64·256, norms 2·64;
         // final norm 64; untied head 1000·64.
         CHECK(m.parameters() == 64000 + 2 * (4096 + 2048 + 2048 + 4096 + 49152 + 128) + 64 + 64000);
@@ -437,6 +549,20 @@ TEST_CASE("bad model inputs", "[core][model]") {
         w.micro_batch = 0;
         CHECK_THAT(bad_input_message([&] { model_preset("gpt2-small").blocks(w); }), Contains("micro-batch"));
     }
+    SECTION("ep on a dense model, or not dividing the experts") {
+        Workload w;
+        w.ep = 2;
+        CHECK_THAT(bad_input_message([&] { model_preset("gpt2-small").blocks(w); }), Contains("--ep 2 needs a mixture-of-experts"));
+        const Model moe = from_text(R"({"kind": "transformer", "layers": 1, "hidden": 64, "heads": 4, "vocab": 10,
+            "seq": 8, "moe": {"experts": 6, "top_k": 2, "ffn_hidden": 32}})");
+        w.ep = 4;
+        CHECK_THAT(bad_input_message([&] { moe.blocks(w); }), Contains("--ep 4 does not divide the 6 experts"));
+    }
+    SECTION("top-k above the experts") {
+        CHECK_THAT(bad_input_message([] { from_text(R"({"kind": "transformer", "layers": 1, "hidden": 64, "heads": 4,
+            "vocab": 10, "seq": 8, "moe": {"experts": 2, "top_k": 3, "ffn_hidden": 32}})"); }),
+                   Contains("a top-k of at most the 2 experts"));
+    }
     SECTION("tp on a layer list") {
         Workload w;
         w.tp = 2;
@@ -462,7 +588,7 @@ TEST_CASE("bad model inputs", "[core][model]") {
                    Contains("m.json: at /vocab: missing required key 'vocab'"));
     }
     SECTION("missing HuggingFace key names the path") {
-        CHECK_THAT(bad_input_message([] { from_text(R"({"n_layer": 2, "n_embd": 64, "n_positions": 8,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_positions": 8,
                                                 "vocab_size": 10})", "hf"); }),
                    Contains("hf.json: at /n_head: missing required key 'n_head'"));
     }
@@ -472,7 +598,7 @@ TEST_CASE("bad model inputs", "[core][model]") {
                    Contains("at /layers: expected a positive integer, found -2"));
     }
     SECTION("zero size in a HuggingFace file") {
-        CHECK_THAT(bad_input_message([] { from_text(R"({"num_hidden_layers": 2, "hidden_size": 0,
+        CHECK_THAT(bad_input_message([] { from_text(R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 0,
             "num_attention_heads": 4, "intermediate_size": 8, "vocab_size": 10,
             "max_position_embeddings": 8})"); }),
                    Contains("at /hidden_size: expected a positive integer, found 0"));

@@ -189,11 +189,13 @@ TEST_CASE("tensor-parallel traffic per layer and micro-batch is 8·b·s·h·(t �
         if (op.kind == OpKind::collective && op.layer == layer) CHECK(op.stream == Stream::compute);
 }
 
-TEST_CASE("activation memory per layer matches Korthikanti et al. 2022", "[strategies][tp][memory]") {
+TEST_CASE("activation memory per layer matches Korthikanti et al. 2022 (eager) and FlashAttention (flash)",
+          "[strategies][tp][memory]") {
     const int t = GENERATE(1, 2, 4);
     const bool sp = t > 1 ? GENERATE(false, true) : false;
     const Recompute rc = GENERATE(Recompute::none, Recompute::selective);
-    INFO("t " << t << (sp ? " sp " : " ") << to_string(rc));
+    const Attention attn = GENERATE(Attention::eager, Attention::flash);
+    INFO("t " << t << (sp ? " sp " : " ") << to_string(rc) << " " << to_string(attn));
     const Model m = model_preset("gpt2-medium");
     const double s = 1024, b = 1, h = 1024, a = 16;
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2).first_devices(4 * t);
@@ -203,6 +205,7 @@ TEST_CASE("activation memory per layer matches Korthikanti et al. 2022", "[strat
     plan.sequence_parallel = sp;
     plan.recompute = rc;
     plan.stage_layers = {6, 6, 6, 6};
+    plan.attention = attn;
     const Built built = build(m, c, plan);
     // A middle stage holds six transformer layers and nothing else: its activation buffer per
     // micro-batch is six layers' worth.
@@ -211,7 +214,10 @@ TEST_CASE("activation memory per layer matches Korthikanti et al. 2022", "[strat
     for (const Buffer& buf : built.graph.buffers())
         if (buf.rank == rank && buf.label == static_cast<std::int32_t>(BufferLabel::activations)) per_mb = buf.bytes;
     REQUIRE(per_mb > 0);
-    const double attention = rc == Recompute::selective ? 0 : 5 * a * s / h;
+    // Eager keeps Korthikanti's 5as²b (softmax, its dropout mask and output); FlashAttention-2
+    // keeps none of it, only the log-sum-exp, one fp32 per query and head (Dao 2023, Algorithm 1).
+    // Selective recompute keeps neither.
+    const double attention = rc == Recompute::selective ? 0 : attn == Attention::eager ? 5 * a * s / h : 4 * a / h;
     double expected = s * b * h * (34 + attention);                               // no parallelism
     if (t > 1 && !sp) expected = s * b * h * (10 + 24.0 / t + attention / t);   // tensor parallel
     if (t > 1 && sp) expected = s * b * h * (34 + attention) / t;                // tensor + sequence parallel

@@ -142,6 +142,63 @@ TEST_CASE("bad input exits 2 with a message that names the place", "[tools][cli]
         CHECK(r.code == 2);
         CHECK_THAT(r.err, Catch::Contains("--network"));
     }
+    SECTION("a HuggingFace config with an unknown size key names it") {
+        std::string text = read(data("hf/Qwen2-7B.json"));
+        text.replace(text.find("\"vocab_size\""), 0, "\"num_nextn_predict_layers\": 1,\n  ");
+        TempFile f("smol-qwen2-mtp.json", text);
+        const Result r = cli({"simulate", "--model", f.path.string(), "--cluster", "dgx-a100"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("smol-qwen2-mtp.json: at /num_nextn_predict_layers: unknown key "
+                                          "'num_nextn_predict_layers' for model_type 'qwen2'"));
+    }
+    SECTION("an unknown model_type lists what is read") {
+        TempFile f("smol-mamba.json", R"({"model_type": "mamba", "hidden_size": 768})");
+        const Result r = cli({"describe", "--model", f.path.string()});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("expected a model_type smolcluster reads: bloom, deepseek_v2"));
+    }
+    SECTION("a bad --attention, and flash where it does not run") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--attention", "fast"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--attention: expected flash or eager"));
+        const Result pi = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--attention", "flash"});
+        CHECK(pi.code == 2);
+        CHECK_THAT(pi.err, Catch::Contains("are CPUs"));
+    }
+}
+
+TEST_CASE("HuggingFace configs: warnings on stderr, the training length in the summary", "[tools][cli]") {
+    SECTION("a key the reader does not know, naming no size, is a warning; the run goes on") {
+        std::string text = read(data("hf/Mistral-7B-v0.1.json"));
+        text.replace(text.find("\"vocab_size\""), 0, "\"my_note\": \"hello\",\n  ");
+        TempFile f("smol-mistral-note.json", text);
+        const Result r = cli({"describe", "--model", f.path.string()});
+        CHECK(r.code == 0);
+        CHECK_THAT(r.err, Catch::Contains("smolcluster: warning: "));
+        CHECK_THAT(r.err, Catch::Contains("key 'my_note' is not read by the mistral reader"));
+    }
+    SECTION("a long-context config trains at its recorded length, and the summary says so") {
+        const Result r = cli({"simulate", "--model", data("hf/Llama-3.1-8B.json"), "--cluster", "dgx-a100", "--strategy",
+                              "fsdp", "--recompute", "selective"});
+        CHECK(r.code == 0);
+        CHECK_THAT(r.out, Catch::Contains("seq 8192, bf16, flash attention"));
+        CHECK_THAT(r.out, Catch::Contains("seq 8192: max_position_embeddings 131072 is a long-context extension"));
+        const Result j = cli({"simulate", "--model", data("hf/Llama-3.1-8B.json"), "--cluster", "dgx-a100", "--strategy",
+                              "fsdp", "--seq", "2048", "--json"});
+        const Json summary = Json::parse(j.out);
+        CHECK(summary.at("seq") == 2048);
+        CHECK(summary.at("seq_note") == "");
+        CHECK(summary.at("attention") == "flash");
+    }
+    SECTION("a mixture of experts with --ep") {
+        const Result r = cli({"simulate", "--model", data("hf/Mixtral-8x7B-v0.1.json"), "--cluster", "dgx-a100", "--nodes", "2",
+                              "--ep", "8", "--pp", "2", "--stage-layers", "16,16", "--strategy", "zero1", "--recompute",
+                              "full", "--seq", "4096", "--global-batch", "16", "--json"});
+        CHECK(r.code == 0);
+        const Json summary = Json::parse(r.out);
+        CHECK(summary.at("ep") == 8);
+        CHECK(summary.at("fits") == true);
+    }
 }
 
 TEST_CASE("the trace file: contract fields, no overlaps, paired flows, byte-identical reruns", "[tools][trace]") {

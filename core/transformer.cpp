@@ -1,0 +1,680 @@
+// Transformer arithmetic: parameters, model FLOPs, activation bytes and kernels per block.
+//
+// Notation follows Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+// Transformer Models"): s sequence, b micro-batch, h hidden, a attention heads, t tensor-parallel
+// size, v vocabulary, e bytes per element of the training dtype, f the dense MLP's width. Beyond
+// GPT: hd and vd are the query/key and value widths per head (hd = h/a for GPT), kvh the
+// key-value heads (grouped-query attention), so the projections are q = a·hd, k = kvh·hd,
+// v = kvh·vd wide and the attention output o = a·vd. A mixture of experts has E experts of width
+// fe, each token going to K of them; ep ranks each hold E/ep of them.
+//
+// Megatron-LM's tensor parallelism splits the QKV, up and gate projections by columns (by heads)
+// and the output and down projections by rows; norms, routers and MLA's down-projections are
+// replicated ("duplicated": Megatron-LM d98e8a6, megatron/core/transformer/multi_latent_attention.py:527).
+// Experts are split like the dense MLP (expert tensor parallelism = tp, Megatron's default:
+// megatron/core/parallel_state.py:872 `expert_tensor_parallel_size = tensor_model_parallel_size`).
+#include "core/transformer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace smol::detail {
+namespace {
+
+using I = std::int64_t;
+
+I ceil_div(I a, I b) { return (a + b - 1) / b; }
+
+I norm_params(const TransformerShape& m) { return m.layer_norm ? 2LL * m.hidden : m.hidden; }
+I ffn_matrices(const TransformerShape& m) { return m.gated_mlp ? 3 : 2; }
+bool decoder_layer(const TransformerShape& m, int i) { return m.encoder_layers > 0 && i >= m.encoder_layers; }
+
+/// Megatron pads the vocabulary so the vocab-parallel embedding and head split evenly
+/// (--make-vocab-size-divisible-by, default 128 × t). We pad only to a multiple of t: at t = 1
+/// the published vocabulary, parameter counts and FLOP formulas stay exact, and the extra rows
+/// (under t per rank) are negligible.
+I padded_vocab(const TransformerShape& m, I t) { return ceil_div(m.vocab, t) * t; }
+
+// ---------------------------------------------------------------------------------------------
+// Parameters, per tensor-parallel rank (t) and, for routed experts, per expert-parallel rank (ep).
+
+struct Split {
+    I split = 0;       // divided over the t tensor ranks
+    I replicated = 0;  // held whole by every rank
+    I on(I t) const { return split / t + replicated; }
+};
+
+/// One attention block (self- or T5's cross-attention): its projections, biases and norms.
+///  * Multi-head / grouped-query (LlamaAttention, Qwen2Attention, GemmaAttention, …): q_proj
+///    h → a·hd, k_proj and v_proj h → kvh·hd and kvh·vd, o_proj a·vd → h.
+///  * MLA (DeepseekV2Attention / DeepseekV3Attention): q_a_proj h → q_lora, q_a_layernorm,
+///    q_b_proj q_lora → a·hd (or q_proj h → a·hd without q_lora); kv_a_proj_with_mqa
+///    h → kv_lora + rope, kv_a_layernorm, kv_b_proj kv_lora → a·(nope + vd); o_proj a·vd → h.
+///    attention_bias puts biases on q_a_proj, kv_a_proj_with_mqa and o_proj only.
+Split attention_params(const TransformerShape& m) {
+    const I h = m.hidden, a = m.heads, kvh = m.kv_heads, hd = m.q_head_dim(), vd = m.value_head_dim();
+    Split p;
+    if (m.mla.kv_lora_rank > 0) {
+        const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank, rope = m.mla.rope_head_dim;
+        if (ql > 0) {
+            p.replicated += h * ql + ql;  // q_a_proj (duplicated) and q_a_layernorm (RMSNorm)
+            p.split += ql * a * hd;       // q_b_proj
+            if (m.qkv_bias) p.replicated += ql;
+        } else {
+            p.split += h * a * hd;        // q_proj
+        }
+        p.replicated += h * (kvl + rope) + kvl;  // kv_a_proj_with_mqa and kv_a_layernorm
+        if (m.qkv_bias) p.replicated += kvl + rope;
+        p.split += kvl * a * (hd - rope + vd);   // kv_b_proj
+    } else {
+        p.split += h * (a * hd + kvh * (hd + vd));
+        if (m.qkv_bias) p.split += a * hd + kvh * (hd + vd);
+    }
+    p.split += a * vd * h;                        // o_proj
+    if (m.attn_out_bias) p.replicated += h;       // a row-parallel bias is added once, after the reduction
+    if (m.qk_norm) p.replicated += 2 * hd;        // Qwen3's q_norm and k_norm: RMSNorm(head_dim)
+    if (m.attention_sinks) p.split += a;          // GPT-OSS: self.sinks = nn.Parameter(torch.empty(heads))
+    return p;
+}
+
+/// One routed expert: the gated or plain MLP at width fe, with GPT-OSS's biases
+/// (gate_up_proj_bias 2·fe, down_proj_bias h).
+Split expert_params(const TransformerShape& m) {
+    const I h = m.hidden, fe = m.moe.ffn_hidden, mats = ffn_matrices(m);
+    Split p;
+    p.split = mats * h * fe;
+    if (m.moe.expert_biases) {
+        p.split += (mats - 1) * fe;
+        p.replicated += h;
+    }
+    return p;
+}
+
+/// The MLP half of layer i: the dense MLP, or the router, the routed experts (all E, or only K
+/// with `active`) and the shared experts of an MoE layer. `experts_on_rank` is how many routed
+/// experts count (E/ep for a rank's share).
+Split mlp_params(const TransformerShape& m, int i, I experts_on_rank) {
+    const I h = m.hidden, mats = ffn_matrices(m);
+    Split p;
+    if (!m.moe_layer(i)) {
+        p.split = mats * h * m.ffn_hidden;
+        if (m.mlp_bias) {
+            p.split += (mats - 1) * m.ffn_hidden;
+            p.replicated += h;
+        }
+        return p;
+    }
+    p.replicated += h * m.moe.experts + (m.moe.router_bias ? m.moe.experts : 0);  // the router (gate)
+    const Split one = expert_params(m);
+    p.split += experts_on_rank * one.split;
+    p.replicated += experts_on_rank * one.replicated;
+    // Shared experts: DeepseekV2MoE builds one MLP of width n_shared × moe_intermediate; Qwen2-MoE
+    // one of shared_expert_intermediate_size plus shared_expert_gate, Linear(h → 1, bias=False).
+    p.split += mats * h * static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden;
+    if (m.moe.shared_expert_gate) p.replicated += h;
+    return p;
+}
+
+/// Layer i's parameters on one rank, `experts_on_rank` routed experts counted.
+Split layer_params(const TransformerShape& m, int i, I experts_on_rank) {
+    Split p = attention_params(m);
+    const Split mlp = mlp_params(m, i, experts_on_rank);
+    p.split += mlp.split;
+    p.replicated += mlp.replicated + m.norms_per_layer * norm_params(m);
+    if (decoder_layer(m, i)) {  // T5 decoder: cross-attention (EncDecAttention) and its layer norm
+        const Split cross = attention_params(m);
+        p.split += cross.split;
+        p.replicated += cross.replicated + norm_params(m);
+    }
+    // T5: the first layer of each stack holds relative_attention_bias, Embedding(buckets, heads).
+    if (m.relative_attention_buckets > 0 && (i == 0 || i == m.encoder_layers))
+        p.split += static_cast<I>(m.relative_attention_buckets) * m.heads;
+    return p;
+}
+
+/// The expert parameters of layer i on one rank (0 for dense layers).
+I layer_expert_params(const TransformerShape& m, int i, I t, I ep) {
+    if (!m.moe_layer(i)) return 0;
+    return expert_params(m).on(t) * (m.moe.experts / ep);
+}
+
+I embedding_params(const TransformerShape& m, I t) {
+    I p = padded_vocab(m, t) / t * m.hidden;  // vocab-parallel token table
+    if (m.positions == Positions::learned) p += static_cast<I>(m.max_seq + m.position_offset) * m.hidden;
+    if (m.embedding_norm) p += norm_params(m);  // BLOOM's word_embeddings_layernorm
+    return p;
+}
+
+I final_norm_params(const TransformerShape& m) {
+    if (!m.final_norm) return 0;
+    return (m.encoder_layers > 0 ? 2 : 1) * norm_params(m);  // T5: encoder and decoder final_layer_norm
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocks.
+
+/// Everything the per-block formulas need, in int64 to keep s²·a·b products exact.
+struct Dims {
+    I b, s, h, a, kvh, hd, vd, f, v, t, e;
+    bool sp;
+    Recompute recompute;
+    Attention attention;
+    I q() const { return a * hd; }    // query width
+    I k() const { return kvh * hd; }  // key width
+    I vw() const { return kvh * vd; } // value width
+    I o() const { return a * vd; }    // attention output width
+    I tok() const { return b * s; }
+    /// Tensors outside the tensor-parallel regions (norm inputs, residual stream, dropout masks
+    /// after the row-parallel layers) are replicated on all t ranks unless sequence parallelism
+    /// splits them along s (Korthikanti §4.2.2).
+    I rep(I bytes) const { return sp ? bytes / t : bytes; }
+};
+
+Flops gemm_flops(double m, double n, double k) { return Flops(2.0 * m * n * k); }
+
+/// Query-key pairs a causal attention computes over s queries when each sees at most `keys`
+/// keys: Σᵢ min(i + 1, keys). FlashAttention-2 skips the key blocks the causal or window mask
+/// excludes (Dao 2023 §3.1.1), so its work is these pairs, not s².
+double causal_pairs(I s, I keys) {
+    const double sd = static_cast<double>(s), w = static_cast<double>(std::min(s, keys));
+    return w * (w + 1) / 2 + (sd - w) * w;
+}
+
+/// The attention core of one layer on one rank, one kernel list per implementation.
+///  * eager, as Megatron-LM's unfused path runs it (megatron/core/transformer/dot_product_attention.py):
+///    the scores Q·Kᵀ as one batched GEMM over the b·a/t heads (baddbmm), the fused
+///    scale-mask-softmax, attention dropout (read, write, a 1-byte mask), the context P·V as a
+///    batched GEMM, and the permute of the context back to [s, b, a·vd/t] (a copy). A sliding
+///    window or a causal mask masks the full s × s matrix; it does not shrink it (HuggingFace's
+///    eager_attention_forward multiplies all keys too). Grouped-query attention repeats K and V
+///    per head, so the GEMMs are per query head.
+///  * flash: one FlashAttention-2 kernel (flash_kernel) over the pairs the mask keeps
+///    (`causal`: causal_pairs; else s × keys, T5's encoder and cross-attention). Query/key and
+///    value widths differ under MLA (192 and 128): the kernel runs at their mean, which gives the
+///    exact FLOPs 2·pairs·(hd + vd) and the exact Q, K, V, O traffic.
+std::vector<Kernel> attention_core_kernels(const Dims& d, I keys, bool causal) {
+    const I heads = d.b * d.a / d.t, e = d.e;
+    const int eb = static_cast<int>(e);
+    if (d.attention == Attention::flash) {
+        const I d_mean = (d.hd + d.vd) / 2;
+        Kernel k = flash_kernel(heads, d.s, keys, std::max<I>(1, d_mean), eb, false);
+        const double pairs = causal ? causal_pairs(d.s, keys) : static_cast<double>(d.s) * static_cast<double>(keys);
+        k.flops = 2.0 * pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);
+        return {k};
+    }
+    return {gemm_kernel(KernelName::scores, KernelClass::attention, d.s, d.s, d.hd, heads, eb, false),
+            softmax_kernel(heads * d.s, d.s, eb),
+            stream_kernel(KernelName::softmax, KernelClass::attention, heads * d.s * d.s * (2 * e + 1)),
+            gemm_kernel(KernelName::context, KernelClass::attention, d.s, d.vd, d.s, heads, eb, false),
+            stream_kernel(KernelName::context, KernelClass::attention, 2 * d.s * d.b * d.o() / d.t * e)};
+}
+
+/// Model FLOPs of the attention core (Narayanan et al. 2021: QKᵀ and attention·V over every key
+/// the window allows, 2·b·a·s·keys·(hd + vd) / t; the causal mask's saving is not counted).
+Flops attention_core_flops(const Dims& d, I keys) {
+    return Flops(2.0 * static_cast<double>(d.b * d.a) * static_cast<double>(d.s) * static_cast<double>(keys) *
+                 static_cast<double>(d.hd + d.vd) / static_cast<double>(d.t));
+}
+
+/// Bytes of the attention core kept for backward on one rank: eager keeps the softmax output,
+/// its dropout mask and the dropout output over the full s × s matrix (Korthikanti's 5as²b in
+/// 16-bit: 2as²b + as²b + 2as²b); flash keeps only the log-sum-exp, one fp32 per query and head
+/// (FlashAttention-2, Dao 2023 Algorithm 1: "store the logsumexp L"), its output being the
+/// output projection's saved input. Selective recompute keeps neither: the core is redone from
+/// Q, K and V in backward (Megatron's core_attn checkpoint, megatron/core/transformer/attention.py:392
+/// `checkpoint_core_attention`, :446 `_checkpointed_attention_forward`).
+I attention_core_activations(const Dims& d) {
+    if (d.recompute == Recompute::selective) return 0;
+    if (d.attention == Attention::flash) return 4 * d.a * d.s * d.b / d.t;
+    const I as2b = d.a * d.s * d.s * d.b;
+    return (2 * as2b * d.e + as2b) / d.t;
+}
+
+struct LayerPlan {
+    I keys;              // keys per query of its self-attention
+    bool causal;         // decoder self-attention (T5's encoder attends both ways)
+    bool cross;          // T5 decoder: cross-attention over the encoder output
+    bool moe;
+    // MoE bookkeeping on this rank:
+    I local_experts = 0;
+    I routed = 0;        // token copies this rank's experts process (after the tensor-group gather)
+    I routed_balanced = 0;
+    I tpe = 0;           // tokens per local expert
+    double dispatch_factor = 1;  // capacity factor, or 1
+};
+
+/// The attention projections (before the core) of one attention block, as kernels.
+void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, bool cross) {
+    const I tok = d.tok(), e = d.e, t = d.t;
+    const I local = d.sp ? tok / t : tok;  // rows a replicated (duplicated) GEMM sees
+    const int eb = static_cast<int>(e);
+    if (m.mla.kv_lora_rank > 0 && !cross) {
+        const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank, rope = m.mla.rope_head_dim;
+        if (ql > 0) {
+            k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, local, ql, d.h, 1, eb, true));
+            k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * ql * e));
+            k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.q() / t, ql, 1, eb, true));
+        } else {
+            k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.q() / t, d.h, 1, eb, true));
+        }
+        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, local, kvl + rope, d.h, 1, eb, true));
+        k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * kvl * e));
+        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.a * (d.hd - rope + d.vd) / t, kvl, 1, eb, true));
+        // RoPE on the rope parts of the queries and the shared key.
+        k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * (d.a * rope / t + rope) * e));
+        return;
+    }
+    const I qkv = (d.q() + d.k() + d.vw()) / t;
+    if (cross) {  // queries from the decoder, keys and values from the encoder output
+        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.q() / t, d.h, 1, eb, true));
+        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, (d.k() + d.vw()) / t, d.h, 1, eb, true));
+    } else {
+        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, qkv, d.h, 1, eb, true));
+    }
+    // ColumnParallelLinear adds its bias in a separate kernel (read and write the output).
+    if (m.qkv_bias) k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * qkv * e));
+    if (m.positions == Positions::rope && !cross)  // RoPE rewrites Q and K
+        k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * (d.q() + d.k()) / t * e));
+    if (m.qk_norm) k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * tok * (d.q() + d.k()) / t * e));
+}
+
+/// Saved for backward by one attention block (before the core's own tensors), per rank: its
+/// input (the norm output) and the projections' saved inputs and outputs (Korthikanti §4.1:
+/// QKV input 2sbh, Q and K 4sbh, V 2sbh, the output projection's input 2sbh, in 16-bit).
+I attention_activations(const TransformerShape& m, const Dims& d) {
+    const I tok = d.tok(), e = d.e, t = d.t;
+    I bytes = d.rep(tok * d.h * e);                        // QKV input (the norm output)
+    if (m.mla.kv_lora_rank > 0) {
+        const I local = d.sp ? tok / t : tok;
+        const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank;
+        bytes += 2 * local * (ql + kvl) * e;               // the latents' norm inputs and outputs
+        bytes += tok * 2 * d.q() * e / t;                  // Q, K after the up-projections and RoPE
+        bytes += tok * d.o() * e / t;                      // V
+    } else {
+        bytes += tok * (d.q() + d.k()) * e / t;            // Q, K
+        bytes += tok * d.vw() * e / t;                     // V
+        if (m.qk_norm) bytes += tok * (d.q() + d.k()) * e / t;  // q_norm and k_norm inputs
+    }
+    bytes += tok * d.o() * e / t;                          // output projection input (flash: its O)
+    bytes += d.rep(tok * d.h);                             // attention dropout mask
+    return bytes + attention_core_activations(d);
+}
+
+/// The forward kernels of layer `lp` on one tensor-parallel rank, in launch order (Megatron-LM's
+/// TransformerLayer): norm, projections, the attention core, the output projection, fused
+/// bias-dropout-add; T5's cross-attention likewise; then norm and the MLP (up projection with
+/// gate and up in one GEMM, fused bias-activation, down projection) or the MoE half (router,
+/// top-k, permutation, shared experts | local experts | un-permutation and combine), and
+/// bias-dropout-add. GEMMs cover b·s tokens (the all-gathered sequence with sp); norms and the
+/// residual kernels run on the sequence shard with sp. Returns the split points of an MoE layer.
+std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, const LayerPlan& lp) {
+    const I tok = d.tok(), e = d.e, t = d.t, mats = ffn_matrices(m);
+    const int eb = static_cast<int>(e);
+    const Kernel norm = stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * tok * d.h * e));
+    // Bias-dropout-add: read the projection output, the residual, write the sum, a 1-byte mask.
+    const Kernel residual = stream_kernel(KernelName::bias_dropout_residual, KernelClass::elementwise,
+                                          d.rep(3 * tok * d.h * e + tok * d.h));
+    auto attention = [&](bool cross) {
+        k.push_back(norm);
+        add_projections(k, m, d, cross);
+        for (const Kernel& a : attention_core_kernels(d, cross ? d.s : lp.keys, cross ? false : lp.causal)) k.push_back(a);
+        k.push_back(gemm_kernel(KernelName::attn_proj, KernelClass::gemm, tok, d.h, d.o() / t, 1, eb, true));
+        if (m.norms_per_layer >= 4) k.push_back(norm);  // Gemma 2's post_attention_layernorm
+        k.push_back(residual);
+    };
+    attention(false);
+    if (lp.cross) attention(true);
+    // A parallel residual with one shared norm (Falcon-7B) feeds the MLP from the same norm output.
+    if (m.norms_per_layer != 1) k.push_back(norm);
+    if (!lp.moe) {
+        const I up = (mats - 1) * d.f / t, f_rank = d.f / t;
+        k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, tok, up, d.h, 1, eb, true));
+        // Bias + activation (GeLU: read f, write f; SwiGLU: read gate and up, write f).
+        k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + f_rank) * tok * e));
+        k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, tok, d.h, f_rank, 1, eb, true));
+        if (m.norms_per_layer >= 4) k.push_back(norm);  // Gemma 2's post_feedforward_layernorm
+        k.push_back(residual);
+        return {0, 0};
+    }
+    const I local = d.sp ? tok / t : tok, E = m.moe.experts, K = m.moe.top_k;
+    const I copies = static_cast<I>(std::ceil(static_cast<double>(local * K) * lp.dispatch_factor));
+    // Router: logits over the experts (a replicated GEMM on the rank's tokens), then softmax and
+    // top-k in fp32 (read the logits, write fp32 probabilities), then the permutation that copies
+    // each token to its K experts' slots (read b·s·h, write K copies).
+    k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, local, E, d.h, 1, eb, true));
+    k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, local * E * (e + 4)));
+    k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, (local + copies) * d.h * e));
+    const I shared = static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden / t;
+    if (shared > 0) {
+        const I up = (mats - 1) * shared;
+        k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, tok, up, d.h, 1, eb, true));
+        k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + shared) * tok * e));
+        k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, tok, d.h, shared, 1, eb, true));
+    }
+    if (m.moe.shared_expert_gate) k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, local, 1, d.h, 1, eb, true));
+    const int dispatch_at = static_cast<int>(k.size());
+    // The local experts as grouped GEMMs (Megatron's GroupedMLP / TEGroupedMLP): one problem per
+    // local expert, over the tokens routed to it.
+    const I fe = m.moe.ffn_hidden / t, up = (mats - 1) * fe;
+    k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, lp.tpe, up, d.h, lp.local_experts, eb, true));
+    k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + fe) * lp.tpe * lp.local_experts * e));
+    k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, lp.tpe, d.h, fe, lp.local_experts, eb, true));
+    const int combine_at = static_cast<int>(k.size());
+    // Un-permutation: read the K expert outputs and their fp32 probabilities, write the weighted sum.
+    k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, copies * d.h * e + copies * 4 + local * d.h * e));
+    k.push_back(residual);
+    return {dispatch_at, combine_at};
+}
+
+/// Bytes layer `lp` keeps for backward on one rank, Korthikanti et al. 2022 §4.1 term by term
+/// (their 16-bit figures in parentheses). e-byte tensors scale with the dtype; dropout masks
+/// stay 1 byte per element.
+///   Attention (11sbh + 5as²b): attention_activations and attention_core_activations.
+///   MLP (19sbh with f = 4h):
+///     first linear input                sbh·e  (2sbh)            replicated without sp
+///     activation input and output       2·s·b·f·e  (16sbh)       split
+///       gated (SwiGLU): gate, up and their product: 3·s·b·f·e
+///     dropout mask                      sbh       (sbh)          replicated without sp
+///   Norm inputs                         2·sbh·e  (4sbh)          replicated without sp (one per norm)
+/// Sum in 16-bit, kv = h, f = 4h, eager: sbh(34 + 5as/h); with t and no sp: sbh(10 + 24/t +
+/// 5as/(ht)); with sp: sbh(34 + 5as/h)/t (Korthikanti Table 2). Flash replaces 5as/h by the
+/// log-sum-exp, 4as·b bytes. GQA shrinks only the K and V terms; a gated MLP keeps one more f-wide
+/// tensor. Dropout masks are counted as in Megatron's GPT defaults for every model.
+/// An MoE layer keeps, instead of the MLP's tensors: the router input (the norm output), the
+/// fp32 routing probabilities (b·s·E·4), the K token copies each expert reads (routed·h·e), the
+/// experts' activation tensors (routed·2 or 3·fe/t·e), the expert outputs the weighted combine
+/// needs for the probabilities' gradient (K·b·s·h·e on the rank's shard), the shared experts'
+/// tensors, and the dropout mask.
+/// Full recompute keeps only the layer input, sbh·e (/t with sp).
+I layer_activations(const TransformerShape& m, const Dims& d, const LayerPlan& lp) {
+    const I tok = d.tok(), sbh = tok * d.h, e = d.e, t = d.t, mats = ffn_matrices(m);
+    if (d.recompute == Recompute::full) return d.rep(sbh * e);
+    I bytes = attention_activations(m, d);
+    if (lp.cross) bytes += attention_activations(m, d) + d.rep(sbh * e);  // and its norm input
+    bytes += d.rep(sbh * e);                                 // MLP input (the norm output)
+    if (!lp.moe) {
+        bytes += (mats == 3 ? 3 : 2) * tok * d.f * e / t;    // activation function tensors
+    } else {
+        const I local = d.sp ? tok / t : tok, fe = m.moe.ffn_hidden / t;
+        const I copies = static_cast<I>(std::ceil(static_cast<double>(local * m.moe.top_k) * lp.dispatch_factor));
+        bytes += local * m.moe.experts * 4;                  // routing probabilities
+        bytes += lp.routed * d.h * e;                        // expert inputs
+        bytes += lp.routed * (mats == 3 ? 3 : 2) * fe * e;   // expert activation tensors
+        bytes += copies * d.h * e;                           // expert outputs for the weighted combine
+        const I shared = static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden / t;
+        bytes += (mats == 3 ? 3 : 2) * tok * shared * e;     // shared experts' activation tensors
+    }
+    bytes += d.rep(sbh);                                     // MLP dropout mask
+    bytes += d.rep(static_cast<I>(m.norms_per_layer) * sbh * e);  // norm inputs
+    return bytes;
+}
+
+Block embedding_block(const TransformerShape& m, const Dims& d) {
+    const I sbh = d.s * d.b * d.h;
+    Block blk;
+    blk.kind = Block::Kind::embedding;
+    blk.index = 0;
+    // Vocab-parallel token table; the position table (GPT-2, OPT) and BLOOM's embedding norm are
+    // replicated on every rank.
+    blk.params = embedding_params(m, d.t);
+    // A gather (and a position add): no GEMM, so no FLOPs are counted, as in Narayanan et al.
+    // Saved for backward: the embedding dropout mask, 1 byte per element (Korthikanti §4.3), and
+    // the norm's input for BLOOM.
+    blk.activations = Bytes(d.rep(sbh) + (m.embedding_norm ? d.rep(sbh * d.e) : 0));
+    blk.output = Bytes(d.rep(sbh * d.e));
+    // Gather (read the rows, write sbh), the position add (read 2, write 1), the norm, and
+    // dropout (read, write, a 1-byte mask), on the sequence shard with sp.
+    blk.fwd_kernels.push_back(stream_kernel(KernelName::embedding, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
+    if (m.positions == Positions::learned)
+        blk.fwd_kernels.push_back(stream_kernel(KernelName::embedding, KernelClass::elementwise, d.rep(3 * sbh * d.e)));
+    if (m.embedding_norm)
+        blk.fwd_kernels.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
+    blk.fwd_kernels.push_back(stream_kernel(KernelName::bias_dropout_residual, KernelClass::elementwise, d.rep(2 * sbh * d.e + sbh)));
+    // The vocab-parallel embedding sums partial lookups: one all-reduce (reduce-scatter with sp).
+    blk.tp_collectives_fwd = d.t > 1 ? 1 : 0;
+    blk.tp_bytes_per_collective = Bytes(sbh * d.e);
+    return blk;
+}
+
+Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, int i) {
+    LayerPlan lp{};
+    lp.keys = m.attended_keys(i, static_cast<int>(d.s));
+    lp.causal = m.encoder_layers == 0 || decoder_layer(m, i);
+    lp.cross = decoder_layer(m, i);
+    lp.moe = m.moe_layer(i);
+    const I sbh = d.s * d.b * d.h;
+    if (lp.moe) {
+        const I E = m.moe.experts, K = m.moe.top_k;
+        lp.local_experts = E / w.ep;
+        lp.dispatch_factor = w.capacity_factor > 0 ? w.capacity_factor : 1.0;
+        const double load = w.capacity_factor > 0 ? w.capacity_factor : w.expert_imbalance;
+        // Every rank's experts see, balanced, K copies of b·s tokens: the EP group's tokens spread
+        // over its E/ep experts (ep ranks × b·s/t tokens × K × (E/ep)/E each), gathered over the
+        // tensor group.
+        lp.routed_balanced = d.tok() * K;
+        lp.routed = static_cast<I>(std::ceil(static_cast<double>(lp.routed_balanced) * load));
+        lp.tpe = std::max<I>(1, ceil_div(lp.routed, lp.local_experts));
+    }
+    Block blk;
+    blk.kind = Block::Kind::transformer;
+    blk.index = i + 1;
+    blk.params = layer_params(m, i, lp.moe ? m.moe.experts / w.ep : 0).on(d.t);
+    const auto [dispatch_at, combine_at] = layer_kernels(blk.fwd_kernels, m, d, lp);
+    // Model FLOPs: the weight GEMMs as launched, with the experts at balanced routing (K copies
+    // per token: the capacity's padding and an imbalance are not useful work), plus the core.
+    Flops f;
+    for (std::size_t k = 0; k < blk.fwd_kernels.size(); ++k) {
+        const Kernel& kn = blk.fwd_kernels[k];
+        if (kn.op != KernelOp::gemm || !kn.weight) continue;
+        const bool expert = lp.moe && static_cast<int>(k) >= dispatch_at && static_cast<int>(k) < combine_at;
+        f += Flops(expert ? kn.flops * static_cast<double>(lp.routed_balanced) /
+                                static_cast<double>(lp.tpe * lp.local_experts)
+                          : kn.flops);
+    }
+    f += attention_core_flops(d, lp.keys);
+    if (lp.cross) f += attention_core_flops(d, d.s);
+    blk.fwd = f;
+    blk.bwd = blk.fwd * 2.0;
+    const std::vector<Kernel> core = attention_core_kernels(d, lp.keys, lp.causal);
+    switch (d.recompute) {
+        case Recompute::none: blk.recompute = Flops(0); break;
+        case Recompute::selective:
+            blk.recompute = attention_core_flops(d, lp.keys);
+            blk.recompute_kernels = core;
+            if (lp.cross) {  // T5's cross-attention core is dropped and redone too
+                blk.recompute += attention_core_flops(d, d.s);
+                for (const Kernel& k : attention_core_kernels(d, d.s, false)) blk.recompute_kernels.push_back(k);
+            }
+            break;
+        case Recompute::full:
+            blk.recompute = blk.fwd;
+            blk.recompute_kernels = blk.fwd_kernels;
+            break;
+    }
+    blk.activations = Bytes(layer_activations(m, d, lp));
+    blk.output = Bytes(d.rep(sbh * d.e));
+    // Megatron's f/g operators: one all-reduce after attention (and after T5's cross-attention)
+    // and one after the MLP (each a reduce-scatter + all-gather pair with sp), over the full
+    // b·s·h tensor. An MoE layer's MLP half communicates in its token dispatcher instead.
+    const int attention_collectives = lp.cross ? 2 : 1;
+    blk.tp_bytes_per_collective = Bytes(sbh * d.e);
+    if (lp.moe) {
+        MoePass p;
+        p.dispatch_at = dispatch_at;
+        p.combine_at = combine_at;
+        const I local = d.sp ? d.tok() / d.t : d.tok();
+        p.dispatch_bytes = Bytes(static_cast<I>(std::ceil(static_cast<double>(local * m.moe.top_k) * lp.dispatch_factor)) *
+                                 d.h * d.e);
+        p.tp_gather_bytes = Bytes(lp.routed * d.h * d.e);
+        p.attention_tp_collectives = d.t > 1 ? attention_collectives : 0;
+        p.expert_params = layer_expert_params(m, i, d.t, w.ep);
+        blk.moe = p;
+        blk.tp_collectives_fwd = 0;
+    } else {
+        blk.tp_collectives_fwd = d.t > 1 ? attention_collectives + 1 : 0;
+    }
+    return blk;
+}
+
+Block head_block(const TransformerShape& m, const Dims& d, int index) {
+    const I sb = d.s * d.b, sbh = sb * d.h;
+    const I v_rank = d.v / d.t;  // vocab columns on this rank
+    Block blk;
+    blk.kind = Block::Kind::head;
+    blk.index = index;
+    // With tied embeddings the projection is the embedding table, counted there once. A pipeline
+    // strategy that puts the head on another stage than the embedding holds a copy of it there
+    // (and all-reduces its gradient), as Megatron does.
+    blk.params = final_norm_params(m) + (m.tied_embeddings ? 0 : v_rank * d.h);
+    blk.fwd = gemm_flops(static_cast<double>(sb), static_cast<double>(v_rank), static_cast<double>(d.h));
+    blk.bwd = blk.fwd * 2.0;
+    blk.recompute = Flops(0);  // the head is outside the recomputed layers
+    // Korthikanti §4.3: the final norm input and the projection input (sbh·e each, replicated
+    // without sp) and the logits kept in fp32 for the cross-entropy (4·s·b·v/t bytes).
+    blk.activations = Bytes(d.rep(2 * sbh * d.e) + 4 * sb * v_rank);
+    blk.output = Bytes(4 * sb);  // per-token losses, fp32
+    // Final norm, the logits GEMM (column-parallel over the vocabulary), then Megatron's
+    // vocab-parallel cross-entropy on `output.float()`: the cast (read e, write 4 bytes per
+    // logit), then max, exp-sum and the normalised probabilities kept for backward (read the fp32
+    // logits three times, write them once: 16 bytes per logit).
+    if (m.final_norm) blk.fwd_kernels.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
+    blk.fwd_kernels.push_back(gemm_kernel(KernelName::logits, KernelClass::gemm, sb, v_rank, d.h, 1, static_cast<int>(d.e), true));
+    blk.fwd_kernels.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * (d.e + 4)));
+    blk.fwd_kernels.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * 16));
+    // The column-parallel projection's input needs one collective per pass over b·s·h: its
+    // gradient is all-reduced in backward (all-gathered input in forward with sp). The forward
+    // cross-entropy reductions (max, sum of exponentials, target logit: 3 × b·s fp32) are tiny
+    // and folded into this one.
+    blk.tp_collectives_fwd = d.t > 1 ? 1 : 0;
+    blk.tp_bytes_per_collective = Bytes(sbh * d.e);
+    return blk;
+}
+
+void check_divides(const std::string& name, int tp, int n, const std::string& what) {
+    if (n % tp != 0)
+        fail_input("tp " + std::to_string(tp) + " does not divide the " + what + " " + std::to_string(n) + " of " + name);
+}
+
+void check_parallel(const std::string& name, const TransformerShape& m, const Workload& w) {
+    const int tp = w.tp;
+    if (tp < 1) fail_input("tensor-parallel size must be at least 1, got " + std::to_string(tp));
+    if (m.heads % tp != 0)
+        fail_input("tp " + std::to_string(tp) + " does not divide the " + std::to_string(m.heads) + " attention heads of " + name);
+    if (m.kv_heads % tp != 0)
+        fail_input("tp " + std::to_string(tp) + " does not divide the " + std::to_string(m.kv_heads) +
+                   " key-value heads of " + name);
+    if (m.ffn_hidden % tp != 0)
+        fail_input("tp " + std::to_string(tp) + " does not divide the ffn hidden size " + std::to_string(m.ffn_hidden) +
+                   " of " + name);
+    if (m.is_moe()) {
+        check_divides(name, tp, m.moe.ffn_hidden, "expert ffn hidden size");
+        if (m.moe.shared_experts > 0) check_divides(name, tp, m.moe.shared_experts * m.moe.shared_ffn_hidden, "shared experts' ffn width");
+    }
+    if (w.ep < 1) fail_input("expert-parallel size must be at least 1, got " + std::to_string(w.ep), {"", "", "--ep"});
+    if (w.ep > 1 && !m.is_moe())
+        fail_input("--ep " + std::to_string(w.ep) + " needs a mixture-of-experts model; " + name + " has no experts",
+                   {"", "", "--ep"});
+    if (m.is_moe() && m.moe.experts % w.ep != 0)
+        fail_input("--ep " + std::to_string(w.ep) + " does not divide the " + std::to_string(m.moe.experts) + " experts of " + name,
+                   {"", "", "--ep"});
+    if (!(w.expert_imbalance >= 1))
+        fail_input("--expert-imbalance is the busiest expert's tokens over the mean, at least 1; found " +
+                       std::to_string(w.expert_imbalance),
+                   {"", "", "--expert-imbalance"});
+    if (!(w.capacity_factor >= 0))
+        fail_input("--capacity-factor must be positive (or 0 for dropless), found " + std::to_string(w.capacity_factor),
+                   {"", "", "--capacity-factor"});
+}
+
+}  // namespace
+
+void check_transformer_shape(const std::string& name, const TransformerShape& m) {
+    const ErrorContext where{name, "", ""};
+    const std::pair<const char*, int> sizes[] = {{"layers", m.layers},         {"hidden", m.hidden},
+                                                 {"heads", m.heads},           {"kv_heads", m.kv_heads},
+                                                 {"ffn_hidden", m.ffn_hidden}, {"vocab", m.vocab},
+                                                 {"seq", m.max_seq}};
+    for (const auto& [what, n] : sizes) {
+        if (n < 1) fail_input("a positive " + std::string(what), std::to_string(n), where);
+    }
+    if (m.head_dim < 0 || m.v_head_dim < 0 || m.train_seq < 0 || m.sliding_window < 0 || m.position_offset < 0)
+        fail_input("non-negative head_dim, v_head_dim, train_seq, sliding_window and position_offset", "a negative one", where);
+    if (m.head_dim == 0 && m.hidden % m.heads != 0)
+        fail_input("hidden size " + std::to_string(m.hidden) + " is not a multiple of the " + std::to_string(m.heads) +
+                       " attention heads (and no head_dim is given)",
+                   where);
+    if (m.heads % m.kv_heads != 0)
+        fail_input("the " + std::to_string(m.heads) + " attention heads are not a multiple of the " +
+                       std::to_string(m.kv_heads) + " key-value heads",
+                   where);
+    if (m.norms_per_layer < 1 || m.norms_per_layer > 4)
+        fail_input("1 to 4 norms per layer", std::to_string(m.norms_per_layer), where);
+    if (m.encoder_layers < 0 || m.encoder_layers >= m.layers)
+        fail_input("encoder layers from 0 to layers − 1 (the decoder needs a layer)", std::to_string(m.encoder_layers), where);
+    if (m.mla.kv_lora_rank > 0) {
+        if (m.mla.rope_head_dim < 1 || m.mla.rope_head_dim >= m.q_head_dim())
+            fail_input("a rope head dim between 1 and the query head dim " + std::to_string(m.q_head_dim()),
+                       std::to_string(m.mla.rope_head_dim), where);
+        if (m.kv_heads != m.heads) fail_input("latent attention with one key-value head per query head", "kv_heads " + std::to_string(m.kv_heads), where);
+    }
+    const MoeShape& e = m.moe;
+    if (e.experts > 0) {
+        if (e.top_k < 1) fail_input("experts without a top-k: each token's number of experts (top_k) is required", where);
+        if (e.top_k > e.experts)
+            fail_input("a top-k of at most the " + std::to_string(e.experts) + " experts", std::to_string(e.top_k), where);
+        if (e.ffn_hidden < 1) fail_input("a positive expert ffn hidden size", std::to_string(e.ffn_hidden), where);
+        if (e.shared_experts < 0 || (e.shared_experts > 0 && e.shared_ffn_hidden < 1))
+            fail_input("shared experts with a positive ffn width", std::to_string(e.shared_ffn_hidden), where);
+        for (int l : e.dense_layers)
+            if (l < 0 || l >= m.layers)
+                fail_input("dense layer indices from 0 to " + std::to_string(m.layers - 1), std::to_string(l), where);
+    } else if (e.top_k > 0 || e.shared_experts > 0) {
+        fail_input("a top-k or shared experts only with routed experts", "no experts", where);
+    }
+    for (int l : m.full_attention_layers)
+        if (l < 0 || l >= m.layers)
+            fail_input("full-attention layer indices from 0 to " + std::to_string(m.layers - 1), std::to_string(l), where);
+}
+
+std::int64_t transformer_parameters(const TransformerShape& m, bool active) {
+    I n = embedding_params(m, 1);
+    for (int i = 0; i < m.layers; ++i) n += layer_params(m, i, active ? m.moe.top_k : m.moe.experts).on(1);
+    n += final_norm_params(m);
+    if (!m.tied_embeddings) n += static_cast<I>(m.vocab) * m.hidden;  // output projection
+    return n;
+}
+
+std::vector<Block> transformer_blocks(const std::string& name, const TransformerShape& m, const Workload& w) {
+    check_parallel(name, m, w);
+    const int seq = w.seq == 0 ? m.default_seq() : w.seq;
+    if (m.positions == Positions::learned && seq > m.max_seq + 0)
+        fail_input("sequence length " + std::to_string(seq) + " exceeds the " + std::to_string(m.max_seq) +
+                   " learned positions of " + name);
+    Dims d{};
+    d.b = w.micro_batch;
+    d.s = seq;
+    d.h = m.hidden;
+    d.a = m.heads;
+    // Latent attention decompresses a key and a value per query head.
+    d.kvh = m.mla.kv_lora_rank > 0 ? m.heads : m.kv_heads;
+    d.hd = m.q_head_dim();
+    d.vd = m.value_head_dim();
+    d.f = m.ffn_hidden;
+    d.t = w.tp;
+    d.v = padded_vocab(m, d.t);
+    d.sp = w.sequence_parallel && w.tp > 1;
+    d.e = dtype_bytes(w.dtype);
+    d.recompute = w.recompute;
+    d.attention = w.attention;
+
+    std::vector<Block> out;
+    out.reserve(static_cast<std::size_t>(m.layers) + 2);
+    out.push_back(embedding_block(m, d));
+    for (int i = 0; i < m.layers; ++i) out.push_back(layer_block(m, d, w, i));
+    out.push_back(head_block(m, d, m.layers + 1));
+    return out;
+}
+
+}  // namespace smol::detail

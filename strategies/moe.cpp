@@ -1,0 +1,247 @@
+#include "strategies/moe.hpp"
+
+#include <span>
+
+#include "core/error.hpp"
+#include "strategies/data_parallel.hpp"
+
+namespace smol::strategies {
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Megatron's expert-parallel and expert-data-parallel process groups are their own NCCL
+// communicators, even where their ranks are those of the data-parallel group (ep = dp, or ep = 1).
+constexpr int kExpertParallelGroup = 1;
+constexpr int kExpertDataParallelGroup = 2;
+
+}  // namespace
+
+std::vector<int> expert_parallel_group(const Layout& l, int t, int d, int s) {
+    std::vector<int> out;
+    const int first = d - d % l.ep;
+    for (int e = 0; e < l.ep; ++e) out.push_back(l.rank(t, first + e, s));
+    return out;
+}
+
+std::vector<int> expert_data_parallel_group(const Layout& l, int t, int d, int s) {
+    std::vector<int> out;
+    for (int r = d % l.ep; r < l.dp; r += l.ep) out.push_back(l.rank(t, r, s));
+    return out;
+}
+
+std::int64_t zero1_shard(std::int64_t total, std::int64_t expert, const Layout& l) {
+    const std::int64_t dense = ceil_div(total - expert, l.dp);
+    return expert > 0 ? dense + ceil_div(expert, l.dp / l.ep) : dense;
+}
+
+void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l) {
+    const ErrorContext ep_flag{"", "", "--ep"};
+    const bool moe = model.is_transformer() && model.shape().is_moe();
+    if (plan.ep < 1) fail_input("--ep must be at least 1, found " + std::to_string(plan.ep), ep_flag);
+    if (plan.ep > 1 && !moe)
+        fail_input("--ep " + std::to_string(plan.ep) + " needs a mixture-of-experts model; " + model.name() + " has no experts",
+                   ep_flag);
+    if (l.dp % plan.ep != 0)
+        fail_input("--ep " + std::to_string(plan.ep) + " does not divide dp = " + std::to_string(l.dp) +
+                       ": Megatron forms expert-parallel groups from the data-parallel ranks "
+                       "(megatron/core/parallel_state.py), so ep must divide dp",
+                   ep_flag);
+    if (moe && model.shape().moe.experts % plan.ep != 0)
+        fail_input("--ep " + std::to_string(plan.ep) + " does not divide the " + std::to_string(model.shape().moe.experts) +
+                       " experts of " + model.name(),
+                   ep_flag);
+    if (plan.ep > 1 && plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
+        fail_input(std::string("--strategy ") + to_string(plan.strategy) +
+                       " is not modelled with expert parallelism; use ddp or zero1 (Megatron's distributed optimizer, "
+                       "which shards expert states over the expert-data-parallel group)",
+                   {"", "", "--strategy"});
+    if (moe && l.tp > 1 && !plan.sequence_parallel)
+        fail_input("a mixture of experts with tensor parallelism needs --sp: Megatron refuses MoE with tp > 1 without "
+                   "sequence parallelism in training (megatron/core/transformer/moe/moe_layer.py)",
+                   {"", "", "--sp"});
+    if (!(plan.expert_imbalance >= 1))
+        fail_input("--expert-imbalance is the busiest expert's tokens over the mean, at least 1; found " +
+                       std::to_string(plan.expert_imbalance),
+                   {"", "", "--expert-imbalance"});
+    if (plan.expert_imbalance > 1 && !moe)
+        fail_input("--expert-imbalance needs a mixture-of-experts model; " + model.name() + " has no experts",
+                   {"", "", "--expert-imbalance"});
+    if (!(plan.capacity_factor >= 0))
+        fail_input("--capacity-factor must be positive (or 0 for dropless routing), found " + std::to_string(plan.capacity_factor),
+                   {"", "", "--capacity-factor"});
+    if (plan.capacity_factor > 0 && !moe)
+        fail_input("--capacity-factor needs a mixture-of-experts model; " + model.name() + " has no experts",
+                   {"", "", "--capacity-factor"});
+}
+
+ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute)
+    : g_(&g), l_(&l), blocks_(&blocks), recompute_(recompute), recipes_(blocks.size()) {
+    for (const Block& b : blocks) {
+        if (!b.moe || (l.ep == 1 && l.tp == 1)) continue;
+        const std::span<const Kernel> all(b.fwd_kernels);
+        const std::span<const Kernel> parts[3] = {
+            all.subspan(0, static_cast<std::size_t>(b.moe->dispatch_at)),
+            all.subspan(static_cast<std::size_t>(b.moe->dispatch_at),
+                        static_cast<std::size_t>(b.moe->combine_at - b.moe->dispatch_at)),
+            all.subspan(static_cast<std::size_t>(b.moe->combine_at))};
+        Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
+        for (int k = 0; k < 3; ++k) {
+            r.fwd[k] = g.intern_recipe(parts[k]);
+            // Backward visits the parts in reverse: after combine, experts, before dispatch.
+            r.bwd[k] = g.intern_recipe(backward_kernels(parts[2 - k]));
+            r.bwd_input[k] = g.intern_recipe(backward_kernels(parts[2 - k], BackwardPart::input));
+        }
+    }
+}
+
+bool ExpertParallel::runs(const Block& b, Phase phase) const {
+    if (!b.moe || l_ == nullptr || (l_->ep == 1 && l_->tp == 1)) return false;
+    switch (phase) {
+        case Phase::fwd:
+        case Phase::bwd:
+        case Phase::bwd_input: return true;
+        case Phase::recompute: return recompute_ == Recompute::full;
+        default: return false;
+    }
+}
+
+void ExpertParallel::segment(std::int32_t recipe, int d, int s, Phase phase, int layer, int mb, std::vector<OpId>& last) {
+    for (int t = 0; t < l_->tp; ++t) {
+        const OpId op = g_->add_kernels(l_->rank(t, d, s), phase, layer, mb, recipe, l_->dtype);
+        if (latest_[static_cast<std::size_t>(t)].second == OpGraph::kNoOp) latest_[static_cast<std::size_t>(t)].second = op;
+        last[static_cast<std::size_t>(t)] = op;
+    }
+}
+
+void ExpertParallel::tensor_collective(CollectiveKind kind, Bytes bytes, int d, int s, Phase phase, int layer, int mb,
+                                       int index, std::vector<OpId>& last) {
+    if (l_->tp == 1) return;
+    std::vector<int> group;
+    for (int t = 0; t < l_->tp; ++t) group.push_back(l_->rank(t, d, s));
+    const std::vector<OpId> ops = g_->add_collective(kind, group, bytes, Stream::compute, phase, layer, mb, index);
+    for (int t = 0; t < l_->tp; ++t) last[static_cast<std::size_t>(t)] = ops[static_cast<std::size_t>(t)];
+}
+
+void ExpertParallel::all_to_all(const Block& b, int d, int s, Phase phase, int mb, int which, std::vector<OpId>& last) {
+    if (l_->ep == 1) return;
+    for (int t = 0; t < l_->tp; ++t) {
+        const int first = d - d % l_->ep;
+        const auto key = std::make_tuple(t, first, s, b.index, mb, static_cast<int>(phase), which);
+        auto it = pending_.find(key);
+        if (it == pending_.end()) {
+            const std::int32_t cid = g_->declare_collective(CollectiveKind::all_to_all, expert_parallel_group(*l_, t, d, s),
+                                                            b.moe->dispatch_bytes, -1, kExpertParallelGroup);
+            it = pending_.emplace(key, std::make_pair(cid, l_->ep)).first;
+        }
+        last[static_cast<std::size_t>(t)] =
+            g_->add_collective_op(it->second.first, l_->rank(t, d, s), Stream::compute, phase, b.index, mb, which);
+        if (--it->second.second == 0) pending_.erase(it);
+    }
+}
+
+void ExpertParallel::pass(const Block& b, int d, int s, Phase phase, int mb, std::vector<OpId>& last) {
+    const Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
+    const MoePass& p = *b.moe;
+    latest_.assign(static_cast<std::size_t>(l_->tp), {OpGraph::kNoOp, OpGraph::kNoOp});
+    const bool sp = l_->tp > 1;  // MoE with tp > 1 runs with sequence parallelism (check_expert_parallel)
+    auto attention_collectives = [&] {
+        for (int k = 0; k < p.attention_tp_collectives; ++k) {
+            tensor_collective(sp ? CollectiveKind::all_gather : CollectiveKind::all_reduce, b.tp_bytes_per_collective, d, s,
+                              phase, b.index, mb, k, last);
+            if (sp) tensor_collective(CollectiveKind::reduce_scatter, b.tp_bytes_per_collective, d, s, phase, b.index, mb, k, last);
+        }
+    };
+    const int gather = p.attention_tp_collectives;  // index labels of the tensor group's token gather and scatter
+    if (phase == Phase::fwd || phase == Phase::recompute) {
+        segment(r.fwd[0], d, s, phase, b.index, mb, last);
+        attention_collectives();
+        all_to_all(b, d, s, phase, mb, 0, last);   // dispatch
+        tensor_collective(CollectiveKind::all_gather, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
+        segment(r.fwd[1], d, s, phase, b.index, mb, last);
+        tensor_collective(CollectiveKind::reduce_scatter, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
+        all_to_all(b, d, s, phase, mb, 1, last);   // combine
+        segment(r.fwd[2], d, s, phase, b.index, mb, last);
+    } else {
+        const std::int32_t* parts = phase == Phase::bwd_input ? r.bwd_input : r.bwd;
+        segment(parts[0], d, s, phase, b.index, mb, last);
+        all_to_all(b, d, s, phase, mb, 1, last);   // the combine's gradient, back to the experts
+        tensor_collective(CollectiveKind::all_gather, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
+        segment(parts[1], d, s, phase, b.index, mb, last);
+        tensor_collective(CollectiveKind::reduce_scatter, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
+        all_to_all(b, d, s, phase, mb, 0, last);   // the dispatch's gradient, back to the tokens' ranks
+        segment(parts[2], d, s, phase, b.index, mb, last);
+        attention_collectives();
+    }
+    for (int t = 0; t < l_->tp; ++t) latest_[static_cast<std::size_t>(t)].first = last[static_cast<std::size_t>(t)];
+}
+
+OpId ExpertParallel::first_of(OpId op) const {
+    for (const auto& [last, first] : latest_)
+        if (last == op) return first;
+    return op;
+}
+
+std::vector<Block> ExpertParallel::dense_part(const std::vector<Block>& blocks, int first, int last) const {
+    std::vector<Block> out(blocks.begin() + first, blocks.begin() + last);
+    if (l_ != nullptr && l_->ep > 1)
+        for (Block& b : out)
+            if (b.moe) b.params -= b.moe->expert_params;
+    return out;
+}
+
+std::int64_t ExpertParallel::expert_params(int first, int last) const {
+    if (l_ == nullptr || l_->ep == 1) return 0;
+    std::int64_t n = 0;
+    for (int i = first; i < last; ++i) {
+        const Block& b = (*blocks_)[static_cast<std::size_t>(i)];
+        if (b.moe) n += b.moe->expert_params;
+    }
+    return n;
+}
+
+void ExpertParallel::grad_sync(int s, int first, int last, Bytes cap, int grad_bytes, bool zero1,
+                               const std::vector<std::vector<OpId>>& grad_ready, std::vector<OpId>& last_comm) {
+    const Layout& l = *l_;
+    if (l.ep == 1 || l.dp / l.ep == 1) return;  // one replica per expert: nothing to reduce
+    std::vector<Block> experts(blocks_->begin() + first, blocks_->begin() + last);
+    for (Block& b : experts) b.params = b.moe ? b.moe->expert_params : 0;
+    const std::vector<Bucket> buckets = make_buckets(experts, grad_bytes, cap, cap);
+    for (int t = 0; t < l.tp; ++t)
+        for (int e = 0; e < l.ep; ++e) {
+            const std::vector<int> group = expert_data_parallel_group(l, t, e, s);
+            for (std::size_t k = 0; k < buckets.size(); ++k) {
+                const auto cid = g_->declare_collective(zero1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                                                        group, buckets[k].bytes, -1, kExpertDataParallelGroup);
+                for (int d = e; d < l.dp; d += l.ep) {
+                    const int r = l.rank(t, d, s);
+                    const OpId op = g_->add_collective_op(cid, r, Stream::comm, Phase::comm, -1, -1, static_cast<int>(k));
+                    g_->depend(grad_ready[static_cast<std::size_t>(t + l.tp * d)][static_cast<std::size_t>(buckets[k].ready_after_block)], op);
+                    last_comm[static_cast<std::size_t>(r)] = op;
+                }
+            }
+        }
+    if (zero1)
+        for (const Bucket& b : buckets) gathers_[s].push_back(b.bytes);
+}
+
+void ExpertParallel::gather_experts(int s, int param_bytes, int grad_bytes, const std::vector<OpId>& opt) {
+    const auto it = gathers_.find(s);
+    if (it == gathers_.end()) return;
+    const Layout& l = *l_;
+    for (int t = 0; t < l.tp; ++t)
+        for (int e = 0; e < l.ep; ++e) {
+            const std::vector<int> group = expert_data_parallel_group(l, t, e, s);
+            for (Bytes b : it->second) {
+                const auto cid = g_->declare_collective(CollectiveKind::all_gather, group,
+                                                        Bytes(b.count() / grad_bytes * param_bytes), -1, kExpertDataParallelGroup);
+                for (int d = e; d < l.dp; d += l.ep) {
+                    const OpId op = g_->add_collective_op(cid, l.rank(t, d, s), Stream::comm, Phase::opt);
+                    g_->depend(opt[static_cast<std::size_t>(t + l.tp * d)], op);
+                }
+            }
+        }
+}
+
+}  // namespace smol::strategies

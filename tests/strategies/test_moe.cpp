@@ -1,0 +1,253 @@
+// Mixture of experts with expert parallelism (strategies/moe.hpp) against independent
+// expectations: all-to-all bytes counted from the graph against tokens × hidden × top-k × bytes ×
+// (ep − 1)/ep, Megatron's expert-parallel and expert-data-parallel groups, expert gradients
+// reduced over the latter, Mixtral-8x7B's memory per device against a hand calculation, and bad
+// plans.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "core/error.hpp"
+#include "strategies/moe.hpp"
+#include "strategies/plan.hpp"
+#include "test_support.hpp"
+#include "tools/simulation.hpp"
+#include "topologies/cluster.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+using Catch::Matchers::Contains;
+using smol::test::bad_input_message;
+
+namespace {
+
+/// A small MoE: 4 layers of hidden 512, 8 experts of width 1024, 2 per token, layer 0 dense.
+Model small_moe() {
+    static Json doc = parse_json_text(R"({"kind": "transformer", "name": "moe-small", "layers": 4, "hidden": 512,
+        "heads": 8, "ffn_hidden": 2048, "vocab": 4096, "seq": 256, "gated_mlp": true, "biases": false,
+        "norm": "rmsnorm", "positions": "rope",
+        "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 1024, "dense_layers": [0]}})", "moe-small.json");
+    return model_from_json(JsonView(doc, "moe-small.json"), "moe-small");
+}
+
+Model mixtral() { return load_model(std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json"); }
+
+struct AllToAll {
+    int per_layer_fwd = 0, per_layer_bwd = 0;
+    std::int64_t bytes = 0;            // per rank, each
+    std::set<std::vector<int>> groups;
+};
+
+/// The all-to-alls rank `rank` runs for `layer` in micro-batch 0, counted from the graph.
+AllToAll all_to_alls(const OpGraph& g, int rank, int layer) {
+    AllToAll out;
+    for (const Op& op : g.ops()) {
+        if (op.kind != OpKind::collective || op.rank != rank || op.layer != layer || op.microbatch != 0) continue;
+        const Collective& c = g.collectives()[static_cast<std::size_t>(op.ref)];
+        if (c.kind != CollectiveKind::all_to_all) continue;
+        (op.phase == Phase::fwd ? out.per_layer_fwd : out.per_layer_bwd) += 1;
+        out.bytes = c.bytes;
+        out.groups.insert(g.communicators()[static_cast<std::size_t>(c.communicator)]);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("MoE all-to-all bytes per layer are tokens × hidden × top-k × bytes × (ep − 1)/ep", "[strategies][moe]") {
+    const int ep = GENERATE(2, 4, 8);
+    const int tp = GENERATE(1, 2);
+    CAPTURE(ep, tp);
+    const Model m = small_moe();
+    Plan plan;
+    plan.ep = ep;
+    plan.tp = tp;
+    plan.sequence_parallel = tp > 1;
+    plan.micro_batch = 2;
+    plan.global_batch = 2 * 8;  // one micro-batch per replica
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(tp);  // 8 · tp GPUs: dp 8
+    const Built b = build(m, c, plan);
+    const Layout& l = b.layout;
+    REQUIRE(l.dp == 8);
+    const double tokens = 2 * 256, hidden = 512, top_k = 2, e = 2;
+    // Each tensor rank routes its sequence shard (sp): tokens / tp.
+    const double buffer = tokens / tp * hidden * top_k * e;
+    for (int layer : {2, 3, 4}) {  // the MoE layers (block 1 is dense layer 0)
+        const AllToAll a = all_to_alls(b.graph, 0, layer);
+        CHECK(a.per_layer_fwd == 2);  // dispatch and combine
+        CHECK(a.per_layer_bwd == 2);  // their gradients
+        CHECK(a.bytes == static_cast<std::int64_t>(buffer));
+        // What the rank sends of it: all but its own share.
+        CHECK(static_cast<double>(a.bytes) * (ep - 1) / ep == Approx(tokens / tp * hidden * top_k * e * (ep - 1) / ep));
+        // The expert-parallel group: ep consecutive data-parallel replicas of tensor rank 0.
+        REQUIRE(a.groups.size() == 1);
+        std::vector<int> expected;
+        for (int d = 0; d < ep; ++d) expected.push_back(l.rank(0, d, 0));
+        CHECK(*a.groups.begin() == expected);
+    }
+    CHECK(all_to_alls(b.graph, 0, 1).per_layer_fwd == 0);  // the dense layer routes nothing
+    // The simulation runs: every all-to-all meets its members.
+    const tools::Simulation run = tools::simulate_plan(m, c, plan, {});
+    CHECK(run.summary.iteration > Time::zero());
+}
+
+TEST_CASE("expert gradients are reduced over the expert-data-parallel group, the rest over dp", "[strategies][moe]") {
+    // Megatron (megatron/core/parallel_state.py, order tp-cp-ep-dp-pp): dp 8, ep 4 → EDP groups
+    // {d0, d4}, {d1, d5}, {d2, d6}, {d3, d7}.
+    Layout l;
+    l.tp = 1;
+    l.dp = 8;
+    l.pp = 1;
+    l.ep = 4;
+    CHECK(expert_parallel_group(l, 0, 6, 0) == std::vector<int>{4, 5, 6, 7});
+    CHECK(expert_data_parallel_group(l, 0, 6, 0) == std::vector<int>{2, 6});
+    CHECK(zero1_shard(800, 400, l) == 400 / 8 + 400 / 2);
+
+    const Model m = small_moe();
+    Plan plan;
+    plan.ep = 4;
+    plan.global_batch = 8;
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const Built b = build(m, c, plan);
+    // Gradient bytes per rank: dense over the 8 replicas, experts (2 of 8 per rank) over their 2.
+    const std::int64_t h = 512, fe = 1024, dense_params = [&] {
+        std::int64_t p = 0;
+        for (const Block& blk : m.blocks(Workload{})) p += blk.params - (blk.moe ? blk.moe->expert_params : 0);
+        return p;
+    }();
+    const std::int64_t experts_per_rank = 3 * (2 * 3 * h * fe);  // 3 MoE layers × 2 local experts
+    std::map<std::size_t, std::int64_t> reduced;  // group size → gradient bytes rank 0 all-reduces
+    for (const Op& op : b.graph.ops()) {
+        if (op.kind != OpKind::collective || op.rank != 0) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        if (col.kind == CollectiveKind::all_reduce)
+            reduced[b.graph.communicators()[static_cast<std::size_t>(col.communicator)].size()] += col.bytes;
+    }
+    CHECK(reduced[8] == 2 * dense_params);
+    CHECK(reduced[2] == 2 * experts_per_rank);
+    CHECK(reduced.size() == 2);
+}
+
+TEST_CASE("Mixtral-8x7B on 2 × dgx-a100 with ep 8: memory per device by hand", "[strategies][moe]") {
+    // Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1): 32 layers, hidden 4096, 32 heads, 8 kv heads, 8
+    // experts of 14336, vocab 32000. Plan: pp 2 (16 layers per stage), dp 8, ep 8 (one expert per
+    // rank), zero1, full recompute, micro-batch 1 at seq 4096, two micro-batches per replica.
+    const Model m = mixtral();
+    Plan plan;
+    plan.pp = 2;
+    plan.ep = 8;
+    plan.strategy = DataParallel::zero1;
+    plan.recompute = Recompute::full;
+    plan.seq = 4096;
+    plan.global_batch = 16;
+    plan.stage_layers = {16, 16};
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    const tools::Simulation run = tools::simulate_plan(m, c, plan, {});
+    REQUIRE(run.built.layout.dp == 8);
+    // Stage 0 by hand: the embedding (32000 × 4096), 16 layers' attention (q and o 4096², k and v
+    // 4096 × 1024), routers (4096 × 8) and norms (2 × 4096), and one expert per layer (3 × 4096 ×
+    // 14336) of the eight.
+    const std::int64_t attention = 2 * 4096LL * 4096 + 2 * 4096LL * 1024, router = 4096 * 8, norms = 2 * 4096;
+    const std::int64_t dense = 32000LL * 4096 + 16 * (attention + router + norms);
+    const std::int64_t experts = 16 * 3 * 4096LL * 14336;
+    CHECK(dense == 802'816'000);
+    CHECK(experts == 2'818'572'288);
+    // bf16 parameters and gradients (2 + 2 bytes); Adam's fp32 states (12 bytes) sharded by the
+    // distributed optimizer over dp = 8 for the dense part and over dp / ep = 1 for the experts.
+    const std::int64_t states = 4 * (dense + experts) + 12 * dense / 8 + 12 * experts;
+    // Full recompute keeps each layer's input (s·b·h·2 bytes) and the embedding's dropout mask
+    // (s·b·h bytes); 1F1B keeps two micro-batches in flight on the first of two stages.
+    const std::int64_t sbh = 4096LL * 4096, activations = 2 * (sbh + 16 * 2 * sbh);
+    CHECK(run.summary.per_device[0].peak_memory.count() == states + activations);
+    CHECK(run.summary.fits());
+    // Every rank of the first stage holds the same: experts are spread evenly.
+    for (int r = 0; r < 8; ++r) CHECK(run.summary.per_device[static_cast<std::size_t>(r)].peak_memory.count() == states + activations);
+    // Model FLOPs count two experts per token: ep does not change them.
+    CHECK(run.built.model_flops.count() == Approx(m.flops_per_iteration(16, 4096, Recompute::full).count()));
+}
+
+TEST_CASE("expert parallelism composes with pipelines, tensor parallelism and zero1", "[strategies][moe]") {
+    const Model m = small_moe();
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan plan;
+    plan.ep = 4;
+    plan.pp = 2;
+    plan.tp = 2;
+    plan.sequence_parallel = true;
+    plan.strategy = DataParallel::zero1;
+    plan.global_batch = 8;
+    const tools::Simulation run = tools::simulate_plan(m, c, plan, {});
+    const Layout& l = run.built.layout;
+    REQUIRE((l.dp == 4 && l.ep == 4));
+    // The tensor group all-gathers the routed tokens after the dispatch and reduce-scatters them
+    // before the combine: b·s·K·h·e over the group.
+    bool gathered = false;
+    for (const Op& op : run.built.graph.ops()) {
+        if (op.kind != OpKind::collective || op.layer != 2 || op.phase != Phase::fwd) continue;
+        const Collective& col = run.built.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        if (col.kind == CollectiveKind::all_gather && col.bytes == 256LL * 2 * 512 * 2) gathered = true;
+    }
+    CHECK(gathered);
+    CHECK(run.summary.iteration > Time::zero());
+    // A skewed router slows the step: every rank waits for the busiest expert.
+    plan.expert_imbalance = 2;
+    const tools::Simulation skewed = tools::simulate_plan(m, c, plan, {});
+    CHECK(skewed.summary.iteration > run.summary.iteration);
+    CHECK(skewed.built.model_flops.count() == Approx(run.built.model_flops.count()));
+}
+
+TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]") {
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    auto plan_with = [](auto&& set) {
+        Plan p;
+        p.global_batch = 8;
+        set(p);
+        return p;
+    };
+    SECTION("ep not dividing dp") {
+        const Plan p = plan_with([](Plan& q) { q.ep = 3; });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--ep: --ep 3 does not divide dp = 8"));
+    }
+    SECTION("ep not dividing the experts") {
+        const Model odd = [] {
+            static Json doc = parse_json_text(R"({"kind": "transformer", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100,
+                "seq": 32, "moe": {"experts": 6, "top_k": 2, "ffn_hidden": 64}})", "odd.json");
+            return model_from_json(JsonView(doc, "odd.json"), "odd");
+        }();
+        const Plan p = plan_with([](Plan& q) { q.ep = 4; });
+        CHECK_THAT(bad_input_message([&] { build(odd, c, p); }), Contains("--ep 4 does not divide the 6 experts of odd"));
+    }
+    SECTION("ep on a dense model") {
+        const Plan p = plan_with([](Plan& q) { q.ep = 2; });
+        CHECK_THAT(bad_input_message([&] { build(model_preset("gpt2-small"), c, p); }),
+                   Contains("needs a mixture-of-experts model; gpt2-small has no experts"));
+    }
+    SECTION("a data-parallel flavour that does not shard experts") {
+        const Plan p = plan_with([](Plan& q) {
+            q.ep = 2;
+            q.strategy = DataParallel::zero3;
+        });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--strategy zero3 is not modelled with expert parallelism"));
+    }
+    SECTION("tensor parallelism without sequence parallelism") {
+        const Plan p = plan_with([](Plan& q) {
+            q.ep = 2;
+            q.tp = 2;
+            q.global_batch = 4;
+        });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--sp: a mixture of experts with tensor parallelism needs --sp"));
+    }
+    SECTION("an imbalance below 1") {
+        const Plan p = plan_with([](Plan& q) { q.expert_imbalance = 0.5; });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--expert-imbalance"));
+    }
+    SECTION("flash attention where FlashAttention-2 does not run") {
+        const Plan p = plan_with([](Plan& q) {
+            q.attention = Attention::flash;
+            q.global_batch = 16;
+        });
+        CHECK_THAT(bad_input_message([&] { build(model_preset("gpt2-small"), topo::cluster_preset("dgx2-v100"), p); }),
+                   Contains("--attention: --attention flash needs GPUs of compute capability 8.0 or later"));
+    }
+}
