@@ -38,12 +38,12 @@ std::vector<double> naive_gemm(const std::vector<float>& a, const std::vector<fl
 }
 
 /// Reference attention for one head in double: P = softmax(Q·Kᵀ·scale), O = P·V.
-struct Attention {
+struct AttentionResult {
     std::vector<double> p, o;
 };
-Attention naive_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+AttentionResult naive_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                           std::int64_t nq, std::int64_t nk, std::int64_t d, double scale) {
-    Attention a;
+    AttentionResult a;
     a.p.assign(static_cast<std::size_t>(nq * nk), 0);
     a.o.assign(static_cast<std::size_t>(nq * d), 0);
     for (std::int64_t i = 0; i < nq; ++i) {
@@ -114,7 +114,7 @@ TEST_CASE("flash attention forward equals softmax(Q Kt / sqrt d) V, over several
     std::vector<float> o(static_cast<std::size_t>(nq * d)), lse(static_cast<std::size_t>(nq));
     std::vector<float> scratch(static_cast<std::size_t>(cpu::flash_scratch_floats(d)));
     cpu::flash_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), nq, nk, d, static_cast<float>(scale), scratch.data());
-    const Attention ref = naive_attention(q, k, v, nq, nk, d, scale);
+    const AttentionResult ref = naive_attention(q, k, v, nq, nk, d, scale);
     for (std::size_t i = 0; i < o.size(); ++i) CHECK(o[i] == Approx(ref.o[i]).margin(2e-5));
     // lse: the log of Σ exp(scores) of the row.
     for (std::int64_t i = 0; i < nq; i += 37) {
@@ -140,7 +140,7 @@ TEST_CASE("flash attention backward equals the gradients of softmax(Q Kt / sqrt 
     cpu::flash_backward(q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data(), nq,
                         nk, d, static_cast<float>(scale), scratch.data());
     // dV = Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP − rowsum(dO ∘ O)); dQ = scale·dS K; dK = scale·dSᵀ Q.
-    const Attention ref = naive_attention(q, k, v, nq, nk, d, scale);
+    const AttentionResult ref = naive_attention(q, k, v, nq, nk, d, scale);
     std::vector<double> rdq(dq.size(), 0), rdk(dk.size(), 0), rdv(dv.size(), 0);
     for (std::int64_t i = 0; i < nq; ++i) {
         double delta = 0;
