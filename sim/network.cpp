@@ -161,9 +161,23 @@ void FlowNetwork::solve(Time now) {
         if (unfrozen_[l] > 0) shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
     }
     // A capped flow is a one-flow link of its cap's capacity: it freezes (with its group) at its
-    // cap unless a link's share is smaller first.
-    for (FlowId f : comp_flows_)
-        if (flows_[f].cap > 0) shares_.push_back({flows_[f].cap, -1 - static_cast<std::int32_t>(f), 0});
+    // cap unless a link's share is smaller first. A coupled group freezes as one, so one entry
+    // per group — its smallest cap — is enough (the flows of one coupling class share a cap).
+    if (++cap_stamp_ == 0) cap_stamp_ = 1;
+    for (FlowId f : comp_flows_) {
+        const Flow& fl = flows_[f];
+        if (fl.cap <= 0) continue;
+        if (fl.group != kNoGroup) {
+            if (group_cap_stamp_.size() <= fl.group) group_cap_stamp_.resize(fl.group + 1, 0);
+            if (group_cap_stamp_[fl.group] == cap_stamp_) continue;
+            group_cap_stamp_[fl.group] = cap_stamp_;
+            double smallest = fl.cap;
+            for (FlowId m : groups_[fl.group]) smallest = std::min(smallest, flows_[m].cap > 0 ? flows_[m].cap : smallest);
+            shares_.push_back({smallest, -1 - static_cast<std::int32_t>(f), 0});
+        } else {
+            shares_.push_back({fl.cap, -1 - static_cast<std::int32_t>(f), 0});
+        }
+    }
     std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
     while (!shares_.empty()) {
         std::pop_heap(shares_.begin(), shares_.end(), ShareLater{});

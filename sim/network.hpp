@@ -107,6 +107,8 @@ private:
     std::vector<FlowId> comp_flows_;
     std::vector<ShareEntry> shares_;
     std::uint32_t stamp_ = 0;
+    std::vector<std::uint32_t> group_cap_stamp_;   // the solve that pushed the group's cap
+    std::uint32_t cap_stamp_ = 0;
     std::uint64_t solves_ = 0;
     std::vector<LinkSample>* samples_ = nullptr;
 };
