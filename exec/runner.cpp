@@ -348,6 +348,12 @@ void Runner::memory_op(OpId id, std::int64_t start_ns) {
 
 void Runner::progress_loop() {
     configure_thread();
+    // Each poll costs about a microsecond of this rank's core, and takes the MPI library's locks
+    // that the rank's communication threads need: poll quickly only just after a signal or a new
+    // wait, backing off (10 µs doubling to 500 µs) while nothing arrives; with no stream waiting
+    // for another rank, listen for abort notices every 2 ms.
+    constexpr std::int64_t kFirst = 10'000, kLongest = 500'000, kIdle = 2'000'000;
+    std::int64_t interval = kFirst;
     while (!stop_) {
         int flag = 0;
         MPI_Message message;
@@ -372,11 +378,16 @@ void Runner::progress_loop() {
                 std::fflush(stderr);
                 mpi_.abort(1);
             }
+            interval = kFirst;
             continue;
         }
-        // Poll often only while a stream waits for another rank's op; otherwise just listen for
-        // abort notices. Each poll costs about a microsecond of this rank's core.
-        sleep_for_ns(waiting_remote_ > 0 ? 20'000 : 2'000'000);
+        if (waiting_remote_ > 0) {
+            sleep_for_ns(interval);
+            interval = std::min(2 * interval, kLongest);
+        } else {
+            sleep_for_ns(kIdle);
+            interval = kFirst;
+        }
     }
 }
 

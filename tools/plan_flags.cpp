@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "topologies/profile.hpp"
 #include "topologies/topology.hpp"
 #include "traces/chrome_trace.hpp"
 
@@ -48,6 +49,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--collective-algo", f.collective_algo,
                    "auto, ring, tree, halving-doubling, hierarchical, direct")
         ->capture_default_str();
+    app.add_option("--profile", f.profile,
+                   "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
     app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
 }
 
@@ -73,6 +76,7 @@ topo::Cluster resolve_cluster(const PlanFlags& f) {
     topo::Cluster c = topo::load_cluster(f.cluster);
     if (f.nodes) c = c.with_nodes(*f.nodes);
     if (f.devices) c = c.first_devices(*f.devices);
+    if (!f.profile.empty()) c = topo::apply_profile(c, topo::load_profile(f.profile), f.profile);
     return c;
 }
 

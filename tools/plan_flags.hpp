@@ -38,11 +38,12 @@ struct PlanFlags {
     double fusion_mb = 64, cycle_ms = 5;
     std::string network = "flow", collective_algo = "auto";
     bool no_fold = false;
+    std::string profile;                 // --profile: a calibration profile applied to the cluster
 };
 
 /// The model, cluster and plan flags.
 void add_plan_flags(CLI::App& app, PlanFlags& f);
-/// The cluster the flags name, scaled by --nodes and cut by --devices.
+/// The cluster the flags name, scaled by --nodes, cut by --devices, with --profile's figures.
 topo::Cluster resolve_cluster(const PlanFlags& f);
 strategies::Plan resolve_plan(const PlanFlags& f);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "core/json.hpp"
 #include "core/model.hpp"
 #include "core/units.hpp"
+#include "topologies/measured.hpp"
 
 namespace smol::topo {
 
@@ -32,6 +34,9 @@ struct DeviceKind {
     double gemm_half_dim = 128;           // GEMM size (cube root of m·n·k) at half that efficiency
     double memory_efficiency = 0.8;       // fraction of memory bandwidth streaming kernels reach
     double comm_slowdown = 1.0;           // compute runs this much slower while comm kernels run
+    /// Rates measured by `smolcluster calibrate` (a profile, profile.hpp), or null: the simulator
+    /// then prices fp32 kernels from these tables instead of the roofline above.
+    std::shared_ptr<const MeasuredCompute> measured;
 
     bool supports(DType d) const { return peak[static_cast<int>(d)].has_value(); }
     /// Peak for `d`; bad_input naming the device when it has none.
@@ -100,6 +105,9 @@ public:
     std::vector<std::string> sources;
     std::vector<NodeGroup> groups;
     Network network;
+    /// Collectives and point-to-point transfers timed by a profile, or null.
+    std::shared_ptr<const MeasuredNetwork> measured_network;
+    std::string profile;              // the profile applied, for messages ("" when none)
 
     int num_nodes() const;
     int num_devices() const;
