@@ -199,3 +199,22 @@ TEST_CASE("calibrate --quick under mpirun writes a profile that simulate reads",
     fs::remove(profile);
 }
 
+TEST_CASE("validate under mpirun compares the simulated and measured steps, exiting 1 beyond --tolerance", "[exec][cli]") {
+    const Job j = shell(mpirun(2) + bin + " validate --model gpt-tiny --cluster localhost --seq 64 --warmup 0 --tolerance 1000 --json");
+    REQUIRE(j.code == 0);
+    const auto json = nlohmann::json::parse(j.output);
+    for (const char* key : {"simulated_step_s", "measured_step_s", "step_error", "per_class", "passed", "tolerance"})
+        CHECK(json.contains(key));
+    CHECK(json["passed"] == true);
+    CHECK(json["step_error"].get<double>() == Approx(json["simulated_step_s"].get<double>() / json["measured_step_s"].get<double>() - 1));
+    for (const char* cls : {"gemm", "attention", "elementwise", "optimizer", "collective"}) {
+        INFO(cls);
+        REQUIRE(json["per_class"].contains(cls));
+        CHECK(json["per_class"][cls]["measured_s"].get<double>() > 0);
+        CHECK(json["per_class"][cls]["simulated_s"].get<double>() > 0);
+    }
+    // No tolerance at all: the two steps are never equal to the picosecond.
+    const Job strict = shell(mpirun(2) + bin + " validate --model gpt-tiny --cluster localhost --seq 64 --warmup 0 --tolerance 0");
+    CHECK(strict.code == 1);
+    CHECK_THAT(strict.output, Contains("FAILED: |step error|"));
+}
