@@ -65,6 +65,18 @@ std::string capture(const std::string& cmd, int& code) {
     return out;
 }
 
+/// The 1-minute load average: the machine may be shared, and a loaded one measures noise.
+std::string load() {
+    FILE* f = std::fopen("/proc/loadavg", "r");
+    char buf[64] = {};
+    if (f) {
+        if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+        std::fclose(f);
+    }
+    std::string s(buf);
+    return s.substr(0, s.find(' '));
+}
+
 std::string pct(double e) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%+.1f%%", e * 100);
@@ -90,6 +102,7 @@ int main(int argc, char** argv) {
     }
     const std::string bin = SMOLCLUSTER_BIN;
     int code = 0;
+    std::printf("load average %s at the start\n", load().c_str());
     if (profile.empty()) {
         profile = (std::filesystem::temp_directory_path() / ("validate-local-" + std::to_string(getpid()) + ".json")).string();
         const auto t0 = std::chrono::steady_clock::now();
@@ -131,7 +144,7 @@ int main(int argc, char** argv) {
     if (errors.empty()) return 1;
     std::sort(errors.begin(), errors.end());
     const double median = errors[errors.size() / 2], largest = errors.back();
-    std::printf("\nmedian |step error| %.1f %% (target ≤ 5 %%), largest %.1f %% (target ≤ 10 %%)\n", median * 100,
-                largest * 100);
+    std::printf("\nmedian |step error| %.1f %% (target ≤ 5 %%), largest %.1f %% (target ≤ 10 %%); load average %s at the end\n",
+                median * 100, largest * 100, load().c_str());
     return 0;
 }

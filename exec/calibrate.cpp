@@ -292,11 +292,11 @@ private:
             stream.push_back(b.kernel(stream_kernel(KernelName::other, KernelClass::elementwise, bytes),
                                       reps_for(static_cast<double>(bytes) / 5e9, target, 2, 40)));
         const std::int64_t cols = 256;
-        const std::vector<std::int64_t> softmax_elements = sizes(4 << 10, o_.quick ? 1 << 20 : 16 << 20, 16);
+        const std::vector<std::int64_t> softmax_elements = sizes(4 << 10, o_.quick ? 1 << 20 : 16 << 20, o_.quick ? 16 : 4);
         std::vector<Series> softmax;
         for (std::int64_t e : softmax_elements)
             softmax.push_back(b.kernel(softmax_kernel(e / cols, cols, 4), reps_for(static_cast<double>(e) / 2e8, target, 2, 40)));
-        const std::vector<std::int64_t> adam_params = sizes(16 << 10, o_.quick ? 1 << 20 : 16 << 20, 16);
+        const std::vector<std::int64_t> adam_params = sizes(16 << 10, o_.quick ? 1 << 20 : 16 << 20, o_.quick ? 16 : 4);
         std::vector<Series> adam;
         for (std::int64_t n : adam_params)
             adam.push_back(b.kernel(adam_kernel(n, 28), reps_for(static_cast<double>(n) / 3e8, target, 2, 40)));

@@ -177,12 +177,13 @@ Measured Runner::run() {
     out.workspace = backend_.workspace();
     out.backend = backend_.describe();
     const std::int64_t offset_ns = out.clocks.offset[static_cast<std::size_t>(mpi_.host())].count_ps() / 1000;
-    const int steps = options_.warmup + 1;
-    for (int step = 1; step <= steps; ++step) {
+    // Steps are numbered on across calls: an op is done in a step when its flag holds that
+    // step's number, so flags never need resetting.
+    for (int i = 0; i <= options_.warmup; ++i) {
         MPI_Barrier(mpi_.world());
         std::int64_t start = mpi_.rank() == 0 ? now_ns() + kStartLeadNs : 0;
         MPI_Bcast(&start, 1, MPI_INT64_T, 0, mpi_.world());
-        run_step(static_cast<std::uint32_t>(step), start + offset_ns);
+        run_step(++steps_run_, start + offset_ns);
     }
     MPI_Barrier(mpi_.world());
     measure_drift(mpi_, out.clocks);

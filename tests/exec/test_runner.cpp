@@ -91,8 +91,9 @@ std::size_t cross_rank_edges(const OpGraph& g) {
     return n;
 }
 
-/// Runs `g` on `cluster` (one rank per process of this mpirun) and checks it.
-void run_and_check(const OpGraph& g, const topo::Cluster& cluster, const std::string& scratch = "") {
+/// Runs `g` on `cluster` (one rank per process of this mpirun) and checks it; with `runs` > 1 the
+/// runner runs it that many times and the last run is checked (each op runs once per run).
+void run_and_check(const OpGraph& g, const topo::Cluster& cluster, const std::string& scratch = "", int runs = 1) {
     exec::Session& session = test::session();
 
     exec::cpu::CpuBackend cpu(g, session.mpi(), scratch);
@@ -103,7 +104,7 @@ void run_and_check(const OpGraph& g, const topo::Cluster& cluster, const std::st
     exec::Measured m;
     {
         exec::Runner runner(g, cluster, session.mpi(), counting, options);
-        m = runner.run();
+        for (int i = 0; i < runs; ++i) m = runner.run();
     }
 
     // Every op of this rank ran exactly once; every buffer it allocates was allocated once.
@@ -121,9 +122,9 @@ void run_and_check(const OpGraph& g, const topo::Cluster& cluster, const std::st
             case OpKind::copy: times = counting.ran(id); break;
             case OpKind::alloc: times = counting.allocated(op.ref); break;
             case OpKind::free:
-            case OpKind::timer: times = 1; break;   // checked from the timeline below
+            case OpKind::timer: times = runs; break;   // checked from the timeline below
         }
-        if (times != 1 && wrong++ == 0) first_wrong = id;
+        if (times != runs && wrong++ == 0) first_wrong = id;
     }
     INFO("rank " << session.rank() << ": first op not run exactly once: " << (wrong ? g.describe(first_wrong) : "none"));
     CHECK(wrong == 0);
@@ -234,7 +235,7 @@ TEST_CASE("exec runs tp 2 · pp 2", "[exec][mpi][plan-tp2-pp2]") {
     run_and_check(p);
 }
 
-TEST_CASE("exec runs copies between tiers, NVMe-tier files, timers and ops without recipes", "[exec][mpi][plan-synthetic]") {
+TEST_CASE("exec runs copies between tiers, NVMe-tier files, timers and ops without recipes, twice", "[exec][mpi][plan-synthetic]") {
     // No strategy offloads yet: a hand-built graph with everything the executor can run. Every
     // rank copies to host memory and through the NVMe tier (files in the scratch directory, removed
     // afterwards), keeps an NVMe buffer, waits on a host-stream timer and runs add_compute ops;
@@ -272,7 +273,7 @@ TEST_CASE("exec runs copies between tiers, NVMe-tier files, timers and ops witho
     g.finalize();
     const std::filesystem::path scratch = std::filesystem::temp_directory_path() / ("smol-exec-scratch-" + std::to_string(getpid()));
     std::filesystem::create_directories(scratch);
-    run_and_check(g, cluster, scratch.string());
+    run_and_check(g, cluster, scratch.string(), 2);   // twice: a second run waits as the first did
     // Every rank's backend removed its directory of NVMe files.
     MPI_Barrier(session.mpi().world());
     CHECK(std::filesystem::is_empty(scratch));
