@@ -201,8 +201,9 @@ std::string Mpi::library_version() {
     char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};
     int len = 0;
     MPI_Get_library_version(v, &len);
-    std::string s(v, static_cast<std::size_t>(len));
-    if (const auto nl = s.find_first_of("\n\r"); nl != std::string::npos) s.resize(nl);
+    std::string s(v, strnlen(v, static_cast<std::size_t>(len)));
+    // "Open MPI v4.1.4, package: Debian OpenMPI, ident: …": the library and version.
+    if (const auto end = s.find_first_of(",\n\r"); end != std::string::npos) s.resize(end);
     while (!s.empty() && (s.back() == ' ' || s.back() == ',')) s.pop_back();
     return s;
 }

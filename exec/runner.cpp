@@ -177,12 +177,13 @@ Measured Runner::run() {
     out.workspace = backend_.workspace();
     out.backend = backend_.describe();
     const std::int64_t offset_ns = out.clocks.offset[static_cast<std::size_t>(mpi_.host())].count_ps() / 1000;
-    const int steps = options_.warmup + 1;
-    for (int step = 1; step <= steps; ++step) {
+    // Steps are numbered on across calls: an op is done in a step when its flag holds that
+    // step's number, so flags never need resetting.
+    for (int i = 0; i <= options_.warmup; ++i) {
         MPI_Barrier(mpi_.world());
         std::int64_t start = mpi_.rank() == 0 ? now_ns() + kStartLeadNs : 0;
         MPI_Bcast(&start, 1, MPI_INT64_T, 0, mpi_.world());
-        run_step(static_cast<std::uint32_t>(step), start + offset_ns);
+        run_step(++steps_run_, start + offset_ns);
     }
     MPI_Barrier(mpi_.world());
     measure_drift(mpi_, out.clocks);
@@ -348,6 +349,12 @@ void Runner::memory_op(OpId id, std::int64_t start_ns) {
 
 void Runner::progress_loop() {
     configure_thread();
+    // Each poll costs about a microsecond of this rank's core, and takes the MPI library's locks
+    // that the rank's communication threads need: poll quickly only just after a signal or a new
+    // wait, backing off (10 µs doubling to 500 µs) while nothing arrives; with no stream waiting
+    // for another rank, listen for abort notices every 2 ms.
+    constexpr std::int64_t kFirst = 10'000, kLongest = 500'000, kIdle = 2'000'000;
+    std::int64_t interval = kFirst;
     while (!stop_) {
         int flag = 0;
         MPI_Message message;
@@ -372,11 +379,16 @@ void Runner::progress_loop() {
                 std::fflush(stderr);
                 mpi_.abort(1);
             }
+            interval = kFirst;
             continue;
         }
-        // Poll often only while a stream waits for another rank's op; otherwise just listen for
-        // abort notices. Each poll costs about a microsecond of this rank's core.
-        sleep_for_ns(waiting_remote_ > 0 ? 20'000 : 2'000'000);
+        if (waiting_remote_ > 0) {
+            sleep_for_ns(interval);
+            interval = std::min(2 * interval, kLongest);
+        } else {
+            sleep_for_ns(kIdle);
+            interval = kFirst;
+        }
     }
 }
 

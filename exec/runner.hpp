@@ -40,7 +40,8 @@ public:
     Runner(const Runner&) = delete;
     Runner& operator=(const Runner&) = delete;
 
-    /// Runs the warm-up steps and the measured step; rank 0 gets the gathered timeline.
+    /// Runs the warm-up steps and the measured step; rank 0 gets the gathered timeline. May be
+    /// called again (a benchmark's repetitions).
     Measured run();
 
 private:
@@ -98,6 +99,7 @@ private:
     std::atomic<bool> stop_{false};
     std::atomic<bool> in_step_{false};
     std::atomic<std::uint32_t> step_{0};
+    std::uint32_t steps_run_ = 0;                    // over every call of run()
     std::atomic<std::int64_t> last_progress_ns_{0};
     std::thread progress_, watchdog_;
 };

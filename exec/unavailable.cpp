@@ -1,5 +1,6 @@
 // The entry points of executor.hpp in a build without MPI or BLAS: each says so (exit 2).
 #include "core/error.hpp"
+#include "exec/calibrate.hpp"
 #include "exec/executor.hpp"
 
 namespace smol::exec {
@@ -27,5 +28,6 @@ void check_same_graph(Session&, const OpGraph&) { unavailable("run"); }
 Bytes cpu_workspace(const OpGraph&, int) { unavailable("run"); }
 HostMemory host_memory(Session&, Bytes) { unavailable("run"); }
 Measured run_cpu(Session&, const OpGraph&, const topo::Cluster&, const ExecOptions&) { unavailable("run"); }
+topo::Profile calibrate(Session&, const CalibrateOptions&, std::ostream&) { unavailable("calibrate"); }
 
 }  // namespace smol::exec

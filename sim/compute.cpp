@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace smol::sim {
 
@@ -15,6 +16,38 @@ FlopRate vector_peak(const topo::DeviceKind& dev, DType dtype) {
 
 Time memory_time(Bytes bytes, const topo::DeviceKind& dev) { return bytes / (dev.memory_bandwidth * dev.memory_efficiency); }
 
+/// A kernel priced from a calibration profile's tables, or nullopt when a table it needs is empty.
+std::optional<Time> measured_time(const Kernel& k, const topo::MeasuredCompute& m) {
+    switch (k.op) {
+        case KernelOp::gemm:
+            if (m.gemm.empty()) return std::nullopt;
+            return Time::seconds(k.flops / m.gemm.at(static_cast<double>(k.m), static_cast<double>(k.n), static_cast<double>(k.k)));
+        case KernelOp::flash: {
+            const topo::ShapeTable& t = k.backward ? m.flash_bwd : m.flash_fwd;
+            if (t.empty()) return std::nullopt;
+            return Time::seconds(k.flops / t.at(static_cast<double>(k.m), static_cast<double>(k.n), static_cast<double>(k.k)));
+        }
+        case KernelOp::softmax: {
+            if (m.softmax.empty()) return std::nullopt;
+            const double elements = static_cast<double>(k.m) * static_cast<double>(k.n);
+            return Time::seconds(elements / m.softmax.rate_at(elements));
+        }
+        case KernelOp::stream: {
+            if (m.stream.empty()) return std::nullopt;
+            const double bytes = static_cast<double>(k.bytes);
+            // The executor's pass does 2 FLOPs per 8 bytes moved; more arithmetic runs after it.
+            const double extra = std::max(0.0, k.flops - bytes / 4);
+            return Time::seconds((bytes > 0 ? bytes / m.stream.rate_at(bytes) : 0.0) + (m.arithmetic > 0 ? extra / m.arithmetic : 0.0));
+        }
+        case KernelOp::adam: {
+            if (m.adam.empty()) return std::nullopt;
+            const double n = static_cast<double>(k.elements);
+            return Time::seconds(n / m.adam.rate_at(n));
+        }
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
@@ -26,6 +59,9 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group) {
     const topo::DeviceKind& dev = group.device;
     const Bytes bytes(kernel.bytes);
+    // Measured rates are fp32 (what the CPU executor runs); a CPU board's host is its device.
+    if (dev.measured && dtype == DType::fp32 && (dev.is_cpu || !on_host))
+        if (const auto t = measured_time(kernel, *dev.measured)) return *t;
     if (on_host) return bytes / (group.host_memory_bandwidth * dev.memory_efficiency);
     const Flops flops(kernel.flops);
     switch (kernel.op) {
@@ -41,8 +77,14 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
     return Time::zero();
 }
 
-Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group) {
+Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group,
+                  std::array<Time, kKernelClasses>* by_class) {
     const topo::DeviceKind& dev = group.device;
+    std::array<Time, kKernelClasses> split{};
+    const auto done = [&](Time total) {
+        if (by_class) *by_class = split;
+        return total;
+    };
     if (op.ref < 0) {
         // No kernel list: the op's totals as one kernel of its class (synthetic graphs).
         const Bytes traffic(op.bytes);
@@ -54,20 +96,32 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
             t = flops / (dev.peak_for(op.dtype()) * dev.gemm_efficiency) + memory_time(traffic, dev);
         else
             t = std::max(flops / dev.peak_for(op.dtype()), memory_time(traffic, dev));
-        return t + dev.launch_overhead;
+        split[static_cast<std::size_t>(op.kernel())] = t + dev.launch_overhead;
+        return done(t + dev.launch_overhead);
     }
-    if (kernels.empty()) return Time::zero();
+    if (kernels.empty()) return done(Time::zero());
     const Time launch = dev.launch_overhead;
     if (dev.is_cpu || op.on_host()) {
         Time t;
-        for (const Kernel& k : kernels) t += launch + kernel_time(k, op.dtype(), op.on_host(), group);
-        return t;
+        for (const Kernel& k : kernels) {
+            const Time one = launch + kernel_time(k, op.dtype(), op.on_host(), group);
+            split[static_cast<std::size_t>(k.cls)] += one;
+            t += one;
+        }
+        return done(t);
     }
     // The host issues kernel i at i·launch; the device runs each when issued and free.
-    Time device_free;
-    for (std::size_t i = 0; i < kernels.size(); ++i)
-        device_free = std::max(device_free, launch * static_cast<std::int64_t>(i)) + kernel_time(kernels[i], op.dtype(), false, group);
-    return std::max(device_free, launch * static_cast<std::int64_t>(kernels.size()));
+    Time device_free, busy;
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+        const Time run = kernel_time(kernels[i], op.dtype(), false, group);
+        split[static_cast<std::size_t>(kernels[i].cls)] += run;
+        busy += run;
+        device_free = std::max(device_free, launch * static_cast<std::int64_t>(i)) + run;
+    }
+    const Time total = std::max(device_free, launch * static_cast<std::int64_t>(kernels.size()));
+    if (by_class && busy > Time::zero())
+        for (Time& c : split) c = c * (total / busy);
+    return done(total);
 }
 
 }  // namespace smol::sim

@@ -14,8 +14,17 @@
 // kernels hide the launches, tiny ones are bound by them (small models). A CPU device runs the
 // dispatch and the kernel on the same cores: each kernel costs its dispatch plus its run time.
 // An op built without a kernel list is priced as one kernel of its class.
+//
+// Measured rates. A device kind with a calibration profile (DeviceKind::measured, measured by
+// the executor's own fp32 kernels) prices each fp32 kernel from the tables instead: a GEMM at
+// its FLOPs over the table's rate for its m × n × k (a batched GEMM runs its products one after
+// another at that rate), flash attention likewise over q × kv × head dim, softmax, streaming
+// passes and Adam over the rate measured at their size; a pass's arithmetic beyond the two FLOPs
+// per element its streaming loop does runs at the measured arithmetic rate. On a CPU board the
+// host is the device, so host kernels are priced the same way.
 #pragma once
 
+#include <array>
 #include <span>
 
 #include "core/op_graph.hpp"
@@ -29,7 +38,10 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
 /// Run time of one kernel on the group's device (or its host CPU), launch excluded.
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group);
 /// Duration of a compute op running `kernels` (empty: the op's own totals as one kernel) on the
-/// group's device, with nothing else running on it.
-Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group);
+/// group's device, with nothing else running on it. `by_class`, when given, receives the part of
+/// it spent in each kernel class (launches counted with their kernel; on a GPU whose launches
+/// outlast the kernels, the launch-bound time is shared in proportion to the kernels' times).
+Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group,
+                  std::array<Time, kKernelClasses>* by_class = nullptr);
 
 }  // namespace smol::sim

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "sim/compute.hpp"
 #include "sim/engine.hpp"
+#include "sim/measured.hpp"
 #include "sim/network.hpp"
 
 namespace smol::sim {
@@ -170,6 +171,7 @@ private:
 
     void finish(OpId id) {
         tl_.end[id] = engine_.now();
+        if (options_.record_kernel_classes && graph_.op(id).kind == OpKind::compute) record_classes(id);
         for (OpId s : graph_.successors(id))
             if (--remaining_[s] == 0) ready_.push_back(s);
     }
@@ -252,12 +254,29 @@ private:
     /// passes of a run are priced once.
     Time op_time(OpId id, const Op& op) {
         if (op.ref < 0) return compute_time(op, {}, *group_[op.rank]);
-        const std::size_t key = ((static_cast<std::size_t>(op.ref) * cluster_.groups.size() + group_index_[static_cast<std::size_t>(op.rank)]) * 3 +
-                                 static_cast<std::size_t>(op.dtype())) * 2 + op.on_host();
+        const std::size_t key = recipe_key(op);
         if (key >= recipe_time_.size()) recipe_time_.resize(key + 1, Time::ps(-1));
         Time& t = recipe_time_[key];
         if (t < Time::zero()) t = compute_time(op, graph_.kernels_of(id), *group_[op.rank]);
         return t;
+    }
+
+    std::size_t recipe_key(const Op& op) const {
+        return ((static_cast<std::size_t>(op.ref) * cluster_.groups.size() + group_index_[static_cast<std::size_t>(op.rank)]) * 3 +
+                static_cast<std::size_t>(op.dtype())) * 2 + op.on_host();
+    }
+
+    /// The op's time per kernel class, stretched to its simulated duration (communication may
+    /// have slowed it).
+    void record_classes(OpId id) {
+        const Op& op = graph_.op(id);
+        std::array<Time, kKernelClasses> split{};
+        const Time priced = compute_time(op, graph_.kernels_of(id), *group_[op.rank], &split);
+        const Time took = tl_.end[id] - tl_.start[id];
+        if (tl_.kernel_class_time.empty()) tl_.kernel_class_time.assign(graph_.size(), {});
+        auto& out = tl_.kernel_class_time[id];
+        for (int c = 0; c < kKernelClasses; ++c)
+            out[static_cast<std::size_t>(c)] = priced > Time::zero() ? split[static_cast<std::size_t>(c)] * (took / priced) : Time::zero();
     }
 
     // ---- compute slowed by communication -------------------------------------------------------
@@ -401,6 +420,8 @@ private:
                               (static_cast<std::uint64_t>(c.root + 1) << 40),
                           static_cast<std::uint64_t>(c.bytes)};
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
+        if (const auto t = measured_collective_time(cluster_, c.kind, members, Bytes(c.bytes), ctx_.node_of))
+            return remember(key, measured_plan(*t));
         const CollectiveSchedule s = choose(c.kind, members, Bytes(c.bytes), c.root, options_.algo, ctx_);
         const double eff = protocol_costs(s.protocol).efficiency;
         Plan plan;
@@ -430,6 +451,16 @@ private:
         return remember(key, std::move(plan));
     }
 
+    /// A transfer that takes a measured time and no link bandwidth (sim/measured.hpp).
+    static Plan measured_plan(Time t) {
+        Plan plan;
+        Plan::Phase ph;
+        ph.latency = t;
+        plan.phases.push_back(std::move(ph));
+        plan.analytic = t;
+        return plan;
+    }
+
     const Plan* single_flow_plan(const PlanKey& key, topo::VertexId a, topo::VertexId b, Bytes bytes, Time extra,
                                  const std::vector<std::pair<topo::VertexId, topo::VertexId>>& mirrored = {}) {
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
@@ -451,6 +482,7 @@ private:
         const PlanKey key{(1ull << 62) | (static_cast<std::uint64_t>(p.src) << 31) | static_cast<std::uint64_t>(p.dst),
                           static_cast<std::uint64_t>(p.bytes)};
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
+        if (const auto t = measured_p2p_time(cluster_, p.src, p.dst, Bytes(p.bytes))) return remember(key, measured_plan(*t));
         std::vector<std::pair<topo::VertexId, topo::VertexId>> mirrored;
         if (net) {
             // Mirrors of an inter-node transfer share the fabric with it. (Intra-node links of a

@@ -11,6 +11,9 @@
 // flows; `analytic` prices each transfer alone with the alpha-beta model, for fast sweeps.
 // When no event is pending and ops remain, simulate() throws a deadlock Error listing the stuck
 // ops per rank and what each waits for.
+//
+// With a calibration profile on the cluster, a collective or send whose kind, group size and host
+// span were measured takes the measured time (sim/measured.hpp) instead of the flow model's.
 #pragma once
 
 #include "core/op_graph.hpp"
@@ -30,6 +33,7 @@ struct SimOptions {
     CollectiveAlgo algo = CollectiveAlgo::automatic;
     bool record_links = false;    // link utilisation samples, for traces
     bool record_memory = true;    // every memory change, for traces
+    bool record_kernel_classes = false;   // Timeline::kernel_class_time, for validation
 };
 
 /// The graph must be finalized and have as many ranks as the cluster has devices.

@@ -15,8 +15,9 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     CLI::App app{"smolcluster: which parallelism strategy, how long per step, does it fit in memory?"};
     app.name("smolcluster");
     app.require_subcommand(1);
-    const std::vector<Command> commands{add_simulate(app), add_run(app),      add_sweep(app),   add_plot(app),
-                                        add_describe(app),  add_models(app), add_clusters(app)};
+    const std::vector<Command> commands{add_simulate(app), add_run(app),      add_validate(app), add_calibrate(app),
+                                        add_sweep(app),    add_plot(app),     add_describe(app), add_models(app),
+                                        add_clusters(app)};
 
     try {
         app.parse(argc, argv);

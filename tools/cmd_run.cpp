@@ -22,7 +22,7 @@ int run_in_session(const RunFlags& f, const topo::Cluster& cluster, exec::Sessio
 int run_run(const RunFlags& f, const Io& io) {
     const topo::Cluster cluster = resolve_cluster(f.plan);
     if (auto refused = refuse_without_mpirun(io, "run", cluster.num_devices())) return *refused;
-    check_trace_target(f.trace.trace, f.trace.force);
+    check_trace_flags(f.trace, cluster.num_devices());
     return in_session(io, [&](exec::Session& session) { return run_in_session(f, cluster, session, io); });
 }
 
@@ -31,7 +31,8 @@ int run_in_session(const RunFlags& f, const topo::Cluster& cluster, exec::Sessio
     if (const int status = execute_plan(session, f.plan, f.exec, cluster, io, e)) return status;
     if (!session.root()) return 0;
     const bool tracing = !f.trace.trace.empty();
-    if (tracing) write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, e->built.graph, e->measured.timeline);
+    if (tracing) write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, e->built.graph, e->measured.timeline,
+                             run_metadata(io.command_line, e->model, cluster, e->built.layout, e->plan));
     if (f.json) {
         Json j = to_json(e->summary);
         add_execution_json(j, *e);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tools/gzip_stream.hpp"
+#include "topologies/profile.hpp"
 #include "topologies/topology.hpp"
 #include "strategies/deepspeed_config.hpp"
 #include "traces/chrome_trace.hpp"
@@ -78,6 +79,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--attention", f.attention,
                    "flash (FlashAttention-2) or eager (scores materialised); default: flash on GPUs of compute capability "
                    "8.0 or later, eager elsewhere");
+    app.add_option("--profile", f.profile,
+                   "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
     app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
 }
 
@@ -150,6 +153,7 @@ topo::Cluster resolve_cluster(const PlanFlags& f) {
     }
     if (f.nodes) c = c.with_nodes(*f.nodes);
     if (f.devices) c = c.first_devices(*f.devices);
+    if (!f.profile.empty()) c = topo::apply_profile(c, topo::load_profile(f.profile), f.profile);
     return c;
 }
 

@@ -50,6 +50,7 @@ struct PlanFlags {
     int ep = 1;
     double expert_imbalance = 1, capacity_factor = 0;
     std::string attention;               // empty: flash on GPUs of compute capability ≥ 8.0, else eager
+    std::string profile;                 // --profile: a calibration profile applied to the cluster
 };
 
 /// The model a --model names (core/model.hpp load_model), its reader's warnings written to `err`
@@ -58,7 +59,7 @@ Model load_model_warning(const std::string& spec, std::ostream& err);
 /// The model, cluster and plan flags.
 void add_plan_flags(CLI::App& app, PlanFlags& f);
 /// The cluster the flags name (composed with --cluster-network when it is NAME:N,…), scaled by
-/// --nodes and cut by --devices.
+/// --nodes, cut by --devices, with --profile's measured figures.
 topo::Cluster resolve_cluster(const PlanFlags& f);
 /// The plan the flags describe; a --deepspeed-config is read and applied here (its keys fill
 /// what the flags leave unset; a conflict with a flag given is an error), its unmodelled keys

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "core/json.hpp"
 #include "core/model.hpp"
 #include "core/units.hpp"
+#include "topologies/measured.hpp"
 
 namespace smol::topo {
 
@@ -35,6 +37,9 @@ struct DeviceKind {
     /// CUDA compute capability (8.0 for A100, 9.0 for H100): picks NCCL's per-architecture tables
     /// and speeds (sim/nccl_tuner). 8.0 when a GPU's file does not say; 0 for CPUs.
     double compute_capability = 0;
+    /// Rates measured by `smolcluster calibrate` (a profile, profile.hpp), or null: the simulator
+    /// then prices fp32 kernels from these tables instead of the roofline above.
+    std::shared_ptr<const MeasuredCompute> measured;
 
     bool supports(DType d) const { return peak[static_cast<int>(d)].has_value(); }
     /// Peak for `d`; bad_input naming the device when it has none.
@@ -109,6 +114,9 @@ public:
     std::vector<std::string> sources;
     std::vector<NodeGroup> groups;
     Network network;
+    /// Collectives and point-to-point transfers timed by a profile, or null.
+    std::shared_ptr<const MeasuredNetwork> measured_network;
+    std::string profile;              // the profile applied, for messages ("" when none)
 
     int num_nodes() const;
     int num_devices() const;

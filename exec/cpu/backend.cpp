@@ -134,6 +134,7 @@ public:
             // O_DIRECT bypasses the page cache (a real transfer to the drive); tmpfs and some
             // other file systems refuse it, and buffered I/O is what remains there.
             fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+            direct_ = fd_ >= 0;
             if (fd_ < 0 && errno == EINVAL) fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
             if (fd_ < 0) fail_io("cannot create", path_);
         }
@@ -163,6 +164,8 @@ public:
         float* recv = ws_.data() + n.send;
         run_collective(c.kind, send, recv, c.bytes, root, comms_.of(c.communicator));
     }
+
+    bool direct_io() const { return direct_; }
 
     void send(OpId id) override { transfer(id, true); }
     void recv(OpId id) override { transfer(id, false); }
@@ -244,6 +247,7 @@ private:
     Workspace ws_;
     int adam_step_ = 0;
     int fd_ = -1;
+    bool direct_ = false;
     std::string path_;
 };
 
@@ -319,6 +323,12 @@ StreamDevice& CpuBackend::stream(Stream s) {
 }
 
 Bytes CpuBackend::workspace() const { return workspace_; }
+
+bool CpuBackend::direct_io() const {
+    for (const auto& d : devices_)
+        if (d && d->direct_io()) return true;
+    return false;
+}
 
 void CpuBackend::allocate(std::int32_t buffer) {
     const Buffer& b = g_.buffers()[static_cast<std::size_t>(buffer)];

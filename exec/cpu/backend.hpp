@@ -69,6 +69,8 @@ public:
     void release(std::int32_t buffer) override;
     Bytes workspace() const override;
 
+    /// Whether the NVMe tier's copies bypass the page cache (O_DIRECT was accepted).
+    bool direct_io() const;
     /// The scratch subdirectory (made on first use).
     const std::string& scratch_dir();
 

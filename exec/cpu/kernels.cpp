@@ -18,7 +18,7 @@ int threads_set = 1;
 /// r = x − n·ln 2 in [−ln2/2, ln2/2] (ln 2 split in two for exactness), exp(r) by a degree-6
 /// polynomial. Branch-free so a loop over it vectorises; the rounding uses the 1.5·2^23 trick,
 /// the power of two is built in the exponent bits.
-inline float exp_inline(float x) {
+[[gnu::always_inline]] inline float exp_inline(float x) {
     constexpr float lo = -87.33654f, hi = 88.0f;
     const float xc = std::min(std::max(x, lo), hi);
     constexpr float magic = 12582912.0f;   // 1.5 · 2^23
@@ -212,11 +212,14 @@ void stream(const float* x, float* y, std::int64_t n, float a, float b) {
 
 void arithmetic(double flops) {
     constexpr int kAcc = 64;
+    // Read at run time, so the compiler cannot fold the recurrence.
+    volatile float runtime_mul = 0.9999999f, runtime_add = 1e-7f;
+    const float mul = runtime_mul, add = runtime_add;
     float acc[kAcc];
     for (int j = 0; j < kAcc; ++j) acc[j] = 1.0f + static_cast<float>(j) * 1e-3f;
     const auto iterations = static_cast<std::int64_t>(flops / (2.0 * kAcc));
     for (std::int64_t i = 0; i < iterations; ++i)
-        for (int j = 0; j < kAcc; ++j) acc[j] = acc[j] * 0.9999999f + 1e-7f;
+        for (int j = 0; j < kAcc; ++j) acc[j] = acc[j] * mul + add;
     float sum = 0;
     for (float a : acc) sum += a;
     volatile float sink = sum;   // keeps the loop

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strategies/plan.hpp"
+#include "topologies/profile.hpp"
 #include "topologies/localhost.hpp"
 #include "traces/trace_checks.hpp"
 
@@ -171,4 +172,49 @@ TEST_CASE("a plan too big for the machine is refused before it runs", "[exec][cl
     CHECK(j.code == 3);
     CHECK_THAT(j.output, Contains("does not fit"));
     CHECK(survivors_after_job() == 0);
+}
+
+TEST_CASE("calibrate --quick under mpirun writes a profile that simulate reads", "[exec][cli]") {
+    const fs::path profile = fs::temp_directory_path() / ("smol-profile-" + std::to_string(getpid()) + ".json");
+    const Job j = shell(mpirun(2) + bin + " calibrate --quick --force --out " + profile.string());
+    REQUIRE(j.code == 0);
+    CHECK_THAT(j.output, Contains("2 ranks per host"));
+    CHECK_THAT(j.output, Contains("profile written to"));
+    const topo::Profile p = topo::load_profile(profile.string());
+    CHECK(p.ranks_per_node == 2);
+    CHECK(p.nodes == 1);
+    CHECK_FALSE(p.compute.gemm.empty());
+    CHECK(p.compute.comm_slowdown >= 1.0);
+    for (const char* kind : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier"}) {
+        bool found = false;
+        for (const auto& t : p.network.transfers) found = found || (!t.p2p && std::string(to_string(t.kind)) == kind);
+        INFO(kind);
+        CHECK(found);
+    }
+    CHECK(p.network.p2p(1) != nullptr);
+    // simulate reads it for a 2-device localhost, and refuses it for another number of devices.
+    const Job ok = shell(bin + " simulate --model gpt-tiny --cluster localhost --devices 1 --json --profile " + profile.string());
+    CHECK(ok.code == 2);
+    CHECK_THAT(ok.output, Contains("measured with 2 ranks per node"));
+    fs::remove(profile);
+}
+
+TEST_CASE("validate under mpirun compares the simulated and measured steps, exiting 1 beyond --tolerance", "[exec][cli]") {
+    const Job j = shell(mpirun(2) + bin + " validate --model gpt-tiny --cluster localhost --seq 64 --warmup 0 --tolerance 1000 --json");
+    REQUIRE(j.code == 0);
+    const auto json = nlohmann::json::parse(j.output);
+    for (const char* key : {"simulated_step_s", "measured_step_s", "step_error", "per_class", "passed", "tolerance"})
+        CHECK(json.contains(key));
+    CHECK(json["passed"] == true);
+    CHECK(json["step_error"].get<double>() == Approx(json["simulated_step_s"].get<double>() / json["measured_step_s"].get<double>() - 1));
+    for (const char* cls : {"gemm", "attention", "elementwise", "optimizer", "collective"}) {
+        INFO(cls);
+        REQUIRE(json["per_class"].contains(cls));
+        CHECK(json["per_class"][cls]["measured_s"].get<double>() > 0);
+        CHECK(json["per_class"][cls]["simulated_s"].get<double>() > 0);
+    }
+    // No tolerance at all: the two steps are never equal to the picosecond.
+    const Job strict = shell(mpirun(2) + bin + " validate --model gpt-tiny --cluster localhost --seq 64 --warmup 0 --tolerance 0");
+    CHECK(strict.code == 1);
+    CHECK_THAT(strict.output, Contains("FAILED: |step error|"));
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/json.hpp"
+#include "exec/executor.hpp"
 #include "tools/cli.hpp"
 
 using namespace smol;
@@ -408,4 +409,20 @@ TEST_CASE("a DeepSpeed config sets the plan, reports unmodelled keys and refuses
                             cfg.path.string(), "--micro-batch", "4"});
     CHECK(bad.code == 2);
     CHECK_THAT(bad.err, Catch::Contains("--micro-batch 4 contradicts") && Catch::Contains("train_micro_batch_size_per_gpu"));
+}
+
+TEST_CASE("run, validate and calibrate say how to start them, or that MPI was not built in", "[tools][cli]") {
+    for (const char* command : {"run", "validate"}) {
+        INFO(command);
+        const Result r = cli({command, "--model", "gpt-tiny", "--cluster", "pi5-1gbe"});
+        CHECK(r.code == 2);
+        if (exec::available()) {
+            // Not under mpirun (this test is one plain process): the exact command for 4 devices.
+            CHECK_THAT(r.err, Catch::Contains("started by mpirun"));
+            CHECK_THAT(r.err, Catch::Contains("-np 4 smolcluster " + std::string(command) + " --model gpt-tiny --cluster pi5-1gbe"));
+        } else {
+            CHECK_THAT(r.err, Catch::Contains("built without MPI"));
+        }
+    }
+    if (!exec::available()) CHECK_THAT(cli({"calibrate", "--out", "x.json"}).err, Catch::Contains("built without MPI"));
 }

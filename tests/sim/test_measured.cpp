@@ -1,0 +1,119 @@
+// The simulator with a calibration profile's measured figures: kernels priced from the measured
+// tables, collectives and sends whose kind, group size and host span were measured take the
+// measured time, anything else keeps the models; per-op kernel-class times add up to the op.
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+#include "core/op_graph.hpp"
+#include "sim/compute.hpp"
+#include "sim/simulator.hpp"
+#include "sim_fixtures.hpp"
+
+using namespace smol;
+
+namespace {
+
+topo::MeasuredCompute compute_tables() {
+    topo::MeasuredCompute m;
+    m.gemm.m = m.gemm.n = m.gemm.k = {64, 1024};
+    // 10 GFLOP/s at the small corner, 80 GFLOP/s at the large one, 20 elsewhere.
+    m.gemm.rate.assign(8, 20e9);
+    m.gemm.rate[0] = 10e9;
+    m.gemm.rate[7] = 80e9;
+    m.flash_fwd = m.flash_bwd = m.gemm;
+    m.stream = {{1e3, 1e6, 1e9}, {50e9, 50e9, 10e9}};
+    m.softmax = {{1e3, 1e6}, {1e9, 1e9}};
+    m.adam = {{1e3, 1e8}, {2e9, 5e8}};
+    m.arithmetic = 4e9;
+    m.dispatch = Time::us(1);
+    m.comm_slowdown = 1.0;
+    return m;
+}
+
+topo::Cluster measured_cluster(int nodes) {
+    topo::Cluster c = test::uniform_switch_cluster(nodes, 1.0, 10.0, 2.0);
+    auto& d = c.groups[0].device;
+    d.measured = std::make_shared<const topo::MeasuredCompute>(compute_tables());
+    d.launch_overhead = Time::us(1);
+    topo::MeasuredNetwork net;
+    topo::MeasuredTransfer ar;
+    ar.kind = CollectiveKind::all_reduce;
+    ar.ranks = 2;
+    ar.nodes = 2;
+    ar.time = {{1e3, 1e6}, {1e-5, 1e-3}};
+    net.transfers.push_back(ar);
+    topo::MeasuredTransfer p2p;
+    p2p.p2p = true;
+    p2p.ranks = 2;
+    p2p.nodes = 2;
+    p2p.time = {{1e3, 1e6}, {2e-5, 2e-3}};
+    net.transfers.push_back(p2p);
+    c.measured_network = std::make_shared<const topo::MeasuredNetwork>(net);
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("measured curves and tables interpolate in log space and hold their ends", "[sim][measured]") {
+    const topo::MeasuredCompute m = compute_tables();
+    CHECK(m.gemm.at(64, 64, 64) == Approx(10e9));
+    CHECK(m.gemm.at(1024, 1024, 1024) == Approx(80e9));
+    CHECK(m.gemm.at(16, 16, 16) == Approx(10e9));           // clamped below the grid
+    CHECK(m.gemm.at(8192, 8192, 8192) == Approx(80e9));     // and above
+    CHECK(m.gemm.at(64, 64, 1024) == Approx(20e9));
+    // Half-way in log k between 10 and 20 GFLOP/s: their geometric mean.
+    CHECK(m.gemm.at(64, 64, 256) == Approx(std::sqrt(10e9 * 20e9)));
+    const topo::Cluster c = measured_cluster(2);
+    const topo::Curve& t = c.measured_network->transfers[0].time;
+    CHECK(t.time_at(1e3) == Approx(1e-5));
+    CHECK(t.time_at(10) == Approx(1e-5));                    // a latency floor below the first size
+    CHECK(t.time_at(std::sqrt(1e3 * 1e6)) == Approx(std::sqrt(1e-5 * 1e-3)));
+    CHECK(t.time_at(4e6) == Approx(4e-3));                   // the last point's bandwidth beyond it
+    CHECK(m.stream.rate_at(1e10) == Approx(10e9));
+}
+
+TEST_CASE("fp32 kernels are priced from the measured tables, with the measured dispatch", "[sim][measured]") {
+    const topo::Cluster c = measured_cluster(2);
+    const topo::NodeGroup& g = c.groups[0];
+    const Kernel big = gemm_kernel(KernelName::qkv, KernelClass::gemm, 1024, 1024, 1024, 2, 4, true);
+    CHECK(sim::kernel_time(big, DType::fp32, false, g) == Time::seconds(big.flops / 80e9));
+    const Kernel pass = stream_kernel(KernelName::norm, KernelClass::elementwise, 1'000'000);
+    CHECK(sim::kernel_time(pass, DType::fp32, false, g) == Time::seconds(1e6 / 50e9));
+    // Arithmetic beyond the pass's 2 FLOPs per 8 bytes runs at the measured arithmetic rate.
+    const Kernel busy = stream_kernel(KernelName::layer, KernelClass::elementwise, 8000, 2000 + 4e6);
+    CHECK(sim::kernel_time(busy, DType::fp32, false, g).to_seconds() == Approx(8000 / 50e9 + 4e6 / 4e9));
+    const Kernel adam = adam_kernel(1000, 28);
+    CHECK(sim::kernel_time(adam, DType::fp32, true, g) == Time::seconds(1000 / 2e9));   // a board's host is its device
+    const Kernel soft = softmax_kernel(1000, 1000, 4);
+    CHECK(sim::kernel_time(soft, DType::fp32, false, g) == Time::seconds(1e6 / 1e9));
+    // Each kernel pays the dispatch; the op's class split adds up to its time.
+    OpGraph graph(1);
+    const Kernel ks[] = {big, pass, soft};
+    const OpId op = graph.add_kernels(0, Phase::fwd, 0, 0, graph.intern_recipe(ks), DType::fp32);
+    graph.finalize();
+    std::array<Time, kKernelClasses> split{};
+    const Time t = sim::compute_time(graph.op(op), graph.kernels_of(op), g, &split);
+    CHECK(t == Time::us(3) + Time::seconds(big.flops / 80e9) + Time::seconds(1e6 / 50e9) + Time::seconds(1e6 / 1e9));
+    CHECK(split[static_cast<int>(KernelClass::gemm)] == Time::us(1) + Time::seconds(big.flops / 80e9));
+    CHECK(split[0] + split[1] + split[2] + split[3] == t);
+    // bf16 was not measured: the roofline prices it.
+    CHECK(sim::kernel_time(pass, DType::bf16, false, g) != Time::seconds(1e6 / 50e9));
+}
+
+TEST_CASE("measured collectives and sends take the measured time; other group sizes the model", "[sim][measured]") {
+    const topo::Cluster c = measured_cluster(3);
+    OpGraph g(3);
+    const auto measured = g.add_collective(CollectiveKind::all_reduce, {0, 1}, Bytes(1'000'000), Stream::comm, Phase::bwd);
+    const auto modelled = g.add_collective(CollectiveKind::all_reduce, {0, 1, 2}, Bytes(1'000'000), Stream::comm, Phase::bwd);
+    const auto [send, recv] = g.add_send_recv(2, 0, Bytes(1000), Phase::fwd, 0, 0);
+    g.finalize();
+    sim::SimOptions o;
+    o.record_kernel_classes = true;
+    const Timeline tl = sim::simulate(g, c, o);
+    CHECK(tl.duration(measured[0]) == Time::seconds(1e-3));
+    CHECK(tl.duration(measured[1]) == Time::seconds(1e-3));
+    // Three ranks over 1 GB/s NICs: the ring moves 2·(2/3) MB per rank, well over a millisecond.
+    CHECK(tl.duration(modelled[0]) > Time::ms(1.2));
+    CHECK(tl.end[recv] - std::max(tl.start[send], tl.start[recv]) == Time::seconds(2e-5));
+}

@@ -1,0 +1,152 @@
+// Calibration profiles: the JSON round trip, strict reading (one SECTION per bad input), and what
+// applying a profile changes in a cluster.
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "test_support.hpp"
+#include "topologies/localhost.hpp"
+#include "topologies/profile.hpp"
+
+using namespace smol;
+using namespace smol::topo;
+using Catch::Matchers::Contains;
+using smol::test::bad_input_message;
+
+namespace {
+
+Profile sample(int ranks_per_node = 2) {
+    Profile p;
+    p.hosts = {"box"};
+    p.cpu_model = "Test CPU";
+    p.cores = 8;
+    p.nodes = 1;
+    p.ranks_per_node = ranks_per_node;
+    p.blas = "OpenBLAS 0.3.21";
+    p.blas_threads = 4;
+    p.mpi = "Open MPI v4.1.4";
+    p.date = "2025-01-01T00:00:00Z";
+    MeasuredCompute& c = p.compute;
+    c.gemm.m = c.gemm.n = c.gemm.k = {64, 1024};
+    c.gemm.rate = {1e10, 2e10, 2e10, 3e10, 2e10, 3e10, 3e10, 8e10};
+    c.flash_fwd = c.flash_bwd = c.gemm;
+    c.stream = {{1e4, 1e8}, {5e10, 1e10}};
+    c.softmax = {{1e4, 1e7}, {5e8, 4e8}};
+    c.adam = {{1e4, 1e7}, {2e9, 1e9}};
+    c.arithmetic = 3e10;
+    c.dispatch = Time::ns(50);
+    c.comm_slowdown = 1.5;
+    p.memcpy = Bandwidth::gb_per_s(8);
+    p.file_read = Bandwidth::gb_per_s(2);
+    p.file_write = Bandwidth::gb_per_s(1);
+    p.direct_io = true;
+    MeasuredTransfer ar;
+    ar.kind = CollectiveKind::all_reduce;
+    ar.time = {{1024, 1 << 20}, {2e-6, 5e-4}};
+    MeasuredTransfer pp;
+    pp.p2p = true;
+    pp.time = {{1024, 1 << 20}, {1e-6, 2.01e-4}};
+    p.network.transfers = {ar, pp};
+    return p;
+}
+
+std::string read_error(const Json& doc) {
+    return bad_input_message([&] { profile_from_json(JsonView(doc, "p.json")); });
+}
+
+Cluster localhost(int devices) {
+    HostFacts f;
+    f.cores = 8;
+    f.memory = Bytes::gb(16);
+    f.clock_ghz = 3;
+    f.cpu_model = "Test CPU";
+    f.scratch_free = Bytes::gb(10);
+    return cluster_from_json(JsonView(localhost_json(f, devices), "localhost"));
+}
+
+}  // namespace
+
+TEST_CASE("a profile survives its JSON round trip", "[topologies][profile]") {
+    const Profile p = sample();
+    const Json j = to_json(p);
+    const Profile q = profile_from_json(JsonView(j, "p.json"));
+    CHECK(to_json(q) == j);
+    CHECK(q.ranks_per_node == 2);
+    CHECK(q.compute.gemm.rate == p.compute.gemm.rate);
+    CHECK(q.compute.dispatch == Time::ns(50));
+    REQUIRE(q.network.transfers.size() == 2);
+    CHECK(q.network.p2p(1) != nullptr);
+    CHECK(q.network.collective(CollectiveKind::all_reduce, 2, 1) != nullptr);
+    CHECK(q.network.collective(CollectiveKind::all_reduce, 4, 1) == nullptr);
+}
+
+TEST_CASE("bad profiles are bad_input errors naming the JSON path", "[topologies][profile]") {
+    Json doc = to_json(sample());
+    SECTION("an unknown key") {
+        doc["compute"]["gemm_rate"] = 1;
+        const std::string m = read_error(doc);
+        CHECK_THAT(m, Contains("p.json: at /compute/gemm_rate"));
+    }
+    SECTION("another format") {
+        doc["smolcluster_profile"] = 2;
+        CHECK_THAT(read_error(doc), Contains("at /smolcluster_profile"));
+    }
+    SECTION("sizes that do not increase") {
+        doc["compute"]["stream"]["bytes"] = {1e8, 1e4};
+        CHECK_THAT(read_error(doc), Contains("at /compute/stream/bytes/1"));
+    }
+    SECTION("a rate that is not positive") {
+        doc["compute"]["adam"]["parameters_per_s"][0] = 0;
+        CHECK_THAT(read_error(doc), Contains("at /compute/adam/parameters_per_s/0"));
+    }
+    SECTION("a table of the wrong size") {
+        doc["compute"]["gemm"]["flops_per_s"].erase(0);
+        const std::string m = read_error(doc);
+        CHECK_THAT(m, Contains("at /compute/gemm/flops_per_s"));
+        CHECK_THAT(m, Contains("m × n × k = 8 values"));
+    }
+    SECTION("a curve with fewer times than sizes") {
+        doc["network"][0]["seconds"].erase(0);
+        CHECK_THAT(read_error(doc), Contains("at /network/0/seconds"));
+    }
+    SECTION("an unknown collective kind") {
+        doc["network"][0]["kind"] = "allreduce";
+        const std::string m = read_error(doc);
+        CHECK_THAT(m, Contains("at /network/0/kind"));
+        CHECK_THAT(m, Contains("did you mean 'all_reduce'?"));
+    }
+    SECTION("a slowdown below 1") {
+        doc["compute"]["comm_slowdown"] = 0.5;
+        CHECK_THAT(read_error(doc), Contains("at /compute/comm_slowdown"));
+    }
+    SECTION("two curves for one kind and group") {
+        doc["network"].push_back(doc["network"][0]);
+        CHECK_THAT(read_error(doc), Contains("one curve per kind, ranks and nodes"));
+    }
+}
+
+TEST_CASE("a profile replaces the cluster's leads with what was measured", "[topologies][profile]") {
+    const Cluster c = apply_profile(localhost(2), sample(2), "p.json");
+    const NodeGroup& g = c.groups[0];
+    REQUIRE(g.device.measured);
+    CHECK(g.device.measured->gemm.at(1024, 1024, 1024) == Approx(8e10));
+    CHECK(g.device.launch_overhead == Time::ns(50));
+    CHECK(g.device.comm_slowdown == 1.5);
+    CHECK(g.device.memory_bandwidth.bytes_per_second() == Approx(1e10));   // the largest pass's rate
+    CHECK(g.device.memory_efficiency == 1.0);
+    CHECK(g.host_memory_bandwidth.bytes_per_second() == Approx(8e9));
+    CHECK(g.nvme_read.bytes_per_second() == Approx(2e9));
+    CHECK(g.nvme_write.bytes_per_second() == Approx(1e9));
+    // Point to point within the host: 1 us at 1 KiB, 1 MiB in 201 us → 1 MiB / 200 us over two
+    // shared-memory hops of half the latency each.
+    CHECK(g.intra_link.latency == Time::ns(500));
+    CHECK(g.intra_link.bandwidth.bytes_per_second() == Approx((1 << 20) / 2e-4));
+    REQUIRE(c.measured_network);
+    CHECK(c.profile == "p.json");
+}
+
+TEST_CASE("a profile measured with another number of ranks per node is refused", "[topologies][profile]") {
+    const std::string m = bad_input_message([] { apply_profile(localhost(4), sample(2), "p.json"); });
+    CHECK_THAT(m, Contains("measured with 2 ranks per node"));
+    CHECK_THAT(m, Contains("4 devices per node"));
+    CHECK_THAT(m, Contains("mpirun -np 4"));
+}
