@@ -88,6 +88,9 @@ std::string join(const std::vector<std::string>& names) {
     return out;
 }
 
+/// The most layers a model may have (each is a block of every replica's graph).
+constexpr int kMaxLayers = 100'000;
+
 // ---------------------------------------------------------------------------------------------
 // Parameter counts.
 
@@ -101,13 +104,16 @@ std::int64_t ffn_matrices(const TransformerShape& m) { return m.gated_mlp ? 3 : 
 /// the QKV and first MLP matrices by columns (with their biases) and the attention output and
 /// second MLP matrices by rows; the row-parallel biases and the norms are replicated.
 std::int64_t layer_params_per_rank(const TransformerShape& m, std::int64_t t) {
+    // Checked: a hidden size near 2^31 makes h² alone pass 2^62.
+    const char* what = "parameters of a transformer layer";
     const std::int64_t h = m.hidden, f = m.ffn_hidden, kv = kv_dim(m);
     const std::int64_t qkv_out = h + 2 * kv;
-    std::int64_t split = qkv_out * h + h * h + ffn_matrices(m) * h * f;  // weights
+    std::int64_t split = checked_add(checked_add(checked_mul(qkv_out, h, what), checked_mul(h, h, what), what),
+                                     checked_mul(checked_mul(ffn_matrices(m), h, what), f, what), what);  // weights
     std::int64_t replicated = 2 * norm_params(m);
     if (m.biases) {
-        split += qkv_out + (ffn_matrices(m) - 1) * f;  // column-parallel biases
-        replicated += 2 * h;                            // attention output and MLP down biases
+        split = checked_add(split, qkv_out + (ffn_matrices(m) - 1) * f, what);  // column-parallel biases
+        replicated += 2 * h;                                                   // attention output and MLP down biases
     }
     return split / t + replicated;
 }
@@ -351,6 +357,9 @@ void check_shape(const std::string& name, const TransformerShape& m) {
     for (const auto& [what, n] : sizes) {
         if (n < 1) fail_input("a positive " + std::string(what), std::to_string(n), {name, "", ""});
     }
+    // Each layer is a block of the op graph; no published model has a thousand.
+    if (m.layers > kMaxLayers)
+        fail_input("at most " + std::to_string(kMaxLayers) + " layers", std::to_string(m.layers), {name, "", ""});
     if (m.hidden % m.heads != 0)
         fail_input("hidden size " + std::to_string(m.hidden) + " is not a multiple of the " +
                        std::to_string(m.heads) + " attention heads",
@@ -370,6 +379,13 @@ int positive_int(const JsonView& j, const std::string& key) {
     return static_cast<int>(n);
 }
 
+/// The default ffn width 4 · hidden, which must itself be a size below 2^31.
+int four_times(const JsonView& j, const std::string& key, int hidden) {
+    if (hidden > std::numeric_limits<int>::max() / 4)
+        j.fail_member(key, "a hidden size below 2^29 (the default ffn width is 4 × hidden)", std::to_string(hidden));
+    return 4 * hidden;
+}
+
 Model own_transformer(const JsonView& j, const std::string& name) {
     j.expect_only({"kind", "name", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq",
                    "tied_embeddings", "gated_mlp", "biases", "norm", "positions"});
@@ -378,7 +394,7 @@ Model own_transformer(const JsonView& j, const std::string& name) {
     m.hidden = positive_int(j, "hidden");
     m.heads = positive_int(j, "heads");
     m.kv_heads = j.has("kv_heads") ? positive_int(j, "kv_heads") : m.heads;
-    m.ffn_hidden = j.has("ffn_hidden") ? positive_int(j, "ffn_hidden") : 4 * m.hidden;
+    m.ffn_hidden = j.has("ffn_hidden") ? positive_int(j, "ffn_hidden") : four_times(j, "hidden", m.hidden);
     m.vocab = positive_int(j, "vocab");
     m.max_seq = positive_int(j, "seq");
     m.tied_embeddings = j.boolean_or("tied_embeddings", true);
@@ -437,7 +453,7 @@ Model hf_gpt2(const JsonView& j, const std::string& name) {
     m.heads = positive_int(j, "n_head");
     m.kv_heads = m.heads;
     // n_inner: null or absent means 4 · n_embd (GPT2Config's documented default).
-    m.ffn_hidden = j.has("n_inner") && !j.raw()["n_inner"].is_null() ? positive_int(j, "n_inner") : 4 * m.hidden;
+    m.ffn_hidden = j.has("n_inner") && !j.raw()["n_inner"].is_null() ? positive_int(j, "n_inner") : four_times(j, "n_embd", m.hidden);
     m.vocab = positive_int(j, "vocab_size");
     m.max_seq = positive_int(j, "n_positions");
     m.tied_embeddings = j.boolean_or("tie_word_embeddings", true);
@@ -519,6 +535,12 @@ Model Model::transformer(std::string name, TransformerShape shape) {
     Model m;
     m.name_ = std::move(name);
     m.transformer_ = shape;
+    // The parameter count, and with it every per-layer weight product, fits in 64 bits.
+    try {
+        (void)m.parameters();
+    } catch (const Error& e) {
+        throw e.with_context({m.name_, "", ""});
+    }
     return m;
 }
 
@@ -539,16 +561,18 @@ const TransformerShape& Model::shape() const {
 std::int64_t Model::parameters() const {
     if (!transformer_) {
         std::int64_t n = 0;
-        for (const auto& l : layers_) n += l.params;
+        for (const auto& l : layers_) n = checked_add(n, l.params, "parameters of the model");
         return n;
     }
     const TransformerShape& m = *transformer_;
     const std::int64_t h = m.hidden;
-    std::int64_t n = static_cast<std::int64_t>(m.vocab) * h;              // token embedding
-    if (m.learned_positions) n += static_cast<std::int64_t>(m.max_seq) * h;  // position table
-    n += m.layers * layer_params_per_rank(m, 1);
-    n += norm_params(m);                                                  // final norm
-    if (!m.tied_embeddings) n += static_cast<std::int64_t>(m.vocab) * h;  // output projection
+    const char* what = "parameters of the model";
+    const std::int64_t table = checked_mul(m.vocab, h, what);
+    std::int64_t n = table;                                                                  // token embedding
+    if (m.learned_positions) n = checked_add(n, checked_mul(m.max_seq, h, what), what);      // position table
+    n = checked_add(n, checked_mul(m.layers, layer_params_per_rank(m, 1), what), what);
+    n = checked_add(n, norm_params(m), what);                                                // final norm
+    if (!m.tied_embeddings) n = checked_add(n, table, what);                                 // output projection
     return n;
 }
 
@@ -589,7 +613,8 @@ std::vector<Block> Model::blocks(const Workload& w) const {
             if (l.params > 0 && l.fwd_flops.count() > 0) {
                 const double positions = l.fwd_flops.count() / (2.0 * static_cast<double>(l.params));
                 const auto side = static_cast<std::int64_t>(std::sqrt(static_cast<double>(l.params)) + 0.5);
-                const std::int64_t rows = std::max<std::int64_t>(1, static_cast<std::int64_t>(positions * static_cast<double>(b) + 0.5));
+                const std::int64_t rows =
+                    std::max<std::int64_t>(1, checked_round(positions * static_cast<double>(b), "output positions of a micro-batch"));
                 Kernel g = gemm_kernel(KernelName::layer, KernelClass::gemm, rows, std::max<std::int64_t>(1, side),
                                        std::max<std::int64_t>(1, side), 1, eb, true);
                 g.flops = blk.fwd.count();  // exact: the spec's FLOPs, not the rounded shape's
@@ -623,6 +648,16 @@ std::vector<Block> Model::blocks(const Workload& w) const {
     d.sp = w.sequence_parallel && w.tp > 1;
     d.e = e;
     d.recompute = w.recompute;
+    // Every per-block product below is at most 64 × (tokens × the widest matrix) or 16 × the
+    // attention scores (a·s²·b): check those two fit in 64 bits, once, instead of each product.
+    {
+        const std::string what = "the micro-batch of " + std::to_string(d.b) + " × " + std::to_string(d.s) +
+                                 " tokens of " + name_;
+        const std::int64_t tokens = checked_mul(d.b, d.s, what.c_str());
+        const std::int64_t widest = std::max({d.h + 2 * d.kv, 3 * d.f, d.v});
+        checked_mul(checked_mul(tokens, widest, what.c_str()), 64, what.c_str());
+        checked_mul(checked_mul(checked_mul(d.a, d.s, what.c_str()), tokens, what.c_str()), 16, what.c_str());
+    }
 
     out.reserve(static_cast<std::size_t>(m.layers) + 2);
     out.push_back(embedding_block(m, d));
@@ -679,7 +714,11 @@ Model load_model(const std::string& spec) {
     const auto& presets = transformer_presets();
     if (presets.count(spec) || cnn_preset(spec)) return model_preset(spec);
     std::error_code ec;
-    if (!spec.empty() && std::filesystem::exists(spec, ec)) {
+    // A path (it exists, or names a folder or a .json file) is read as one: a missing file is
+    // "no such file", not an unknown preset.
+    const bool path = !spec.empty() && (std::filesystem::exists(spec, ec) || spec.find('/') != std::string::npos ||
+                                        spec.ends_with(".json"));
+    if (path) {
         const Json doc = load_json_file(spec);
         return model_from_json(JsonView(doc, spec), std::filesystem::path(spec).stem().string());
     }

@@ -64,7 +64,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         j["model_state_bytes"] = m;
     }
     if (json) {
-        out << j.dump(2) << '\n';
+        out << j.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
         return 0;
     }
     char buf[128];

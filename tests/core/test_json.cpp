@@ -156,16 +156,17 @@ TEST_CASE("JsonView errors name the path and say what was expected", "[core][jso
                    Contains("cluster.json: at /node_groups/0/nics/odd_bw: unknown unit 'GB/h' in \"25 GB/h\""));
     }
     SECTION("zero bandwidth number") {
-        CHECK_THAT(what([&] { nics.bandwidth("zero_bw"); }), Contains("at /node_groups/0/nics/zero_bw: expected a bandwidth above zero"));
+        CHECK_THAT(what([&] { nics.bandwidth("zero_bw"); }),
+                   Contains("at /node_groups/0/nics/zero_bw: expected a bandwidth from 1 KB/s to 1 PB/s"));
     }
     SECTION("negative size number") {
         CHECK_THAT(what([&] { nics.bytes("neg"); }), Contains("expected a non-negative size in bytes, found -1"));
     }
     SECTION("negative duration") {
-        CHECK_THAT(what([&] { nics.time("neg"); }), Contains("expected a non-negative duration in seconds, found -1"));
+        CHECK_THAT(what([&] { nics.time("neg"); }), Contains("expected a duration from 0 to 1 s such as \"2 us\" or a number of seconds, found -1"));
     }
     SECTION("negative FLOP rate") {
-        CHECK_THAT(what([&] { nics.flop_rate("neg"); }), Contains("expected a FLOP rate above zero"));
+        CHECK_THAT(what([&] { nics.flop_rate("neg"); }), Contains("expected a FLOP rate from 1 MFLOP/s to 10 EFLOP/s"));
     }
     SECTION("wrong type for a bandwidth") {
         CHECK_THAT(what([&] { nics.bandwidth("neg"); }), Contains("found -1"));
