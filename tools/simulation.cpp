@@ -57,7 +57,12 @@ Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const
     traces::StepInfo info;
     info.model = model.name();
     info.cluster = cluster.name;
-    info.strategy = strategies::to_string(plan.strategy);
+    // With one replica the replicated and sharded flavours do nothing: the plan has no data
+    // parallelism (a parameter server still has its servers).
+    const bool ps = plan.strategy == strategies::DataParallel::ps || plan.strategy == strategies::DataParallel::ps_async;
+    info.strategy = built.layout.dp == 1 && !ps ? "none" : strategies::to_string(plan.strategy);
+    info.sequence = model.is_transformer();
+    info.async_updates = plan.strategy == strategies::DataParallel::ps_async;
     info.network = sim::to_string(options.network);
     info.framework = strategies::describe(built.layout.framework);
     const strategies::Layout& l = built.layout;
