@@ -36,7 +36,8 @@ constexpr std::array byte_units{
 // Base unit is bytes per second; the bit units divide by 8.
 constexpr std::array bandwidth_units{
     UnitScale{"B/s", 1.0},           UnitScale{"KB/s", 1e3},          UnitScale{"MB/s", 1e6},
-    UnitScale{"GB/s", 1e9},          UnitScale{"TB/s", 1e12},         UnitScale{"KiB/s", 1024.0},
+    UnitScale{"GB/s", 1e9},          UnitScale{"TB/s", 1e12},         UnitScale{"PB/s", 1e15},
+    UnitScale{"KiB/s", 1024.0},
     UnitScale{"MiB/s", 1048576.0},   UnitScale{"GiB/s", 1073741824.0},
     UnitScale{"bit/s", 1.0 / 8},     UnitScale{"Kbit/s", 1e3 / 8},    UnitScale{"Mbit/s", 1e6 / 8},
     UnitScale{"Gbit/s", 1e9 / 8},    UnitScale{"Tbit/s", 1e12 / 8},   UnitScale{"Mb/s", 1e6 / 8},

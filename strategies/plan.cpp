@@ -322,6 +322,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // Model states (at most 16 bytes per parameter, 28 moved by an optimizer step) stay inside
     // int64 wherever a strategy multiplies a parameter count by bytes.
     checked_mul(detail::total_params(blocks), 32, "bytes of model state of a replica");
+    // Pipeline chunks are at most the layers, so pp × virtual stages and the stage sums stay small.
+    if (plan.schedule == Schedule::interleaved && (plan.virtual_stages < 1 || plan.virtual_stages > static_cast<int>(blocks.size())))
+        fail_input("--virtual-stages must be from 1 to the " + std::to_string(blocks.size()) + " blocks of " + model.name() +
+                       ", found " + std::to_string(plan.virtual_stages),
+                   {"", "", "--virtual-stages"});
     if (l.tp > 1 || l.pp > 1) check_model_parallel(model, plan, l);
     // Folding is exact where every node holds ranks of one data-parallel replica: then a mirror
     // replica's intra-node links carry only its own traffic, the same as its representative's.

@@ -6,6 +6,7 @@
 #include "strategies/data_parallel.hpp"
 #include "strategies/plan.hpp"
 #include "tools/commands.hpp"
+#include "tools/simulation.hpp"
 #include "topologies/cluster.hpp"
 
 namespace smol::tools {
@@ -49,6 +50,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
             plan.strategy = flavour;
             plan.dtype = DType::bf16;
             if (!cluster->device_kind(0).supports(DType::bf16)) plan.dtype = cluster->device_kind(0).default_dtype();
+            check_simulable(strategies::resolve(model, *cluster, plan), plan);   // --nodes 10000000 is refused, not built
             const strategies::Built built = strategies::build(model, *cluster, plan);
             Bytes held;
             for (const Buffer& b : built.graph.buffers()) {

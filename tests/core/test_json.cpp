@@ -283,3 +283,47 @@ TEST_CASE("load_json_file", "[core][json]") {
         fs::remove(p);
     }
 }
+
+TEST_CASE("parse_json_text refuses what nlohmann would accept silently or throw on", "[core][json]") {
+    auto message = [](const std::string& text) {
+        const Error e = caught([&] { parse_json_text(text, "f.json"); });
+        CHECK(e.kind() == ErrorKind::bad_input);
+        return std::string(e.what());
+    };
+    SECTION("a duplicate key, with the path of the object that repeats it") {
+        CHECK(message(R"({"a": {"b": [{"c": 1, "c": 2}]}})") ==
+              "f.json: at /a/b/0/c: duplicate key 'c': a key may appear once in an object (JSON readers differ on "
+              "which one they keep)");
+        CHECK_NOTHROW(parse_json_text(R"({"a": {"c": 1}, "b": {"c": 2}})", "f.json"));   // one per object is fine
+    }
+    SECTION("a number beyond a double: line, column and the path of the value") {
+        CHECK(message("{\"a\": [1,\n 1e309]}") ==
+              "f.json: at /a/1: line 2, column 6: the number 1e309 is beyond the range of a double (about ±1.8e308)");
+        CHECK_THAT(message("-1e400"), Contains("line 1, column 6: the number -1e400"));
+    }
+    SECTION("nesting: 64 levels are fine, 65 are not") {
+        CHECK_NOTHROW(parse_json_text(std::string(64, '[') + std::string(64, ']'), "f.json"));
+        CHECK_THAT(message(std::string(65, '[') + std::string(65, ']')), Contains("nested at most 64 levels deep"));
+    }
+    SECTION("a key with '/' and '~' is escaped in the path (RFC 6901)") {
+        CHECK_THAT(message(R"({"a/b~": {"x": 1, "x": 2}})"), Contains("at /a~1b~0/x:"));
+    }
+}
+
+TEST_CASE("read_input_file reads regular files of bounded size only", "[core][json]") {
+    namespace fs = std::filesystem;
+    SECTION("a character device") {
+        CHECK_THAT(std::string(caught([] { read_input_file("/dev/zero"); }).what()),
+                   Contains("/dev/zero: expected a regular JSON file, found a character device"));
+    }
+    SECTION("a file over the limit, measured or grown") {
+        const fs::path p = fs::temp_directory_path() / "smol_test_json_big.json";
+        {
+            std::ofstream(p) << std::string(2000, ' ');
+        }
+        CHECK_THAT(std::string(caught([&] { read_input_file(p.string(), 1000); }).what()),
+                   Contains("expected a JSON file of at most 1.00 KB, found 2.00 KB"));
+        CHECK(read_input_file(p.string(), 2000).size() == 2000);
+        fs::remove(p);
+    }
+}
