@@ -11,7 +11,7 @@
 // of kind out_of_range whose message names the quantities ("moving 1 GB at 1 B/s takes 1e9 s,
 // beyond the 106 days of simulated time"); callers add the op, file or flag. Bandwidth and
 // FlopRate may be +infinity, which means "no limit" (dividing by it gives zero time); NaN is
-// refused everywhere.
+// refused where a rate is made from a number and wherever a rate becomes a Time.
 #pragma once
 
 #include <cmath>
@@ -58,7 +58,10 @@ public:
     /// `v` picoseconds given as a double (a computed duration), rounded to the nearest.
     static constexpr Time ps_rounded(double v) { return Time(round_ps(v)); }
     /// `v` picoseconds given as a double, rounded up (a transfer is done at the next picosecond).
-    static constexpr Time ps_ceil(double v) { return Time(round_ps(std::ceil(v))); }
+    static constexpr Time ps_ceil(double v) {
+        if (!(v > -detail::kInt64Limit && v < detail::kInt64Limit)) detail::fail_time_range(v);
+        return Time(static_cast<std::int64_t>(std::ceil(v)));
+    }
 
     constexpr std::int64_t count_ps() const { return ps_; }
     constexpr double to_seconds() const { return static_cast<double>(ps_) * 1e-12; }
@@ -169,14 +172,16 @@ private:
     double n_ = 0;
 };
 
-/// Bytes per second; +infinity means "no limit", NaN is out_of_range.
+/// Bytes per second; +infinity means "no limit". A NaN is refused where a rate is made from a
+/// number (the named constructors); one that arithmetic makes (∞ × 0) is caught where the rate
+/// becomes a Time (operator/ below), so the per-op arithmetic pays no check.
 class Bandwidth {
 public:
     constexpr Bandwidth() = default;
-    static constexpr Bandwidth bytes_per_s(double v) { return Bandwidth(v); }
+    static constexpr Bandwidth bytes_per_s(double v) { return checked(v); }
     static constexpr Bandwidth unlimited() { return Bandwidth(std::numeric_limits<double>::infinity()); }
-    static constexpr Bandwidth gb_per_s(double v) { return Bandwidth(v * 1e9); }
-    static constexpr Bandwidth gbit_per_s(double v) { return Bandwidth(v * 1e9 / 8.0); }
+    static constexpr Bandwidth gb_per_s(double v) { return checked(v * 1e9); }
+    static constexpr Bandwidth gbit_per_s(double v) { return checked(v * 1e9 / 8.0); }
     constexpr double bytes_per_second() const { return bps_; }
     constexpr double to_gb_per_s() const { return bps_ * 1e-9; }
     constexpr Bandwidth operator*(double k) const { return Bandwidth(bps_ * k); }
@@ -186,19 +191,21 @@ public:
     constexpr auto operator<=>(const Bandwidth&) const = default;
 
 private:
-    constexpr explicit Bandwidth(double v) : bps_(v) {
+    constexpr explicit Bandwidth(double v) : bps_(v) {}
+    static constexpr Bandwidth checked(double v) {
         if (std::isnan(v)) detail::fail_not_finite("bandwidth", v);
+        return Bandwidth(v);
     }
     double bps_ = 0;
 };
 
-/// Floating-point operations per second; +infinity means "no limit", NaN is out_of_range.
+/// Floating-point operations per second; +infinity means "no limit"; NaN as for Bandwidth.
 class FlopRate {
 public:
     constexpr FlopRate() = default;
-    static constexpr FlopRate flops_per_s(double v) { return FlopRate(v); }
-    static constexpr FlopRate tflops(double v) { return FlopRate(v * 1e12); }
-    static constexpr FlopRate gflops(double v) { return FlopRate(v * 1e9); }
+    static constexpr FlopRate flops_per_s(double v) { return checked(v); }
+    static constexpr FlopRate tflops(double v) { return checked(v * 1e12); }
+    static constexpr FlopRate gflops(double v) { return checked(v * 1e9); }
     constexpr double per_second() const { return r_; }
     constexpr double to_tflops() const { return r_ * 1e-12; }
     constexpr FlopRate operator*(double k) const { return FlopRate(r_ * k); }
@@ -206,24 +213,28 @@ public:
     constexpr auto operator<=>(const FlopRate&) const = default;
 
 private:
-    constexpr explicit FlopRate(double v) : r_(v) {
+    constexpr explicit FlopRate(double v) : r_(v) {}
+    static constexpr FlopRate checked(double v) {
         if (std::isnan(v)) detail::fail_not_finite("FLOP rate", v);
+        return FlopRate(v);
     }
     double r_ = 0;
 };
 
 /// Time to move `b` at rate `bw`, rounded up to the next picosecond. Infinite rate → zero;
 /// a time beyond the range (a zero rate, or 1 GB at 1 B/s) is out_of_range naming both.
+// The range is checked before rounding up (a double below 2^63 rounds up to one below 2^63), so
+// the compiler keeps its cheap integer ceil(x) → int64 idiom instead of a full double ceil.
 constexpr Time operator/(Bytes b, Bandwidth bw) {
-    const double ps = std::ceil(b.as_double() / bw.bytes_per_second() * 1e12);
+    const double ps = b.as_double() / bw.bytes_per_second() * 1e12;
     if (!(ps > -detail::kInt64Limit && ps < detail::kInt64Limit)) detail::fail_transfer_time(b.as_double(), bw.bytes_per_second());
-    return Time::ps(static_cast<std::int64_t>(ps));
+    return Time::ps(static_cast<std::int64_t>(std::ceil(ps)));
 }
 /// Time to execute `f` at rate `r`, rounded up to the next picosecond (out_of_range as above).
 constexpr Time operator/(Flops f, FlopRate r) {
-    const double ps = std::ceil(f.count() / r.per_second() * 1e12);
+    const double ps = f.count() / r.per_second() * 1e12;
     if (!(ps > -detail::kInt64Limit && ps < detail::kInt64Limit)) detail::fail_compute_time(f.count(), r.per_second());
-    return Time::ps(static_cast<std::int64_t>(ps));
+    return Time::ps(static_cast<std::int64_t>(std::ceil(ps)));
 }
 constexpr Bytes operator*(Bandwidth bw, Time t) {
     return Bytes::from_double(bw.bytes_per_second() * t.to_seconds());
