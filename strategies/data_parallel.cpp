@@ -140,11 +140,14 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     const Bytes after_cap = layout.framework.after_backward_bucket > 0
                                 ? Bytes(layout.framework.after_backward_bucket * sb.grads)
                                 : Bytes(std::max<std::int64_t>(1, params * sb.grads));
-    const std::vector<Bucket> buckets =
-        after ? make_buckets(blocks, sb.grads, after_cap, after_cap) : make_buckets(blocks, sb.grads, cap, first_cap);
+    const std::vector<int> replicas = replica_ranks(layout);
+    // One replica synchronises nothing: no buckets (a 1 KiB bucket of GPT-3's gradients would be
+    // 3 × 10^8 of them).
+    const std::vector<Bucket> buckets = replicas.size() < 2 ? std::vector<Bucket>{}
+                                        : after ? make_buckets(blocks, sb.grads, after_cap, after_cap)
+                                                : make_buckets(blocks, sb.grads, cap, first_cap);
 
     OpGraph g(layout.devices);
-    const std::vector<int> replicas = replica_ranks(layout);
     std::vector<Passes> passes;
     for (int r : replicas) {
         // Model states live for the whole step.

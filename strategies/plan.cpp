@@ -106,9 +106,15 @@ Offload parse_offload(const std::string& text) {
     return parse_name(text, all, "--offload");
 }
 
-std::int64_t estimated_ops(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
-    // In doubles, then saturated: the figure only has to be right within a factor, and a plan
-    // beyond int64 is refused the same way as one beyond kMaxOps.
+namespace {
+
+/// The op estimate and its gradient-bucket part, in doubles: the figure only has to be right
+/// within a factor, and a plan beyond int64 is refused the same way as one beyond kMaxOps.
+struct Estimate {
+    double ops, buckets, bucket_ops;
+};
+
+Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
     const double pp = l.pp, v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
     const double ranks = l.folded ? static_cast<double>(l.tp) * l.pp : static_cast<double>(l.devices);
     const double stage_blocks = std::ceil(static_cast<double>(blocks.size()) / pp) + 2;
@@ -124,13 +130,28 @@ std::int64_t estimated_ops(const Layout& l, const Plan& plan, const std::vector<
     if (sharded) per_block += 10;
     // Gradient buckets of the rank's share of the parameters (each a collective or a push and a
     // pull, with a timer or a staging buffer): per step, or per update for parameter servers.
+    // Their cap: Horovod's fusion buffer for ring, else the bucket size, or the framework's
+    // after-backward bucket where smaller; at most 4 bytes per gradient. A single replica of
+    // ddp, ring or a tensor / pipeline plan synchronises nothing and makes no buckets.
     double params = 0;
     for (const Block& b : blocks) params += static_cast<double>(b.params);
-    const double bucket_bytes = std::max(plan.bucket_mb, std::min(plan.fusion_mb, plan.first_bucket_mb)) * 1048576.0;
-    const double buckets = std::ceil(params / pp * 4 / std::max(1.0, bucket_bytes)) + 2;
-    const double per_microbatch = stage_blocks * per_block + (l.pp > 1 ? 4 * v : 0) + (ps ? 6 * buckets : 0);
-    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 4 * buckets + 16) +
-                       (ps ? static_cast<double>(l.servers + 1) * static_cast<double>(l.microbatches) * l.dp * buckets : 0);
+    double cap = (plan.strategy == DataParallel::ring ? plan.fusion_mb : plan.bucket_mb) * 1048576.0;
+    if (l.framework.grad_reduce == GradReduce::after_backward && l.framework.after_backward_bucket > 0)
+        cap = std::min(cap, 2.0 * static_cast<double>(l.framework.after_backward_bucket));
+    const bool bucketed = !sharded && (l.dp > 1 || ps || plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2);
+    const double buckets = bucketed ? std::ceil(params / pp * 4 / std::max(1.0, cap)) + 2 : 2;
+    const double per_microbatch = stage_blocks * per_block + (l.pp > 1 ? 4 * v : 0);
+    // Parameter servers push and pull every bucket of every update, and the servers update per push.
+    const double bucket_ops =
+        ranks * 4 * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
+    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16) + bucket_ops;
+    return {ops, buckets, bucket_ops};
+}
+
+}  // namespace
+
+std::int64_t estimated_ops(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
+    const double ops = estimate(l, plan, blocks).ops;
     return ops >= 9.2e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(ops);
 }
 
@@ -334,13 +355,22 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     l.folded = plan.fold && l.dp > 1 && (l.tp > 1 || l.pp > 1) && cluster.groups.size() == 1 && l.servers == 0 &&
                l.tp % per_node == 0;
     l.estimated_ops = estimated_ops(l, plan, blocks);
-    if (l.estimated_ops > kMaxOps)
+    if (l.estimated_ops > kMaxOps) {
+        // Say what makes the ops: the gradient buckets (a tiny bucket size) or the passes.
+        const Estimate e = estimate(l, plan, blocks);
+        const bool buckets = e.bucket_ops > e.ops / 2;
+        const char* bucket_flag = plan.strategy == DataParallel::ring ? "--fusion-mb" : "--bucket-mb";
         throw Error(ErrorKind::out_of_range,
                     "the plan needs about " + ops_text(l.estimated_ops) + " ops, more than the " + ops_text(kMaxOps) +
-                        " an op graph holds: fewer micro-batches (a smaller --global-batch or a larger --micro-batch), "
-                        "fewer devices (--nodes, --devices)" +
-                        (l.dp > 1 && !l.folded && (l.tp > 1 || l.pp > 1) ? ", or folded replicas (leave out --no-fold)" : ""),
-                    {"", "", "--global-batch"});
+                        " an op graph holds: " +
+                        (buckets ? "its " + ops_text(static_cast<std::int64_t>(e.buckets)) + " gradient buckets need a larger " +
+                                       bucket_flag
+                                 : std::string("fewer micro-batches (a smaller --global-batch or a larger --micro-batch), "
+                                               "fewer devices (--nodes, --devices)") +
+                                       (l.dp > 1 && !l.folded && (l.tp > 1 || l.pp > 1) ? ", or folded replicas (leave out --no-fold)"
+                                                                                        : "")),
+                    {"", "", buckets ? bucket_flag : "--global-batch"});
+    }
     return l;
 }
 

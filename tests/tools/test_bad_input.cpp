@@ -340,3 +340,15 @@ TEST_CASE("bad input: outputs never change what they should not", "[tools][bad_i
     }
     fs::remove_all(dir);
 }
+
+TEST_CASE("bad input: fuzz findings stay fixed", "[tools][bad_input]") {
+    SECTION("fuzz_plan timeout: 1.5 KB buckets of GPT-3's gradients on one device were 2.3e8 buckets for nothing") {
+        // One replica synchronises nothing, so it makes no buckets; it then runs out of memory (exit 3).
+        const Result r = cli(simulate({"--devices", "1", "--global-batch", "7", "--micro-batch", "7", "--bucket-mb", "0.00142272"},
+                                      "gpt3-175b", "jetson-agx-orin"));
+        INFO(r.err);
+        CHECK(r.code == 3);
+        // With replicas, so many buckets are refused before building, naming the bucket flag.
+        refused(simulate({"--bucket-mb", "0.001"}, "gpt3-175b", "pi5-1gbe"), {"--bucket-mb:", "gradient buckets need a larger --bucket-mb"});
+    }
+}
