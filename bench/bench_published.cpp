@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
         if (!csv.empty() || !json.empty()) std::fprintf(stderr, "model files in %s\n", model_dir.c_str());
     } catch (const Error& e) {
         std::fprintf(stderr, "bench_published: error: %s\n", e.what());
-        return e.kind() == ErrorKind::bad_input ? 2 : 1;
+        return exit_status(e.kind());
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_published: internal error: %s\n", e.what());
         return 1;

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 namespace smol::bench {
@@ -16,6 +20,28 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 inline double peak_rss_mb() {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+/// Runs `f` in a child process and returns the child's own peak resident set size in MB, so each
+/// run of a benchmark is measured alone (a process's peak only grows: a later, smaller run would
+/// report an earlier run's peak). The child's output is flushed before it exits; a child that
+/// fails ends the benchmark with its status.
+template <class F>
+double peak_rss_mb_of(F&& f) {
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid < 0) std::exit(1);
+    if (pid == 0) {
+        f();
+        std::fflush(stdout);
+        _exit(0);
+    }
+    int status = 0;
+    rusage u{};
+    while (wait4(pid, &status, 0, &u) < 0) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::exit(1);
     return static_cast<double>(u.ru_maxrss) / 1024.0;
 }
 

@@ -1,5 +1,5 @@
 // One error type with context. Library code throws smol::Error and never exits; the command line
-// maps the kind to an exit status (bad_input → 2, everything else → 1).
+// maps the kind to an exit status (exit_status: bad_input and out_of_range → 2, the rest → 1).
 //
 // The message reads like: `cluster.json: at /node_groups/0/nics/bandwidth: expected a bandwidth
 // such as "25 GB/s", found "-3 GB/s"`.
@@ -12,10 +12,16 @@
 namespace smol {
 
 enum class ErrorKind {
-    bad_input,  // the user's file, flag or plan is wrong: exit 2
-    deadlock,   // the simulated graph cannot make progress
-    internal,   // a bug in smolcluster
+    bad_input,     // the user's file, flag or plan is wrong: exit 2
+    out_of_range,  // a quantity the input made left its type's range (core/units.hpp): exit 2
+    deadlock,      // the simulated graph cannot make progress
+    internal,      // a bug in smolcluster
 };
+
+/// True for the kinds the user's input caused (bad_input, out_of_range): exit status 2.
+inline bool is_input_error(ErrorKind k) { return k == ErrorKind::bad_input || k == ErrorKind::out_of_range; }
+/// The command line's exit status for an error of kind `k`: 2 for input errors, else 1.
+inline int exit_status(ErrorKind k) { return is_input_error(k) ? 2 : 1; }
 
 struct ErrorContext {
     std::string file;       // "cluster.json", or a preset name such as "preset dgx-a100"

@@ -81,9 +81,17 @@ private:
 /// Short description of a JSON value for messages: `"-3 GB/s"`, `42`, `an object`, `null`.
 std::string describe_json(const Json& value);
 
-/// Parses text; a syntax error names `file`, the line and the column.
+/// Parses text; a syntax error names `file`, the line, the column and the JSON path; so do a
+/// duplicate key, a number beyond a double's range and nesting deeper than 64 levels.
 Json parse_json_text(const std::string& text, const std::string& file);
-/// Reads and parses a file; a missing file is a bad_input error naming it.
+/// Reads and parses a file (read_input_file, then parse_json_text).
 Json load_json_file(const std::string& path);
+
+/// The most an input file (model, cluster, HuggingFace config) may hold: our files are a few KB.
+inline constexpr std::int64_t kMaxInputFileBytes = 16 << 20;
+/// The text of a regular file of at most `max_bytes`; a missing file, a directory, a FIFO, a
+/// device or a larger file is a bad_input error naming the path (never a read that blocks or
+/// does not end).
+std::string read_input_file(const std::string& path, std::int64_t max_bytes = kMaxInputFileBytes);
 
 }  // namespace smol

@@ -1,6 +1,24 @@
 #include "core/kernel.hpp"
 
+#include <limits>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
 namespace smol {
+
+namespace {
+/// A kernel's count of independent problems (GEMMs of a batch, attention heads), which Kernel
+/// keeps in 32 bits.
+std::int32_t batch_count(std::int64_t n) {
+    if (n < 0 || n > std::numeric_limits<std::int32_t>::max())
+        throw Error(ErrorKind::out_of_range, "a kernel of " + std::to_string(n) +
+                                                 " independent problems (micro-batch × heads), more than the 2^31 - 1 "
+                                                 "one kernel holds");
+    return static_cast<std::int32_t>(n);
+}
+}  // namespace
 
 const char* to_string(KernelClass k) {
     switch (k) {
@@ -53,11 +71,14 @@ Kernel gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_
     g.name = name;
     g.weight = weight;
     g.elem_bytes = static_cast<std::uint8_t>(elem_bytes);
-    g.batch = static_cast<std::int32_t>(batch);
+    g.batch = batch_count(batch);
     g.m = m;
     g.n = n;
     g.k = k;
-    g.bytes = (m * k + k * n + m * n) * elem_bytes * batch;
+    const char* what = "bytes a GEMM moves";
+    const std::int64_t elements = checked_add(checked_add(checked_mul(m, k, what), checked_mul(k, n, what), what),
+                                              checked_mul(m, n, what), what);
+    g.bytes = checked_mul(checked_mul(elements, elem_bytes, what), batch, what);
     g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
     return g;
 }
@@ -71,7 +92,7 @@ Kernel softmax_kernel(std::int64_t rows, std::int64_t cols, int elem_bytes) {
     s.elem_bytes = static_cast<std::uint8_t>(elem_bytes);
     s.m = rows;
     s.n = cols;
-    s.bytes = 2 * rows * cols * elem_bytes;
+    s.bytes = checked_mul(checked_mul(rows, cols, "bytes a softmax moves"), 2 * elem_bytes, "bytes a softmax moves");
     s.flops = 5.0 * static_cast<double>(rows) * static_cast<double>(cols);
     return s;
 }
@@ -83,7 +104,7 @@ Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::in
     f.name = KernelName::scores;
     f.backward = backward;
     f.elem_bytes = static_cast<std::uint8_t>(elem_bytes);
-    f.batch = static_cast<std::int32_t>(heads);
+    f.batch = batch_count(heads);
     f.m = q;
     f.n = kv;
     f.k = d;
@@ -91,8 +112,10 @@ Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::in
     f.flops = (backward ? 2.5 : 1.0) * per_head * static_cast<double>(heads);
     // Forward reads Q, K, V and writes O (plus the log-sum-exp, q floats); backward also reads O,
     // dO and writes dQ, dK, dV.
-    const std::int64_t qkvo = (2 * q * d + 2 * kv * d) * elem_bytes + 4 * q;
-    f.bytes = heads * (backward ? 2 * qkvo + q * d * elem_bytes : qkvo);
+    const char* what = "bytes a fused attention kernel moves";
+    const std::int64_t qd = checked_mul(q, d, what), kvd = checked_mul(kv, d, what);
+    const std::int64_t qkvo = checked_add(checked_mul(checked_add(qd, kvd, what), 2 * elem_bytes, what), checked_mul(q, 4, what), what);
+    f.bytes = checked_mul(heads, backward ? checked_add(checked_mul(qkvo, 2, what), checked_mul(qd, elem_bytes, what), what) : qkvo, what);
     return f;
 }
 
@@ -112,7 +135,7 @@ Kernel adam_kernel(std::int64_t params, int bytes_per_param) {
     a.cls = KernelClass::optimizer;
     a.name = KernelName::optimizer;
     a.elements = params;
-    a.bytes = params * bytes_per_param;
+    a.bytes = checked_mul(params, bytes_per_param, "bytes an optimizer step moves");
     a.flops = 12.0 * static_cast<double>(params);
     return a;
 }
@@ -137,7 +160,7 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
             case KernelOp::softmax:
                 if (inputs) {
                     Kernel b = f;
-                    b.bytes = f.bytes * 3 / 2;
+                    b.bytes = checked_mul(f.bytes / 2, 3, "bytes a softmax backward moves") + f.bytes % 2 * 3 / 2;
                     b.flops = 4.0 * static_cast<double>(f.m) * static_cast<double>(f.n);  // dx = y·(dy − Σ y·dy)
                     out.push_back(b);
                 }
@@ -154,7 +177,7 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
             case KernelOp::stream:
                 if (inputs) {
                     Kernel b = f;
-                    b.bytes = f.bytes * 2;
+                    b.bytes = checked_mul(f.bytes, 2, "bytes a backward pass moves");
                     b.flops = f.flops * 2;
                     out.push_back(b);
                 }
@@ -173,7 +196,7 @@ double total_flops(std::span<const Kernel> kernels) {
 
 std::int64_t total_bytes(std::span<const Kernel> kernels) {
     std::int64_t b = 0;
-    for (const Kernel& k : kernels) b += k.bytes;
+    for (const Kernel& k : kernels) b = checked_add(b, k.bytes, "bytes a compute op moves");
     return b;
 }
 

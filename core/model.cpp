@@ -131,6 +131,13 @@ E choice(const JsonView& j, const std::string& key, const std::string& fallback,
 /// smolcluster's own transformer JSON (README "Models"): the GPT-2 / Llama shape in a handful
 /// of numbers, plus what current models need (head_dim, biases by projection, norms, positions,
 /// sliding windows, experts, latent attention, T5's encoder layers).
+/// The default ffn width 4 · hidden, which must itself be a size below 2^31.
+int four_times(const JsonView& j, const std::string& key, int hidden) {
+    if (hidden > std::numeric_limits<int>::max() / 4)
+        j.fail_member(key, "a hidden size below 2^29 (the default ffn width is 4 × hidden)", std::to_string(hidden));
+    return 4 * hidden;
+}
+
 Model own_transformer(const JsonView& j, const std::string& name) {
     j.expect_only({"kind", "name", "layers", "hidden", "heads", "kv_heads", "head_dim", "v_head_dim", "ffn_hidden",
                    "vocab", "seq", "max_seq", "tied_embeddings", "gated_mlp", "biases", "qkv_bias", "attn_out_bias",
@@ -144,7 +151,7 @@ Model own_transformer(const JsonView& j, const std::string& name) {
     m.kv_heads = j.has("kv_heads") ? positive_int(j, "kv_heads") : m.heads;
     m.head_dim = non_negative_int(j, "head_dim", 0);
     m.v_head_dim = non_negative_int(j, "v_head_dim", 0);
-    m.ffn_hidden = j.has("ffn_hidden") ? positive_int(j, "ffn_hidden") : 4 * m.hidden;
+    m.ffn_hidden = j.has("ffn_hidden") ? positive_int(j, "ffn_hidden") : four_times(j, "hidden", m.hidden);
     m.vocab = positive_int(j, "vocab");
     // "seq" is the training length; "max_seq" the positions the model knows (default: seq).
     m.train_seq = positive_int(j, "seq");
@@ -326,7 +333,7 @@ const TransformerShape& Model::shape() const {
 std::int64_t Model::parameters() const {
     if (!transformer_) {
         std::int64_t n = 0;
-        for (const auto& l : layers_) n += l.params;
+        for (const auto& l : layers_) n = checked_add(n, l.params, "parameters of the model");
         return n;
     }
     return detail::transformer_parameters(*transformer_, false);
@@ -379,7 +386,8 @@ std::vector<Block> Model::blocks(const Workload& w) const {
             if (l.params > 0 && l.fwd_flops.count() > 0) {
                 const double positions = l.fwd_flops.count() / (2.0 * static_cast<double>(l.params));
                 const auto side = static_cast<std::int64_t>(std::sqrt(static_cast<double>(l.params)) + 0.5);
-                const std::int64_t rows = std::max<std::int64_t>(1, static_cast<std::int64_t>(positions * static_cast<double>(b) + 0.5));
+                const std::int64_t rows =
+                    std::max<std::int64_t>(1, checked_round(positions * static_cast<double>(b), "output positions of a micro-batch"));
                 Kernel g = gemm_kernel(KernelName::layer, KernelClass::gemm, rows, std::max<std::int64_t>(1, side),
                                        std::max<std::int64_t>(1, side), 1, eb, true);
                 g.flops = blk.fwd.count();  // exact: the spec's FLOPs, not the rounded shape's
@@ -442,7 +450,11 @@ Model load_model(const std::string& spec) {
     const auto& presets = transformer_presets();
     if (presets.count(spec) || cnn_preset(spec)) return model_preset(spec);
     std::error_code ec;
-    if (!spec.empty() && std::filesystem::exists(spec, ec)) {
+    // A path (it exists, or names a folder or a .json file) is read as one: a missing file is
+    // "no such file", not an unknown preset.
+    const bool path = !spec.empty() && (std::filesystem::exists(spec, ec) || spec.find('/') != std::string::npos ||
+                                        spec.ends_with(".json"));
+    if (path) {
         const Json doc = load_json_file(spec);
         return model_from_json(JsonView(doc, spec), std::filesystem::path(spec).stem().string());
     }

@@ -125,6 +125,7 @@ void OpGraph::depend(OpId before, OpId after) {
     if (finalized_) fail_graph("cannot add edges after finalize()");
     if (before >= ops_.size() || after >= ops_.size()) fail_graph("edge to an op that does not exist");
     if (before == after) fail_graph("op " + describe(before) + " cannot wait for itself");
+    if (pending_edges_.size() >= kNone - 1) fail_graph("too many edges");   // the CSR numbers them in 32 bits
     pending_edges_.emplace_back(before, after);
 }
 

@@ -10,7 +10,7 @@
 // dependencies.
 //
 // finalize() freezes the graph into a Boost compressed-sparse-row graph and checks the invariants
-// of DESIGN.md, throwing an Error that names the ops: acyclic; every collective has one op on each
+// of the op graph (README.md), throwing an Error that names the ops: acyclic; every collective has one op on each
 // rank of its communicator, all of the same size; on every rank the collectives of one
 // communicator run on one stream, in the same order on all ranks (what NCCL needs to not
 // deadlock); every Free follows its Alloc; every send has its receive.

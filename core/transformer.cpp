@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.hpp"
 
@@ -24,6 +25,9 @@ namespace smol::detail {
 namespace {
 
 using I = std::int64_t;
+
+/// The most layers a model may have (each is a block of every replica's graph).
+constexpr int kMaxLayers = 100'000;
 
 I ceil_div(I a, I b) { return (a + b - 1) / b; }
 
@@ -588,6 +592,20 @@ void check_parallel(const std::string& name, const TransformerShape& m, const Wo
                    {"", "", "--capacity-factor"});
 }
 
+/// An upper bound of the model's parameters (see check_transformer_shape).
+double parameter_bound(const TransformerShape& m) {
+    const double h = m.hidden, a = m.heads, kvh = m.kv_heads, hd = m.q_head_dim(), vd = m.value_head_dim();
+    const double ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank, rope = m.mla.rope_head_dim;
+    const double attention = h * (a * hd + kvh * (hd + vd)) + a * hd + kvh * (hd + vd) + ql * (h + a * hd + 2) +
+                             (h + 1) * (kvl + rope) + kvl + kvl * a * (hd + vd) + a * vd * h + 2 * h + 2 * hd + a;
+    const double mlp = 3 * h * m.ffn_hidden + 3.0 * m.ffn_hidden + h +
+                       static_cast<double>(m.moe.experts) * (3 * h * m.moe.ffn_hidden + 3.0 * m.moe.ffn_hidden + 2 * h + 1) +
+                       3 * h * static_cast<double>(m.moe.shared_experts) * m.moe.shared_ffn_hidden + h;
+    const double norms = 2 * h * (m.norms_per_layer + 2);
+    const double layer = 2 * attention + mlp + norms + static_cast<double>(m.relative_attention_buckets) * a;
+    return 2 * (static_cast<double>(m.vocab) + m.max_seq + m.position_offset + 1) * h + m.layers * layer + 4 * h;
+}
+
 }  // namespace
 
 void check_transformer_shape(const std::string& name, const TransformerShape& m) {
@@ -599,6 +617,8 @@ void check_transformer_shape(const std::string& name, const TransformerShape& m)
     for (const auto& [what, n] : sizes) {
         if (n < 1) fail_input("a positive " + std::string(what), std::to_string(n), where);
     }
+    // Each layer is a block of every replica's graph; no published model has a thousand.
+    if (m.layers > kMaxLayers) fail_input("at most " + std::to_string(kMaxLayers) + " layers", std::to_string(m.layers), where);
     if (m.head_dim < 0 || m.v_head_dim < 0 || m.train_seq < 0 || m.sliding_window < 0 || m.position_offset < 0)
         fail_input("non-negative head_dim, v_head_dim, train_seq, sliding_window and position_offset", "a negative one", where);
     if (m.head_dim == 0 && m.hidden % m.heads != 0)
@@ -636,6 +656,18 @@ void check_transformer_shape(const std::string& name, const TransformerShape& m)
     for (int l : m.full_attention_layers)
         if (l < 0 || l >= m.layers)
             fail_input("full-attention layer indices from 0 to " + std::to_string(m.layers - 1), std::to_string(l), where);
+    // The parameter count in 64 bits: a bound above every partial sum transformer_parameters and
+    // layer_params form (each term at least the one it stands for), in doubles, so the int64
+    // arithmetic of those functions cannot overflow.
+    const double bound = parameter_bound(m);
+    if (!(bound < 0x1p62)) {
+        char about[32];
+        std::snprintf(about, sizeof about, "%.3g", bound);
+        throw Error(ErrorKind::out_of_range,
+                    "parameters of the model: about " + std::string(about) +
+                        ", too close to the 2^63 a count can hold (smolcluster counts to 2^62)",
+                    where);
+    }
 }
 
 std::int64_t transformer_parameters(const TransformerShape& m, bool active) {
@@ -668,6 +700,18 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.e = dtype_bytes(w.dtype);
     d.recompute = w.recompute;
     d.attention = w.attention;
+    // Every per-block product below is at most 64 × (tokens × the widest matrix) or 16 × the
+    // attention scores (a·s²·b): check those two fit in 64 bits, once, instead of each product.
+    {
+        const std::string what = "the micro-batch of " + std::to_string(d.b) + " × " + std::to_string(d.s) + " tokens of " + name;
+        const I tokens = checked_mul(d.b, d.s, what.c_str());
+        const I routed = checked_mul(checked_mul(std::max(1, m.moe.top_k), std::max<I>(1, checked_round(std::ceil(w.capacity_factor), what.c_str())), what.c_str()),
+                                     std::max<I>(1, checked_round(std::ceil(w.expert_imbalance), what.c_str())), what.c_str());
+        const I widest = std::max({d.q() + d.k() + d.vw(), d.o(), 3 * d.f, 3 * static_cast<I>(m.moe.ffn_hidden) * routed,
+                                   d.h * routed, d.v});
+        checked_mul(checked_mul(tokens, widest, what.c_str()), 64, what.c_str());
+        checked_mul(checked_mul(checked_mul(d.a, d.s, what.c_str()), tokens, what.c_str()), 16, what.c_str());
+    }
 
     std::vector<Block> out;
     out.reserve(static_cast<std::size_t>(m.layers) + 2);

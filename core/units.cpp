@@ -36,7 +36,8 @@ constexpr std::array byte_units{
 // Base unit is bytes per second; the bit units divide by 8.
 constexpr std::array bandwidth_units{
     UnitScale{"B/s", 1.0},           UnitScale{"KB/s", 1e3},          UnitScale{"MB/s", 1e6},
-    UnitScale{"GB/s", 1e9},          UnitScale{"TB/s", 1e12},         UnitScale{"KiB/s", 1024.0},
+    UnitScale{"GB/s", 1e9},          UnitScale{"TB/s", 1e12},         UnitScale{"PB/s", 1e15},
+    UnitScale{"KiB/s", 1024.0},
     UnitScale{"MiB/s", 1048576.0},   UnitScale{"GiB/s", 1073741824.0},
     UnitScale{"bit/s", 1.0 / 8},     UnitScale{"Kbit/s", 1e3 / 8},    UnitScale{"Mbit/s", 1e6 / 8},
     UnitScale{"Gbit/s", 1e9 / 8},    UnitScale{"Tbit/s", 1e12 / 8},   UnitScale{"Mb/s", 1e6 / 8},
@@ -157,7 +158,83 @@ constexpr std::array flop_rate_print{UnitScale{"FLOP/s", 1.0},  UnitScale{"KFLOP
                                      UnitScale{"TFLOP/s", 1e12}, UnitScale{"PFLOP/s", 1e15},
                                      UnitScale{"EFLOP/s", 1e18}};
 
+/// "1.23e+20" for messages about values that left their range.
+std::string number_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return buf;
+}
+
+/// "3.2e+07 s (370 days)": a duration in picoseconds, for overflow messages.
+std::string seconds_text(double ps) {
+    if (!std::isfinite(ps)) return ps != ps ? std::string("an undefined time (0 / 0)") : std::string("forever");
+    return number_text(ps * 1e-12) + " s (" + number_text(ps * 1e-12 / 86400) + " days)";
+}
+
+[[noreturn]] void fail_range(const std::string& message) { throw Error(ErrorKind::out_of_range, message); }
+
+constexpr const char* kTimeRange = "the 106 days (2^63 ps) that simulated time can represent";
+
 }  // namespace
+
+namespace detail {
+
+void fail_time_range(double ps) { fail_range("a duration of " + seconds_text(ps) + " is beyond " + kTimeRange); }
+
+void fail_time_sum(std::int64_t a, std::int64_t b, char op) {
+    if (op == '*')
+        fail_range(to_string(Time::ps(a)) + " × " + std::to_string(b) + " is beyond " + kTimeRange);
+    fail_range(to_string(Time::ps(a)) + " " + op + " " + to_string(Time::ps(b)) + " is beyond " + kTimeRange);
+}
+
+void fail_bytes_range(double bytes) {
+    fail_range("a size of " + number_text(bytes) + " bytes is beyond the 8 EiB (2^63 bytes) a size can hold");
+}
+
+void fail_bytes_sum(std::int64_t a, std::int64_t b, char op) {
+    if (op == '/' && b == 0) fail_range("a size of " + std::to_string(a) + " bytes divided by zero");
+    fail_range(std::to_string(a) + " bytes " + op + " " + std::to_string(b) +
+               (op == '+' || op == '-' ? " bytes" : "") + " is beyond the 8 EiB (2^63 bytes) a size can hold");
+}
+
+void fail_not_finite(const char* what, double value) {
+    fail_range(std::string("a ") + what + " of " + number_text(value) + " (not a finite number)");
+}
+
+void fail_transfer_time(double bytes, double bytes_per_s) {
+    fail_range("moving " + number_text(bytes) + " bytes at " + number_text(bytes_per_s) + " B/s takes " +
+               seconds_text(bytes / bytes_per_s * 1e12) + ", beyond " + kTimeRange);
+}
+
+void fail_compute_time(double flops, double flops_per_s) {
+    fail_range(number_text(flops) + " FLOPs at " + number_text(flops_per_s) + " FLOP/s take " +
+               seconds_text(flops / flops_per_s * 1e12) + ", beyond " + kTimeRange);
+}
+
+}  // namespace detail
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+    std::int64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r))
+        fail_range(std::string(what) + ": " + std::to_string(a) + " × " + std::to_string(b) +
+                   " is beyond the 2^63 a 64-bit count can hold");
+    return r;
+}
+
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
+    std::int64_t r = 0;
+    if (__builtin_add_overflow(a, b, &r))
+        fail_range(std::string(what) + ": " + std::to_string(a) + " + " + std::to_string(b) +
+                   " is beyond the 2^63 a 64-bit count can hold");
+    return r;
+}
+
+std::int64_t checked_round(double v, const char* what) {
+    const double r = v >= 0 ? v + 0.5 : v - 0.5;
+    if (!(r > -detail::kInt64Limit && r < detail::kInt64Limit))
+        fail_range(std::string(what) + ": " + number_text(v) + " is beyond the 2^63 a 64-bit count can hold");
+    return static_cast<std::int64_t>(r);
+}
 
 Time parse_time(std::string_view text) {
     const std::string what = "a duration such as \"2 us\"";

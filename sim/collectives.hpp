@@ -44,7 +44,7 @@ CollectiveAlgo parse_collective_algo(const std::string& text);
 enum class Protocol { ll, ll128, simple, host };
 const char* to_string(Protocol p);
 
-/// Latency and bandwidth efficiency of a protocol. NCCL figures from HARDWARE.md
+/// Latency and bandwidth efficiency of a protocol. NCCL figures from NVIDIA/nccl src/graph/tuning.cc
 /// (NVIDIA/nccl src/graph/tuning.cc, v2.30); `host` is MPI over the host network stack, whose
 /// latency is the route's own (switch and link latencies of the topology).
 struct ProtocolCosts {

@@ -194,8 +194,9 @@ void FlowNetwork::solve(Time now) {
     for (FlowId f : comp_flows_) {
         Flow& fl = flows_[f];
         ++fl.version;
-        const double ps = fl.rate > 0 ? std::ceil(fl.remaining / fl.rate) : 0.0;
-        push_pending(f, now + Time::ps(static_cast<std::int64_t>(ps)));
+        // Checked: 1 GB at 1 B/s passes the range of Time (an out_of_range the simulator places).
+        const Time left = fl.rate > 0 ? Time::ps_ceil(fl.remaining / fl.rate) : Time::zero();
+        push_pending(f, now + left);
     }
     if (samples_) {
         std::sort(comp_links_.begin(), comp_links_.end());

@@ -124,25 +124,30 @@ public:
 
     Timeline run() {
         const auto wall0 = std::chrono::steady_clock::now();
-        for (OpId id = 0; id < graph_.size(); ++id)
-            if (remaining_[id] == 0) ready_.push_back(id);
-        drain_ready();
-        std::vector<std::uint32_t> finished;
-        for (;;) {
-            network_.solve(engine_.now());
-            const Time tn = network_.next_completion();
-            const Time te = engine_.next_time();
-            if (tn == Time::max() && te == Time::max()) break;
-            if (te <= tn) {
-                const Event e = engine_.pop();
-                handle(e);
-            } else {
-                finished.clear();
-                network_.complete(tn, finished);
-                engine_.advance_to(tn, finished.size());
-                for (std::uint32_t tr : finished) flow_done(tr);
-            }
+        try {
+            for (OpId id = 0; id < graph_.size(); ++id)
+                if (remaining_[id] == 0) ready_.push_back(id);
             drain_ready();
+            std::vector<std::uint32_t> finished;
+            for (;;) {
+                network_.solve(engine_.now());
+                const Time tn = network_.next_completion();
+                const Time te = engine_.next_time();
+                if (tn == Time::max() && te == Time::max()) break;
+                if (te <= tn) {
+                    const Event e = engine_.pop();
+                    handle(e);
+                } else {
+                    finished.clear();
+                    network_.complete(tn, finished);
+                    engine_.advance_to(tn, finished.size());
+                    for (std::uint32_t tr : finished) flow_done(tr);
+                }
+                drain_ready();
+            }
+        } catch (const Error& e) {
+            if (e.kind() != ErrorKind::out_of_range) throw;
+            throw out_of_range_here(e);
         }
         check_finished();
         for (int r = 0; r < graph_.ranks(); ++r)   // a mirror's memory is its representative's
@@ -164,9 +169,43 @@ private:
     // ---- op lifecycle ---------------------------------------------------------------------------
 
     void drain_ready() {
-        while (ready_head_ < ready_.size()) start(ready_[ready_head_++]);
+        while (ready_head_ < ready_.size()) {
+            starting_ = ready_[ready_head_++];
+            start(starting_);
+        }
+        starting_ = OpGraph::kNoOp;
         ready_.clear();
         ready_head_ = 0;
+    }
+
+    /// A quantity left its range (core/units.hpp) while simulating: the error says where — the op
+    /// being started, or the network and its slowest link — and which inputs make a step that long.
+    Error out_of_range_here(const Error& e) const {
+        std::string where;
+        if (starting_ != OpGraph::kNoOp) {
+            where = graph_.describe(starting_) + " on " + tl_.device_names[static_cast<std::size_t>(graph_.op(starting_).rank)];
+        } else {
+            where = "a network transfer";
+            const auto& links = topo_.links();
+            std::size_t slowest = 0;
+            for (std::size_t l = 1; l < links.size(); ++l)
+                if (links[l].bandwidth < links[slowest].bandwidth) slowest = l;
+            if (!links.empty())
+                where += " (the slowest link, " + topo_.link_name(static_cast<LinkId>(slowest)) + ", runs at " +
+                         to_string(links[slowest].bandwidth) + ")";
+        }
+        return Error(ErrorKind::out_of_range,
+                     "simulated time out of range at " + to_string(engine_.now()) + ", in " + where + ": " + e.detail() +
+                         ". A step this long comes from a slow device or link of the cluster (peak FLOP/s, bandwidths, "
+                         "latencies, launch overhead) or a large plan (--global-batch, --micro-batch, --seq)",
+                     e.context());
+    }
+
+    /// `ps` picoseconds, truncated (what the slowed-compute bookkeeping has always done), or
+    /// out_of_range beyond the range of Time.
+    static Time ps_truncated(double ps) {
+        if (!(ps > -9.2e18 && ps < 9.2e18)) return Time::ps_rounded(ps);   // throws with the figure
+        return Time::ps(static_cast<std::int64_t>(ps));
     }
 
     void finish(OpId id) {
@@ -188,7 +227,7 @@ private:
                 } else {
                     // Track it: its rate changes whenever communication starts or stops on the rank.
                     Running run{id, static_cast<double>(d.count_ps()), engine_.now(), active_comm_[op.rank] > 0, Time()};
-                    run.end = engine_.now() + Time::ps(static_cast<std::int64_t>(run.remaining_ps * (run.slowed ? k : 1.0)));
+                    run.end = engine_.now() + ps_truncated(run.remaining_ps * (run.slowed ? k : 1.0));
                     running_[static_cast<std::size_t>(op.rank)].push_back(run);
                     engine_.schedule(run.end, op_done, id);
                 }
@@ -224,8 +263,10 @@ private:
                 begin(copy_plan(op), id);
                 break;
             case OpKind::timer: {
+                // The next multiple of the period at or after now (checked: near the end of Time's range).
                 const std::int64_t period = op.period().count_ps(), now = engine_.now().count_ps();
-                engine_.schedule(Time::ps((now + period - 1) / period * period), op_done, id);
+                const std::int64_t ticks = checked_add(now, period - 1, "a timer's next tick") / period;
+                engine_.schedule(Time::ps(checked_mul(ticks, period, "a timer's next tick")), op_done, id);
                 break;
             }
         }
@@ -303,7 +344,7 @@ private:
             run.remaining_ps = std::max(0.0, run.remaining_ps - elapsed / (run.slowed ? k : 1.0));
             run.updated = engine_.now();
             run.slowed = now_active;
-            run.end = engine_.now() + Time::ps(static_cast<std::int64_t>(run.remaining_ps * (run.slowed ? k : 1.0)));
+            run.end = engine_.now() + ps_truncated(run.remaining_ps * (run.slowed ? k : 1.0));
             engine_.schedule(run.end, op_done, run.op);
         }
     }
@@ -606,6 +647,7 @@ private:
     std::vector<std::uint32_t> remaining_;
     std::vector<OpId> ready_;
     std::size_t ready_head_ = 0;
+    OpId starting_ = OpGraph::kNoOp;   // the op start() is starting, for out-of-range messages
     std::vector<std::uint32_t> arrived_;
     std::vector<std::uint32_t> needed_;   // per collective: members with ops
     std::vector<std::uint8_t> p2p_ready_;

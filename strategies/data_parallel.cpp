@@ -15,10 +15,13 @@ StateBytes state_bytes(DType dtype) {
 }
 
 std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_bytes_per_param, Bytes cap, Bytes first_cap) {
+    // A bucket of zero bytes would never fill (plan flags keep buckets at 1 KiB or more).
+    if (cap < Bytes(1) || first_cap < Bytes(1))
+        throw Error(ErrorKind::internal, "gradient buckets of " + to_string(cap) + " (first " + to_string(first_cap) + ")");
     std::vector<Bucket> out;
     Bytes open;  // bytes in the bucket being filled
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-        Bytes grads = Bytes(it->params * grad_bytes_per_param);
+        Bytes grads = Bytes(it->params) * std::int64_t{grad_bytes_per_param};
         // A block bigger than the space left closes buckets until its gradients are packed.
         while (grads > Bytes(0)) {
             const Bytes limit = out.empty() ? first_cap : cap;
@@ -60,7 +63,7 @@ std::vector<int> replica_ranks(const Layout& layout) {
 
 std::int64_t total_params(const std::vector<Block>& blocks) {
     std::int64_t n = 0;
-    for (const Block& b : blocks) n += b.params;
+    for (const Block& b : blocks) n = checked_add(n, b.params, "parameters of a replica");
     return n;
 }
 
@@ -155,15 +158,19 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     const Bytes after_cap = layout.framework.after_backward_bucket > 0
                                 ? Bytes(layout.framework.after_backward_bucket * sb.grads)
                                 : Bytes(std::max<std::int64_t>(1, params * sb.grads));
-    const std::vector<Bucket> buckets =
-        after ? make_buckets(blocks, sb.grads, after_cap, after_cap) : make_buckets(blocks, sb.grads, cap, first_cap);
+    const std::vector<int> replicas = replica_ranks(layout);
+    // One replica synchronises nothing: no buckets (a 1 KiB bucket of GPT-3's gradients would be
+    // 3 × 10^8 of them).
+    const std::vector<Bucket> buckets = replicas.size() < 2 ? std::vector<Bucket>{}
+                                        : after ? make_buckets(blocks, sb.grads, after_cap, after_cap)
+                                                : make_buckets(blocks, sb.grads, cap, first_cap);
 
     OpGraph g(layout.devices);
-    const std::vector<int> replicas = replica_ranks(layout);
     std::vector<Passes> passes;
     for (int r : replicas) {
         // Model states live for the whole step.
-        alloc_model_states(g, r, Bytes(params * sb.params), Bytes(params * sb.grads), Bytes(params * sb.optimizer));
+        alloc_model_states(g, r, Bytes(params) * std::int64_t{sb.params}, Bytes(params) * std::int64_t{sb.grads},
+                           Bytes(params) * std::int64_t{sb.optimizer});
         passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype));
     }
 

@@ -54,7 +54,7 @@ std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, 
                        {"", "", "--stage-layers"});
         for (int k : by_hand)
             if (k < 1) fail_input("every stage needs at least one layer, found " + std::to_string(k), {"", "", "--stage-layers"});
-        const int sum = std::accumulate(by_hand.begin(), by_hand.end(), 0);
+        const std::int64_t sum = std::accumulate(by_hand.begin(), by_hand.end(), std::int64_t{0});   // int64: entries up to 2^31 - 1
         if (sum != n)
             fail_input("--stage-layers adds up to " + std::to_string(sum) + " layers, but the model has " + std::to_string(n),
                        {"", "", "--stage-layers"});

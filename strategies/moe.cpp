@@ -74,6 +74,20 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
     if (plan.capacity_factor > 0 && !moe)
         fail_input("--capacity-factor needs a mixture-of-experts model; " + model.name() + " has no experts",
                    {"", "", "--capacity-factor"});
+    if (moe) {
+        // The busiest expert can receive at most every token once: E / K times the mean share.
+        const TransformerShape& m = model.shape();
+        const double most = static_cast<double>(m.moe.experts) / m.moe.top_k;
+        if (plan.expert_imbalance > most)
+            fail_input("--expert-imbalance of at most " + std::to_string(most) + " (every token on one of the " +
+                           std::to_string(m.moe.experts) + " experts, " + std::to_string(m.moe.top_k) + " per token), found " +
+                           std::to_string(plan.expert_imbalance),
+                       {"", "", "--expert-imbalance"});
+        if (plan.capacity_factor > most)
+            fail_input("--capacity-factor of at most " + std::to_string(most) + " (an expert then takes every token), found " +
+                           std::to_string(plan.capacity_factor),
+                       {"", "", "--capacity-factor"});
+    }
 }
 
 ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute)

@@ -1,6 +1,9 @@
 #include "strategies/plan.hpp"
 
-#include <sstream>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
@@ -10,6 +13,13 @@
 namespace smol::strategies {
 
 namespace {
+/// "1.2e+09": op counts in messages.
+std::string ops_text(std::int64_t n) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2g", static_cast<double>(n));
+    return buf;
+}
+
 template <class E, std::size_t N>
 E parse_name(const std::string& text, const E (&values)[N], const char* flag) {
     std::vector<std::string> names;
@@ -104,12 +114,67 @@ Offload parse_offload(const std::string& text) {
     return parse_name(text, all, "--offload");
 }
 
+namespace {
+
+/// The op estimate and its gradient-bucket part, in doubles: the figure only has to be right
+/// within a factor, and a plan beyond int64 is refused the same way as one beyond kMaxOps.
+struct Estimate {
+    double ops, buckets, bucket_ops;
+};
+
+Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
+    const double pp = l.pp, v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
+    const double ranks = l.folded ? static_cast<double>(l.tp) * l.pp : static_cast<double>(l.devices);
+    const double stage_blocks = std::ceil(static_cast<double>(blocks.size()) / pp) + 2;
+    // Per block and micro-batch: activation alloc, forward, backward, free; recompute; the
+    // zero-bubble schedule's split backward; tensor-parallel collectives (2 per pass, 4 with sp);
+    // ZeRO-3 / FSDP's per-block gathers and reduce-scatters with their buffers.
+    double per_block = 4;
+    if (plan.recompute != Recompute::none) per_block += 1;
+    if (plan.schedule == Schedule::zb_h1) per_block += 1;
+    if (l.tp > 1) per_block += plan.sequence_parallel ? 8 : 4;
+    const bool sharded = plan.strategy == DataParallel::zero3 || plan.strategy == DataParallel::fsdp;
+    const bool ps = plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async;
+    if (sharded) per_block += 10;
+    // Gradient buckets of the rank's share of the parameters (each a collective or a push and a
+    // pull, with a timer or a staging buffer): per step, or per update for parameter servers.
+    // Their cap: Horovod's fusion buffer for ring, else the bucket size, or the framework's
+    // after-backward bucket where smaller; at most 4 bytes per gradient. A single replica of
+    // ddp, ring or a tensor / pipeline plan synchronises nothing and makes no buckets.
+    double params = 0;
+    for (const Block& b : blocks) params += static_cast<double>(b.params);
+    double cap = (plan.strategy == DataParallel::ring ? plan.fusion_mb : plan.bucket_mb) * 1048576.0;
+    if (l.framework.grad_reduce == GradReduce::after_backward && l.framework.after_backward_bucket > 0)
+        cap = std::min(cap, 2.0 * static_cast<double>(l.framework.after_backward_bucket));
+    const bool bucketed = !sharded && (l.dp > 1 || ps || plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2);
+    const double buckets = bucketed ? std::ceil(params / pp * 4 / std::max(1.0, cap)) + 2 : 2;
+    const double per_microbatch = stage_blocks * per_block + (l.pp > 1 ? 4 * v : 0);
+    // Parameter servers push and pull every bucket of every update, and the servers update per push.
+    const double bucket_ops =
+        ranks * 4 * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
+    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16) + bucket_ops;
+    return {ops, buckets, bucket_ops};
+}
+
+}  // namespace
+
+std::int64_t estimated_ops(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
+    const double ops = estimate(l, plan, blocks).ops;
+    return ops >= 9.2e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(ops);
+}
+
 Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     Layout l;
     l.devices = cluster.num_devices();
     if (plan.tp < 1) fail_input("--tp must be at least 1, found " + std::to_string(plan.tp), {"", "", "--tp"});
     if (plan.pp < 1) fail_input("--pp must be at least 1, found " + std::to_string(plan.pp), {"", "", "--pp"});
     if (plan.dp < 0) fail_input("--dp must be at least 1, found " + std::to_string(plan.dp), {"", "", "--dp"});
+    // Each degree is at most the devices (so their products stay far inside int64).
+    for (const auto& [name, n] : {std::pair{"--tp", plan.tp}, {"--pp", plan.pp}, {"--dp", plan.dp}})
+        if (n > l.devices)
+            fail_input(std::string(name) + " " + std::to_string(n) + " is larger than the " + std::to_string(l.devices) +
+                           " devices of " + cluster.name,
+                       {"", "", name});
     if (plan.micro_batch < 1)
         fail_input("--micro-batch must be at least 1, found " + std::to_string(plan.micro_batch), {"", "", "--micro-batch"});
     if (!(plan.bucket_mb > 0))
@@ -145,14 +210,16 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             fail_input("--cycle-ms must be at least 0, found " + std::to_string(plan.cycle_ms), {"", "", "--cycle-ms"});
     }
     const int workers = l.devices - l.servers;
-    if (workers % (l.tp * l.pp) != 0)
-        fail_input("tp × pp = " + std::to_string(l.tp * l.pp) + " does not divide the " + std::to_string(l.devices) +
-                       " devices of " + cluster.name,
-                   {"", "", "--tp"});
-    l.dp = plan.dp > 0 ? plan.dp : workers / (l.tp * l.pp);
-    if (l.tp * l.pp * l.dp != workers)
+    const std::int64_t tp_pp = std::int64_t{l.tp} * l.pp;
+    // The flag to change: --tp when tp alone does not divide the workers, else --pp.
+    if (workers % tp_pp != 0)
+        fail_input("tp × pp = " + std::to_string(tp_pp) + " does not divide the " + std::to_string(workers) + " " +
+                       (l.servers > 0 ? "worker " : "") + "devices of " + cluster.name,
+                   {"", "", workers % l.tp != 0 ? "--tp" : "--pp"});
+    l.dp = plan.dp > 0 ? plan.dp : static_cast<int>(workers / tp_pp);
+    if (tp_pp * l.dp != workers)
         fail_input("tp × pp × dp = " + std::to_string(l.tp) + " × " + std::to_string(l.pp) + " × " + std::to_string(l.dp) +
-                       " = " + std::to_string(l.tp * l.pp * l.dp) + ", but the cluster has " +
+                       " = " + std::to_string(tp_pp * l.dp) + ", but the cluster has " +
                        std::to_string(workers) + " devices" +
                        (l.servers > 0 ? " for workers (" + std::to_string(l.devices) + " less " +
                                             std::to_string(l.servers) + " parameter servers)"
@@ -196,12 +263,29 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        std::to_string(l.dp) + " replicas",
                    {"", "", "--global-batch"});
     const std::int64_t per_replica = l.global_batch / l.dp;
+    if (per_replica / l.micro_batch > std::numeric_limits<int>::max())
+        fail_input("the global batch " + std::to_string(l.global_batch) + " makes " +
+                       std::to_string(per_replica / l.micro_batch) + " micro-batches per replica, more than the " +
+                       std::to_string(std::numeric_limits<int>::max()) + " a step can hold; a smaller --global-batch or "
+                       "a larger --micro-batch",
+                   {"", "", "--global-batch"});
     if (per_replica % l.micro_batch != 0)
         fail_input("the micro-batch " + std::to_string(l.micro_batch) + " does not divide the per-replica batch " +
                        std::to_string(per_replica) + " (global batch " + std::to_string(l.global_batch) + " / dp " +
                        std::to_string(l.dp) + ")",
                    {"", "", "--micro-batch"});
     l.microbatches = static_cast<int>(per_replica / l.micro_batch);
+    if (!model.is_transformer()) {
+        // A layer list's sizes are per sample: it has no sequence and no attention to recompute.
+        if (plan.seq > 0)
+            fail_input("--seq has no effect: " + model.name() + " is a layer list (CNN / MLP), whose samples have no "
+                       "sequence length",
+                       {"", "", "--seq"});
+        if (plan.recompute == Recompute::selective)
+            fail_input("--recompute selective recomputes the attention core, which layer-list model " + model.name() +
+                           " does not have; use none or full",
+                       {"", "", "--recompute"});
+    }
     l.seq = plan.seq > 0 ? plan.seq : model.default_seq();
     if (model.is_transformer() && l.seq > model.shape().max_seq)
         fail_input("--seq " + std::to_string(l.seq) + " exceeds the " + std::to_string(model.shape().max_seq) +
@@ -294,6 +378,23 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                                    : "have compute capability " + std::to_string(slowest->device.compute_capability).substr(0, 3)),
                        {"", "", "--attention"});
     }
+    // The blocks of one replica, once here: the model checks that tp splits its heads and widths
+    // (bad_input, --tp) and that the micro-batch's sizes stay in range (out_of_range: the
+    // micro-batch and sequence make them); their count sizes the graph.
+    std::vector<Block> blocks;
+    try {
+        blocks = detail::replica_blocks(model, l, plan);
+    } catch (const Error& e) {
+        throw e.with_context({"", "", e.kind() == ErrorKind::out_of_range ? "--micro-batch" : "--tp"});
+    }
+    // Model states (at most 16 bytes per parameter, 28 moved by an optimizer step) stay inside
+    // int64 wherever a strategy multiplies a parameter count by bytes.
+    checked_mul(detail::total_params(blocks), 32, "bytes of model state of a replica");
+    // Pipeline chunks are at most the layers, so pp × virtual stages and the stage sums stay small.
+    if (plan.schedule == Schedule::interleaved && (plan.virtual_stages < 1 || plan.virtual_stages > static_cast<int>(blocks.size())))
+        fail_input("--virtual-stages must be from 1 to the " + std::to_string(blocks.size()) + " blocks of " + model.name() +
+                       ", found " + std::to_string(plan.virtual_stages),
+                   {"", "", "--virtual-stages"});
     if (l.tp > 1 || l.pp > 1 || l.ep > 1) check_model_parallel(model, plan, l);
     // Folding is exact where every node holds ranks of one data-parallel replica: then a mirror
     // replica's intra-node links carry only its own traffic, the same as its representative's.
@@ -301,6 +402,23 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // Expert parallelism exchanges tokens between replicas: they are no longer mirrors.
     l.folded = plan.fold && l.dp > 1 && (l.tp > 1 || l.pp > 1) && cluster.groups.size() == 1 && l.servers == 0 &&
                l.tp % per_node == 0 && l.ep == 1;
+    l.estimated_ops = estimated_ops(l, plan, blocks);
+    if (l.estimated_ops > kMaxOps) {
+        // Say what makes the ops: the gradient buckets (a tiny bucket size) or the passes.
+        const Estimate e = estimate(l, plan, blocks);
+        const bool buckets = e.bucket_ops > e.ops / 2;
+        const char* bucket_flag = plan.strategy == DataParallel::ring ? "--fusion-mb" : "--bucket-mb";
+        throw Error(ErrorKind::out_of_range,
+                    "the plan needs about " + ops_text(l.estimated_ops) + " ops, more than the " + ops_text(kMaxOps) +
+                        " an op graph holds: " +
+                        (buckets ? "its " + ops_text(static_cast<std::int64_t>(e.buckets)) + " gradient buckets need a larger " +
+                                       bucket_flag
+                                 : std::string("fewer micro-batches (a smaller --global-batch or a larger --micro-batch), "
+                                               "fewer devices (--nodes, --devices)") +
+                                       (l.dp > 1 && !l.folded && (l.tp > 1 || l.pp > 1) ? ", or folded replicas (leave out --no-fold)"
+                                                                                        : "")),
+                    {"", "", buckets ? bucket_flag : "--global-batch"});
+    }
     return l;
 }
 

@@ -115,14 +115,30 @@ struct Layout {
 
     int ep = 1;                       // expert-parallel ranks, within the data-parallel group (strategies/moe.hpp)
     Attention attention = Attention::eager;
+    /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating
+    /// the plan costs in memory, known before either starts.
+    std::int64_t estimated_ops = 0;
 
     /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
     int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }
 };
 
 /// Checks the plan against the model and cluster; throws bad_input saying why a plan is
-/// impossible (tp·pp·dp ≠ devices, micro-batch not dividing the per-replica batch, …).
+/// impossible (tp·pp·dp ≠ devices, micro-batch not dividing the per-replica batch, …), naming
+/// the flag to change, and out_of_range where the plan's sizes overflow (a micro-batch whose
+/// activations pass 2^63 bytes) or its graph would pass kMaxOps.
 Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& plan);
+
+/// The most ops a graph may hold: OpGraph numbers ops and edges with 32 bits; a plan estimated
+/// beyond this is refused by resolve (long before the machine's memory runs out, see
+/// tools::check_simulable for that limit).
+inline constexpr std::int64_t kMaxOps = std::int64_t{1} << 31;
+
+/// An upper estimate of the ops build() emits for `layout`: per materialised rank, per
+/// micro-batch, per block of its stage, the passes, activation buffers, tensor-parallel
+/// collectives and sharded gathers; the pipeline's sends; the gradient buckets; the model
+/// states. tests/strategies checks it bounds the real count, within a small factor.
+std::int64_t estimated_ops(const Layout& layout, const Plan& plan, const std::vector<Block>& blocks);
 
 /// The strategy's output: the graph plus what the summary needs to know about it.
 struct Built {

@@ -7,6 +7,7 @@
 
 #include "exec/calibrate.hpp"
 #include "tools/commands.hpp"
+#include "tools/output_file.hpp"
 #include "tools/execution.hpp"
 #include "tools/plan_flags.hpp"
 #include "topologies/profile.hpp"
@@ -23,24 +24,14 @@ struct CalibrateFlags {
 
 int run_calibrate(const CalibrateFlags& f, const Io& io) {
     exec::require_available("calibrate");
-    check_trace_target(f.out, f.force, "--out");
+    check_output_target(f.out, f.force, "--out");
     return in_session(io, [&](exec::Session& session) {
         exec::CalibrateOptions options;
         options.quick = f.quick;
         options.scratch = f.scratch;
         const topo::Profile profile = exec::calibrate(session, options, io.out);
         if (!session.root()) return 0;
-        namespace fs = std::filesystem;
-        const fs::path path(f.out);
-        if (path.has_parent_path()) fs::create_directories(path.parent_path());
-        const fs::path tmp = path.string() + ".tmp";
-        {
-            std::ofstream out(tmp);
-            if (!out) fail_input("cannot write " + tmp.string(), flag("--out"));
-            out << topo::to_json(profile).dump(1) << '\n';
-            if (!out) fail_input("cannot write " + tmp.string() + " (disk full?)", flag("--out"));
-        }
-        fs::rename(tmp, path);
+        write_text_file(f.out, topo::to_json(profile).dump(1) + '\n', f.force, "--out");
         io.out << "profile written to " << f.out << " (use it: smolcluster simulate … --profile " << f.out << ")\n";
         return 0;
     });

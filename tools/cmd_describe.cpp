@@ -7,6 +7,7 @@
 #include "strategies/plan.hpp"
 #include "tools/commands.hpp"
 #include "tools/plan_flags.hpp"
+#include "tools/simulation.hpp"
 #include "topologies/cluster.hpp"
 
 namespace smol::tools {
@@ -57,6 +58,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
             plan.strategy = flavour;
             plan.dtype = DType::bf16;
             if (!cluster->device_kind(0).supports(DType::bf16)) plan.dtype = cluster->device_kind(0).default_dtype();
+            check_simulable(strategies::resolve(model, *cluster, plan), plan);   // --nodes 10000000 is refused, not built
             const strategies::Built built = strategies::build(model, *cluster, plan);
             Bytes held;
             for (const Buffer& b : built.graph.buffers()) {
@@ -72,7 +74,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         j["model_state_bytes"] = m;
     }
     if (json) {
-        out << j.dump(2) << '\n';
+        out << j.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
         return 0;
     }
     char buf[128];

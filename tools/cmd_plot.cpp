@@ -11,7 +11,7 @@
 
 #include "core/error.hpp"
 #include "tools/commands.hpp"
-#include "tools/plan_flags.hpp"
+#include "tools/output_file.hpp"
 
 namespace smol::tools {
 
@@ -64,30 +64,36 @@ int run_plot(const PlotFlags& f, const Io& io) {
     static const std::vector<std::string> kinds{"timeline", "memory", "sweep", "scaling", "validate"};
     if (std::find(kinds.begin(), kinds.end(), f.kind) == kinds.end())
         fail_input("timeline, memory, sweep, scaling or validate", "'" + f.kind + "'" + did_you_mean(f.kind, kinds),
-                   flag("KIND"));
-    if (!fs::exists(f.input)) fail_input(f.input + " does not exist", flag("INPUT"));
+                   ErrorContext{"", "", "KIND"});
+    {
+        std::error_code ec;
+        if (!fs::is_regular_file(f.input, ec))
+            fail_input(f.input + (fs::exists(f.input, ec) ? " is not a regular file" : " does not exist"), {"", "", "INPUT"});
+    }
     if (!f.window.empty()) {
         if (f.kind != "timeline" && f.kind != "memory")
-            fail_input("--window applies to timeline and memory plots", flag("--window"));
+            fail_input("--window applies to timeline and memory plots", ErrorContext{"", "", "--window"});
         double lo = 0, hi = 0;
         char tail = 0;
         if (std::sscanf(f.window.c_str(), "%lf,%lf%c", &lo, &hi, &tail) != 2 || !(hi > lo))
             fail_input("START,END in milliseconds with END above START, such as 10,25", "'" + f.window + "'",
-                       flag("--window"));
+                       ErrorContext{"", "", "--window"});
     }
-    check_trace_target(f.output, f.force, "-o");
+    check_output_target(f.output, f.force, "-o");
     const fs::path script = find_script();
     if (!fs::exists(kPython) || run_program({kPython, "-c", "import matplotlib"}) != 0)
         throw Error(ErrorKind::internal,
                     "plots need Debian's python3 with matplotlib (/usr/bin/python3, package python3-matplotlib): "
                     "apt-get install python3-matplotlib");
-    const fs::path out(f.output);
-    if (out.has_parent_path()) fs::create_directories(out.parent_path());
-    std::vector<std::string> args{kPython, script.string(), f.kind, f.input, "-o", f.output};
+    // plot.py writes a temporary file beside the picture (its format is given, not guessed from
+    // the name); only a finished picture replaces the target.
+    OutputFile out(f.output, f.force, "-o");
+    std::vector<std::string> args{kPython, script.string(), f.kind, f.input, "-o", out.temp_path()};
     if (f.svg) args.push_back("--svg");
     if (!f.window.empty()) args.insert(args.end(), {"--window", f.window});
     const int rc = run_program(args);
-    if (rc != 0) return rc == 2 ? 2 : 1;   // plot.py has said why on stderr
+    if (rc != 0) return rc == 2 ? 2 : 1;   // plot.py has said why on stderr; `out` removes its file
+    out.commit();
     io.out << "wrote " << f.output << " (" << (f.svg ? "SVG" : "PNG, 1200 × 675 px") << ")\n";
     return 0;
 }

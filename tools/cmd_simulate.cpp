@@ -35,7 +35,7 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
         write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, run.built.graph, run.timeline,
                     run_metadata(io.command_line, model, cluster, run.built.layout, plan));
     if (f.json)
-        io.out << to_json(s).dump(2) << '\n';
+        io.out << to_json(s).dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
     else {
         traces::print_table(io.out, s);
         if (cluster.groups.size() > 1 && !cluster.description.empty())

@@ -2,14 +2,13 @@
 // itself is tools/sweep.*); the table, the pruning and fitting counts, --csv and --json, and with
 // --nodes 1,2,4,8 a scaling table per strategy.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <thread>
 
 #include "core/error.hpp"
 #include "tools/commands.hpp"
+#include "tools/output_file.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/progress.hpp"
 #include "tools/sweep.hpp"
@@ -23,14 +22,15 @@ struct SweepFlags {
     std::vector<int> nodes;
     std::optional<int> devices;
     std::int64_t global_batch = 0;
-    int seq = 0;
+    std::optional<int> seq;               // unset: the model's
     std::string dtype, network = "flow", collective_algo = "auto", objective = "time";
     bool no_fold = false;
     std::vector<std::string> strategies;
     std::vector<int> tp, pp, micro_batch;
     std::string max_memory;
     std::optional<double> min_headroom;
-    int top = 10, jobs = 0, refine = 10;
+    int top = 10, refine = 10;
+    std::optional<int> jobs;              // unset: the machine's cores
     std::string csv, json;
     bool force = false, quiet = false;
 };
@@ -204,20 +204,6 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
     return rank;
 }
 
-/// Writes `text` to `path` through a temporary file renamed into place.
-void write_file(const std::string& path, const std::string& text, const char* flag_name) {
-    namespace fs = std::filesystem;
-    const fs::path p(path);
-    if (p.has_parent_path()) fs::create_directories(p.parent_path());
-    const fs::path tmp = p.string() + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary);
-        out << text;
-        if (!out) fail_input("cannot write " + tmp.string(), flag(flag_name));
-    }
-    fs::rename(tmp, p);
-}
-
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,dp,schedule,virtual_stages,micro_batch,microbatches,"
@@ -291,7 +277,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
                         {"efficiency", row.efficiency},
                         {"plan", row.plan}});
     j["scaling"] = std::move(rows);
-    return j.dump(1) + "\n";
+    return j.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 int run_sweep(const SweepFlags& f, const Io& io) {
@@ -303,8 +289,9 @@ int run_sweep(const SweepFlags& f, const Io& io) {
     o.global_batch = f.global_batch;
     if (f.global_batch < 1)
         fail_input("--global-batch must be at least 1, found " + std::to_string(f.global_batch), flag("--global-batch"));
-    if (f.seq < 0) fail_input("--seq must be at least 1, found " + std::to_string(f.seq), flag("--seq"));
-    o.seq = f.seq;
+    if (f.seq && *f.seq < 1)
+        fail_input("--seq must be at least 1 (leave it out for the model's), found " + std::to_string(*f.seq), flag("--seq"));
+    o.seq = f.seq.value_or(0);
     if (!f.dtype.empty()) o.dtype = parse_dtype(f.dtype, flag("--dtype"));
     o.fold = !f.no_fold;
     o.network = sim::parse_network_mode(f.network);
@@ -318,8 +305,9 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         }
     }
     o.min_headroom = f.min_headroom;
-    if (f.jobs < 0) fail_input("--jobs must be at least 1 (0: the machine's cores), found " + std::to_string(f.jobs), flag("--jobs"));
-    o.jobs = f.jobs > 0 ? f.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (f.jobs && (*f.jobs < 1 || *f.jobs > 1024))
+        fail_input("--jobs between 1 and 1024 (leave it out for the machine's cores)", std::to_string(*f.jobs), flag("--jobs"));
+    o.jobs = f.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     o.refine = f.refine;
     for (const std::string& s : f.strategies) o.space.strategies.push_back(strategies::parse_data_parallel(s));
     o.space.tp = f.tp;
@@ -359,11 +347,11 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         print_scaling(io.out, scaling, sweeps);
     }
     if (!f.csv.empty()) {
-        write_file(f.csv, csv_text(model, sweeps), "--csv");
+        write_text_file(f.csv, csv_text(model, sweeps), f.force, "--csv");
         io.out << "\n  every plan written to " << f.csv << "\n";
     }
     if (!f.json.empty()) {
-        write_file(f.json, json_text(model, o, sweeps, scaling), "--json");
+        write_text_file(f.json, json_text(model, o, sweeps, scaling), f.force, "--json");
         io.out << (f.csv.empty() ? "\n" : "") << "  every plan written to " << f.json << "\n";
     }
     for (const NodeSweep& n : sweeps)

@@ -1,13 +1,14 @@
 #include "tools/plan_flags.hpp"
 
 #include <algorithm>
-#include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "tools/gzip_stream.hpp"
 #include "topologies/profile.hpp"
+#include "tools/output_file.hpp"
 #include "topologies/topology.hpp"
 #include "strategies/deepspeed_config.hpp"
 #include "traces/chrome_trace.hpp"
@@ -15,6 +16,7 @@
 namespace smol::tools {
 
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
+    f.app = &app;
     app.add_option("--model", f.model, "model preset or JSON file (smolcluster's own or a HuggingFace config.json)")
         ->required();
     app.add_option("--cluster", f.cluster, "cluster preset, JSON file, or presets composed as NAME:NODES,NAME:NODES")
@@ -104,8 +106,7 @@ void add_trace_flags(CLI::App& app, TraceFlags& f) {
 }
 
 void check_trace_target(const std::string& path, bool force, const char* flag_name) {
-    if (!path.empty() && std::filesystem::exists(path) && !force)
-        fail_input(path + " exists; pass --force to overwrite it", flag(flag_name));
+    check_output_target(path, force, flag_name);
 }
 
 void check_trace_flags(const TraceFlags& f, int devices) {
@@ -216,14 +217,33 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
     for (const std::string& key : c.unmodelled) f.warnings.push_back(file + ": " + key + " is not modelled");
 }
 
+/// Refuses a floating-point flag outside [lo, hi] (NaN and infinities included); `range` says
+/// the range for people ("from 1 KiB (1/1024) to 1 TiB (1048576) in MiB").
+void check_range(double v, double lo, double hi, const char* name, const char* range) {
+    if (!(v >= lo && v <= hi)) {
+        char found[32];
+        std::snprintf(found, sizeof found, "%g", v);
+        fail_input(std::string("a value ") + range, found, flag(name));
+    }
+}
+
+/// Refuses an integer flag below `lo` (0 is a value like any other: never "the default").
+template <class T>
+void check_at_least(const std::optional<T>& v, T lo, const char* name, const char* what) {
+    if (v && *v < lo)
+        fail_input("must be at least " + std::to_string(lo) + " (" + what + "), found " + std::to_string(*v), flag(name));
+}
+
 }  // namespace
 
 strategies::Plan resolve_plan(const PlanFlags& f) {
+    using strategies::DataParallel;
     strategies::Plan p;
     p.strategy = strategies::parse_data_parallel(f.strategy);
     p.tp = f.tp;
     p.pp = f.pp;
-    p.dp = f.dp;
+    check_at_least(f.dp, 1, "--dp", "leave it out to use devices / (tp × pp)");
+    p.dp = f.dp.value_or(0);
     p.schedule = strategies::parse_schedule(f.schedule);
     p.virtual_stages = f.virtual_stages;
     p.stage_layers = f.stage_layers;
@@ -231,13 +251,19 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.sequence_parallel = f.sp;
     p.recompute = parse_recompute(f.recompute, flag("--recompute"));
     p.offload = strategies::parse_offload(f.offload);
-    if (f.global_batch < 0)
-        fail_input("--global-batch must be at least 1, found " + std::to_string(f.global_batch), flag("--global-batch"));
-    p.global_batch = f.global_batch;
+    check_at_least(f.global_batch, std::int64_t{1}, "--global-batch", "leave it out for dp × micro-batch");
+    p.global_batch = f.global_batch.value_or(0);
     p.micro_batch = f.micro_batch;
-    if (f.seq < 0) fail_input("--seq must be at least 1, found " + std::to_string(f.seq), flag("--seq"));
-    p.seq = f.seq;
+    check_at_least(f.seq, 1, "--seq", "leave it out for the model's");
+    p.seq = f.seq.value_or(0);
     if (!f.dtype.empty()) p.dtype = parse_dtype(f.dtype, flag("--dtype"));
+    // Bucket and fusion sizes: at least 1 KiB (smaller buckets make millions of collectives) and at
+    // most 1 TiB (beyond any model's gradients).
+    const char* mib_range = "in MiB from 0.0009765625 (1 KiB) to 1048576 (1 TiB)";
+    check_range(f.bucket_mb, 1.0 / 1024, 1 << 20, "--bucket-mb", mib_range);
+    check_range(f.first_bucket_mb, 1.0 / 1024, 1 << 20, "--first-bucket-mb", mib_range);
+    check_range(f.fusion_mb, 1.0 / 1024, 1 << 20, "--fusion-mb", mib_range);
+    check_range(f.cycle_ms, 0, 60'000, "--cycle-ms", "in ms from 0 to 60000 (one minute)");
     p.bucket_mb = f.bucket_mb;
     p.first_bucket_mb = f.first_bucket_mb;
     p.fold = !f.no_fold;
@@ -250,12 +276,49 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.fusion_mb = f.fusion_mb;
     p.cycle_ms = f.cycle_ms;
     p.fsdp_sharding = strategies::parse_fsdp_sharding(f.fsdp_sharding);
-    p.fsdp_group = f.fsdp_group;
+    check_at_least(f.fsdp_group, 1, "--fsdp-group", "leave it out for the devices of a node");
+    p.fsdp_group = f.fsdp_group.value_or(0);
     p.ep = f.ep;
     p.expert_imbalance = f.expert_imbalance;
     p.capacity_factor = f.capacity_factor;
     if (!f.attention.empty()) p.attention = parse_attention(f.attention, flag("--attention"));
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);
+
+    // A flag the plan does not read is refused, so a mistyped plan is not simulated as another.
+    const auto given = [&](const char* name) { return tools::given(f, name); };
+    const auto no_effect = [&](const char* name, const std::string& why) {
+        fail_input("has no effect here: " + why, flag(name));
+    };
+    const DataParallel s = p.strategy;
+    const bool model_parallel = p.tp > 1 || p.pp > 1;
+    const bool ps = s == DataParallel::ps || s == DataParallel::ps_async;
+    const std::string strategy = std::string("--strategy ") + strategies::to_string(s);
+    if (given("--sp") && p.tp == 1)
+        no_effect("--sp", "sequence parallelism splits the activations of tensor-parallel regions; it needs --tp 2 or more");
+    if (given("--stage-layers") && p.pp == 1) no_effect("--stage-layers", "it sets the layers of pipeline stages; it needs --pp 2 or more");
+    if (given("--virtual-stages") && p.schedule != strategies::Schedule::interleaved)
+        no_effect("--virtual-stages", "model chunks per device are the interleaved schedule's; add --schedule interleaved");
+    if (given("--bucket-mb") && (s == DataParallel::ring || s == DataParallel::zero3 || s == DataParallel::fsdp))
+        no_effect("--bucket-mb", strategy + (s == DataParallel::ring ? " fuses gradients by --fusion-mb"
+                                                                   : " reduces each block's gradients on their own"));
+    if (given("--first-bucket-mb") && !(s == DataParallel::ddp || (model_parallel && s == DataParallel::zero1)))
+        no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp, or zero1 with --tp / --pp) has a smaller first bucket");
+    for (const char* name : {"--fusion-mb", "--cycle-ms"})
+        if (given(name) && s != DataParallel::ring) no_effect(name, std::string("it is Horovod's (--strategy ring), not ") + strategies::to_string(s) + "'s");
+    for (const char* name : {"--ps-servers", "--ps-placement"})
+        if (given(name) && !ps) no_effect(name, "parameter servers are --strategy ps and ps-async");
+    if (given("--staleness") && s != DataParallel::ps_async) no_effect("--staleness", "only --strategy ps-async runs ahead of its slowest worker");
+    if (given("--fsdp-sharding") && s != DataParallel::fsdp) no_effect("--fsdp-sharding", "it is FSDP's sharding strategy (--strategy fsdp)");
+    if (given("--fsdp-group") && !(s == DataParallel::fsdp && p.fsdp_sharding == strategies::FsdpSharding::hybrid))
+        no_effect("--fsdp-group", "shard groups are FSDP's hybrid sharding (--strategy fsdp --fsdp-sharding hybrid)");
+    // Scripts pass these whatever the plan: a warning, not an error.
+    if (given("--schedule") && p.pp == 1 && p.schedule != strategies::Schedule::one_f_one_b)
+        no_effect("--schedule", std::string("the ") + strategies::to_string(p.schedule) +
+                                    " schedule orders pipeline stages; it needs --pp 2 or more");
+    if (given("--schedule") && p.pp == 1)
+        f.warnings.push_back("--schedule has no effect without pipeline parallelism (--pp 2 or more)");
+    if (given("--no-fold") && !model_parallel)
+        f.warnings.push_back("--no-fold has no effect: only tensor / pipeline plans fold their replicas");
     return p;
 }
 
@@ -328,15 +391,11 @@ std::vector<bool> links_of(const OpGraph& g, const topo::Topology& topology, con
 
 }  // namespace
 
-/// Writes the trace next to its final name, then renames it, so a crash never leaves half a file.
+/// Writes the trace to a temporary file beside its final name (OutputFile), then renames it, so a
+/// failure never leaves half a file or a stray temporary one.
 void write_trace(const std::string& file, const std::string& trace_ranks, bool force, const topo::Cluster& cluster,
                  const OpGraph& g, const Timeline& tl,
                  const std::vector<std::pair<std::string, std::string>>& metadata, const char* flag_name) {
-    namespace fs = std::filesystem;
-    const fs::path path(file);
-    check_trace_target(file, force, flag_name);
-    if (path.has_parent_path()) fs::create_directories(path.parent_path());
-    const fs::path tmp = path.string() + ".tmp";
     traces::TraceOptions opt;
     opt.ranks = parse_ranks(trace_ranks, g.ranks());
     if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
@@ -347,19 +406,22 @@ void write_trace(const std::string& file, const std::string& trace_ranks, bool f
         capacity += (capacity.empty() ? "" : ",") + std::to_string(r) + ":" +
                     std::to_string(tl.capacity[static_cast<std::size_t>(r)][static_cast<int>(Tier::device)].count());
     opt.metadata.emplace_back("device-memory-bytes", capacity);
+    OutputFile target(file, force, flag_name);
     if (file.ends_with(".gz")) {
-        GzipFileBuf buf(tmp.string());
-        if (!buf.good()) fail_input("cannot write " + tmp.string(), flag(flag_name));
+        GzipFileBuf buf(target.temp_path());
+        if (!buf.good()) target.fail_write("cannot open " + target.temp_path());
         std::ostream out(&buf);
         traces::write_chrome_trace(out, g, tl, opt);
-        if (!out || !buf.close()) fail_input("cannot write " + tmp.string() + " (disk full?)", flag(flag_name));
+        out.flush();
+        if (!out || !buf.close()) target.fail_write("a write failed (disk full?)");
     } else {
-        std::ofstream out(tmp, std::ios::binary);
-        if (!out) fail_input("cannot write " + tmp.string(), flag(flag_name));
+        std::ofstream out(target.temp_path(), std::ios::binary);
+        if (!out) target.fail_write("cannot open " + target.temp_path());
         traces::write_chrome_trace(out, g, tl, opt);
-        if (!out) fail_input("cannot write " + tmp.string() + " (disk full?)", flag(flag_name));
+        out.close();   // the final flush: its failure is the stream's
+        if (!out) target.fail_write("a write failed (disk full?)");
     }
-    fs::rename(tmp, path);
+    target.commit();
 }
 
 }  // namespace smol::tools

@@ -20,23 +20,30 @@
 
 namespace smol::tools {
 
+/// The flags as typed. A flag left out keeps its default here (or stays unset, where the default
+/// is derived from the plan); a flag given with 0 means 0, which is refused where it is no count
+/// (--dp 0 is an error, not "derive dp"). The ranges are checked in resolve_plan and
+/// strategies::resolve and listed in tools/README.md ("Input ranges and errors").
 struct PlanFlags {
     std::string model, cluster;
     std::string cluster_network;         // composed clusters: how the groups are joined (empty: one switch)
     std::optional<int> nodes, devices;   // unset: the cluster as described
     std::string strategy = "ddp";
-    int tp = 1, pp = 1, dp = 0;
+    int tp = 1, pp = 1;
+    std::optional<int> dp;               // unset: devices / (tp · pp)
     std::string schedule = "1f1b";
     int virtual_stages = 1;
     std::vector<int> stage_layers;
     std::string partition;
     bool sp = false;
     std::string recompute = "none", offload = "none";
-    std::int64_t global_batch = 0;
-    int micro_batch = 1, seq = 0;
+    std::optional<std::int64_t> global_batch;   // unset: dp × micro-batch
+    int micro_batch = 1;
+    std::optional<int> seq;              // unset: the model's
     std::string dtype;
     double bucket_mb = 25, first_bucket_mb = 1;
-    int ps_servers = 1, staleness = 4, fsdp_group = 0;
+    int ps_servers = 1, staleness = 4;
+    std::optional<int> fsdp_group;       // unset: the devices of a node
     std::string ps_placement = "dedicated", fsdp_sharding = "full";
     double fusion_mb = 64, cycle_ms = 5;
     std::string network = "flow", collective_algo = "auto";
@@ -61,9 +68,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f);
 /// The cluster the flags name (composed with --cluster-network when it is NAME:N,…), scaled by
 /// --nodes, cut by --devices, with --profile's measured figures.
 topo::Cluster resolve_cluster(const PlanFlags& f);
-/// The plan the flags describe; a --deepspeed-config is read and applied here (its keys fill
+/// The plan the flags describe. A --deepspeed-config is read and applied here (its keys fill
 /// what the flags leave unset; a conflict with a flag given is an error), its unmodelled keys
-/// added to f.warnings.
+/// added to f.warnings. Refuses a value out of its range and a flag that has no effect in this
+/// plan (--sp without --tp, --fusion-mb without ring, …), naming the flag and saying why; the few
+/// flags scripts pass whatever the plan (--schedule with pp 1, --no-fold) get a warning instead.
 strategies::Plan resolve_plan(const PlanFlags& f);
 /// Prints f.warnings to `err` as "smolcluster: warning: …".
 void print_warnings(const PlanFlags& f, std::ostream& err);
@@ -78,7 +87,8 @@ struct TraceFlags {
     bool force = false;
 };
 void add_trace_flags(CLI::App& app, TraceFlags& f);
-/// Refuses an existing trace file without --force, before any work is done.
+/// Refuses, before any work is done, an output target that exists without --force, or that is
+/// not a regular file (a directory, a device, a FIFO, a link) even with it (tools/output_file.hpp).
 void check_trace_target(const std::string& path, bool force, const char* flag_name = "--trace");
 /// Every trace flag checked before simulating: the file (check_trace_target) and --trace-ranks
 /// against the cluster's `devices`.

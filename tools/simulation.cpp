@@ -1,15 +1,64 @@
 #include "tools/simulation.hpp"
 
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
 #include "strategies/parameter_server.hpp"
 
 namespace smol::tools {
+
+namespace {
+
+/// Memory this machine can give a simulation: MemAvailable of /proc/meminfo (what the kernel
+/// can hand out without swapping), or the physical memory where that cannot be read.
+std::int64_t available_memory() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    std::int64_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{1} << 40;
+}
+
+std::string figure(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2g", v);
+    return buf;
+}
+
+}  // namespace
+
+void check_simulable(const strategies::Layout& layout, const strategies::Plan& plan) {
+    const double need = static_cast<double>(layout.estimated_ops) * kBytesPerOp;
+    const std::int64_t have = available_memory();
+    if (need <= static_cast<double>(have)) return;
+    const bool could_fold = layout.dp > 1 && (layout.tp > 1 || layout.pp > 1) && !layout.folded && !plan.fold;
+    throw Error(ErrorKind::out_of_range,
+                "the plan needs about " + figure(static_cast<double>(layout.estimated_ops)) + " ops, about " +
+                    to_string(Bytes::from_double(need)) + " to build and simulate, more than the " + to_string(Bytes(have)) +
+                    " of memory this machine has available: fewer micro-batches (a smaller --global-batch or a larger "
+                    "--micro-batch), fewer devices (--nodes, --devices)" +
+                    (could_fold ? ", or folded replicas (leave out --no-fold)" : "") +
+                    "; a sweep screens plans faster with --network analytic",
+                {"", "", "--global-batch"});
+}
 
 traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
                            const strategies::Built& built, const std::string& network) {
     traces::StepInfo info;
     info.model = model.name();
     info.cluster = cluster.name;
-    info.strategy = strategies::to_string(plan.strategy);
+    // With one replica the replicated and sharded flavours do nothing: the plan has no data
+    // parallelism (a parameter server still has its servers).
+    const bool ps = plan.strategy == strategies::DataParallel::ps || plan.strategy == strategies::DataParallel::ps_async;
+    info.strategy = built.layout.dp == 1 && !ps ? "none" : strategies::to_string(plan.strategy);
+    info.sequence = model.is_transformer();
+    info.async_updates = plan.strategy == strategies::DataParallel::ps_async;
     info.network = network;
     info.framework = strategies::describe(built.layout.framework);
     const strategies::Layout& l = built.layout;
@@ -40,6 +89,7 @@ traces::Summary summarize_plan(const strategies::Built& built, const Timeline& t
 
 Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
                          const sim::SimOptions& options, const topo::Topology* topology) {
+    check_simulable(strategies::resolve(model, cluster, plan), plan);
     strategies::Built built = strategies::build(model, cluster, plan);
     Timeline tl = topology ? sim::simulate(built.graph, cluster, *topology, options)
                            : sim::simulate(built.graph, cluster, options);

@@ -184,7 +184,7 @@ std::vector<Candidate> enumerate(const Context& c) {
                 try {
                     next.push_back({p, strategies::resolve(c.model, c.cluster, p), "", ""});
                 } catch (const Error& e) {
-                    if (e.kind() != ErrorKind::bad_input) throw;
+                    if (!is_input_error(e.kind())) throw;
                     done.push_back({std::move(p), std::nullopt, e.detail(), e.context().flag.empty() ? "model" : e.context().flag});
                 }
             }
@@ -281,6 +281,10 @@ void simulate_all(const Model& model, const topo::Cluster& cluster, std::vector<
             } catch (const Error& e) {
                 p.status = PlanStatus::failed;
                 p.reason = e.what();
+            } catch (const std::bad_alloc&) {
+                // A thread cannot let an exception escape; the plan outgrew this machine's memory.
+                p.status = PlanStatus::failed;
+                p.reason = "out of memory while simulating (fewer ranks, or a smaller --global-batch)";
             }
         }
     };

@@ -5,8 +5,8 @@
 // devices of one kind, plus the network that joins the nodes. Ranks are numbered group by group,
 // node by node, device by device: rank = first rank of the node + local index.
 //
-// Every figure is a datasheet lead (see ../shared/HARDWARE.md) that a calibration profile
-// replaces; the preset files under topologies/presets name their sources.
+// Every figure is a datasheet lead that a calibration profile replaces; the preset files under
+// topologies/presets name their public sources (datasheets, specifications, papers).
 #pragma once
 
 #include <array>

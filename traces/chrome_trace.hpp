@@ -1,4 +1,4 @@
-// The Chrome trace (chrome://tracing, Perfetto) of a Timeline, laid out as DESIGN.md fixes it:
+// The Chrome trace (chrome://tracing, Perfetto) of a Timeline, laid out as the README fixes it:
 // object form {"traceEvents":[…],"displayTimeUnit":"ns"}; one process per rank named after its
 // device ("node1/gpu3"), one thread per stream; complete events ("X") whose args carry op, bytes,
 // FLOPs, layer and micro-batch; flow events tying each send to its receive and the members of a

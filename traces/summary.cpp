@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <tuple>
 
 namespace smol::traces {
 
@@ -135,7 +137,7 @@ Json to_json(const Summary& s) {
     j["global_batch"] = s.info.global_batch;
     j["micro_batch"] = s.info.micro_batch;
     j["microbatches"] = s.info.microbatches;
-    j["seq"] = s.info.seq;
+    j["seq"] = s.info.sequence ? Json(s.info.seq) : Json(nullptr);
     j["seq_note"] = s.info.seq_note;
     j["ep"] = s.info.ep;
     j["attention"] = s.info.attention;
@@ -144,7 +146,7 @@ Json to_json(const Summary& s) {
     j["measured"] = s.info.measured;
     j["iteration_time_s"] = s.iteration.to_seconds();
     j["samples_per_s"] = s.samples_per_s;
-    j["tokens_per_s"] = s.tokens_per_s;
+    j["tokens_per_s"] = s.info.sequence ? Json(s.tokens_per_s) : Json(nullptr);
     j["model_flops_per_iteration"] = s.info.model_flops.count();
     j["tflops_per_device"] = s.tflops_per_device;
     j["mfu"] = s.mfu;
@@ -175,28 +177,80 @@ Json to_json(const Summary& s) {
     j["events"] = s.events;
     j["sim_wall_s"] = s.sim_wall_s;
     if (s.mean_staleness) j["mean_staleness"] = *s.mean_staleness;
+    if (s.info.async_updates) {
+        // ps-async's step is microbatches rounds, each one update per worker (see print_table).
+        j["updates_per_worker"] = s.info.microbatches;
+        j["round_time_s"] = s.iteration.to_seconds() / s.info.microbatches;
+        j["update_time_s"] = s.iteration.to_seconds() / (static_cast<double>(s.info.microbatches) * s.info.dp);
+    }
     return j;
 }
 
+namespace {
+
+/// "0-7,16-23": sorted ranks as ranges.
+std::string rank_ranges(const std::vector<int>& ranks) {
+    std::string out;
+    for (std::size_t i = 0; i < ranks.size();) {
+        std::size_t j = i;
+        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+        out += (out.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+        i = j + 1;
+    }
+    return out;
+}
+
+/// Ranks whose figures are identical: one row of the table.
+struct RankGroup {
+    std::vector<int> ranks;
+    const DeviceSummary* first;
+};
+
+std::vector<RankGroup> group_ranks(const std::vector<DeviceSummary>& devices) {
+    std::vector<RankGroup> groups;
+    std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>, std::size_t> index;
+    for (const DeviceSummary& d : devices) {
+        const auto key = std::make_tuple(d.busy.count_ps(), d.comm.count_ps(), d.exposed_comm.count_ps(), d.peak_memory.count());
+        const auto [it, added] = index.emplace(key, groups.size());
+        if (added) groups.push_back({{}, &d});
+        groups[it->second].ranks.push_back(d.rank);
+    }
+    return groups;   // in order of their first rank
+}
+
+}  // namespace
+
 void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
-    out << i.model << " on " << i.cluster << " (" << i.devices << " devices): " << i.strategy << ", tp " << i.tp
-        << " · pp " << i.pp << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = " << i.dp << " × "
-        << i.microbatches << " × " << i.micro_batch << ", seq " << i.seq << ", " << i.dtype << (i.attention.empty() ? "" : ", " + i.attention + " attention") << ", "
-        << (i.measured ? "measured" : i.network + " network")
-        << (i.framework.empty() ? "" : ", as " + i.framework)
+    out << i.model << " on " << i.cluster << " (" << i.devices << " devices): "
+        << (i.strategy == "none" ? "no data parallelism" : i.strategy) << ", tp " << i.tp << " · pp " << i.pp << " · dp "
+        << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
+        << i.dp << " × " << i.microbatches << " × " << i.micro_batch
+        << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
+        << (i.attention.empty() ? "" : ", " + i.attention + " attention") << ", "
+        << (i.measured ? "measured" : i.network + " network") << (i.framework.empty() ? "" : ", as " + i.framework)
         << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n";
-    if (!i.seq_note.empty()) out << "  seq " << i.seq << ": " << i.seq_note << "\n";
+    if (!i.seq_note.empty() && i.sequence) out << "  seq " << i.seq << ": " << i.seq_note << "\n";
     out << "\n";
     auto row = [&](const std::string& k, const std::string& v) {
         out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';
     };
-    row("step time", to_string(s.iteration));
-    row("throughput", fmt("%.4g samples/s", s.samples_per_s) + fmt(", %.4g tokens/s", s.tokens_per_s));
-    row("model FLOPs / step", fmt("%.4g", i.model_flops.count()));
+    if (i.async_updates) {
+        // ps-async has no synchronous step: each worker runs `microbatches` updates against the
+        // servers, at its own pace within the staleness bound.
+        const double rounds = i.microbatches, updates = rounds * i.dp;
+        row("time", to_string(s.iteration) + " for " + std::to_string(i.microbatches) + " rounds of updates (one per worker each: " +
+                        fmt("%.0f", updates) + " updates)");
+        row("per round", to_string(s.iteration * (1.0 / rounds)) + " (every worker's update)");
+        row("per update", to_string(s.iteration * (1.0 / updates)) + " (server side, all workers together)");
+    } else {
+        row("step time", to_string(s.iteration));
+    }
+    row("throughput", fmt("%.4g samples/s", s.samples_per_s) + (i.sequence ? fmt(", %.4g tokens/s", s.tokens_per_s) : ""));
+    row(i.async_updates ? "model FLOPs / run" : "model FLOPs / step", fmt("%.4g", i.model_flops.count()));
     row("TFLOP/s per device", fmt("%.4g", s.tflops_per_device) + fmt(" (MFU %.1f %%)", s.mfu * 100));
     row("communication", to_string(s.total_comm) + " (exposed " + to_string(s.exposed_comm) + ")");
-    row("bubble", fmt("%.1f %% of the step", s.bubble_fraction * 100));
+    row("bubble", fmt(i.async_updates ? "%.1f %% of the run" : "%.1f %% of the step", s.bubble_fraction * 100));
     row("peak memory", to_string(s.peak_memory) + (s.fits() ? " (fits)" : " (DOES NOT FIT)"));
     if (!s.per_stage.empty()) {
         std::string stages;
@@ -211,17 +265,45 @@ void print_table(std::ostream& out, const Summary& s) {
         row("executed", std::to_string(s.events) + " ops (one measured step)");
     else
         row("simulated", std::to_string(s.events) + fmt(" events in %.3g s", s.sim_wall_s));
-    out << "\n  rank  device            busy        comm        exposed     peak memory\n";
-    const std::size_t shown = std::min<std::size_t>(s.per_device.size(), 16);
-    for (std::size_t k = 0; k < shown; ++k) {
-        const auto& d = s.per_device[k];
-        char buf[256];
-        std::snprintf(buf, sizeof buf, "  %-5d %-17s %-11s %-11s %-11s %s\n", d.rank, d.device.c_str(),
-                      to_string(d.busy).c_str(), to_string(d.comm).c_str(), to_string(d.exposed_comm).c_str(),
-                      to_string(d.peak_memory).c_str());
+
+    // One row per group of identical ranks. Past kRows groups, the first ones, then the slowest
+    // rank's group and the one with the most memory, whatever their place.
+    constexpr std::size_t kRows = 16;
+    const std::vector<RankGroup> groups = group_ranks(s.per_device);
+    std::size_t slowest = 0, fullest = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+        const DeviceSummary& d = *groups[g].first;
+        const DeviceSummary& a = *groups[slowest].first;
+        if (d.busy + d.exposed_comm > a.busy + a.exposed_comm) slowest = g;
+        if (d.peak_memory > groups[fullest].first->peak_memory) fullest = g;
+    }
+    std::vector<std::size_t> shown;
+    for (std::size_t g = 0; g < groups.size() && shown.size() < (groups.size() > kRows ? kRows - 2 : kRows); ++g) shown.push_back(g);
+    for (std::size_t g : {slowest, fullest})
+        if (std::find(shown.begin(), shown.end(), g) == shown.end()) shown.push_back(g);
+    std::sort(shown.begin(), shown.end());
+    std::size_t width = 5;
+    for (std::size_t g : shown) width = std::max(width, rank_ranges(groups[g].ranks).size());
+    out << "\n  " << std::string("rank") + std::string(width - 3, ' ') << "device            busy        comm        exposed     peak memory\n";
+    std::size_t previous = 0;
+    for (std::size_t k = 0; k < shown.size(); ++k) {
+        const std::size_t g = shown[k];
+        if (k > 0 && g != previous + 1) out << "  …\n";
+        previous = g;
+        const RankGroup& grp = groups[g];
+        const DeviceSummary& d = *grp.first;
+        const std::string device = grp.ranks.size() == 1 ? d.device : std::to_string(grp.ranks.size()) + " devices";
+        std::string note;
+        if (groups.size() > 1 && g == slowest) note += " (slowest)";
+        if (groups.size() > 1 && g == fullest) note += " (most memory)";
+        char buf[320];
+        std::snprintf(buf, sizeof buf, "  %-*s %-17s %-11s %-11s %-11s %s%s\n", static_cast<int>(width),
+                      rank_ranges(grp.ranks).c_str(), device.c_str(), to_string(d.busy).c_str(), to_string(d.comm).c_str(),
+                      to_string(d.exposed_comm).c_str(), to_string(d.peak_memory).c_str(), note.c_str());
         out << buf;
     }
-    if (shown < s.per_device.size()) out << "  … " << s.per_device.size() - shown << " more ranks (--json lists all)\n";
+    if (shown.size() < groups.size())
+        out << "  … " << groups.size() - shown.size() << " more groups of ranks (--json lists every rank)\n";
 }
 
 }  // namespace smol::traces

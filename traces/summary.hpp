@@ -1,4 +1,4 @@
-// The summary of a step: the contract's --json keys (DESIGN.md) and the human table.
+// The summary of a step: the contract's --json keys (README.md, "--json") and the human table.
 //
 // Definitions (per rank; the step-level figure is the worst rank unless said otherwise):
 //   busy        — time the rank's compute ops run (compute ops on a stream never overlap)
@@ -24,6 +24,8 @@ namespace smol::traces {
 
 /// What the summary needs to know about the plan; filled by the caller.
 struct StepInfo {
+    /// The data-parallel flavour, or "none" where the plan has none (dp = 1 for the replicated
+    /// and sharded flavours: a tensor / pipeline plan on one replica is not DDP).
     std::string model, cluster, strategy, network;
     std::string framework;              // "megatron@0.19": whose behaviour the graph follows
     int devices = 1, tp = 1, pp = 1, dp = 1, microbatches = 1, micro_batch = 1;
@@ -34,6 +36,8 @@ struct StepInfo {
     std::string seq_note;
     int ep = 1;                         // expert-parallel ranks (mixtures of experts)
     std::string attention;              // "flash" or "eager"
+    bool sequence = true;               // false for layer lists (CNN / MLP): no seq, no tokens/s
+    bool async_updates = false;         // ps-async: the step is `microbatches` rounds of updates per worker
     std::string dtype;
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
@@ -76,7 +80,10 @@ struct Summary {
 };
 
 Summary summarize(const OpGraph& graph, const Timeline& timeline, const StepInfo& info);
+/// The contract's keys; a layer list's seq and tokens_per_s are null (it has no tokens).
 Json to_json(const Summary& s);
+/// The human table. Ranks with identical figures share one row ("0-15  16 devices"); when there
+/// are more rows than fit, the slowest rank and the one with the most memory are still shown.
 void print_table(std::ostream& out, const Summary& s);
 
 }  // namespace smol::traces

@@ -30,7 +30,7 @@ Model read_bloom(ConfigReader& c, const std::string& name) {
     if (c.has("n_inner")) c.fail("n_inner", "null (BLOOM's MLP is 4 × hidden in transformers, which does not read n_inner)");
     c.mark("n_inner");
     m.kv_heads = m.heads;
-    m.ffn_hidden = 4 * m.hidden;
+    m.ffn_hidden = c.four_times(c.has("n_embed") ? "n_embed" : "hidden_size", m.hidden);
     m.vocab = c.size("vocab_size");
     // seq_length: the training length Megatron-DeepSpeed's BLOOM configs carry (bigscience/bloom).
     m.max_seq = c.size_or("seq_length", 2048);

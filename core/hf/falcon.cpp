@@ -45,7 +45,7 @@ Model read_falcon(ConfigReader& c, const std::string& name) {
     const bool parallel = c.flag_or("parallel_attn", true);
     const int kv = alias(c, "num_kv_heads", "n_head_kv", m.heads);
     m.kv_heads = new_arch ? kv : (multi_query ? 1 : m.heads);
-    m.ffn_hidden = c.size_or("ffn_hidden_size", 4 * m.hidden);
+    m.ffn_hidden = c.has("ffn_hidden_size") ? c.size("ffn_hidden_size") : c.four_times(c.has("hidden_size") ? "hidden_size" : "n_embed", m.hidden);
     m.tied_embeddings = c.flag_or("tie_word_embeddings", true);
     m.gated_mlp = false;
     m.positions = c.flag_or("alibi", false) ? Positions::alibi : Positions::rope;

@@ -15,7 +15,7 @@ Model read_gpt2(ConfigReader& c, const std::string& name) {
     m.hidden = c.size("n_embd");
     m.heads = c.size("n_head");
     m.kv_heads = m.heads;
-    m.ffn_hidden = c.size_or("n_inner", 4 * m.hidden);
+    m.ffn_hidden = c.size_or("n_inner", c.four_times("n_embd", m.hidden));
     m.vocab = c.size("vocab_size");
     m.max_seq = c.size("n_positions");
     // n_ctx: the context of the original release's configs, equal to n_positions; not read by

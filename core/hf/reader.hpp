@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -47,6 +48,13 @@ public:
     void mark(const std::string& key) { used_.insert(key); }
     /// A key the reader read but does not model: it reaches the user through Model::warnings.
     void warn(const std::string& message) { warnings_.push_back(message); }
+
+    /// 4 × `hidden` (the default MLP width of GPT-2, BLOOM and Falcon), read from `key`; an error
+    /// naming it when that is not a size below 2^31.
+    int four_times(const std::string& key, int hidden) const {
+        if (hidden > std::numeric_limits<int>::max() / 4) fail(key, "a hidden size below 2^29 (the MLP is 4 × hidden wide)");
+        return 4 * hidden;
+    }
 
     /// Fails naming `key`: its value is one the reader cannot model.
     [[noreturn]] void fail(const std::string& key, const std::string& expected) const;

@@ -156,16 +156,17 @@ TEST_CASE("JsonView errors name the path and say what was expected", "[core][jso
                    Contains("cluster.json: at /node_groups/0/nics/odd_bw: unknown unit 'GB/h' in \"25 GB/h\""));
     }
     SECTION("zero bandwidth number") {
-        CHECK_THAT(what([&] { nics.bandwidth("zero_bw"); }), Contains("at /node_groups/0/nics/zero_bw: expected a bandwidth above zero"));
+        CHECK_THAT(what([&] { nics.bandwidth("zero_bw"); }),
+                   Contains("at /node_groups/0/nics/zero_bw: expected a bandwidth from 1 KB/s to 1 PB/s"));
     }
     SECTION("negative size number") {
         CHECK_THAT(what([&] { nics.bytes("neg"); }), Contains("expected a non-negative size in bytes, found -1"));
     }
     SECTION("negative duration") {
-        CHECK_THAT(what([&] { nics.time("neg"); }), Contains("expected a non-negative duration in seconds, found -1"));
+        CHECK_THAT(what([&] { nics.time("neg"); }), Contains("expected a duration from 0 to 1 s such as \"2 us\" or a number of seconds, found -1"));
     }
     SECTION("negative FLOP rate") {
-        CHECK_THAT(what([&] { nics.flop_rate("neg"); }), Contains("expected a FLOP rate above zero"));
+        CHECK_THAT(what([&] { nics.flop_rate("neg"); }), Contains("expected a FLOP rate from 1 MFLOP/s to 10 EFLOP/s"));
     }
     SECTION("wrong type for a bandwidth") {
         CHECK_THAT(what([&] { nics.bandwidth("neg"); }), Contains("found -1"));
@@ -279,6 +280,50 @@ TEST_CASE("load_json_file", "[core][json]") {
         }
         CHECK_THAT(std::string(caught([&] { load_json_file(p.string()); }).what()),
                    Contains(p.string() + ": line 3, column 3: "));
+        fs::remove(p);
+    }
+}
+
+TEST_CASE("parse_json_text refuses what nlohmann would accept silently or throw on", "[core][json]") {
+    auto message = [](const std::string& text) {
+        const Error e = caught([&] { parse_json_text(text, "f.json"); });
+        CHECK(e.kind() == ErrorKind::bad_input);
+        return std::string(e.what());
+    };
+    SECTION("a duplicate key, with the path of the object that repeats it") {
+        CHECK(message(R"({"a": {"b": [{"c": 1, "c": 2}]}})") ==
+              "f.json: at /a/b/0/c: duplicate key 'c': a key may appear once in an object (JSON readers differ on "
+              "which one they keep)");
+        CHECK_NOTHROW(parse_json_text(R"({"a": {"c": 1}, "b": {"c": 2}})", "f.json"));   // one per object is fine
+    }
+    SECTION("a number beyond a double: line, column and the path of the value") {
+        CHECK(message("{\"a\": [1,\n 1e309]}") ==
+              "f.json: at /a/1: line 2, column 6: the number 1e309 is beyond the range of a double (about ±1.8e308)");
+        CHECK_THAT(message("-1e400"), Contains("line 1, column 6: the number -1e400"));
+    }
+    SECTION("nesting: 64 levels are fine, 65 are not") {
+        CHECK_NOTHROW(parse_json_text(std::string(64, '[') + std::string(64, ']'), "f.json"));
+        CHECK_THAT(message(std::string(65, '[') + std::string(65, ']')), Contains("nested at most 64 levels deep"));
+    }
+    SECTION("a key with '/' and '~' is escaped in the path (RFC 6901)") {
+        CHECK_THAT(message(R"({"a/b~": {"x": 1, "x": 2}})"), Contains("at /a~1b~0/x:"));
+    }
+}
+
+TEST_CASE("read_input_file reads regular files of bounded size only", "[core][json]") {
+    namespace fs = std::filesystem;
+    SECTION("a character device") {
+        CHECK_THAT(std::string(caught([] { read_input_file("/dev/zero"); }).what()),
+                   Contains("/dev/zero: expected a regular JSON file, found a character device"));
+    }
+    SECTION("a file over the limit, measured or grown") {
+        const fs::path p = fs::temp_directory_path() / "smol_test_json_big.json";
+        {
+            std::ofstream(p) << std::string(2000, ' ');
+        }
+        CHECK_THAT(std::string(caught([&] { read_input_file(p.string(), 1000); }).what()),
+                   Contains("expected a JSON file of at most 1.00 KB, found 2.00 KB"));
+        CHECK(read_input_file(p.string(), 2000).size() == 2000);
         fs::remove(p);
     }
 }

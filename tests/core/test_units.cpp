@@ -2,6 +2,8 @@
 // the Bytes / Bandwidth = Time arithmetic.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/error.hpp"
@@ -153,4 +155,75 @@ TEST_CASE("Bytes over Bandwidth is Time", "[core][units]") {
     CHECK(Bytes(1) / Bandwidth::bytes_per_s(1e12) == Time::ps(1));
     CHECK(Flops(312e12) / FlopRate::tflops(312) == Time::seconds(1));
     CHECK((Bandwidth::gb_per_s(10) * Time::ms(1)).count() == 10'000'000);
+}
+
+namespace {
+
+/// The message of the out_of_range error `f` throws (another kind, or none, fails the test).
+template <typename F>
+std::string range_message(F&& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::out_of_range);
+        return e.what();
+    }
+    FAIL("no error thrown");
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("unit arithmetic cannot overflow silently", "[core][units]") {
+    const Time max = Time::max();
+    SECTION("Time sums, differences and products are exact up to 2^63 ps, then an error") {
+        CHECK((max - Time::ps(1)) + Time::ps(1) == max);
+        CHECK_THAT(range_message([&] { (void)(max + Time::ps(1)); }), Contains("beyond the 106 days"));
+        CHECK_THAT(range_message([&] { (void)(Time::ps(-2) - max); }), Contains("beyond the 106 days"));
+        CHECK_THAT(range_message([&] { (void)(Time::seconds(1e6) * std::int64_t{10}); }), Contains("× 10"));
+        CHECK_THAT(range_message([&] { (void)(Time::seconds(1) * 1e7); }), Contains("days"));
+        Time t = max;
+        CHECK_THAT(range_message([&] { t += Time::ps(1); }), Contains("+"));
+        CHECK(t == max);   // unchanged by the failed sum
+    }
+    SECTION("durations from doubles: NaN, infinities and 10^7 s are errors") {
+        CHECK(Time::seconds(9.2e6).count_ps() == 9'200'000'000'000'000'000);
+        CHECK_THAT(range_message([] { (void)Time::seconds(9.3e6); }), Contains("9.3e+06 s"));
+        CHECK_THAT(range_message([] { (void)Time::seconds(std::nan("")); }), Contains("undefined"));
+        CHECK_THAT(range_message([] { (void)Time::us(1.0 / 0.0); }), Contains("forever"));
+        CHECK(Time::ps_ceil(1.2) == Time::ps(2));
+        CHECK(Time::ps_rounded(1.5) == Time::ps(2));
+    }
+    SECTION("Bytes sums and products are checked; so is dividing by zero") {
+        const Bytes big(std::numeric_limits<std::int64_t>::max() / 2 + 1);
+        CHECK_THAT(range_message([&] { (void)(big + big); }), Contains("8 EiB"));
+        CHECK_THAT(range_message([&] { (void)(big * std::int64_t{2}); }), Contains("8 EiB"));
+        CHECK_THAT(range_message([&] { (void)(Bytes(5) / std::int64_t{0}); }), Contains("divided by zero"));
+        CHECK_THAT(range_message([] { (void)Bytes::from_double(1e19); }), Contains("1e+19 bytes"));
+        CHECK_THAT(range_message([] { (void)Bytes::gb(1.0 / 0.0); }), Contains("8 EiB"));
+        CHECK(Bytes(7) / std::int64_t{2} == Bytes(3));
+    }
+    SECTION("a transfer or a computation beyond the range names both quantities") {
+        CHECK_THAT(range_message([] { (void)(Bytes::gb(100) / Bandwidth::bytes_per_s(1)); }),
+                   Contains("moving 1e+11 bytes at 1 B/s takes 1e+11 s"));
+        CHECK_THAT(range_message([] { (void)(Bytes(0) / Bandwidth::bytes_per_s(0)); }), Contains("undefined"));
+        CHECK_THAT(range_message([] { (void)(Flops(1e25) / FlopRate::flops_per_s(1e6)); }),
+                   Contains("1e+25 FLOPs at 1e+06 FLOP/s take"));
+        // An unlimited rate takes no time: the documented meaning of infinity.
+        CHECK(Bytes::gb(1) / Bandwidth::unlimited() == Time::zero());
+    }
+    SECTION("FLOP counts stay finite; rates may be unlimited but not NaN") {
+        CHECK_THAT(range_message([] { (void)Flops(1.0 / 0.0); }), Contains("FLOP count"));
+        CHECK_THAT(range_message([] { (void)(Flops(1e308) * 10.0); }), Contains("not a finite number"));
+        CHECK_THAT(range_message([] { (void)Bandwidth::bytes_per_s(std::nan("")); }), Contains("bandwidth"));
+        CHECK_THAT(range_message([] { (void)FlopRate::flops_per_s(std::nan("")); }), Contains("FLOP rate"));
+    }
+    SECTION("checked counts") {
+        CHECK(checked_mul(3'000'000'000, 3, "x") == 9'000'000'000);
+        CHECK_THAT(range_message([] { checked_mul(std::int64_t{1} << 32, std::int64_t{1} << 31, "parameters of a layer"); }),
+                   Contains("parameters of a layer: 4294967296 × 2147483648"));
+        CHECK_THAT(range_message([] { checked_add(std::numeric_limits<std::int64_t>::max(), 1, "a sum"); }), Contains("a sum"));
+        CHECK(checked_round(2.5, "x") == 3);
+        CHECK_THAT(range_message([] { checked_round(1e30, "rows of a GEMM"); }), Contains("rows of a GEMM: 1e+30"));
+    }
 }

@@ -12,44 +12,11 @@
 
 #include "core/json.hpp"
 #include "exec/executor.hpp"
-#include "tools/cli.hpp"
+#include "tools/cli_fixtures.hpp"
 
 using namespace smol;
+using namespace smol::test;
 namespace fs = std::filesystem;
-
-namespace {
-
-struct Result {
-    int code;
-    std::string out, err;
-};
-
-Result cli(std::vector<std::string> args) {
-    args.insert(args.begin(), "smolcluster");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    const int code = tools::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-    return {code, out.str(), err.str()};
-}
-
-std::string data(const std::string& name) { return std::string(SMOL_TEST_DATA) + "/" + name; }
-
-/// A scratch file with the given text, removed at the end of the test.
-struct TempFile {
-    fs::path path;
-    TempFile(const std::string& name, const std::string& text) : path(fs::temp_directory_path() / name) {
-        std::ofstream(path) << text;
-    }
-    ~TempFile() { fs::remove(path); }
-};
-
-std::string read(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
-}  // namespace
 
 TEST_CASE("simulate prints the contract's --json keys", "[tools][cli]") {
     const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--json"});

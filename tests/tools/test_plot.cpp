@@ -9,33 +9,15 @@
 
 #include <unistd.h>
 
-#include "tools/cli.hpp"
+#include "tools/cli_fixtures.hpp"
 
 using namespace smol;
 namespace fs = std::filesystem;
+using namespace smol::test;
 
 namespace {
 
-struct Result {
-    int code;
-    std::string out, err;
-};
-
-Result cli(std::vector<std::string> args) {
-    args.insert(args.begin(), "smolcluster");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    const int code = tools::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-    return {code, out.str(), err.str()};
-}
-
 bool have_matplotlib() { return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0; }
-
-std::string read(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
 
 /// Width and height from a PNG's IHDR chunk (bytes 16–23, big-endian).
 std::pair<std::uint32_t, std::uint32_t> png_size(const std::string& png) {

@@ -10,7 +10,7 @@
 #include "core/json.hpp"
 #include "strategies/plan.hpp"
 #include "test_support.hpp"
-#include "tools/cli.hpp"
+#include "tools/cli_fixtures.hpp"
 #include "tools/progress.hpp"
 #include "tools/simulation.hpp"
 #include "tools/sweep.hpp"
@@ -18,6 +18,7 @@
 using namespace smol;
 using namespace smol::tools;
 namespace fs = std::filesystem;
+using namespace smol::test;
 
 namespace {
 
@@ -29,19 +30,6 @@ SweepResult gpt2_on_dgx(int jobs, sim::NetworkMode network = sim::NetworkMode::f
     return sweep(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), o);
 }
 
-struct Result {
-    int code;
-    std::string out, err;
-};
-
-Result cli(std::vector<std::string> args) {
-    args.insert(args.begin(), "smolcluster");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    std::ostringstream out, err;
-    const int code = run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
-    return {code, out.str(), err.str()};
-}
 
 }  // namespace
 

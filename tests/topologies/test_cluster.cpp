@@ -1,4 +1,4 @@
-// Cluster descriptions: presets against shared/HARDWARE.md, rank arithmetic, --nodes / --devices,
+// Cluster descriptions: presets against their public sources (datasheets, specifications), rank arithmetic, --nodes / --devices,
 // and one SECTION per bad input (each a bad_input smol::Error naming the file and JSON path).
 #include <catch2/catch.hpp>
 
@@ -55,7 +55,7 @@ TEST_CASE("every preset loads and names itself and its sources", "[topologies][c
     }
 }
 
-TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
+TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
     SECTION("dgx-a100") {
         const Cluster c = cluster_preset("dgx-a100");
         const NodeGroup& g = c.groups[0];
@@ -76,7 +76,7 @@ TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
         CHECK(g.device.default_dtype() == DType::bf16);
     }
     SECTION("dgx-h100") {
-        const NodeGroup& g = cluster_preset("dgx-h100").groups[0];
+        const NodeGroup g = cluster_preset("dgx-h100").groups[0];   // a copy: the Cluster is a temporary
         CHECK(tflops(g.device, DType::bf16) == Approx(989));
         CHECK(tflops(g.device, DType::fp32) == Approx(67));
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(3350));
@@ -85,7 +85,7 @@ TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(50));     // NDR
     }
     SECTION("dgx2-v100: 8 NICs for 16 GPUs, no bf16") {
-        const NodeGroup& g = cluster_preset("dgx2-v100").groups[0];
+        const NodeGroup g = cluster_preset("dgx2-v100").groups[0];   // a copy: the Cluster is a temporary
         CHECK(g.devices_per_node == 16);
         CHECK(g.nics == 8);
         CHECK(g.nic_of(0) == 0);
@@ -129,7 +129,7 @@ TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
         CHECK(c.network.oversubscription == Approx(7));
     }
     SECTION("ndm-a100-v4: 8 x 200 Gb/s HDR per VM, 1,900 GiB host memory") {
-        const NodeGroup& g = cluster_preset("ndm-a100-v4").groups[0];
+        const NodeGroup g = cluster_preset("ndm-a100-v4").groups[0];   // a copy: the Cluster is a temporary
         CHECK(g.device.memory == Bytes::gb(80));
         CHECK(g.nics == 8);
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(25));
@@ -150,12 +150,12 @@ TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
         CHECK(c.network.fabric == FabricKind::single_switch);
     }
     SECTION("pi4-1gbe") {
-        const NodeGroup& g = cluster_preset("pi4-1gbe").groups[0];
+        const NodeGroup g = cluster_preset("pi4-1gbe").groups[0];   // a copy: the Cluster is a temporary
         CHECK(g.device.peak_for(DType::fp32).per_second() == Approx(2 * 11.9e9));
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(0.125));
     }
     SECTION("jetson-orin-nano") {
-        const NodeGroup& g = cluster_preset("jetson-orin-nano").groups[0];
+        const NodeGroup g = cluster_preset("jetson-orin-nano").groups[0];   // a copy: the Cluster is a temporary
         CHECK(tflops(g.device, DType::fp16) == Approx(40.0 / 2 / 2));  // 40 TOPS INT8 sparse
         CHECK(g.device.unified_memory);
         CHECK_FALSE(g.device.is_cpu);
@@ -163,7 +163,7 @@ TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(68));
     }
     SECTION("jetson-agx-orin") {
-        const NodeGroup& g = cluster_preset("jetson-agx-orin").groups[0];
+        const NodeGroup g = cluster_preset("jetson-agx-orin").groups[0];   // a copy: the Cluster is a temporary
         CHECK(tflops(g.device, DType::fp16) == Approx(170.0 / 2 / 2));
         CHECK(tflops(g.device, DType::fp32) == Approx(5.3));
         CHECK(g.device.memory == Bytes::gb(64));
@@ -171,7 +171,7 @@ TEST_CASE("preset figures are HARDWARE.md's", "[topologies][cluster]") {
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(1.25));  // 10 GbE
     }
     SECTION("workstation-4gpu") {
-        const NodeGroup& g = cluster_preset("workstation-4gpu").groups[0];
+        const NodeGroup g = cluster_preset("workstation-4gpu").groups[0];   // a copy: the Cluster is a temporary
         CHECK(g.devices_per_node == 4);
         CHECK(g.intra == IntraKind::pcie);
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(31.5));

@@ -1,5 +1,5 @@
 // The Chrome trace writer, checked on a hand-built graph whose Timeline the test fills itself
-// (the test plays the backend), by parsing the file back and asserting the layout DESIGN.md fixes.
+// (the test plays the backend), by parsing the file back and asserting the layout the README fixes.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -1,0 +1,103 @@
+// Fuzzes the plan resolver (strategies::resolve) and, for plans small enough to run thousands of
+// times a minute, what follows it: the strategy's graph (build) and its simulation, flow-level or
+// analytic. The bytes choose a model preset, a cluster preset and its node count, and every plan
+// field (strategy, tp, pp, dp, schedule, virtual stages, stage layers, sp, recompute, batch,
+// micro-batch, seq, dtype, bucket and fusion sizes, parameter-server and FSDP settings, framework,
+// overlap switches, folding), each over its whole type's range so the resolver meets the
+// overflows and zeros a hand-written command line would. A resolved, built, simulated plan or a
+// smol::Error are the only answers. Seeds: fuzz/corpus/plan.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/model.hpp"
+#include "sim/simulator.hpp"
+#include "strategies/plan.hpp"
+#include "topologies/cluster.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+
+template <class T, std::size_t N>
+T pick(FuzzedDataProvider& in, const T (&values)[N]) {
+    return values[in.ConsumeIntegralInRange<std::size_t>(0, N - 1)];
+}
+
+/// Mostly small values (where plans resolve), sometimes any int (where they overflow).
+int degree(FuzzedDataProvider& in) {
+    return in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(-1, 17) : in.ConsumeIntegral<int>();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    FuzzedDataProvider in(data, size);
+    static const char* const models[] = {"gpt-tiny", "gpt2-small", "llama3-8b", "gpt3-175b", "resnet50", "mlp-small"};
+    static const char* const clusters[] = {"pi5-1gbe", "dgx-a100", "dgx2-v100", "jetson-agx-orin", "workstation-4gpu",
+                                           "dgx-h100"};
+    static const DataParallel strategies[] = {DataParallel::ps,    DataParallel::ps_async, DataParallel::ring,
+                                              DataParallel::ddp,   DataParallel::zero1,    DataParallel::zero2,
+                                              DataParallel::zero3, DataParallel::fsdp};
+    static const Schedule schedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1};
+    static const Recompute recomputes[] = {Recompute::none, Recompute::selective, Recompute::full};
+    static const DType dtypes[] = {DType::bf16, DType::fp16, DType::fp32};
+    static const FsdpSharding shardings[] = {FsdpSharding::full, FsdpSharding::grad_op, FsdpSharding::hybrid,
+                                             FsdpSharding::none};
+    static const char* const frameworks[] = {"", "pytorch", "megatron", "deepspeed", "megatron-deepspeed", "megatron@0.1",
+                                             "deepspeed@0.3", "pytorch@1.0", "megatron@99", "nonsense"};
+    try {
+        const Model model = model_preset(pick(in, models));
+        topo::Cluster cluster = topo::cluster_preset(pick(in, clusters));
+        if (in.ConsumeBool()) cluster = cluster.with_nodes(in.ConsumeIntegralInRange<int>(-1, 64));
+        if (in.ConsumeBool()) cluster = cluster.first_devices(in.ConsumeIntegralInRange<int>(0, cluster.num_devices() + 1));
+        Plan p;
+        p.strategy = pick(in, strategies);
+        p.tp = degree(in);
+        p.pp = degree(in);
+        p.dp = in.ConsumeBool() ? 0 : degree(in);
+        p.schedule = pick(in, schedules);
+        p.virtual_stages = degree(in);
+        if (in.ConsumeBool()) {
+            const int stages = in.ConsumeIntegralInRange<int>(0, 8);
+            for (int s = 0; s < stages; ++s) p.stage_layers.push_back(degree(in));
+        }
+        p.sequence_parallel = in.ConsumeBool();
+        p.recompute = pick(in, recomputes);
+        p.global_batch = in.ConsumeBool() ? in.ConsumeIntegralInRange<std::int64_t>(0, 4096) : in.ConsumeIntegral<std::int64_t>();
+        p.micro_batch = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 16) : in.ConsumeIntegral<int>();
+        p.seq = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 4096) : in.ConsumeIntegral<int>();
+        if (in.ConsumeBool()) p.dtype = pick(in, dtypes);
+        // Sizes as the command line checks them (tools/plan_flags.cpp): 1 KiB to 1 TiB in MiB.
+        p.bucket_mb = in.ConsumeFloatingPointInRange<double>(1.0 / 1024, 1 << 20);
+        p.first_bucket_mb = in.ConsumeFloatingPointInRange<double>(1.0 / 1024, 1 << 20);
+        p.fusion_mb = in.ConsumeFloatingPointInRange<double>(1.0 / 1024, 1 << 20);
+        p.cycle_ms = in.ConsumeFloatingPointInRange<double>(0, 60'000);
+        p.fold = in.ConsumeBool();
+        p.ps_servers = degree(in);
+        p.ps_placement = in.ConsumeBool() ? PsPlacement::dedicated : PsPlacement::colocated;
+        p.staleness = degree(in);
+        p.fsdp_sharding = pick(in, shardings);
+        p.fsdp_group = degree(in);
+        p.framework = pick(in, frameworks);
+        p.overlap_grad_reduce = in.ConsumeBool();
+        p.overlap_p2p_comm = in.ConsumeBool();
+        const bool analytic = in.ConsumeBool();
+
+        const Layout l = resolve(model, cluster, p);
+        // Thousands of executions a minute: build and simulate only the small plans.
+        if (l.estimated_ops > 20'000) return 0;
+        const Built b = build(model, cluster, p);
+        sim::SimOptions opt;
+        opt.network = analytic ? sim::NetworkMode::analytic : sim::NetworkMode::flow;
+        opt.record_memory = false;
+        (void)sim::simulate(b.graph, cluster, opt);
+    } catch (const Error&) {
+    }
+    return 0;
+}
