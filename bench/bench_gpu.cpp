@@ -13,10 +13,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <CLI/CLI.hpp>
 
 #include "core/error.hpp"
 #include "exec/cuda/backend.hpp"
@@ -106,9 +106,7 @@ int calibrate(exec::Session& session, const std::string& out, bool quick, bool f
     if (session.root() && std::filesystem::exists(out) && !force)
         fail_input("--out " + out + " exists; pass --force to overwrite it");
     exec::Mpi& mpi = session.mpi();
-    int count = 0;
-    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-    const int device = device_for_rank(mpi.local_rank(), mpi.local_size(), count, mpi.host_name());
+    const int device = device_for_rank(mpi.local_rank(), mpi.local_size(), visible_gpus(mpi.host_name()), mpi.host_name());
     MeasureOptions o;
     o.quick = quick;
     GpuFigures f;
@@ -138,30 +136,53 @@ int calibrate(exec::Session& session, const std::string& out, bool quick, bool f
     return 0;
 }
 
+const char* kUsage =
+    "usage: mpirun -np 1 bench_gpu gemm [--size N] [--kernels K]\n"
+    "       mpirun -np G bench_gpu calibrate --out FILE [--quick] [--force]\n";
+
+/// The value after flag `argv[i]` as a positive integer; exits 2 naming the flag otherwise.
+std::int64_t positive(int argc, char** argv, int& i) {
+    char* end = nullptr;
+    const long long v = i + 1 < argc ? std::strtoll(argv[i + 1], &end, 10) : 0;
+    if (i + 1 >= argc || *end != '\0' || v <= 0) {
+        std::fprintf(stderr, "bench_gpu: %s needs a positive integer\n%s", argv[i], kUsage);
+        std::exit(2);
+    }
+    ++i;
+    return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app("the GPU figures of bench/gpu_validate.sh (under mpirun)");
-    app.require_subcommand(1);
+    const std::string mode = argc > 1 ? argv[1] : "";
     std::int64_t size = 8192;
     int kernels = 10;
-    CLI::App* gemm = app.add_subcommand("gemm", "a bf16 GEMM op through the executor against a bare cuBLASLt call");
-    gemm->add_option("--size", size, "m = n = k")->capture_default_str();
-    gemm->add_option("--kernels", kernels, "GEMMs in the op (and bare calls timed)")->capture_default_str();
     std::string out;
     bool quick = false, force = false;
-    CLI::App* cal = app.add_subcommand("calibrate", "the GPU calibration figures as JSON");
-    cal->add_option("--out", out, "the JSON file to write")->required();
-    cal->add_flag("--quick", quick, "a smaller grid (seconds)");
-    cal->add_flag("--force", force, "overwrite --out");
-    CLI11_PARSE(app, argc, argv);
+    for (int i = 2; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (mode == "gemm" && a == "--size") size = positive(argc, argv, i);
+        else if (mode == "gemm" && a == "--kernels") kernels = static_cast<int>(std::min<std::int64_t>(positive(argc, argv, i), 1000));
+        else if (mode == "calibrate" && a == "--out" && i + 1 < argc) out = argv[++i];
+        else if (mode == "calibrate" && a == "--quick") quick = true;
+        else if (mode == "calibrate" && a == "--force") force = true;
+        else {
+            std::fprintf(stderr, "bench_gpu: unexpected '%s'\n%s", a.c_str(), kUsage);
+            return 2;
+        }
+    }
+    if ((mode != "gemm" && mode != "calibrate") || (mode == "calibrate" && out.empty())) {
+        std::fprintf(stderr, "%s", kUsage);
+        return 2;
+    }
     if (!exec::launched_by_mpirun()) {
-        std::fprintf(stderr, "bench_gpu runs under mpirun: mpirun -np 1 %s %s …\n", argv[0], gemm->parsed() ? "gemm" : "calibrate");
+        std::fprintf(stderr, "bench_gpu runs under mpirun:\n%s", kUsage);
         return 2;
     }
     exec::Session session;
     try {
-        return gemm->parsed() ? gemm_check(session, size, kernels) : calibrate(session, out, quick, force);
+        return mode == "gemm" ? gemm_check(session, size, kernels) : calibrate(session, out, quick, force);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_gpu: error: %s\n", e.what());
         session.leave_with_error(1);

@@ -101,6 +101,8 @@ int execute_plan(exec::Session& session, const PlanFlags& plan_flags, const Exec
         fail_input("this plan runs on GPUs (" + cluster.name + "), and smolcluster was built without the CUDA backend "
                    "(CMake found no CUDA toolkit with cuBLASLt and NCCL): rebuild where they are installed, or pass "
                    "--backend cpu to run it on this host's CPUs", flag("--backend"));
+    if (exec_flags.tf32 && backend != BackendKind::cuda)
+        fail_input("--tf32 puts fp32 GEMMs on a GPU's TF32 tensor cores, and this run uses the CPU backend", flag("--tf32"));
     Model model = load_model(plan_flags.model);
     strategies::Plan plan = resolve_plan(plan_flags);
     plan.fold = false;   // the executor runs every rank's own ops

@@ -60,6 +60,17 @@ int version_minor(int v) { return v % 1000 / 10; }
 
 void set_cuda_environment() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
 
+int visible_gpus(const std::string& host) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fail_input("the CUDA backend found no usable GPU on host " + host + " (cudaGetDeviceCount: " + cuda::describe(e) +
+                   "); check nvidia-smi and CUDA_VISIBLE_DEVICES, or run with --backend cpu");
+    }
+    return count;
+}
+
 std::string device_description(int device) {
     cudaDeviceProp p{};
     check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
@@ -348,14 +359,7 @@ private:
 CudaBackend::CudaBackend(const OpGraph& graph, Mpi& mpi, const ExecOptions& options)
     : g_(graph), mpi_(mpi), options_(options), scratch_root_(options.scratch) {
     set_cuda_environment();
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        fail_input("the CUDA backend found no usable GPU on host " + mpi.host_name() + " (cudaGetDeviceCount: " + cuda::describe(e) +
-                   "); check nvidia-smi, or run with --backend cpu");
-    }
-    device_ = device_for_rank(mpi.local_rank(), mpi.local_size(), count, mpi.host_name());
+    device_ = device_for_rank(mpi.local_rank(), mpi.local_size(), visible_gpus(mpi.host_name()), mpi.host_name());
     use_device();
     int major = 0, minor = 0, smem = 0;
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");

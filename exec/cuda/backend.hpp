@@ -54,6 +54,8 @@ class NcclComms;
 /// Sets CUDA_DEVICE_MAX_CONNECTIONS to 32 unless the user set it: before the first CUDA call of
 /// the process (it is read when the context is made).
 void set_cuda_environment();
+/// The GPUs CUDA sees; bad_input naming the host and CUDA's reason when it sees none.
+int visible_gpus(const std::string& host);
 /// "NVIDIA H200 (compute capability 9.0, 132 SMs, 139.8 GiB)".
 std::string device_description(int device);
 

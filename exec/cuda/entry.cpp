@@ -16,12 +16,8 @@ bool cuda_built() { return true; }
 GpuMemory gpu_memory(Session& session, Bytes need) {
     Mpi& mpi = session.mpi();
     cuda::set_cuda_environment();
-    int count = 0;
-    if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-        cudaGetLastError();
-        count = 0;
-    }
-    const int device = cuda::device_for_rank(mpi.local_rank(), mpi.local_size(), count, mpi.host_name());
+    const int device = cuda::device_for_rank(mpi.local_rank(), mpi.local_size(), cuda::visible_gpus(mpi.host_name()),
+                                             mpi.host_name());
     cuda::check(cudaSetDevice(device), "cudaSetDevice");
     std::size_t free = 0, total = 0;
     cuda::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");

@@ -2,7 +2,6 @@
 // counts as skipped (SKIP_RETURN_CODE 77, tests/CMakeLists.txt), not passed and not failed.
 // Under mpirun (tests tagged [mpi]) every rank needs a GPU of its own: a host with fewer GPUs
 // than ranks skips the same way. Listing tests (--list-tests and the like) needs no GPU.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -12,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "catch_runner.hpp"
 #include "cuda_support.hpp"
 #include "exec/cuda/backend.hpp"
 #include "topologies/localhost.hpp"
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
         }
     }
     if (smol::exec::launched_by_mpirun()) the_session = std::make_unique<smol::exec::Session>();
-    const int failed = Catch::Session().run(argc, argv);
+    const int failed = smol::test::run_catch(argc, argv);
     the_session.reset();
     return failed == 0 ? 0 : 1;   // never 77, which means skipped
 }
