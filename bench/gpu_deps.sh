@@ -18,7 +18,7 @@ cd "$dest"
 packages=(
   nlohmann-json3-dev libboost1.74-dev libboost-graph1.74-dev libboost-graph1.74.0 libboost-regex1.74-dev
   libboost-regex1.74.0 libboost-serialization1.74-dev libboost-serialization1.74.0 libboost-test1.74-dev
-  catch2 libcli11-dev zlib1g-dev pkg-config pkgconf pkgconf-bin libpkgconf3
+  catch2 libcli11-dev zlib1g-dev zlib1g pkg-config pkgconf pkgconf-bin libpkgconf3
   libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libhwloc-plugins libevent-core-2.1-7
   libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1 ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1
   libnl-3-200 libnl-route-3-200 libnuma1 libmunge2 libltdl7 libpciaccess0

@@ -66,6 +66,30 @@ if ! ls /usr/local/cuda/include/nccl.h /usr/include/nccl.h >/dev/null 2>&1; then
     fi
 fi
 
+# The carried Debian packages, unpacked under /tmp (never into /): what their maintainer scripts
+# would have done is done here — the update-alternatives links (mpicxx → mpicxx.openmpi, …),
+# absolute symlinks pointed into the unpacked tree — and the environment points at the tree
+# (Open MPI relocates to OPAL_PREFIX; pkg-config prefixes its paths with the sysroot).
+use_carried_deps() {
+    root=/tmp/smol-deps
+    rm -rf "$root"; mkdir -p "$root"
+    for d in "$here"/.gpu-deps/*.deb; do dpkg-deb -x "$d" "$root"; done
+    for f in "$root"/usr/bin/*.openmpi; do ln -sf "$(basename "$f")" "${f%.openmpi}"; done
+    find "$root" -type l | while read -r link; do
+        target=$(readlink "$link")
+        case $target in /*) [ -e "$root$target" ] && ln -sf "$root$target" "$link" ;; esac
+    done
+    local multiarch lib
+    multiarch=$(ls "$root/usr/lib" | grep -- '-linux-gnu$' | head -1)
+    lib=$root/usr/lib/$multiarch
+    export OPAL_PREFIX=$root/usr
+    export PATH=$root/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$lib:$root/lib/$multiarch:$lib/openmpi/lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PKG_CONFIG_LIBDIR=$lib/openblas-pthread/pkgconfig:$lib/pkgconfig:$root/usr/share/pkgconfig
+    export PKG_CONFIG_SYSROOT_DIR=$root
+    cmake_extra+=("-DCMAKE_PREFIX_PATH=$root/usr" "-DMPI_CXX_COMPILER=$root/usr/bin/mpicxx")
+}
+
 # Build dependencies: the machine's, else the carried Debian packages.
 missing=()
 for h in /usr/include/nlohmann/json.hpp /usr/include/boost/graph/compressed_sparse_row_graph.hpp \
@@ -75,20 +99,11 @@ done
 command -v mpicxx >/dev/null || missing+=(mpicxx)
 command -v mpirun >/dev/null || missing+=(mpirun)
 pkg-config --exists openblas 2>/dev/null || missing+=(openblas)
-if [ ${#missing[@]} -gt 0 ]; then
-    say "missing here: ${missing[*]}"
+# SMOL_GPU_DEPS=carried uses the carried packages even where the machine has its own.
+if [ ${#missing[@]} -gt 0 ] || [ "${SMOL_GPU_DEPS:-}" = carried ]; then
+    say "missing here: ${missing[*]:-nothing (SMOL_GPU_DEPS=carried)}"
     if ls "$here"/.gpu-deps/*.deb >/dev/null 2>&1; then
-        root=/tmp/smol-deps
-        rm -rf "$root"; mkdir -p "$root"
-        for d in "$here"/.gpu-deps/*.deb; do dpkg-deb -x "$d" "$root"; done
-        multiarch=$(ls "$root/usr/lib" | grep -- '-linux-gnu$' | head -1)
-        lib=$root/usr/lib/$multiarch
-        export OPAL_PREFIX=$root/usr                      # Open MPI finds its files under the new prefix
-        export PATH=$root/usr/bin:$PATH
-        export LD_LIBRARY_PATH=$lib:$lib/openmpi/lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-        export PKG_CONFIG_PATH=$lib/pkgconfig:$root/usr/share/pkgconfig
-        export CPATH=$root/usr/include${CPATH:+:$CPATH}
-        cmake_extra+=("-DCMAKE_PREFIX_PATH=$root/usr" "-DMPI_CXX_COMPILER=$root/usr/bin/mpicxx")
+        use_carried_deps
         say "using the carried packages unpacked in $root"
     else
         say "cannot build: install the packages above (bench/gpu_validate.sh's header lists them), or run"
