@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "exec/cpu/backend.hpp"
+#include "exec/cuda/plan.hpp"
 #include "exec/mpi.hpp"
 #include "exec/runner.hpp"
 
@@ -51,6 +52,8 @@ Bytes cpu_workspace(const OpGraph& graph, int rank) {
     for (std::int64_t b : cpu::workspace_bytes(graph, rank)) total += b;
     return Bytes(total);
 }
+
+Bytes cuda_workspace(const OpGraph& graph, int rank) { return Bytes(cuda::device_workspace_bytes(graph, rank)); }
 
 HostMemory host_memory(Session& session, Bytes need) {
     Mpi& mpi = session.mpi();

@@ -67,6 +67,9 @@ struct ExecOptions {
     std::string scratch;                     // directory for the NVMe tier; empty: the temporary directory
     std::optional<Fault> fault;
     bool record_kernel_classes = true;       // Timeline::kernel_class_time
+    /// CUDA: fp32 GEMMs on TF32 tensor cores (Ampere and later). Off by default, as PyTorch's
+    /// torch.backends.cuda.matmul.allow_tf32 is since 1.12.
+    bool allow_tf32 = false;
 };
 
 /// Clock alignment (mpi.cpp): rank clocks are put on rank 0's. Ranks of one host share its
@@ -89,6 +92,7 @@ struct Measured {
     ClockReport clocks;
     std::vector<Bytes> resident_peak;   // rank 0: per rank, the process's peak resident memory (VmHWM)
     Bytes workspace;                    // per rank: kernel and transfer workspace outside the graph's buffers
+    std::vector<Bytes> device_peak;     // rank 0: per rank, Backend::device_peak (CUDA: the memory pool's high-water mark)
     std::string backend;                // "cpu: OpenBLAS 0.3.21 …, Open MPI v4.1.4 …"
 };
 
@@ -107,6 +111,22 @@ public:
     virtual void send(OpId id) = 0;
     virtual void recv(OpId id) = 0;
     virtual void copy(OpId id) = 0;
+
+    // ---- asynchronous backends only (Backend::asynchronous()) ----------------------------------
+    // The stream's thread only enqueues; the device runs the stream in order. The runner brackets
+    // every op (its own alloc, free and timer ops too) with begin and end, so the backend marks
+    // each op on the device (CUDA events) and the Timeline is device time.
+    /// Before op `id` is issued: the stream waits, on the device, for `after` (ops of this rank
+    /// on other streams, already issued), then marks the op's start.
+    virtual void begin(OpId id, std::span<const OpId> after) {}
+    /// After op `id` was issued: marks its end.
+    virtual void end(OpId id) {}
+    /// Host work the runner does inside the stream's order (a timer's wait) starts once
+    /// host_enter returns: when the device has reached op `id`.
+    virtual void host_enter(OpId id) {}
+    /// Blocks until op `id` (issued on this stream) has finished on the device: before the
+    /// runner tells another rank that it is done.
+    virtual void finish(OpId id) {}
 };
 
 class Backend {
@@ -125,6 +145,21 @@ public:
     virtual void release(std::int32_t buffer) = 0;
     /// Memory set aside by prepare() beyond the graph's buffers.
     virtual Bytes workspace() const = 0;
+
+    /// Whether stream devices only enqueue (the asynchronous part of StreamDevice); the CPU
+    /// backend's run each op to its end.
+    virtual bool asynchronous() const { return false; }
+    /// Asynchronous backends: called before a step's stream threads start, and after they have
+    /// issued every op (waits until the device has run them).
+    virtual void begin_step() {}
+    virtual void end_step() {}
+    /// After end_step: op `id`'s start and end in ps since `origin_ns` (this host's monotonic
+    /// clock, now_ns()), and its time per kernel class.
+    virtual void op_times(OpId id, std::int64_t origin_ns, std::int64_t& start_ps, std::int64_t& end_ps,
+                          ClassTimes& classes) const {}
+    /// The peak of device memory the graph's buffers took in the last step, as the device's
+    /// allocator counts it (0 where the backend does not measure it).
+    virtual Bytes device_peak() const { return Bytes(0); }
 };
 
 /// The kernels a compute op runs: its recipe, or for an op made with add_compute one kernel of
@@ -179,5 +214,27 @@ HostMemory host_memory(Session& session, Bytes need);
 /// Runs `options.warmup` steps and one measured step of `graph` on the CPU backend; every rank
 /// calls it. The graph must be finalized, unfolded, with one rank per MPI process.
 Measured run_cpu(Session& session, const OpGraph& graph, const topo::Cluster& cluster, const ExecOptions& options);
+
+// ---- the CUDA + NCCL backend (exec/cuda/) ---------------------------------------------------------
+
+/// Whether this binary was built with the CUDA backend (CMake found the CUDA toolkit, cuBLASLt
+/// and NCCL besides MPI).
+bool cuda_built();
+/// Device memory the CUDA backend sets aside for `rank`'s ops (its streams' workspaces,
+/// exec/cuda/plan.hpp); computed from the graph, with or without a GPU.
+Bytes cuda_workspace(const OpGraph& graph, int rank);
+/// Each rank's GPU (as the CUDA backend picks it: its local rank) against `need` (its simulated
+/// device peak plus the workspace); every rank gets the figures of the rank with the least to
+/// spare, and `fits` when every rank's GPU has enough free. bad_input when a host has no GPU or
+/// fewer GPUs than ranks.
+struct GpuMemory {
+    int rank = 0;
+    std::string device;          // "NVIDIA H200 (compute capability 9.0, …)"
+    Bytes need, available;       // available: cudaMemGetInfo's free memory
+    bool fits = true;
+};
+GpuMemory gpu_memory(Session& session, Bytes need);
+/// run_cpu on the CUDA backend: one GPU per rank, NCCL collectives, CUDA-event times.
+Measured run_cuda(Session& session, const OpGraph& graph, const topo::Cluster& cluster, const ExecOptions& options);
 
 }  // namespace smol::exec

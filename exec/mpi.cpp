@@ -360,7 +360,7 @@ void measure_drift(const Mpi& mpi, ClockReport& report) {
 // ---- gathering ----------------------------------------------------------------------------------
 
 std::vector<Bytes> gather_timeline(const Mpi& mpi, const OpGraph& graph, const RankRecord& mine, Timeline& tl,
-                                   bool with_classes) {
+                                   bool with_classes, std::vector<Bytes>* device_peaks) {
     const int size = mpi.size();
     const bool root = mpi.rank() == 0;
     // Ops per rank, in op-id order: the order each rank packed its record in.
@@ -429,14 +429,17 @@ std::vector<Bytes> gather_timeline(const Mpi& mpi, const OpGraph& graph, const R
                          [](const MemorySample& a, const MemorySample& b) { return a.time < b.time; });
     }
 
-    // Peaks per tier and the resident peak.
-    std::vector<std::int64_t> per_rank{mine.peak[0].count(), mine.peak[1].count(), mine.peak[2].count(), mine.resident_peak.count()};
+    // Peaks per tier, the resident peak and the device peak.
+    std::vector<std::int64_t> per_rank{mine.peak[0].count(), mine.peak[1].count(), mine.peak[2].count(),
+                                       mine.resident_peak.count(), mine.device_peak.count()};
     gatherv(per_rank, all, displs);
     std::vector<Bytes> resident;
     if (root) {
+        if (device_peaks) device_peaks->clear();
         for (int r = 0; r < size; ++r) {
-            for (int t = 0; t < kTiers; ++t) tl.peak[static_cast<std::size_t>(r)][static_cast<std::size_t>(t)] = Bytes(all[static_cast<std::size_t>(4 * r + t)]);
-            resident.push_back(Bytes(all[static_cast<std::size_t>(4 * r + 3)]));
+            for (int t = 0; t < kTiers; ++t) tl.peak[static_cast<std::size_t>(r)][static_cast<std::size_t>(t)] = Bytes(all[static_cast<std::size_t>(5 * r + t)]);
+            resident.push_back(Bytes(all[static_cast<std::size_t>(5 * r + 3)]));
+            if (device_peaks) device_peaks->push_back(Bytes(all[static_cast<std::size_t>(5 * r + 4)]));
         }
     }
     std::uint64_t ops_run = 0;

@@ -100,10 +100,11 @@ struct RankRecord {
     std::array<Bytes, kTiers> peak{};
     std::uint64_t ops_run = 0;
     Bytes resident_peak;
+    Bytes device_peak;                                            // Backend::device_peak
 };
 /// Gathers every rank's record into `tl` on rank 0 (tl must be resized to the graph);
-/// returns the resident peaks per rank on rank 0.
+/// returns the resident peaks per rank on rank 0 (and the device peaks in `device_peaks`, if given).
 std::vector<Bytes> gather_timeline(const Mpi& mpi, const OpGraph& graph, const RankRecord& mine, Timeline& tl,
-                                   bool with_classes);
+                                   bool with_classes, std::vector<Bytes>* device_peaks = nullptr);
 
 }  // namespace smol::exec

@@ -87,7 +87,8 @@ std::vector<Kernel> kernels_to_run(const OpGraph& graph, OpId id) {
 
 Runner::Runner(const OpGraph& graph, const topo::Cluster& cluster, Mpi& mpi, Backend& backend,
                const ExecOptions& options)
-    : g_(graph), cluster_(cluster), mpi_(mpi), backend_(backend), options_(options), rank_(mpi.rank()) {
+    : g_(graph), cluster_(cluster), mpi_(mpi), backend_(backend), options_(options), rank_(mpi.rank()),
+      async_(backend.asynchronous()) {
     if (!g_.finalized()) throw Error(ErrorKind::internal, "the executor needs a finalized graph");
     if (g_.folded())
         fail_input("the graph is folded (one data-parallel replica stands for several): the executor runs every "
@@ -189,6 +190,7 @@ Measured Runner::run() {
     measure_drift(mpi_, out.clocks);
 
     record_.resident_peak = resident_peak();
+    record_.device_peak = backend_.device_peak();
     if (mpi_.rank() == 0) {
         out.timeline.resize(g_.size(), g_.ranks());
         for (int r = 0; r < g_.ranks(); ++r) {
@@ -200,7 +202,7 @@ Measured Runner::run() {
             if (grp.nvme_capacity) cap[static_cast<int>(Tier::nvme)] = *grp.nvme_capacity / grp.devices_per_node;
         }
     }
-    out.resident_peak = gather_timeline(mpi_, g_, record_, out.timeline, options_.record_kernel_classes);
+    out.resident_peak = gather_timeline(mpi_, g_, record_, out.timeline, options_.record_kernel_classes, &out.device_peak);
     if (mpi_.rank() == 0) {
         Time makespan;
         for (OpId id = 0; id < g_.size(); ++id) makespan = std::max(makespan, out.timeline.end[id]);
@@ -215,16 +217,22 @@ void Runner::run_step(std::uint32_t step, std::int64_t start_ns) {
     record_.end.assign(mine_.size(), -1);
     record_.classes.assign(mine_.size(), {});
     record_.memory.clear();
+    memory_ops_.clear();
     record_.peak = {};
     in_use_ = {};
     step_ = step;
     last_progress_ns_ = now_ns();
     in_step_ = true;
+    if (async_) backend_.begin_step();
     std::vector<std::thread> threads;
     for (int s = 0; s < kStreams; ++s)
         if (!streams_[static_cast<std::size_t>(s)].queue.empty())
             threads.emplace_back(&Runner::stream_loop, this, static_cast<Stream>(s), step, start_ns);
     for (std::thread& t : threads) t.join();
+    if (async_) {
+        backend_.end_step();   // the watchdog still watches: in_step_ stays set while the device runs
+        take_device_times(start_ns);
+    }
     in_step_ = false;
     // Buffers that live to the end of the step (model states) are released for the next one.
     for (std::size_t b = 0; b < live_.size(); ++b)
@@ -240,6 +248,7 @@ void Runner::stream_loop(Stream s, std::uint32_t step, std::int64_t start_ns) {
     configure_thread();
     StreamState& st = streams_[static_cast<std::size_t>(s)];
     StreamDevice& device = backend_.stream(s);
+    std::vector<OpId> after;   // asynchronous backends: the op's waits on other streams of this rank
     sleep_until_ns(start_ns);
     for (std::size_t i = 0; i < st.queue.size(); ++i) {
         const OpId id = st.queue[i];
@@ -259,7 +268,17 @@ void Runner::stream_loop(Stream s, std::uint32_t step, std::int64_t start_ns) {
         st.running = true;
         ClassTimes classes{};
         try {
+            if (async_) {
+                after.clear();
+                for (std::uint32_t w = wait_begin_[id]; w < wait_begin_[id + 1]; ++w)
+                    if (g_.op(wait_list_[w]).rank == rank_) after.push_back(wait_list_[w]);
+                device.begin(id, after);
+            }
             execute(id, device, start_ns, classes);
+            if (async_) {
+                device.end(id);
+                if (notify_begin_[id] != notify_begin_[id + 1]) device.finish(id);
+            }
         } catch (const std::exception& e) {
             fail(id, e.what());
         }
@@ -317,6 +336,7 @@ void Runner::execute(OpId id, StreamDevice& device, std::int64_t start_ns, Class
         case OpKind::free: memory_op(id, start_ns); break;
         case OpKind::timer: {
             // The next tick of a clock that starts with the step (now, if on a tick).
+            if (async_) device.host_enter(id);
             const std::int64_t period = std::max<std::int64_t>(1, op.period().count_ps() / 1000);
             const std::int64_t since = now_ns() - start_ns;
             sleep_until_ns(start_ns + (since + period - 1) / period * period);
@@ -343,6 +363,38 @@ void Runner::memory_op(OpId id, std::int64_t start_ns) {
         live_[static_cast<std::size_t>(op.ref)] = 0;
     }
     record_.memory.push_back({rank_, static_cast<Tier>(tier), Time::ps((now_ns() - start_ns) * 1000), used});
+    memory_ops_.push_back(id);
+}
+
+void Runner::take_device_times(std::int64_t start_ns) {
+    for (std::size_t k = 0; k < mine_.size(); ++k) {
+        ClassTimes classes{};
+        backend_.op_times(mine_[k], start_ns, record_.start[k], record_.end[k], classes);
+        for (int c = 0; c < kKernelClasses; ++c)
+            record_.classes[k][static_cast<std::size_t>(c)] = classes[static_cast<std::size_t>(c)].count_ps();
+    }
+    // The host issued allocations and frees ahead of the device: put each sample at its op's
+    // device start, in that order (ties in op order), and count the bytes in use again.
+    std::vector<std::size_t> order(record_.memory.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    auto at = [&](std::size_t i) { return record_.start[local_index_[memory_ops_[i]]]; };
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return at(a) != at(b) ? at(a) < at(b) : memory_ops_[a] < memory_ops_[b];
+    });
+    std::vector<MemorySample> samples;
+    samples.reserve(order.size());
+    std::array<Bytes, kTiers> used{};
+    record_.peak = {};
+    for (std::size_t i : order) {
+        const Op& op = g_.op(memory_ops_[i]);
+        const Buffer& b = g_.buffers()[static_cast<std::size_t>(op.ref)];
+        const auto tier = static_cast<std::size_t>(record_.memory[i].tier);
+        if (op.kind == OpKind::alloc) used[tier] += Bytes(b.bytes);
+        else used[tier] -= Bytes(b.bytes);
+        record_.peak[tier] = std::max(record_.peak[tier], used[tier]);
+        samples.push_back({rank_, record_.memory[i].tier, Time::ps(at(i)), used[tier]});
+    }
+    record_.memory = std::move(samples);
 }
 
 // ---- progress, watchdog, failure ----------------------------------------------------------------
@@ -436,6 +488,8 @@ std::string Runner::stuck_report(std::uint32_t step) const {
             }
         }
     }
+    if (async_ && s.str().empty())
+        s << "\n  every op is issued; the device has not finished them (a collective or transfer waiting for another rank?)";
     return s.str();
 }
 

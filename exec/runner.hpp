@@ -12,6 +12,13 @@
 //     threads at that instant on its own clock (clock offsets from align_clocks).
 //   * Alloc and free go to the backend (real memory) and are accounted per tier, as the
 //     simulator accounts them (a host buffer of a unified-memory device counts as device memory).
+//   * An asynchronous backend (a GPU's: Backend::asynchronous) gets the same threads and waits,
+//     but a stream's thread only enqueues: an op is "done" for the host flags once it is issued,
+//     a wait on another stream of this rank becomes a wait on the device (StreamDevice::begin),
+//     an op with a successor on another rank is waited for on the device before the signal, and
+//     after the step the backend gives each op's device times (op_times), which replace the host
+//     times; memory samples are re-timed to their ops' device times and re-accumulated in that
+//     order. The CPU backend takes none of these paths.
 //   * The watchdog turns a rank that finishes no op for `timeout` into an error listing each
 //     stream's stuck op and what it waits for; a failure in any op (or SMOL_FAIL_AT) prints which
 //     rank and op failed, tells the other ranks, and aborts the job: no hang, no orphan.
@@ -59,6 +66,8 @@ private:
     void execute(OpId id, StreamDevice& device, std::int64_t start_ns, ClassTimes& classes);
     void memory_op(OpId id, std::int64_t start_ns);
     void finished(OpId id, std::uint32_t step);
+    /// Asynchronous backends, after end_step: device times into record_, memory re-timed.
+    void take_device_times(std::int64_t start_ns);
     void progress_loop();
     void watchdog_loop();
     [[noreturn]] void fail(OpId id, const std::string& what);
@@ -74,6 +83,7 @@ private:
     ExecOptions options_;
     int rank_;
     bool unified_;
+    bool async_;                                     // backend_.asynchronous()
 
     std::array<StreamState, kStreams> streams_;
     std::vector<std::uint32_t> wait_begin_;          // per op of the graph: its waits in wait_list_
@@ -95,6 +105,7 @@ private:
     std::mutex memory_mu_;
     std::array<Bytes, kTiers> in_use_{};
     std::vector<std::uint8_t> live_;                 // per buffer: allocated in this step and not freed
+    std::vector<OpId> memory_ops_;                   // per sample of record_.memory: its alloc or free op
 
     std::atomic<bool> stop_{false};
     std::atomic<bool> in_step_{false};

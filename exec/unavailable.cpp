@@ -29,5 +29,9 @@ Bytes cpu_workspace(const OpGraph&, int) { unavailable("run"); }
 HostMemory host_memory(Session&, Bytes) { unavailable("run"); }
 Measured run_cpu(Session&, const OpGraph&, const topo::Cluster&, const ExecOptions&) { unavailable("run"); }
 topo::Profile calibrate(Session&, const CalibrateOptions&, std::ostream&) { unavailable("calibrate"); }
+bool cuda_built() { return false; }
+Bytes cuda_workspace(const OpGraph&, int) { unavailable("run"); }
+GpuMemory gpu_memory(Session&, Bytes) { unavailable("run"); }
+Measured run_cuda(Session&, const OpGraph&, const topo::Cluster&, const ExecOptions&) { unavailable("run"); }
 
 }  // namespace smol::exec

@@ -34,6 +34,24 @@ void add_exec_flags(CLI::App& app, ExecFlags& f) {
                    "seconds a rank may go without finishing an op before the run is stopped as hung")
         ->capture_default_str();
     app.add_option("--scratch", f.scratch, "directory for the NVMe tier's files (default: the temporary directory)");
+    app.add_option("--backend", f.backend,
+                   "auto (the cluster's device kind: cuda for GPUs, cpu for CPU boards), cpu (MPI + BLAS) or cuda "
+                   "(CUDA + NCCL, one GPU per rank)")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+        ->capture_default_str();
+    app.add_flag("--tf32", f.tf32, "cuda: run fp32 GEMMs on TF32 tensor cores (off, as in PyTorch by default)");
+}
+
+BackendKind pick_backend(const std::string& choice, const topo::Cluster& cluster) {
+    if (choice == "cpu") return BackendKind::cpu;
+    if (choice == "cuda") return BackendKind::cuda;
+    bool gpus = false, cpus = false;
+    for (const topo::NodeGroup& g : cluster.groups) (g.device.is_cpu ? cpus : gpus) = true;
+    if (gpus && cpus)
+        fail_input("--backend auto cannot pick one backend for " + cluster.name +
+                       ", which has both GPUs and CPU boards: pass --backend cpu or --backend cuda",
+                   flag("--backend"));
+    return gpus ? BackendKind::cuda : BackendKind::cpu;
 }
 
 std::string mpirun_command(const std::vector<std::string>& argv, int ranks) {
@@ -78,28 +96,45 @@ int execute_plan(exec::Session& session, const PlanFlags& plan_flags, const Exec
                    << devices << " devices of " << cluster.name << "; run:\n  " << mpirun_command(io.argv, devices) << '\n';
         return 2;
     }
+    const BackendKind backend = pick_backend(exec_flags.backend, cluster);
+    if (backend == BackendKind::cuda && !exec::cuda_built())
+        fail_input("this plan runs on GPUs (" + cluster.name + "), and smolcluster was built without the CUDA backend "
+                   "(CMake found no CUDA toolkit with cuBLASLt and NCCL): rebuild where they are installed, or pass "
+                   "--backend cpu to run it on this host's CPUs", flag("--backend"));
+    if (exec_flags.tf32 && backend != BackendKind::cuda)
+        fail_input("--tf32 puts fp32 GEMMs on a GPU's TF32 tensor cores, and this run uses the CPU backend", flag("--tf32"));
     Model model = load_model(plan_flags.model);
     strategies::Plan plan = resolve_plan(plan_flags);
     plan.fold = false;   // the executor runs every rank's own ops
     strategies::Built built = strategies::build(model, cluster, plan);
     exec::check_same_graph(session, built.graph);
 
-    // Memory first: the simulated peak of this rank (every tier in DRAM; NVMe is disk) and the
-    // executor's workspace, summed over the host's ranks, against what the host has.
+    // Memory first: the simulated peak of this rank and the executor's workspace against what
+    // the machine has. CPU backend: every tier in DRAM (NVMe is disk), summed over the host's
+    // ranks. CUDA backend: the device tier and the backend's workspace on each rank's GPU, the
+    // host tier in the host's DRAM.
     sim::SimOptions quick;
     quick.network = sim::NetworkMode::analytic;
     quick.record_memory = false;
     const Timeline predicted = sim::simulate(built.graph, cluster, quick);
     const auto& peak = predicted.peak[static_cast<std::size_t>(session.rank())];
-    const Bytes need = peak[static_cast<int>(Tier::device)] + peak[static_cast<int>(Tier::host)] +
-                       exec::cpu_workspace(built.graph, session.rank());
-    const exec::HostMemory host = exec::host_memory(session, need);
-    if (predicted.oom || !host.fits) {
+    const bool gpu = backend == BackendKind::cuda;
+    const Bytes host_need = gpu ? peak[static_cast<int>(Tier::host)]
+                                : peak[static_cast<int>(Tier::device)] + peak[static_cast<int>(Tier::host)] +
+                                      exec::cpu_workspace(built.graph, session.rank());
+    const exec::HostMemory host = exec::host_memory(session, host_need);
+    exec::GpuMemory device;
+    if (gpu) device = exec::gpu_memory(session, peak[static_cast<int>(Tier::device)] + exec::cuda_workspace(built.graph, session.rank()));
+    if (predicted.oom || !host.fits || !device.fits) {
         if (root) {
             if (predicted.oom)
                 io.err << "smolcluster: the plan does not fit: " << predicted.oom->device << " needs "
                        << to_string(predicted.oom->requested) << " more " << to_string(predicted.oom->tier)
                        << " memory with " << to_string(predicted.oom->free) << " free\n";
+            else if (!device.fits)
+                io.err << "smolcluster: the plan does not fit this GPU: rank " << device.rank << " needs "
+                       << to_string(device.need) << " of device memory (simulated peak plus the CUDA backend's workspace) "
+                       << "and its " << device.device << " has " << to_string(device.available) << " free\n";
             else
                 io.err << "smolcluster: the plan does not fit this machine: its " << host.ranks << " ranks on "
                        << host.host << " need " << to_string(host.need)
@@ -114,7 +149,9 @@ int execute_plan(exec::Session& session, const PlanFlags& plan_flags, const Exec
     options.timeout = Time::seconds(exec_flags.timeout_s);
     options.scratch = exec_flags.scratch;
     options.fault = exec::fault_from_env();
-    exec::Measured measured = exec::run_cpu(session, built.graph, cluster, options);
+    options.allow_tf32 = exec_flags.tf32;
+    exec::Measured measured = gpu ? exec::run_cuda(session, built.graph, cluster, options)
+                                  : exec::run_cpu(session, built.graph, cluster, options);
 
     traces::Summary summary;
     if (root) {
@@ -146,6 +183,14 @@ void print_execution(std::ostream& out, const Execution& e) {
         resident += (r ? ", " : "") + to_string(m.resident_peak[r]);
     if (m.resident_peak.size() > 8) resident += ", …";
     row("resident (VmHWM)", resident + " per rank; workspace " + to_string(m.workspace));
+    bool device_peaks = false;
+    for (Bytes b : m.device_peak) device_peaks = device_peaks || b > Bytes(0);
+    if (device_peaks) {
+        std::string peaks;
+        for (std::size_t r = 0; r < m.device_peak.size() && r < 8; ++r) peaks += (r ? ", " : "") + to_string(m.device_peak[r]);
+        if (m.device_peak.size() > 8) peaks += ", …";
+        row("device pool peak", peaks + " per rank (the GPU allocator's high-water mark)");
+    }
 }
 
 void add_execution_json(Json& j, const Execution& e) {
@@ -166,6 +211,9 @@ void add_execution_json(Json& j, const Execution& e) {
     for (Bytes b : m.resident_peak) resident.push_back(b.count());
     j["resident_peak_bytes"] = resident;
     j["workspace_bytes"] = m.workspace.count();
+    Json device = Json::array();
+    for (Bytes b : m.device_peak) device.push_back(b.count());
+    j["device_pool_peak_bytes"] = device;
 }
 
 }  // namespace smol::tools

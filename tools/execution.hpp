@@ -24,14 +24,21 @@ struct ExecFlags {
     int warmup = 1;
     double timeout_s = 300;
     std::string scratch;
+    std::string backend = "auto";   // auto | cpu | cuda
+    bool tf32 = false;
 };
-/// --warmup, --timeout, --scratch.
+/// --warmup, --timeout, --scratch, --backend, --tf32.
 void add_exec_flags(CLI::App& app, ExecFlags& f);
 
 /// The command that starts `argv` (program name first) on `ranks` processes of this machine:
 /// "mpirun -np 2 ./smolcluster run --model …", with --allow-run-as-root for root and
 /// --oversubscribe when there are more ranks than cores.
 std::string mpirun_command(const std::vector<std::string>& argv, int ranks);
+
+enum class BackendKind { cpu, cuda };
+/// --backend: `cpu` or `cuda` as given; `auto` picks cuda when every device of the cluster is a
+/// GPU and cpu when every one is a CPU board (bad_input for a mix: name one with --backend).
+BackendKind pick_backend(const std::string& choice, const topo::Cluster& cluster);
 
 /// Before MPI starts: the executor is built, and mpirun started this process. Otherwise prints
 /// why (with the exact mpirun command for `devices` ranks) and returns exit status 2.

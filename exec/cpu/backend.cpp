@@ -123,6 +123,56 @@ int blas_threads_per_rank(int local_ranks) {
     return std::max(1, std::min(allowed, static_cast<int>(cores / std::max(1, local_ranks))));
 }
 
+void run_kernel(const Kernel& k, float* w, int& adam_step) {
+    const std::int64_t batch = std::max<std::int64_t>(1, k.batch);
+    switch (k.op) {
+        case KernelOp::gemm: {
+            float* a = w;
+            float* b = a + batch * k.m * k.k;
+            float* c = b + batch * k.k * k.n;
+            for (std::int64_t i = 0; i < batch; ++i)
+                gemm(a + i * k.m * k.k, b + i * k.k * k.n, c + i * k.m * k.n, k.m, k.n, k.k);
+            break;
+        }
+        case KernelOp::softmax: softmax(w, k.m, k.n); break;
+        case KernelOp::flash: {
+            const std::int64_t q = k.m, kv = k.n, d = k.k;
+            const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+            // Per head: Q, K, V, O, lse (and dO, dQ, dK, dV in backward), back to back.
+            const std::int64_t head = k.backward ? 4 * q * d + 4 * kv * d + q : 2 * q * d + 2 * kv * d + q;
+            float* scratch = w + batch * head;
+            for (std::int64_t h = 0; h < batch; ++h) {
+                float* qh = w + h * head;
+                float* kh = qh + q * d;
+                float* vh = kh + kv * d;
+                float* oh = vh + kv * d;
+                float* lse = oh + q * d;
+                if (!k.backward) {
+                    flash_forward(qh, kh, vh, oh, lse, q, kv, d, scale, scratch);
+                } else {
+                    float* d_o = lse + q;
+                    float* dq = d_o + q * d;
+                    float* dk = dq + q * d;
+                    float* dv = dk + kv * d;
+                    flash_backward(qh, kh, vh, oh, d_o, lse, dq, dk, dv, q, kv, d, scale, scratch);
+                }
+            }
+            break;
+        }
+        case KernelOp::stream: {
+            const std::int64_t n = (k.bytes + 7) / 8;   // read n floats, write n floats
+            if (n > 0) cpu::stream(w, w + n, n, 1.0001f, 1e-6f);
+            if (k.flops > 2.0 * static_cast<double>(n)) arithmetic(k.flops - 2.0 * static_cast<double>(n));
+            break;
+        }
+        case KernelOp::adam: {
+            const std::int64_t n = k.elements;
+            adam(w, w + n, w + 2 * n, w + 3 * n, n, AdamParams{}, ++adam_step);
+            break;
+        }
+    }
+}
+
 // ---- one stream ---------------------------------------------------------------------------------
 
 class CpuBackend::Device final : public StreamDevice {
@@ -147,7 +197,7 @@ public:
         (void)id;
         for (const Kernel& k : kernels) {
             const std::int64_t t0 = now_ns();
-            run_kernel(k);
+            run_kernel(k, ws_.data(), adam_step_);
             by_class[static_cast<std::size_t>(k.cls)] += elapsed(t0);
         }
     }
@@ -189,57 +239,6 @@ private:
         MPI_Request r = sending ? post_send(ws_.data(), p.bytes, p.dst, op.ref, owner_.mpi_.p2p())
                                 : post_recv(ws_.data(), p.bytes, p.src, op.ref, owner_.mpi_.p2p());
         wait_polling(r);
-    }
-
-    void run_kernel(const Kernel& k) {
-        float* w = ws_.data();
-        const std::int64_t batch = std::max<std::int64_t>(1, k.batch);
-        switch (k.op) {
-            case KernelOp::gemm: {
-                float* a = w;
-                float* b = a + batch * k.m * k.k;
-                float* c = b + batch * k.k * k.n;
-                for (std::int64_t i = 0; i < batch; ++i)
-                    gemm(a + i * k.m * k.k, b + i * k.k * k.n, c + i * k.m * k.n, k.m, k.n, k.k);
-                break;
-            }
-            case KernelOp::softmax: softmax(w, k.m, k.n); break;
-            case KernelOp::flash: {
-                const std::int64_t q = k.m, kv = k.n, d = k.k;
-                const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-                // Per head: Q, K, V, O, lse (and dO, dQ, dK, dV in backward), back to back.
-                const std::int64_t head = k.backward ? 4 * q * d + 4 * kv * d + q : 2 * q * d + 2 * kv * d + q;
-                float* scratch = w + batch * head;
-                for (std::int64_t h = 0; h < batch; ++h) {
-                    float* qh = w + h * head;
-                    float* kh = qh + q * d;
-                    float* vh = kh + kv * d;
-                    float* oh = vh + kv * d;
-                    float* lse = oh + q * d;
-                    if (!k.backward) {
-                        flash_forward(qh, kh, vh, oh, lse, q, kv, d, scale, scratch);
-                    } else {
-                        float* d_o = lse + q;
-                        float* dq = d_o + q * d;
-                        float* dk = dq + q * d;
-                        float* dv = dk + kv * d;
-                        flash_backward(qh, kh, vh, oh, d_o, lse, dq, dk, dv, q, kv, d, scale, scratch);
-                    }
-                }
-                break;
-            }
-            case KernelOp::stream: {
-                const std::int64_t n = (k.bytes + 7) / 8;   // read n floats, write n floats
-                if (n > 0) cpu::stream(w, w + n, n, 1.0001f, 1e-6f);
-                if (k.flops > 2.0 * static_cast<double>(n)) arithmetic(k.flops - 2.0 * static_cast<double>(n));
-                break;
-            }
-            case KernelOp::adam: {
-                const std::int64_t n = k.elements;
-                adam(w, w + n, w + 2 * n, w + 3 * n, n, AdamParams{}, ++adam_step_);
-                break;
-            }
-        }
     }
 
     CpuBackend& owner_;

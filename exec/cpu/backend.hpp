@@ -54,6 +54,10 @@ std::int64_t kernel_floats(const Kernel& k);
 std::array<std::int64_t, kStreams> workspace_bytes(const OpGraph& graph, int rank);
 /// BLAS threads for one of `local_ranks` ranks on this host.
 int blas_threads_per_rank(int local_ranks);
+/// Runs one kernel of a recipe in fp32 on `workspace` (kernel_floats(k) floats, laid out as the
+/// kernel needs: operands back to back); `adam_step` counts Adam steps (incremented by each).
+/// What a CPU stream runs, and what the CUDA backend runs for ops on the host.
+void run_kernel(const Kernel& k, float* workspace, int& adam_step);
 
 class CpuBackend final : public Backend {
 public:

@@ -16,8 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exec/executor.hpp"
 #include "strategies/plan.hpp"
 #include "topologies/profile.hpp"
+#include "tools/execution.hpp"
 #include "topologies/localhost.hpp"
 #include "traces/trace_checks.hpp"
 
@@ -217,4 +219,43 @@ TEST_CASE("validate under mpirun compares the simulated and measured steps, exit
     const Job strict = shell(mpirun(2) + bin + " validate --model gpt-tiny --cluster localhost --seq 64 --warmup 0 --tolerance 0");
     CHECK(strict.code == 1);
     CHECK_THAT(strict.output, Contains("FAILED: |step error|"));
+}
+
+TEST_CASE("the backend follows the cluster's devices; --backend and --tf32 are checked", "[exec][cli]") {
+    using tools::BackendKind;
+    CHECK(tools::pick_backend("auto", topo::cluster_preset("pi5-1gbe")) == BackendKind::cpu);
+    CHECK(tools::pick_backend("auto", topo::cluster_preset("hgx-h200")) == BackendKind::cuda);
+    CHECK(tools::pick_backend("cpu", topo::cluster_preset("hgx-h200")) == BackendKind::cpu);
+    CHECK(tools::pick_backend("cuda", topo::cluster_preset("pi5-1gbe")) == BackendKind::cuda);
+    SECTION("a cluster of GPUs and CPU boards") {
+        const topo::Cluster mixed = topo::compose_clusters("pi5-1gbe:1,workstation-4gpu:1");
+        try {
+            tools::pick_backend("auto", mixed);
+            FAIL("a mixed cluster needs --backend");
+        } catch (const Error& e) {
+            CHECK(e.kind() == ErrorKind::bad_input);
+            CHECK_THAT(std::string(e.what()), Contains("--backend cpu or --backend cuda"));
+        }
+    }
+    SECTION("--tf32 on the CPU backend") {
+        const Job j = shell(mpirun(2) + bin + tiny + " --tf32");
+        CHECK(j.code == 2);
+        CHECK_THAT(j.output, Contains("--tf32"));
+        CHECK(survivors_after_job() == 0);
+    }
+    SECTION("an unknown backend") {
+        const Job j = shell(bin + tiny + " --backend gpu");
+        CHECK(j.code == 2);
+        CHECK_THAT(j.output, Contains("--backend"));
+    }
+    SECTION("a GPU plan where the CUDA backend cannot run it") {
+        // Without the CUDA backend in this build, or without a GPU on this machine: exit 2, saying which.
+        const bool gpu_machine = std::system("nvidia-smi -L >/dev/null 2>&1") == 0;
+        if (!gpu_machine) {
+            const Job j = shell(mpirun(1) + bin + " run --model gpt-tiny --cluster hgx-h200 --devices 1 --seq 64 --warmup 0");
+            CHECK(j.code == 2);
+            CHECK_THAT(j.output, Contains(exec::cuda_built() ? "no usable GPU" : "built without the CUDA backend"));
+            CHECK(survivors_after_job() == 0);
+        }
+    }
 }

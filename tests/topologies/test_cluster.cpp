@@ -37,7 +37,7 @@ TEST_CASE("every preset loads and names itself and its sources", "[topologies][c
     const auto names = cluster_preset_names();
     for (const char* expected : {"pi5-1gbe", "pi4-1gbe", "jetson-orin-nano", "jetson-agx-orin", "workstation-4gpu",
                                  "dgx-a100", "dgx-h100", "dgx2-v100", "hgx-a100-4hdr", "grand-teton-h100",
-                                 "ndm-a100-v4"}) {
+                                 "ndm-a100-v4", "hgx-h200"}) {
         CHECK(std::find(names.begin(), names.end(), expected) != names.end());
     }
     for (const auto& name : names) {
@@ -83,6 +83,28 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(450));
         CHECK(gb_per_s(g.host_link.bandwidth) == Approx(63.0));  // PCIe Gen5 x16
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(50));     // NDR
+    }
+    SECTION("hgx-h200: the H200 datasheet's dense figures; --devices 1 is the one-GPU machine") {
+        const Cluster c = cluster_preset("hgx-h200");
+        const NodeGroup& g = c.groups[0];
+        CHECK(g.devices_per_node == 8);
+        CHECK(tflops(g.device, DType::bf16) == Approx(989.5));   // 1,979 with sparsity
+        CHECK(tflops(g.device, DType::fp16) == Approx(989.5));
+        CHECK(tflops(g.device, DType::fp32) == Approx(67));
+        CHECK(g.device.memory == Bytes::gb(141));
+        CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(4800));
+        CHECK(g.device.compute_capability == Approx(9.0));
+        CHECK(g.cpu_vendor == CpuVendor::intel);                  // DGX H200: 2 × Xeon Platinum 8480C
+        CHECK(g.intra == IntraKind::nvswitch);
+        CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(450));  // 900 GB/s total NVLink 4
+        CHECK(gb_per_s(g.host_link.bandwidth) == Approx(63.0));  // PCIe Gen5 x16
+        CHECK(g.nics == 8);
+        CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(50));     // ConnectX-7, 400 Gb/s
+        CHECK(g.host_memory == Bytes::gb(2000));
+        const Cluster one = c.first_devices(1);
+        CHECK(one.num_devices() == 1);
+        CHECK_FALSE(one.device_kind(0).is_cpu);
+        CHECK(one.device_kind(0).default_dtype() == DType::bf16);
     }
     SECTION("dgx2-v100: 8 NICs for 16 GPUs, no bf16") {
         const NodeGroup g = cluster_preset("dgx2-v100").groups[0];   // a copy: the Cluster is a temporary

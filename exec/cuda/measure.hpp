@@ -1,0 +1,88 @@
+// GPU calibration: micro-benchmarks of what the CUDA backend runs — its cuBLASLt matmuls, its own
+// kernels, its copies and NCCL — each timed with CUDA events immediately around one launch (the
+// device fed ahead, so the host's launch latency is not in the figure), the median of
+// `repeats` after a warm-up. Plain figures in a plain struct: exec/cuda/README.md says how they
+// map onto the profile format (topologies/profile.hpp) that `calibrate` writes.
+//
+//   gemm       FLOP/s of C[m×n] = A[m×k]·B[k×n] over a grid of m, n, k, per dtype (bf16, fp16,
+//              fp32; fp32 on TF32 tensor cores too where the device has them)
+//   stream     bytes moved (read + written) → seconds of the memory-bound pass: HBM bandwidth
+//   softmax    rows × columns → seconds (bf16, forward)
+//   flash      FLOP/s of flash attention forward and backward over queries = keys × head dim
+//   adam       parameters → seconds of the fused Adam
+//   launch     the interval between back-to-back launches of an empty kernel issued from the
+//              host: what each kernel of a recipe costs beyond its own work
+//   h2d, d2h   bytes → seconds of cudaMemcpyAsync between pinned host memory and the device
+//   nccl       every collective over message sizes on 2, 4, … ranks (each a GPU), from a barrier
+//              to the slowest member's end
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json.hpp"
+#include "core/model.hpp"
+#include "core/op_graph.hpp"
+#include "core/units.hpp"
+
+namespace smol::exec {
+class Session;
+}
+
+namespace smol::exec::cuda {
+
+struct MeasureOptions {
+    bool quick = false;     // a smaller grid and fewer sizes (CI-sized: seconds)
+    int repeats = 5;        // timed launches per figure (the median is kept)
+};
+
+struct GemmRate {
+    DType dtype = DType::bf16;
+    bool tf32 = false;
+    std::int64_t m = 0, n = 0, k = 0;
+    double flops_per_s = 0;
+};
+struct FlashRate {
+    bool backward = false;
+    std::int64_t heads = 0, q = 0, kv = 0, d = 0;
+    double flops_per_s = 0;
+};
+/// `size` (bytes, elements or parameters, as the figure says) → seconds.
+struct SizeTime {
+    std::int64_t size = 0;
+    double seconds = 0;
+};
+struct NcclTime {
+    CollectiveKind kind = CollectiveKind::all_reduce;
+    int ranks = 2;
+    std::int64_t bytes = 0;   // the graph's size convention (plan.hpp collective_floats)
+    double seconds = 0;
+};
+
+struct GpuFigures {
+    std::string device;                      // device_description
+    std::vector<std::int64_t> gemm_dims;     // the grid of each of m, n, k
+    std::vector<GemmRate> gemm;              // per dtype (and TF32), m, n, k in grid order, k fastest
+    std::vector<SizeTime> stream;            // bytes moved → s
+    std::vector<SizeTime> softmax;           // elements → s
+    std::vector<FlashRate> flash;
+    std::vector<SizeTime> adam;              // parameters → s
+    Time launch;
+    std::vector<SizeTime> h2d, d2h;          // bytes → s
+    std::vector<NcclTime> nccl;              // rank 0's figures (empty with one rank)
+};
+
+/// Every figure but NCCL's, on the GPU this process would run on (`device`).
+GpuFigures measure_device(int device, const MeasureOptions& options);
+/// NCCL collectives on groups of 2, 4, … up to every rank of the session (each rank one GPU, its
+/// local rank's); every rank calls it; rank 0 gets the figures.
+std::vector<NcclTime> measure_nccl(Session& session, int device, const MeasureOptions& options);
+
+/// The figures as one JSON object (sizes and seconds as arrays).
+Json to_json(const GpuFigures& f);
+
+/// Median of `v` (empty: 0).
+double median(std::vector<double> v);
+
+}  // namespace smol::exec::cuda
