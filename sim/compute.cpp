@@ -15,6 +15,13 @@ FlopRate vector_peak(const topo::DeviceKind& dev, DType dtype) {
 
 Time memory_time(Bytes bytes, const topo::DeviceKind& dev) { return bytes / (dev.memory_bandwidth * dev.memory_efficiency); }
 
+/// A pass on the host CPU, alone: its DRAM traffic at the host's streaming rate, or its FLOPs on
+/// all the cores, whichever is longer.
+Time host_time(Bytes bytes, Flops flops, const topo::NodeGroup& group) {
+    const Time memory = bytes / (group.host_memory_bandwidth * group.host_memory_efficiency);
+    return group.host_peak ? std::max(memory, flops / *group.host_peak) : memory;
+}
+
 }  // namespace
 
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
@@ -26,7 +33,7 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group) {
     const topo::DeviceKind& dev = group.device;
     const Bytes bytes(kernel.bytes);
-    if (on_host) return bytes / (group.host_memory_bandwidth * dev.memory_efficiency);
+    if (on_host) return host_time(bytes, Flops(kernel.flops), group);
     const Flops flops(kernel.flops);
     switch (kernel.op) {
         case KernelOp::gemm:
@@ -49,7 +56,7 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
         const Flops flops(op.flops);
         Time t;
         if (op.on_host())
-            t = traffic / (group.host_memory_bandwidth * dev.memory_efficiency);
+            t = host_time(traffic, flops, group);
         else if (op.kernel() == KernelClass::gemm || op.kernel() == KernelClass::attention)
             t = flops / (dev.peak_for(op.dtype()) * dev.gemm_efficiency) + memory_time(traffic, dev);
         else

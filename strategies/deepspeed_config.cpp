@@ -62,8 +62,10 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         const std::string type = opt.string_or("type", "Adam");
         std::string lower(type.size(), ' ');
         std::transform(type.begin(), type.end(), lower.begin(), ::tolower);
-        if (lower != "adam" && lower != "adamw" && lower != "fusedadam")
-            c.unmodelled.push_back(opt.path() + "/type (" + type + ": priced as Adam)");
+        // runtime/config.py's optimizer names (ADAM_OPTIMIZER, ADAMW_OPTIMIZER, LAMB_OPTIMIZER …).
+        if (lower == "adam" || lower == "adamw" || lower == "fusedadam") c.optimizer = Optimizer::adam;
+        else if (lower == "lamb" || lower == "fusedlamb") c.optimizer = Optimizer::lamb;
+        else c.unmodelled.push_back(opt.path() + "/type (" + type + ": priced as Adam)");
         report_others(opt, {"type"}, c.unmodelled);
     }
     if (root.has("zero_optimization")) {

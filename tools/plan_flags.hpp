@@ -31,7 +31,9 @@ struct PlanFlags {
     std::vector<int> stage_layers;
     std::string partition;
     bool sp = false;
-    std::string recompute = "none", offload = "none";
+    std::string recompute = "none", offload = "none", offload_params = "none", offload_optimizer = "none";
+    bool delayed_update = false;
+    std::string finetune = "full", optimizer = "adam";
     std::int64_t global_batch = 0;
     int micro_batch = 1, seq = 0;
     std::string dtype;
