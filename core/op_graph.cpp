@@ -114,7 +114,7 @@ const char* describe(BufferLabel b) {
         case BufferLabel::activations: return "activations";
         case BufferLabel::workspace: return "workspace";
         case BufferLabel::bucket: return "gradient buckets";
-        case BufferLabel::staging: return "staging (gathered parameters, transfer buffers)";
+        case BufferLabel::staging: return "staging buffers";
     }
     return "?";
 }

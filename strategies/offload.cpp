@@ -12,10 +12,14 @@ Tier offload_tier(Offload o) {
 }
 
 OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
-                                    int mbs, Stream stream, OpId ready, OpId host_reader, int layer, int index) {
+                                    int mbs, Stream stream, OpId ready, OpId host_reader, OpId& previous, int layer,
+                                    int index) {
     OpId prev = ready;
+    bool first = true;
     auto then = [&](OpId op) {
         if (prev != OpGraph::kNoOp) g.depend(prev, op);
+        if (first && previous != OpGraph::kNoOp) g.depend(previous, op);
+        first = false;
         prev = op;
         if (index >= 0) g.set_index(op, index);
         return op;
@@ -33,7 +37,7 @@ OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements,
     OffloadedPartition out;
     if (mb + 1 < mbs) {
         then(g.add_copy(rank, Tier::device, Tier::host, Bytes(acc), Phase::bwd, layer, mb));
-        out.device_done = out.done = prev;
+        out.device_done = out.done = previous = prev;
         return out;
     }
     // The last micro-batch: the partition as fp32, cast on the device into a transient buffer,
@@ -44,11 +48,14 @@ OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements,
         then(g.add_alloc(cast, stream, layer, mb));
         device_pass(elements * (how.grad_bytes + 4));
     }
-    const OpId down = then(g.add_copy(rank, Tier::device, Tier::host, Bytes(elements * 4), Phase::bwd, layer, mb));
+    // (Unified memory: the host is the device; an NVMe-bound partition goes straight to the drive.)
+    const Tier first_tier = how.unified ? how.to : Tier::host;
+    const OpId down = then(g.add_copy(rank, Tier::device, first_tier, Bytes(elements * 4), Phase::bwd, layer, mb));
     if (host_reader != OpGraph::kNoOp) g.depend(host_reader, down);
     if (cast >= 0) g.add_free(cast, Stream::copy, layer, mb);
-    out.device_done = down;
-    if (how.to == Tier::nvme) then(g.add_copy(rank, Tier::host, Tier::nvme, Bytes(elements * 4), Phase::bwd, layer, mb));
+    out.device_done = previous = down;
+    if (how.to == Tier::nvme && first_tier != Tier::nvme)
+        then(g.add_copy(rank, Tier::host, Tier::nvme, Bytes(elements * 4), Phase::bwd, layer, mb));
     out.done = prev;
     return out;
 }

@@ -47,6 +47,7 @@ struct GradientOffload {
     int accumulate_bytes = 2;   // what is accumulated through the host before the last micro-batch
     Tier to = Tier::host;       // where the fp32 partition ends (NVMe: through a pinned host buffer)
     DType dtype = DType::bf16;  // of the device kernels
+    bool unified = false;       // unified memory: the host is the device, NVMe is reached from it directly
 };
 
 struct OffloadedPartition {
@@ -57,8 +58,11 @@ struct OffloadedPartition {
 /// The copies (and the device kernels between them) that move a gradient partition of
 /// `elements` produced by `ready` off `rank`'s device in micro-batch `mb` of `mbs`; device
 /// kernels run on `stream` (the reduction's). The copy into the host's fp32 partition also waits
-/// for `host_reader` (a delayed update still reading it; kNoOp: none).
+/// for `host_reader` (a delayed update still reading it; kNoOp: none). `previous` is the rank's
+/// previous partition's device_done: the device buffers that hold a partition on its way out are
+/// reused (DeepSpeed's temp_grad_buffer_for_gpu_offload), so this one waits for it; updated.
 OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
-                                    int mbs, Stream stream, OpId ready, OpId host_reader, int layer = -1, int index = -1);
+                                    int mbs, Stream stream, OpId ready, OpId host_reader, OpId& previous, int layer = -1,
+                                    int index = -1);
 
 }  // namespace smol::strategies::detail

@@ -86,22 +86,21 @@ StepKernels step_kernels(const Layout& l, StepRunner runner, std::int64_t params
 
 std::vector<OpId> add_optimizer_steps(OpGraph& g, const Layout& l, StepRunner runner, const std::vector<int>& ranks,
                                       std::int64_t params, const std::vector<std::int64_t>& layer_params, bool sharded,
-                                      const std::vector<OpId>& after, int layer) {
+                                      const std::vector<OpId>& after, Stream collectives) {
     const StepKernels k = step_kernels(l, runner, params, layer_params);
     const bool host = runner != StepRunner::device;
     const Stream stream = host ? Stream::host : Stream::compute;
     const std::int32_t update = g.intern_recipe(k.update);
     std::vector<OpId> last(ranks.size());
     for (std::size_t i = 0; i < ranks.size(); ++i) {
-        last[i] = g.add_kernels(ranks[i], Phase::opt, layer, -1, update, l.dtype, host, stream);
+        last[i] = g.add_kernels(ranks[i], Phase::opt, -1, -1, update, l.dtype, host, stream);
         if (i < after.size() && after[i] != OpGraph::kNoOp) g.depend(after[i], last[i]);
     }
     if (k.apply.empty()) return last;
     if (sharded && ranks.size() > 1) {
         // LAMB's trust ratio needs each layer's whole norm: the shards' partial sums of squares
         // are all-reduced (fp32) before the update is applied.
-        const auto ops = g.add_collective(CollectiveKind::all_reduce, ranks, Bytes(4 * k.norm_floats), Stream::comm,
-                                          Phase::opt, layer);
+        const auto ops = g.add_collective(CollectiveKind::all_reduce, ranks, Bytes(4 * k.norm_floats), collectives, Phase::opt);
         for (std::size_t i = 0; i < ranks.size(); ++i) {
             g.depend(last[i], ops[i]);
             last[i] = ops[i];
@@ -109,7 +108,7 @@ std::vector<OpId> add_optimizer_steps(OpGraph& g, const Layout& l, StepRunner ru
     }
     const std::int32_t apply = g.intern_recipe(k.apply);
     for (std::size_t i = 0; i < ranks.size(); ++i) {
-        const OpId a = g.add_kernels(ranks[i], Phase::opt, layer, -1, apply, l.dtype, host, stream);
+        const OpId a = g.add_kernels(ranks[i], Phase::opt, -1, -1, apply, l.dtype, host, stream);
         g.depend(last[i], a);
         last[i] = a;
     }

@@ -50,7 +50,11 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     std::vector<std::map<std::pair<int, int>, std::int32_t>> bucket_buf(replicas.size());
     std::map<std::pair<int, int>, std::int32_t> blocking_cid;
     std::vector<OpId> last_rs(replicas.size(), static_cast<OpId>(-1));
-    std::vector<OpId> host_step(replicas.size(), OpGraph::kNoOp), last_out(replicas.size(), OpGraph::kNoOp);
+    std::vector<OpId> host_step(replicas.size(), OpGraph::kNoOp), last_out(replicas.size(), OpGraph::kNoOp),
+        out_prev(replicas.size(), OpGraph::kNoOp);
+    // Offloaded, each bucket's free (after its partition's copy) per (micro-batch, block its
+    // gradients complete after): what the throttle below waits for.
+    std::vector<std::map<std::pair<int, int>, std::vector<OpId>>> freed_after(replicas.size());
     std::int64_t largest = 1;
     for (const Block& b : blocks)
         for (std::int64_t e : partitioned_tensors(b, 0)) largest = std::max(largest, e);
@@ -96,9 +100,9 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
             if (offload) {
                 const std::int64_t part = buckets[static_cast<std::size_t>(k)].bytes.count() / sb.grads / n;
                 const detail::OffloadedPartition o =
-                    stage == 1 ? detail::offload_gradient(g, r, part, how, 0, 1, stream, reduced, host_step[d], -1, k)
+                    stage == 1 ? detail::offload_gradient(g, r, part, how, 0, 1, stream, reduced, host_step[d], out_prev[d], -1, k)
                                : detail::offload_gradient(g, r, part, how, mb, mbs, stream, reduced,
-                                                          mb == mbs - 1 ? host_step[d] : OpGraph::kNoOp, -1, k);
+                                                          mb == mbs - 1 ? host_step[d] : OpGraph::kNoOp, out_prev[d], -1, k);
                 device_done = o.device_done;
                 if (mb == mbs - 1) last_out[d] = o.done;
                 stream = Stream::copy;
@@ -106,6 +110,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
             if (bucketed) {
                 const OpId f = g.add_free(bucket_buf[d].at({mb, k}), stream, -1, mb);
                 g.depend(device_done, f);
+                freed_after[d][{mb, buckets[static_cast<std::size_t>(k)].ready_after_block}].push_back(f);
             }
         };
         std::function<void(int, const Block&, OpId)> after_bwd;
@@ -143,9 +148,9 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                         const std::int64_t part = buckets[k].bytes.count() / sb.grads / n;
                         const detail::OffloadedPartition o =
                             stage == 1 ? detail::offload_gradient(g, replicas[d], part, how, 0, 1, Stream::comm, ops[d],
-                                                                  host_step[d], -1, static_cast<int>(k))
+                                                                  host_step[d], out_prev[d], -1, static_cast<int>(k))
                                        : detail::offload_gradient(g, replicas[d], part, how, mb, mbs, Stream::comm, ops[d],
-                                                                  mb == mbs - 1 ? host_step[d] : OpGraph::kNoOp, -1,
+                                                                  mb == mbs - 1 ? host_step[d] : OpGraph::kNoOp, out_prev[d], -1,
                                                                   static_cast<int>(k));
                         device_done = o.device_done;
                         if (mb == mbs - 1) last_out[d] = o.done;
@@ -154,9 +159,22 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                     if (bucketed) {
                         const OpId f = g.add_free(bucket_buf[d].at({mb, static_cast<int>(k)}), stream, -1, mb);
                         g.depend(device_done, f);
+                        freed_after[d][{mb, buckets[k].ready_after_block}].push_back(f);
                     }
                 }
             }
+    // DeepSpeed's hooks block backward while its IPG buffers (two with overlap_comm) wait for
+    // their reduction and copy: offloaded, the copy to the host is the slow part, so a block's
+    // backward waits until the gradients of the block two before it have left the device (the
+    // graph is per block; DeepSpeed's buckets are per parameter).
+    if (offload && bucketed)
+        for (std::size_t d = 0; d < replicas.size(); ++d)
+            for (int mb = 0; mb < mbs; ++mb)
+                for (int i = 0; i + 2 <= last_block; ++i) {
+                    const auto it = freed_after[d].find({mb, i + 2});
+                    if (it == freed_after[d].end()) continue;
+                    for (OpId f : it->second) g.depend(f, passes[d].bwd_first[static_cast<std::size_t>(mb)][static_cast<std::size_t>(i)]);
+                }
     // The step: on the device after the last reduction, or on the host after the last partition
     // arrived (the delayed update's already ran), then the updated 16-bit partition back to the
     // device (after this step's backward, which still reads the parameters).
@@ -165,7 +183,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         std::vector<OpId> after(replicas.size(), OpGraph::kNoOp);
         for (std::size_t d = 0; d < replicas.size(); ++d)
             if (last_rs[d] != static_cast<OpId>(-1)) after[d] = last_rs[d];
-        opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1, after);
+        opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1, after, comm);
     } else {
         if (!layout.delayed_update) host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine,
                                                                     layer_params(blocks, n), n > 1, last_out);
@@ -288,7 +306,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             g.depend(after[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], f);
         }
     };
-    std::vector<OpId> last_comm(static_cast<std::size_t>(dp), OpGraph::kNoOp), last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+    std::vector<OpId> last_comm(static_cast<std::size_t>(dp), OpGraph::kNoOp), last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp),
+        out_prev(static_cast<std::size_t>(dp), OpGraph::kNoOp);
     // Gradients of a unit after its backward: reduce-scatter in the shard group, then (hybrid)
     // all-reduce of the shard across groups; NO_SHARD all-reduces the whole unit (last micro-batch).
     auto reduce = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& bwd) {
@@ -313,8 +332,9 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         const detail::GradientOffload how{sb.grads, 4, Tier::host, layout.dtype};
         for (int d = 0; d < dp; ++d) {
             const OpId ready = ops.empty() ? bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] : ops[static_cast<std::size_t>(d)];
-            const detail::OffloadedPartition o = detail::offload_gradient(
-                g, replicas[static_cast<std::size_t>(d)], shard(b.params, group), how, mb, mbs, Stream::comm, ready, OpGraph::kNoOp, b.index);
+            const detail::OffloadedPartition o = detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)],
+                                                                          shard(b.params, group), how, mb, mbs, Stream::comm, ready,
+                                                                          OpGraph::kNoOp, out_prev[static_cast<std::size_t>(d)], b.index);
             if (group == 1) {
                 const OpId f = g.add_free(grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)],
                                           Stream::copy, b.index, mb);
@@ -456,8 +476,10 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, {});
         return g;
     }
-    const detail::GradientOffload how{sb.grads, 4, otier, layout.dtype};
-    std::vector<OpId> last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+    const detail::GradientOffload how{sb.grads, 4, otier, layout.dtype, layout.unified_memory};
+    // Where pinned host buffers live: on unified memory (a CPU board, a Jetson) the device's own.
+    const Tier pinned = layout.unified_memory ? Tier::device : Tier::host;
+    std::vector<OpId> last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp), out_prev(static_cast<std::size_t>(dp), OpGraph::kNoOp);
     // Parameters are fetched when they are sharded over ranks or offloaded.
     const bool gathers = dp > 1 || po != Offload::none;
 
@@ -508,8 +530,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                         if (ready[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ready[static_cast<std::size_t>(d)], op);
                         ready[static_cast<std::size_t>(d)] = op;
                     };
-                    if (po == Offload::nvme) step(g.add_copy(r, Tier::nvme, Tier::host, Bytes(mine_i * sb.params), phase, i, mb));
-                    step(g.add_copy(r, Tier::host, Tier::device, Bytes(mine_i * sb.params), phase, i, mb));
+                    if (po == Offload::nvme) step(g.add_copy(r, Tier::nvme, pinned, Bytes(mine_i * sb.params), phase, i, mb));
+                    if (pinned != Tier::device) step(g.add_copy(r, Tier::host, Tier::device, Bytes(mine_i * sb.params), phase, i, mb));
                 }
             }
             std::vector<OpId> ops = ready;
@@ -586,8 +608,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     for (int d = 0; d < dp; ++d) {
                         const detail::OffloadedPartition o =
                             detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)], elements, how, mb, mbs,
-                                                     Stream::comm, reduced[static_cast<std::size_t>(d)], OpGraph::kNoOp, -1,
-                                                     static_cast<int>(next_bucket));
+                                                     Stream::comm, reduced[static_cast<std::size_t>(d)], OpGraph::kNoOp,
+                                                     out_prev[static_cast<std::size_t>(d)], -1, static_cast<int>(next_bucket));
                         if (mb == mbs - 1) last_out[static_cast<std::size_t>(d)] = o.done;
                     }
                 }
@@ -613,13 +635,13 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             for (int d = 0; d < dp; ++d) {
                 const int r = replicas[static_cast<std::size_t>(d)];
                 in[static_cast<std::size_t>(d)] =
-                    g.add_copy(r, Tier::nvme, Tier::host, Bytes::from_double((state + 4) * static_cast<double>(e)), Phase::opt);
+                    g.add_copy(r, Tier::nvme, pinned, Bytes::from_double((state + 4) * static_cast<double>(e)), Phase::opt);
                 if (done[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(done[static_cast<std::size_t>(d)], in[static_cast<std::size_t>(d)]);
             }
             const std::vector<OpId> step =
                 add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, e, {e}, dp > 1, in);
             for (int d = 0; d < dp; ++d) {
-                const OpId out = g.add_copy(replicas[static_cast<std::size_t>(d)], Tier::host, Tier::nvme,
+                const OpId out = g.add_copy(replicas[static_cast<std::size_t>(d)], pinned, Tier::nvme,
                                             Bytes::from_double(state * static_cast<double>(e)), Phase::opt);
                 g.depend(step[static_cast<std::size_t>(d)], out);
                 done[static_cast<std::size_t>(d)] = out;
@@ -628,7 +650,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     }
     for (int d = 0; d < dp; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
-        const Tier from = oo == Offload::none ? Tier::device : Tier::host;   // where the step wrote them
+        const Tier from = oo == Offload::none ? Tier::device : pinned;   // where the step wrote them
         auto write = [&](Tier to, std::int64_t elements) {
             if (to == from || elements == 0) return;
             const OpId c = g.add_copy(r, from, to, Bytes(elements * sb.params), Phase::opt);

@@ -163,6 +163,7 @@ Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info
     if (static_cast<std::size_t>(s.peak_rank) < tl.peak_breakdown.size()) {
         s.peak_device = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::device)];
         s.peak_host = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::host)];
+        s.peak_nvme = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::nvme)];
     }
     // Pipeline stage of a rank: Megatron order, rank = t + tp·(d + dp·stage).
     const int per_stage = std::max(1, info.tp * info.dp);
@@ -230,7 +231,10 @@ Json to_json(const Summary& s) {
     } else {
         j["oom"] = nullptr;
     }
-    j["memory"] = {{"rank", s.peak_rank}, {"device", breakdown_json(s.peak_device)}, {"host", breakdown_json(s.peak_host)}};
+    j["memory"] = {{"rank", s.peak_rank},
+                   {"device", breakdown_json(s.peak_device)},
+                   {"host", breakdown_json(s.peak_host)},
+                   {"nvme", breakdown_json(s.peak_nvme)}};
     j["exposed_comm_s"] = s.exposed_comm.to_seconds();
     j["total_comm_s"] = s.total_comm.to_seconds();
     j["bubble_fraction"] = s.bubble_fraction;
@@ -275,6 +279,7 @@ void print_table(std::ostream& out, const Summary& s) {
         row("peak memory by stage", stages);
     }
     if (s.peak_host.total() > Bytes(0)) row("host memory at peak", describe_breakdown(s.peak_host) + " (rank " + std::to_string(s.peak_rank) + ")");
+    if (s.peak_nvme.total() > Bytes(0)) row("NVMe at peak", describe_breakdown(s.peak_nvme) + " (rank " + std::to_string(s.peak_rank) + ")");
     if (s.oom) {
         const std::string what = s.oom_report ? s.oom_report->buffer : std::string("an allocation");
         row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": the " + what + " (" + gib(s.oom->requested) +
@@ -282,6 +287,9 @@ void print_table(std::ostream& out, const Summary& s) {
         if (s.oom_report) {
             const OomReport& r = *s.oom_report;
             row("memory at its peak", gib(r.peak.total()) + " of " + gib(r.capacity) + ": " + describe_breakdown(r.peak));
+            if (r.fits.empty() && !r.fits_network.empty())
+                row("plans that fit", "none of the strategies, offload choices, recompute settings and micro-batches "
+                                      "smolcluster tried fits");
             if (!r.fits.empty()) {
                 row("plans that fit", "each simulated (" + r.fits_network + " network), slowdown against this plan's step:");
                 for (const FitOption& f : r.fits)

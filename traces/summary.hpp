@@ -81,7 +81,7 @@ struct Summary {
     std::optional<OomReport> oom_report;    // with oom: what it means (summarize) and what would fit (the caller)
     /// The rank with the largest device peak: its device and host at their peaks, by what they hold.
     int peak_rank = 0;
-    MemoryBreakdown peak_device, peak_host;
+    MemoryBreakdown peak_device, peak_host, peak_nvme;
     Time exposed_comm, total_comm;      // worst rank
     double bubble_fraction = 0;
     std::vector<DeviceSummary> per_device;
