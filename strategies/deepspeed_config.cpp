@@ -84,8 +84,20 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         if (z.has("stage3_max_reuse_distance")) c.max_reuse_distance = elements(z, "stage3_max_reuse_distance");
         if (z.has("stage3_param_persistence_threshold"))
             c.param_persistence_threshold = elements(z, "stage3_param_persistence_threshold");
-        if (z.has("offload_optimizer")) c.offload_optimizer = device(z.at("offload_optimizer"));
-        if (z.has("offload_param")) c.offload_param = device(z.at("offload_param"));
+        if (z.has("sub_group_size")) c.sub_group_size = elements(z, "sub_group_size");
+        if (z.has("offload_optimizer")) {
+            const JsonView o = z.at("offload_optimizer");
+            c.offload_optimizer = device(o);
+            if (o.has("buffer_count")) c.optimizer_buffer_count = elements(o, "buffer_count");
+            report_others(o, {"device", "buffer_count"}, c.unmodelled);
+        }
+        if (z.has("offload_param")) {
+            const JsonView o = z.at("offload_param");
+            c.offload_param = device(o);
+            if (o.has("buffer_count")) c.param_buffer_count = elements(o, "buffer_count");
+            if (o.has("buffer_size")) c.param_buffer_size = elements(o, "buffer_size");
+            report_others(o, {"device", "buffer_count", "buffer_size"}, c.unmodelled);
+        }
         // contiguous_gradients and reduce_scatter are DeepSpeed's defaults (true), which is how
         // smolcluster lays ZeRO out; false is not modelled.
         for (const char* flag : {"contiguous_gradients", "reduce_scatter"})
@@ -93,7 +105,7 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         report_others(z,
                       {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                        "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
-                       "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter"},
+                       "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter"},
                       c.unmodelled);
     }
     report_others(root,

@@ -36,10 +36,6 @@ namespace smol::strategies::detail {
 /// The tier a state offloaded to `o` lives in (none: the device).
 Tier offload_tier(Offload o);
 
-constexpr std::int64_t kSubGroupSize = 1'000'000'000;           // zero_optimization.sub_group_size
-constexpr int kOptimizerSwapBuffers = 4;                        // offload_optimizer.buffer_count
-constexpr int kParamSwapBuffers = 5;                            // offload_param.buffer_count
-constexpr std::int64_t kParamSwapBufferElements = 100'000'000;  // offload_param.buffer_size
 
 /// How a framework moves a reduced gradient partition off the device.
 struct GradientOffload {

@@ -469,6 +469,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         if (o.max_live_parameters) l.framework.max_live_parameters = *o.max_live_parameters;
         if (o.max_reuse_distance) l.framework.max_reuse_distance = *o.max_reuse_distance;
         if (o.param_persistence_threshold) l.framework.param_persistence_threshold = *o.param_persistence_threshold;
+        if (o.sub_group_size) l.framework.sub_group_size = std::max<std::int64_t>(1, *o.sub_group_size);
+        if (o.optimizer_swap_buffers) l.framework.optimizer_swap_buffers = *o.optimizer_swap_buffers;
+        if (o.param_swap_buffers) l.framework.param_swap_buffers = *o.param_swap_buffers;
+        if (o.param_swap_buffer_size) l.framework.param_swap_buffer_size = *o.param_swap_buffer_size;
         if (l.framework.overlap_comm && *l.framework.overlap_comm) l.framework.grad_reduce = GradReduce::overlapped;
     }
     if (plan.overlap_grad_reduce) {

@@ -110,7 +110,7 @@ struct Plan {
     struct FrameworkOverrides {
         std::optional<bool> overlap_comm;
         std::optional<std::int64_t> reduce_bucket, prefetch_bucket, max_live_parameters, max_reuse_distance,
-            param_persistence_threshold;
+            param_persistence_threshold, sub_group_size, optimizer_swap_buffers, param_swap_buffers, param_swap_buffer_size;
     } framework_overrides;
     int gradient_accumulation = 0;
 };

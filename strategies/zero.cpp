@@ -456,8 +456,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             alloc_state(g, r, Bytes(persistent * sb.params), BufferLabel::parameters);
             alloc_state(g, r, Bytes(part * sb.params), BufferLabel::parameters, ptier);
             if (po == Offload::nvme)   // the parameter swapper's pinned buffers
-                alloc_state(g, r, Bytes(detail::kParamSwapBuffers * detail::kParamSwapBufferElements * sb.params),
-                            BufferLabel::staging, Tier::host);
+                alloc_state(g, r, Bytes(fw.param_swap_buffers * fw.param_swap_buffer_size * sb.params), BufferLabel::staging,
+                            Tier::host);
         }
         if (oo == Offload::none) {
             alloc_state(g, r, Bytes(gshard * sb.grads), BufferLabel::gradients);
@@ -466,7 +466,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             alloc_state(g, r, Bytes(gshard * 4), BufferLabel::gradients, otier);
             alloc_state(g, r, optimizer_state_bytes(layout, gshard), BufferLabel::optimizer_state, otier);
             if (oo == Offload::nvme)   // the optimizer swapper's pinned buffers, a sub-group each
-                alloc_state(g, r, Bytes(detail::kOptimizerSwapBuffers * std::min(detail::kSubGroupSize, gshard) * 4),
+                alloc_state(g, r, Bytes(fw.optimizer_swap_buffers * std::min(fw.sub_group_size, gshard) * 4),
                             BufferLabel::staging, Tier::host);
         }
         if (dp > 1 || offload) alloc_state(g, r, bucket_cap, BufferLabel::bucket);   // the contiguous IPG buffer
@@ -629,8 +629,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         // swap the weights and moments out; one sub-group's buffers at a time.
         done = last_out;
         const double state = optimizer_state_per_param(layout.optimizer, layout.dtype);
-        for (std::int64_t begin = 0; begin < gshard; begin += detail::kSubGroupSize) {
-            const std::int64_t e = std::min(detail::kSubGroupSize, gshard - begin);
+        for (std::int64_t begin = 0; begin < gshard; begin += fw.sub_group_size) {
+            const std::int64_t e = std::min(fw.sub_group_size, gshard - begin);
             std::vector<OpId> in(static_cast<std::size_t>(dp));
             for (int d = 0; d < dp; ++d) {
                 const int r = replicas[static_cast<std::size_t>(d)];

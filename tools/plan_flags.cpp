@@ -221,6 +221,10 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
     o.max_live_parameters = c.max_live_parameters;
     o.max_reuse_distance = c.max_reuse_distance;
     o.param_persistence_threshold = c.param_persistence_threshold;
+    o.sub_group_size = c.sub_group_size;
+    o.optimizer_swap_buffers = c.optimizer_buffer_count;
+    o.param_swap_buffers = c.param_buffer_count;
+    o.param_swap_buffer_size = c.param_buffer_size;
     if (c.allgather_bucket_size) f.warnings.push_back(file + ": /zero_optimization/allgather_bucket_size is not modelled");
     for (const std::string& key : c.unmodelled) f.warnings.push_back(file + ": " + key + " is not modelled");
 }
