@@ -120,26 +120,46 @@ ReduceTiming reduce_timing(const Layout& layout, int zero_stage) {
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd,
                   const std::function<void(int, const Block&, OpId)>& after_bwd,
-                  const std::vector<BlockKernels>* trained) {
+                  const std::vector<BlockKernels>* trained, bool activations_to_host) {
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
     p.bwd_first = p.fwd;
     const std::vector<BlockRecipes> recipes = intern_block_recipes(g, blocks, trained);
     for (int mb = 0; mb < microbatches; ++mb) {
-        std::vector<std::int32_t> act(blocks.size());
+        std::vector<std::int32_t> act(blocks.size()), host(blocks.size(), -1);
+        OpId out = OpGraph::kNoOp;   // the last copy to the host, which the next forward waits for
         for (const Block& b : blocks) {
             act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
             g.add_alloc(act[b.index], Stream::compute, b.index, mb);
             p.fwd[mb][b.index] = g.add_kernels(rank, Phase::fwd, b.index, mb, recipes[b.index].fwd, dtype);
+            if (out != OpGraph::kNoOp) g.depend(out, p.fwd[mb][b.index]);
+            out = OpGraph::kNoOp;
+            if (activations_to_host && b.activations > Bytes(0)) {
+                host[b.index] = g.add_buffer(rank, Tier::host, b.activations, BufferLabel::activations);
+                g.depend(p.fwd[mb][b.index], g.add_alloc(host[b.index], Stream::copy, b.index, mb));
+                out = g.add_copy(rank, Tier::device, Tier::host, b.activations, Phase::fwd, b.index, mb);
+                g.add_free(act[b.index], Stream::copy, b.index, mb);
+            }
         }
         for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
             const Block& b = *it;
             if (before_bwd) before_bwd(mb, b);
+            OpId back = OpGraph::kNoOp;
+            if (host[b.index] >= 0) {
+                // Back to the device once the backward before it is done (into a new buffer: the
+                // forward's was freed).
+                act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
+                const OpId a = g.add_alloc(act[b.index], Stream::compute, b.index, mb);
+                back = g.add_copy(rank, Tier::host, Tier::device, b.activations, Phase::bwd, b.index, mb);
+                g.depend(a, back);
+                g.add_free(host[b.index], Stream::copy_in, b.index, mb);
+            }
             OpId first = OpGraph::kNoOp;
             if (recipes[b.index].recompute >= 0)
                 first = g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
             p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, recipes[b.index].bwd, dtype);
+            if (back != OpGraph::kNoOp) g.depend(back, first != OpGraph::kNoOp ? first : p.bwd[mb][b.index]);
             p.bwd_first[mb][b.index] = first != OpGraph::kNoOp ? first : p.bwd[mb][b.index];
             if (after_bwd) after_bwd(mb, b, p.bwd[mb][b.index]);
             g.add_free(act[b.index], Stream::compute, b.index, mb);

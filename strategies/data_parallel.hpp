@@ -93,13 +93,16 @@ struct Passes {
 };
 /// Emits every micro-batch's forward (blocks in order) and backward (reverse order) on `rank`'s
 /// compute stream, with each block's activations allocated before its forward and freed after
-/// its backward. `before_bwd(mb, block)` runs just before a block's backward is added (to add
+/// its backward (with `activations_to_host`, DeepSpeed's cpu_checkpointing: copied to host memory
+/// right after the forward, which the next forward waits for, and back right before the recompute,
+/// which waits for it — both synchronous in checkpointing.py). `before_bwd(mb, block)` runs just
+/// before a block's backward is added (to add
 /// compute-stream allocations, such as gradient buckets), `after_bwd(mb, block, bwd op)` right
 /// after it (compute-stream work that blocks the rest of backward).
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd = {},
                   const std::function<void(int, const Block&, OpId)>& after_bwd = {},
-                  const std::vector<BlockKernels>* trained = nullptr);
+                  const std::vector<BlockKernels>* trained = nullptr, bool activations_to_host = false);
 
 /// How a ZeRO stage's gradient reductions are timed (DeepSpeed's overlap_comm; Megatron's
 /// distributed optimizer): on the comm stream as backward fills each bucket, on the compute

@@ -108,9 +108,17 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
                        "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter"},
                       c.unmodelled);
     }
+    if (root.has("activation_checkpointing")) {
+        // deepspeed/runtime/activation_checkpointing/config.py: cpu_checkpointing moves the
+        // checkpoints to CPU memory; which layers are checkpointed is the model's (--recompute).
+        const JsonView a = root.at("activation_checkpointing");
+        a.expect_object();
+        if (a.has("cpu_checkpointing")) c.cpu_checkpointing = a.boolean("cpu_checkpointing");
+        report_others(a, {"cpu_checkpointing"}, c.unmodelled);
+    }
     report_others(root,
                   {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16", "bf16",
-                   "bfloat16", "optimizer", "zero_optimization"},
+                   "bfloat16", "optimizer", "zero_optimization", "activation_checkpointing"},
                   c.unmodelled);
     return c;
 }

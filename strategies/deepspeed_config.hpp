@@ -30,6 +30,7 @@ struct DeepSpeedConfig {
     std::optional<std::int64_t> optimizer_buffer_count;  // offload_optimizer.buffer_count
     std::optional<std::int64_t> param_buffer_count;      // offload_param.buffer_count
     std::optional<std::int64_t> param_buffer_size;       // offload_param.buffer_size (elements)
+    std::optional<bool> cpu_checkpointing;               // activation_checkpointing.cpu_checkpointing
     std::optional<Optimizer> optimizer;                  // optimizer.type: Adam, AdamW, FusedAdam → adam; Lamb → lamb
     std::optional<std::int64_t> train_batch_size;
     std::optional<int> micro_batch;                      // train_micro_batch_size_per_gpu

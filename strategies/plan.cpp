@@ -258,6 +258,27 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             if (l.optimizer_offload == Offload::cpu) l.optimizer_offload = Offload::none, l.offload_ignored = true;
         }
     }
+    if (plan.offload_activations != Offload::none) {
+        // deepspeed/runtime/activation_checkpointing/checkpointing.py (CPU_CHECKPOINT): the
+        // checkpointed inputs of each layer go to CPU memory in forward and come back in backward.
+        const ErrorContext act{"", "", "--offload-activations"};
+        if (plan.offload_activations != Offload::cpu)
+            fail_input("DeepSpeed's activation checkpointing offloads checkpoints to CPU memory only (cpu_checkpointing); "
+                       "use --offload-activations cpu",
+                       act);
+        if (plan.recompute != Recompute::full)
+            fail_input("--offload-activations moves each layer's activation checkpoint: it needs --recompute full", act);
+        const bool zero = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2 ||
+                          plan.strategy == DataParallel::zero3;
+        if (!zero || l.tp > 1 || l.pp > 1)
+            fail_input("--offload-activations is DeepSpeed's activation checkpointing: it needs --strategy zero1, zero2 or "
+                       "zero3 (tp = pp = 1)",
+                       act);
+        bool unified = true;
+        for (const auto& g : cluster.groups) unified = unified && (g.device.unified_memory || g.device.is_cpu);
+        if (unified) l.offload_ignored = true;
+        else l.activation_offload = true;
+    }
     if (plan.delayed_update) {
         // Ren et al. 2021 §5.2: the one-step delayed parameter update overlaps the CPU's optimizer
         // step with the GPU's next forward and backward, in ZeRO-Offload (stage 2 with the

@@ -81,6 +81,7 @@ struct Plan {
     Offload offload_params = Offload::none;     // --offload-params (zero3)
     Offload offload_optimizer = Offload::none;  // --offload-optimizer (zero1-3)
     bool delayed_update = false;                // --delayed-update: ZeRO-Offload's one-step delayed update
+    Offload offload_activations = Offload::none; // --offload-activations cpu: DeepSpeed's cpu_checkpointing
     FineTune finetune;                          // --finetune
     Optimizer optimizer = Optimizer::adam;      // --optimizer
     std::int64_t global_batch = 0;    // 0: dp · micro_batch (one micro-batch per replica)
@@ -139,6 +140,9 @@ struct Layout {
     Offload param_offload = Offload::none;      // parameter shards (zero3, fsdp)
     Offload optimizer_offload = Offload::none;  // optimizer state, fp32 gradients and the step (zero1-3, fsdp)
     bool delayed_update = false;
+    /// DeepSpeed's cpu_checkpointing: each layer's activation checkpoint copied to host memory after
+    /// its forward and back before its recompute.
+    bool activation_offload = false;
     /// Unified memory on every device (Jetson, CPU boards): offload moves no bytes and adds no
     /// capacity, so the strategies keep every state where it is.
     bool unified_memory = false;

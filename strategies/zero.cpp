@@ -129,7 +129,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                     finish_bucket(mb, static_cast<int>(k), reduced, Stream::compute);
                 }
             };
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels));
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels,
+                                    layout.activation_offload));
     }
 
     if (n > 1 && timing != ReduceTiming::blocking)
@@ -470,7 +471,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                             BufferLabel::staging, Tier::host);
         }
         if (dp > 1 || offload) alloc_state(g, r, bucket_cap, BufferLabel::bucket);   // the contiguous IPG buffer
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype));
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, {}, {}, nullptr, layout.activation_offload));
     }
     if (dp == 1 && !offload) {
         add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, {});

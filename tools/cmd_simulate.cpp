@@ -33,10 +33,17 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     if (run.built.layout.offload_ignored)
         io.err << "smolcluster: warning: " << cluster.name << " has unified memory: the device's memory is the host's, "
                << "so CPU offload moves nothing and frees nothing; the plan runs without it\n";
-    // Out of memory: what would fit, each change simulated.
+    // Out of memory: what would fit, each change simulated — for plans small enough to simulate
+    // a few dozen times over here (kFitSearchOps ops).
     if (run.summary.oom_report) {
-        run.summary.oom_report->fits = fitting_changes(model, cluster, plan);
-        run.summary.oom_report->fits_network = "analytic";
+        if (run.built.graph.size() <= kFitSearchOps) {
+            run.summary.oom_report->fits = fitting_changes(model, cluster, plan);
+            run.summary.oom_report->fits_network = "analytic";
+        } else {
+            run.summary.oom_report->fits_skipped = "the plan has " + std::to_string(run.built.graph.size()) +
+                                                   " ops, too many to search changes here; smolcluster describe lists "
+                                                   "each strategy and offload for a cluster";
+        }
     }
     const traces::Summary& s = run.summary;
 

@@ -15,6 +15,10 @@
 
 namespace smol::tools {
 
+/// The largest plan (in ops) simulate searches changes for when it runs out of memory: a few
+/// dozen analytic simulations of a million ops take a minute here.
+constexpr std::size_t kFitSearchOps = 1'000'000;
+
 /// One change of a plan: the flags that differ and the plan they give.
 struct PlanChange {
     std::string flags;

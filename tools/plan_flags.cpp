@@ -43,6 +43,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
         ->capture_default_str();
     app.add_option("--offload-optimizer", f.offload_optimizer, "zero1-3: optimizer state and step on the cpu (zero3: or nvme)")
         ->capture_default_str();
+    app.add_option("--offload-activations", f.offload_activations,
+                   "zero1-3 with --recompute full: activation checkpoints in cpu memory (DeepSpeed's cpu_checkpointing)")
+        ->capture_default_str();
     app.add_flag("--delayed-update", f.delayed_update,
                  "ZeRO-Offload's one-step delayed parameter update: the CPU step overlaps the next step");
     app.add_option("--finetune", f.finetune,
@@ -209,6 +212,12 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
     };
     offload(c.offload_optimizer, "--offload-optimizer", p.offload_optimizer, "zero_optimization.offload_optimizer.device");
     offload(c.offload_param, "--offload-params", p.offload_params, "zero_optimization.offload_param.device");
+    if (c.cpu_checkpointing && *c.cpu_checkpointing) {
+        if (given(f, "--offload-activations") && p.offload_activations != strategies::Offload::cpu)
+            conflict("--offload-activations", "activation_checkpointing.cpu_checkpointing", strategies::to_string(p.offload_activations),
+                     "true");
+        p.offload_activations = strategies::Offload::cpu;
+    }
     if (c.optimizer) {
         if (given(f, "--optimizer") && p.optimizer != *c.optimizer)
             conflict("--optimizer", "optimizer.type", strategies::to_string(p.optimizer), strategies::to_string(*c.optimizer));
@@ -247,6 +256,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.offload_params = strategies::parse_offload(f.offload_params, "--offload-params");
     p.offload_optimizer = strategies::parse_offload(f.offload_optimizer, "--offload-optimizer");
     p.delayed_update = f.delayed_update;
+    p.offload_activations = strategies::parse_offload(f.offload_activations, "--offload-activations");
     p.finetune = strategies::parse_finetune(f.finetune);
     p.optimizer = strategies::parse_optimizer(f.optimizer);
     if (f.global_batch < 0)

@@ -33,6 +33,7 @@ struct PlanFlags {
     bool sp = false;
     std::string recompute = "none", offload = "none", offload_params = "none", offload_optimizer = "none";
     bool delayed_update = false;
+    std::string offload_activations = "none";
     std::string finetune = "full", optimizer = "adam";
     std::int64_t global_batch = 0;
     int micro_batch = 1, seq = 0;

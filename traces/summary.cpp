@@ -227,6 +227,7 @@ Json to_json(const Summary& s) {
                                 {"slowdown", f.slowdown}});
             o["fits"] = std::move(fits);
             o["fits_network"] = r.fits_network;
+            if (!r.fits_skipped.empty()) o["fits_skipped"] = r.fits_skipped;
         }
     } else {
         j["oom"] = nullptr;
@@ -287,6 +288,7 @@ void print_table(std::ostream& out, const Summary& s) {
         if (s.oom_report) {
             const OomReport& r = *s.oom_report;
             row("memory at its peak", gib(r.peak.total()) + " of " + gib(r.capacity) + ": " + describe_breakdown(r.peak));
+            if (!r.fits_skipped.empty()) row("plans that fit", "not searched: " + r.fits_skipped);
             if (r.fits.empty() && !r.fits_network.empty())
                 row("plans that fit", "none of the strategies, offload choices, recompute settings and micro-batches "
                                       "smolcluster tried fits");

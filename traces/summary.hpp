@@ -70,6 +70,7 @@ struct OomReport {
     Bytes capacity;
     std::vector<FitOption> fits;
     std::string fits_network;  // how the options and the baseline were simulated ("analytic")
+    std::string fits_skipped;  // why no change was searched (empty: searched)
 };
 
 struct Summary {
