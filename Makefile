@@ -19,7 +19,8 @@ DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libc
 # runtimes, and llvm-symbolizer for readable reports.
 DEB_TEST_PACKAGES := clang libclang-rt-dev llvm
 SMOL := $(BUILD)/tools/smolcluster
-SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+           LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp
 
 .PHONY: all deps deps-test build run test test-asan fuzz bench validate clean
 
@@ -60,7 +61,7 @@ test: build
 
 # One sanitizer build serves the suite and the fuzzers: clang, SMOL_SANITIZE (CMakeLists.txt).
 $(SAN_BUILD)/CMakeCache.txt: | deps-test
-	cmake -S . -B $(SAN_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Sanitize -DSMOL_SANITIZE=ON
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Sanitize -DSMOL_SANITIZE=ON -DSMOL_CUDA=OFF
 
 test-asan: deps-test $(SAN_BUILD)/CMakeCache.txt
 	cmake --build $(SAN_BUILD) -j $(JOBS) --target tests

@@ -273,7 +273,6 @@ const std::vector<std::string> kGapOrder{
     "FP8",
     "context parallelism",
     "MoE",
-    "offload",
     "FSDP/ZeRO-3 with tensor or pipeline parallelism",
     "hardware not described",
     "unknown parallel layout",
@@ -361,7 +360,8 @@ std::optional<std::pair<std::string, Json>> known_moe_config(const std::string& 
 }
 
 /// Gaps any row can show by its own fields: FP8, context parallelism, MoE (a model the harness
-/// has no config.json for), offload, and a model without a shape.
+/// has no config.json for), and a model without a shape. (Offload is modelled: ZeRO-Offload,
+/// ZeRO-Infinity, FSDP's CPU offload.)
 void common_gaps(const Row& row, Mapping& m) {
     const Json& d = row.data;
     const Json& par = member_or_null(d, "par");
@@ -374,8 +374,6 @@ void common_gaps(const Row& row, Mapping& m) {
         !known_config)
         add_gap(m, "MoE", text_of(model, "name") + (par.contains("ep") ? ", ep " + text_of(par, "ep") : "") +
                               ": no config.json for this mixture of experts in the harness");
-    if (contains(text_of(par, "shard"), "offload") || contains(text_of(d, "tag"), "offload"))
-        add_gap(m, "offload", text_of(par, "shard").empty() ? text_of(d, "tag") : text_of(par, "shard"));
     if (!has_shape(model) && !known_config)
         add_gap(m, "unknown model shape",
                 (model.is_object() ? text_of(model, "name") : text_of(d, "model")) + ": layers, hidden size or heads not given");
@@ -657,22 +655,108 @@ Mapping map_pytorch_fsdp_blog(const Row& row, const std::string&) {
     return gaps_only(row, {{"hardware not described", "AWS A100-SXM4-40GB nodes with 400 Gb/s EFA: no preset"}});
 }
 
-Mapping map_deepspeed_azure(const Row& row, const std::string&) {
-    std::vector<Gap> own;
-    // DeepSpeed on Azure, "Hardware (Azure instances)": "The DeepSpeed library exploits offload
-    // capabilities where the activation and optimizer states are allocated in the main memory."
-    if (!contains(text_of(member_or_null(row.data, "par"), "shard"), "offload"))
-        own.push_back({"offload", "activations and optimizer states in host memory (the post's experimental setup)"});
-    if (!integer_of(row.data, "mbs")) own.push_back({"unknown batch", "mbs " + text_of(row.data, "mbs")});
-    return gaps_only(row, own);
+/// Megatron's FLOPs per step, recompute counted (Narayanan et al. 2021 eq. 3; the DeepSpeed Azure
+/// post's formula): 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).
+double megatron_flops(const ModelShape& s, std::int64_t global_batch) {
+    const double b = static_cast<double>(global_batch), seq = s.seq, l = s.layers, h = s.hidden, v = s.vocab;
+    return 96 * b * seq * l * h * h * (1 + seq / (6 * h) + v / (16 * l * h));
+}
+
+/// DeepSpeed on Azure (deepspeedai/DeepSpeed docs/_posts/2022-07-26-deepspeed-azure.md): GPT
+/// models with ZeRO-3 and no tensor or pipeline parallelism on NDm A100 v4 VMs, run by
+/// Megatron-DeepSpeed's examples_deepspeed/azure recipes (run-175b.sh, run-1t.sh): GPT-2's
+/// vocabulary padded to 50,304, fp16, activation checkpointing, the recipes' ds_config (stage 3,
+/// stage3_max_live_parameters and stage3_max_reuse_distance 3e9, reduce_bucket_size 9e7,
+/// sub_group_size 1e9, overlap_comm, the optimizer offloaded to the CPU as run-1t.sh does it) and,
+/// as the post says ("the activation and optimizer states are allocated in the main memory"),
+/// activation checkpoints in CPU memory. TFLOP/s as the post counts them: Megatron's formula
+/// with the recompute (megatron_flops).
+Mapping map_deepspeed_azure(const Row& given, const std::string& model_dir) {
+    Row row = given;
+    Mapping m;
+    Json& model = row.data["model"];
+    if (model.is_object() && !model.contains("vocab")) model["vocab"] = megatron_padded_vocab(50257, 1);
+    common_gaps(row, m);
+    const Json& d = row.data;
+    const auto mbs = integer_of(d, "mbs");
+    if (!mbs) add_gap(m, "unknown batch", "mbs " + text_of(d, "mbs") + ": the peak's micro-batch is not stated");
+    const auto hw = number_of(member_or_null(d, "metric"), "hw_tflops_per_gpu");
+    if (!hw) add_gap(m, "metric not comparable yet", "no hw_tflops_per_gpu");
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    if (gpus % 8 != 0) fail_input("whole 8-GPU NDm A100 v4 VMs", std::to_string(gpus) + " GPUs", at(row, "/hw/gpus"));
+    const ModelShape s = shape_of(row, /*llama=*/false, required_integer(row, model, "seq", "/model"));
+    m.model = s;
+    m.gpus = gpus;
+    m.global_batch = *mbs * gpus;
+    m.seq = s.seq;
+    m.metric = Metric{"hw_tflops_per_gpu", MetricKind::hardware_tflops_per_gpu, *hw, 1,
+                      "hardware TFLOP/s per GPU (Megatron's 96·B·s·l·h² formula, recompute counted) -> step = FLOPs / (value x GPUs)",
+                      megatron_flops(s, m.global_batch)};
+    const Json ds{{"train_micro_batch_size_per_gpu", *mbs},
+                  {"gradient_accumulation_steps", 1},
+                  {"zero_optimization",
+                   {{"stage", 3},
+                    {"stage3_max_live_parameters", 3e9},
+                    {"stage3_max_reuse_distance", 3e9},
+                    {"stage3_param_persistence_threshold", 1e5},
+                    {"stage3_prefetch_bucket_size", 5e7},
+                    {"contiguous_gradients", true},
+                    {"overlap_comm", true},
+                    {"reduce_bucket_size", 90000000},
+                    {"sub_group_size", 1e9},
+                    {"offload_optimizer", {{"device", "cpu"}, {"buffer_count", 4}}}}},
+                  {"fp16", {{"enabled", true}}},
+                  {"activation_checkpointing", {{"cpu_checkpointing", true}}}};
+    const std::string config = "ds-azure-zero3-mbs" + std::to_string(*mbs) + ".json";
+    m.files.emplace_back(config, ds);
+    m.notes = {"GPT-2 vocabulary (Megatron-DeepSpeed's gpt2-vocab.json) padded to 50,304",
+               "the azure recipes' ds_config with the optimizer on the CPU (run-1t.sh) and CPU activation checkpoints "
+               "(the post's experimental setup)",
+               "the post reports the peak over micro-batches; the row's micro-batch is the peak's"};
+    m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "ndm-a100-v4", "--nodes",
+              std::to_string(gpus / 8), "--deepspeed-config", (fs::path(model_dir) / config).string(), "--recompute", "full",
+              "--global-batch", std::to_string(m.global_batch), "--json"};
+    return finish(std::move(m));
 }
 
 Mapping map_deepspeed_zero3_offload(const Row& row, const std::string&) {
     return gaps_only(row, {{"unknown batch", "batch and sequence not given"}});
 }
 
-Mapping map_zero_offload(const Row& row, const std::string&) {
-    return gaps_only(row, {{"unknown batch", "batch and sequence in the paper's tables, not in the row"}});
+/// ZeRO-Offload (Ren et al. 2021): the 10 B GPT-2 on one V100 of a DGX-2, as DeepSpeed's
+/// ZeRO-Offload tutorial (docs/_tutorials/zero-offload.md) configures it — 50 layers of 4096, 32
+/// heads, batch 10, activation checkpointing, ZeRO-2 with the optimizer on the CPU — in
+/// DeepSpeedExamples' Megatron-LM-v1.1.5 (sequence 1,024, GPT-2's vocabulary padded to 50,304,
+/// fp16). The paper's TFLOP/s count the recompute (Megatron's formula).
+Mapping map_zero_offload(const Row& given, const std::string& model_dir) {
+    Row row = given;
+    Mapping m;
+    Json& model = row.data["model"];
+    if (text_of(model, "name") == "10B GPT-2-like" && !model.contains("L")) {
+        model["L"] = 50;
+        model["h"] = 4096;
+        model["heads"] = 32;
+        model["vocab"] = megatron_padded_vocab(50257, 1);
+        model["seq"] = 1024;
+        m.notes.push_back("shape and batch from DeepSpeed's ZeRO-Offload tutorial (50 x 4096, 32 heads, batch 10) and "
+                          "DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/examples/ds_pretrain_gpt2-zero2.sh (seq 1024)");
+    }
+    common_gaps(row, m);
+    const auto tflops = number_of(member_or_null(row.data, "metric"), "tflops_per_gpu");
+    if (!tflops) add_gap(m, "metric not comparable yet", "no tflops_per_gpu");
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const ModelShape s = shape_of(row, /*llama=*/false, required_integer(row, model, "seq", "/model"));
+    m.model = s;
+    m.gpus = 1;
+    m.global_batch = 10;
+    m.seq = s.seq;
+    m.metric = Metric{"tflops_per_gpu", MetricKind::hardware_tflops_per_gpu, *tflops, 1,
+                      "TFLOP/s per GPU (Megatron's formula, recompute counted) -> step = FLOPs / value",
+                      megatron_flops(s, m.global_batch)};
+    m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx2-v100", "--devices", "1", "--strategy",
+              "zero2", "--offload", "cpu", "--recompute", "full", "--micro-batch", "10", "--dtype", "fp16", "--json"};
+    return finish(std::move(m));
 }
 
 Mapping map_zero(const Row& row, const std::string&) {
@@ -739,6 +823,7 @@ double measured_step_seconds(const Mapping& m, double flops_per_token) {
         case MetricKind::step_time: return x.value * x.seconds_per_unit;
         case MetricKind::tokens_per_s_per_gpu: return tokens / (x.value * gpus);
         case MetricKind::model_tflops_per_gpu: return flops_per_token * tokens / (x.value * 1e12 * gpus);
+        case MetricKind::hardware_tflops_per_gpu: return x.flops_per_step / (x.value * 1e12 * gpus);
     }
     return 0;
 }
@@ -777,6 +862,18 @@ void write_model(const std::string& dir, const ModelShape& s) {
     {
         std::ofstream out(tmp, std::ios::binary);
         out << model_json(s).dump(2) << '\n';
+        if (!out) fail_input("cannot write " + tmp.string());
+    }
+    fs::rename(tmp, path);
+}
+
+/// Written like the models (next to its name, then renamed).
+void write_file(const std::string& dir, const std::string& name, const Json& json) {
+    const fs::path path = fs::path(dir) / name;
+    const fs::path tmp = path.string() + ".tmp" + std::to_string(getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary);
+        out << json.dump(2) << '\n';
         if (!out) fail_input("cannot write " + tmp.string());
     }
     fs::rename(tmp, path);
@@ -845,6 +942,8 @@ std::vector<Outcome> run_rows(const std::vector<Row>& rows, const std::string& m
         }
     }
 
+    for (const Outcome& o : outcomes)
+        for (const auto& [name, json] : o.mapping.files) write_file(model_dir, name, json);
     std::atomic<std::size_t> next{0};
     auto worker = [&] {
         for (std::size_t i = next++; i < outcomes.size(); i = next++) {

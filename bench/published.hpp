@@ -54,6 +54,9 @@ enum class MetricKind {
     step_time,             // seconds (or milliseconds) per iteration, as measured
     tokens_per_s_per_gpu,  // step = global batch · seq / (value · GPUs)
     model_tflops_per_gpu,  // step = model FLOPs per step / (value · 10¹² · GPUs), recompute not counted
+    /// step = the source's FLOPs per step (Megatron's 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)),
+    /// recompute counted: Narayanan et al. 2021 eq. 3) / (value · 10¹² · GPUs).
+    hardware_tflops_per_gpu,
 };
 
 struct Metric {
@@ -62,6 +65,7 @@ struct Metric {
     double value = 0;  // as reported
     double seconds_per_unit = 1;  // step_time only: 1e-3 for milliseconds
     std::string description;      // what is compared, for the report
+    double flops_per_step = 0;    // hardware_tflops_per_gpu only: the FLOPs the source counts per step
 };
 
 /// The model shape a row names, written as smolcluster's own model JSON.
@@ -94,6 +98,9 @@ struct Mapping {
     std::optional<std::pair<std::string, Json>> model_config;
     std::vector<Gap> gaps;           // sorted by kGapOrder; empty when representable
     std::vector<std::string> notes;  // assumptions the mapping makes, for the report
+    /// Files the command line reads besides the model (a DeepSpeed config), written into the
+    /// model directory with it: file name → JSON.
+    std::vector<std::pair<std::string, Json>> files;
     bool representable() const { return gaps.empty(); }
 };
 

@@ -55,6 +55,8 @@ const char* to_string(Stream s) {
         case Stream::recv_next: return "recv_next";
         case Stream::send_prev: return "send_prev";
         case Stream::recv_prev: return "recv_prev";
+        case Stream::copy_in: return "copy_in";
+        case Stream::io: return "io";
     }
     return "?";
 }
@@ -100,6 +102,19 @@ const char* to_string(BufferLabel b) {
         case BufferLabel::workspace: return "workspace";
         case BufferLabel::bucket: return "bucket";
         case BufferLabel::staging: return "staging";
+    }
+    return "?";
+}
+
+const char* describe(BufferLabel b) {
+    switch (b) {
+        case BufferLabel::parameters: return "parameters";
+        case BufferLabel::gradients: return "gradients";
+        case BufferLabel::optimizer_state: return "optimizer state";
+        case BufferLabel::activations: return "activations";
+        case BufferLabel::workspace: return "workspace";
+        case BufferLabel::bucket: return "gradient buckets";
+        case BufferLabel::staging: return "staging buffers";
     }
     return "?";
 }
@@ -281,7 +296,7 @@ OpId OpGraph::add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, i
     Op op;
     op.kind = OpKind::copy;
     op.rank = rank;
-    op.stream = Stream::copy;
+    op.stream = to == Tier::device ? Stream::copy_in : from == Tier::device ? Stream::copy : Stream::io;
     op.phase = phase;
     op.layer = layer;
     op.microbatch = microbatch;

@@ -41,8 +41,12 @@ enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc,
 /// cycle, a colocated parameter server's updates). A pipeline's batched point-to-point gets one
 /// queue per neighbour and direction (send_next … recv_prev), as PyTorch gives each peer pair its
 /// own NCCL communicator and batch_isend_irecv posts a step's sends and receives together.
-enum class Stream : std::uint8_t { compute, comm, p2p, copy, host, send_next, recv_next, send_prev, recv_prev };
-inline constexpr int kStreams = 9;
+/// Copies between tiers go on the device's two copy engines by direction — `copy` out of the
+/// device (device → host, NVMe), `copy_in` into it — as a GPU runs device-to-host and
+/// host-to-device DMA concurrently; host ↔ NVMe transfers on `io`, the host's asynchronous I/O
+/// queue (DeepSpeed's aio handle).
+enum class Stream : std::uint8_t { compute, comm, p2p, copy, host, send_next, recv_next, send_prev, recv_prev, copy_in, io };
+inline constexpr int kStreams = 11;
 enum class Phase : std::uint8_t { none, fwd, bwd, bwd_input, bwd_weight, recompute, opt, comm };
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier };
 enum class Tier : std::uint8_t { device, host, nvme };
@@ -98,8 +102,13 @@ struct Buffer {
 };
 
 /// What a buffer holds, for people reading a trace or an out-of-memory message.
+/// `bucket`: transient gradient buffers (DDP and ZeRO buckets, a unit's full gradient);
+/// `staging`: gathered parameters and pinned transfer buffers.
 enum class BufferLabel : std::int32_t { parameters, gradients, optimizer_state, activations, workspace, bucket, staging };
+inline constexpr int kBufferLabels = 7;
 const char* to_string(BufferLabel b);
+/// What a buffer holds, for people: "optimizer state", "gathered parameters", "gradient buckets".
+const char* describe(BufferLabel b);
 
 class OpGraph {
 public:
@@ -147,6 +156,8 @@ public:
     /// A send on `src` (on `send_stream`) and its receive on `dst` (on `recv_stream`); returns {send, recv}.
     std::pair<OpId, OpId> add_send_recv(int src, int dst, Bytes bytes, Phase phase, int layer, int microbatch,
                                         Stream send_stream = Stream::p2p, Stream recv_stream = Stream::p2p);
+    /// A copy between tiers, on the queue its direction uses (see Stream): into the device on
+    /// copy_in, out of it on copy, between host and NVMe on io.
     OpId add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer = -1, int microbatch = -1);
     /// Waits until the next multiple of `period` since the step began (now, if on a tick).
     OpId add_timer(int rank, Time period, Stream stream, Phase phase, int index = -1);

@@ -15,6 +15,20 @@
 
 namespace smol {
 
+/// What one tier of a device held at an instant: the graph's buffers by BufferLabel, and what
+/// the runtime keeps for itself (simulator: CUDA context, NCCL buffers, the caching allocator's
+/// rounding — sim/memory.hpp).
+struct MemoryBreakdown {
+    std::array<Bytes, kBufferLabels> labels{};
+    Bytes cuda_context, nccl, allocator;
+    Bytes runtime() const { return cuda_context + nccl + allocator; }
+    Bytes total() const {
+        Bytes t = runtime();
+        for (Bytes b : labels) t += b;
+        return t;
+    }
+};
+
 /// The first allocation that did not fit.
 struct OutOfMemory {
     int rank = 0;
@@ -51,6 +65,8 @@ struct Timeline {
     std::vector<std::string> link_names;          // simulator only
     std::vector<LinkSample> links;                // simulator only, in time order
     std::optional<OutOfMemory> oom;
+    /// Per rank, per tier (optional; the simulator fills it): the contents when the tier peaked.
+    std::vector<std::array<MemoryBreakdown, kTiers>> peak_breakdown;
     /// Per op, optional (empty unless the backend was asked to record it): the time a compute op
     /// spent in kernels of each class (KernelClass: gemm, attention, elementwise, optimizer),
     /// each kernel's dispatch included. Zero for other ops. A validation compares these class

@@ -48,6 +48,13 @@ std::optional<Time> measured_time(const Kernel& k, const topo::MeasuredCompute& 
     return std::nullopt;
 }
 
+/// A pass on the host CPU, alone: its DRAM traffic at the host's streaming rate, or its FLOPs on
+/// all the cores, whichever is longer.
+Time host_time(Bytes bytes, Flops flops, const topo::NodeGroup& group) {
+    const Time memory = bytes / (group.host_memory_bandwidth * group.host_memory_efficiency);
+    return group.host_peak ? std::max(memory, flops / *group.host_peak) : memory;
+}
+
 }  // namespace
 
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
@@ -62,7 +69,7 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
     // Measured rates are fp32 (what the CPU executor runs); a CPU board's host is its device.
     if (dev.measured && dtype == DType::fp32 && (dev.is_cpu || !on_host))
         if (const auto t = measured_time(kernel, *dev.measured)) return *t;
-    if (on_host) return bytes / (group.host_memory_bandwidth * dev.memory_efficiency);
+    if (on_host) return host_time(bytes, Flops(kernel.flops), group);
     const Flops flops(kernel.flops);
     switch (kernel.op) {
         case KernelOp::gemm:
@@ -91,7 +98,7 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
         const Flops flops(op.flops);
         Time t;
         if (op.on_host())
-            t = traffic / (group.host_memory_bandwidth * dev.memory_efficiency);
+            t = host_time(traffic, flops, group);
         else if (op.kernel() == KernelClass::gemm || op.kernel() == KernelClass::attention)
             t = flops / (dev.peak_for(op.dtype()) * dev.gemm_efficiency) + memory_time(traffic, dev);
         else

@@ -2,7 +2,9 @@
 //
 //   GEMM / flash attention:  t = max(FLOPs / (peak(dtype) · e(shape)), bytes / (bandwidth · e_mem))
 //   memory-bound kernels:    t = max(FLOPs / peak, bytes / (bandwidth · e_mem))
-//   host kernels (an optimizer step offloaded to the CPU): bytes / (host bandwidth · e_mem)
+//   host kernels (an optimizer step offloaded to the CPU): max(bytes / (host bandwidth · host e_mem),
+//                            FLOPs / host CPU peak) — alone; the simulator shares DRAM and cores
+//                            among a node's host ops and copies (simulator.cpp, HostCpu)
 //
 // e(shape) = e_max · d / (d + d_half), d = (batch·m·n·k)^(1/3): small GEMMs run far below peak,
 // large ones approach the device's e_max (a batched GEMM fills the device like one GEMM of the

@@ -86,6 +86,14 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std:
     return f;
 }
 
+void FlowNetwork::set_cap(FlowId f, Bandwidth max_rate) {
+    Flow& fl = flows_[f];
+    const double cap = max_rate.bytes_per_second() * 1e-12;
+    if (!fl.active || fl.cap == cap) return;
+    fl.cap = cap;
+    for (std::uint32_t h = 0; h < fl.hops; ++h) mark_dirty(fl.route[h]);
+}
+
 void FlowNetwork::visit(FlowId f) {
     Flow& fl = flows_[f];
     if (fl.stamp == stamp_) return;

@@ -42,6 +42,9 @@ public:
     /// until solve().
     FlowId start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
                  std::uint32_t group = kNoGroup, Bandwidth max_rate = Bandwidth());
+    /// Changes a running flow's cap (zero: none), as when the cores serving it are shared anew;
+    /// its rate is recomputed at the next solve().
+    void set_cap(FlowId f, Bandwidth max_rate);
     /// Recomputes the rates of flows connected to links changed since the last solve.
     void solve(Time now);
     /// When the next flow finishes (after solve); Time::max() when none is active.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -10,6 +11,7 @@
 #include "sim/compute.hpp"
 #include "sim/engine.hpp"
 #include "sim/measured.hpp"
+#include "sim/memory.hpp"
 #include "sim/network.hpp"
 
 namespace smol::sim {
@@ -52,9 +54,20 @@ constexpr std::uint8_t kCouplingClasses = 4, kUncoupled = 0xff;
 
 struct Transfer {
     const Plan* plan = nullptr;
-    OpId owner = 0;            // collective: any member op; p2p: the send; copy: the copy
+    OpId owner = 0;            // collective: any member op; p2p: the send; copy: the copy; host compute: the op
     std::uint32_t phase = 0;
     std::uint32_t flows_left = 0;
+    FlowId flow = 0;           // the phase's last flow (a host op's one flow, whose cap follows the cores)
+};
+
+/// A node's host CPU as a resource: its DRAM links (host memory → PCIe root and back: every
+/// offloaded step reads and writes DRAM, sharing it with the DMA copies into and out of it) and
+/// its cores, shared equally by the host ops running (each process's threads get a fair share of
+/// the cores). A host op is a flow of its bytes over both links, capped at the rate its share of
+/// the cores computes it.
+struct HostCpu {
+    std::array<LinkId, 2> links{-1, -1};   // read (host → root), write (root → host)
+    std::vector<std::uint32_t> active;     // transfers of the host ops running
 };
 
 struct PlanKey {
@@ -94,15 +107,26 @@ public:
         ctx_.cluster = &cluster_;
 
         tl_.resize(g.size(), ranks);
-        for (int r = 0; r < ranks; ++r) {
-            tl_.device_names[r] = c.device_name(r);
-            const topo::NodeGroup& grp = *group_[r];
-            tl_.capacity[r][static_cast<int>(Tier::device)] = grp.device.memory;
-            // The host's DRAM and NVMe are shared by the node's devices: each gets an equal share.
-            tl_.capacity[r][static_cast<int>(Tier::host)] = grp.host_memory / grp.devices_per_node;
-            if (grp.nvme_capacity) tl_.capacity[r][static_cast<int>(Tier::nvme)] = *grp.nvme_capacity / grp.devices_per_node;
+        for (int r = 0; r < ranks; ++r) tl_.device_names[r] = c.device_name(r);
+        memory_.emplace(g, c, ctx_, tl_, o.record_memory);
+        // Host DRAM links of GPU nodes (a PCIe root joins devices and host memory); SoC boards
+        // price host ops alone, as their device is the host.
+        host_.resize(static_cast<std::size_t>(c.num_nodes()));
+        for (std::size_t l = 0; l < t.links().size(); ++l) {
+            const topo::Link& link = t.links()[l];
+            const auto& v = t.vertices();
+            const bool read = v[static_cast<std::size_t>(link.from)].kind == topo::VertexKind::host_memory &&
+                              v[static_cast<std::size_t>(link.to)].kind == topo::VertexKind::pcie_switch;
+            const bool write = v[static_cast<std::size_t>(link.to)].kind == topo::VertexKind::host_memory &&
+                               v[static_cast<std::size_t>(link.from)].kind == topo::VertexKind::pcie_switch;
+            if (!read && !write) continue;
+            const topo::VertexId host = read ? link.from : link.to;
+            for (int r = 0; r < ranks; ++r)
+                if (t.host_vertex(r) == host) {
+                    host_[static_cast<std::size_t>(c.device(r).node)].links[read ? 0 : 1] = static_cast<LinkId>(l);
+                    break;
+                }
         }
-        in_use_.assign(ranks, {});
         active_comm_.assign(ranks, 0);
         running_.resize(static_cast<std::size_t>(ranks));
         remaining_.resize(g.size());
@@ -150,8 +174,7 @@ public:
             throw out_of_range_here(e);
         }
         check_finished();
-        for (int r = 0; r < graph_.ranks(); ++r)   // a mirror's memory is its representative's
-            if (!graph_.materialized(r)) tl_.peak[static_cast<std::size_t>(r)] = tl_.peak[static_cast<std::size_t>(graph_.representative(r))];
+        memory_->copy_mirrors();   // a mirror's memory is its representative's
         tl_.makespan = engine_.now();
         tl_.events = engine_.processed();
         tl_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
@@ -220,6 +243,10 @@ private:
         tl_.start[id] = engine_.now();
         switch (op.kind) {
             case OpKind::compute: {
+                if (op.on_host() && options_.network == NetworkMode::flow && host_links(op.rank)) {
+                    start_host(id, op);
+                    break;
+                }
                 const Time d = op_time(id, op);
                 const double k = group_[op.rank]->device.comm_slowdown;
                 if (k == 1.0) {
@@ -235,7 +262,7 @@ private:
             }
             case OpKind::alloc:
             case OpKind::free:
-                memory(id, op);
+                memory_->apply(id, op, engine_.now());
                 finish(id);
                 break;
             case OpKind::collective: {
@@ -363,11 +390,12 @@ private:
 
     // ---- transfers ------------------------------------------------------------------------------
 
-    void begin(const Plan* plan, OpId owner) {
+    /// Starts a transfer; returns its index (kNoTransfer in analytic mode).
+    std::uint32_t begin(const Plan* plan, OpId owner) {
         if (options_.network == NetworkMode::analytic) {
             // One event at the predicted end; the owner op's completion event carries it.
             engine_.schedule(engine_.now() + plan->analytic, op_done, owner);
-            return;
+            return kNoTransfer;
         }
         std::uint32_t t;
         if (!free_transfers_.empty()) {
@@ -382,7 +410,9 @@ private:
             engine_.schedule(engine_.now() + plan->base, phase_start, t);
         else
             start_phase(t);
+        return t;
     }
+    static constexpr std::uint32_t kNoTransfer = 0xffffffffu;
 
     void start_phase(std::uint32_t t) {
         Transfer& tr = transfers_[t];
@@ -400,12 +430,19 @@ private:
         }
         // The flows of one phase are coupled by size class (see FlowNetwork): they move in lockstep.
         for (const auto& f : ph.flows)
-            network_.start(f.route, f.bytes, t, engine_.now(),
-                           f.coupling == kUncoupled ? FlowNetwork::kNoGroup : t * kCouplingClasses + f.coupling, f.max_rate);
+            tr.flow = network_.start(f.route, f.bytes, t, engine_.now(),
+                                     f.coupling == kUncoupled ? FlowNetwork::kNoGroup : t * kCouplingClasses + f.coupling,
+                                     f.max_rate);
     }
 
     void flow_done(std::uint32_t t) {
         Transfer& tr = transfers_[t];
+        const Op& owner = graph_.op(tr.owner);
+        if (owner.kind == OpKind::compute) {   // a host op: its cores go to the others
+            auto& active = host_[static_cast<std::size_t>(cluster_.device(owner.rank).node)].active;
+            active.erase(std::find(active.begin(), active.end(), t));
+            share_cores(owner.rank);
+        }
         if (--tr.flows_left == 0)
             engine_.schedule(engine_.now() + tr.plan->phases[tr.phase].latency, phase_end, t);
     }
@@ -558,25 +595,53 @@ private:
                                 Bytes(op.bytes), Time::zero());
     }
 
-    // ---- memory ---------------------------------------------------------------------------------
+    // ---- host compute ---------------------------------------------------------------------------
 
-    void memory(OpId id, const Op& op) {
-        const Buffer& b = graph_.buffers()[static_cast<std::size_t>(op.ref)];
-        int tier = static_cast<int>(b.tier);
-        // Unified memory (Jetson, CPU boards): host allocations come out of the same DRAM.
-        if (b.tier == Tier::host && group_[b.rank]->device.unified_memory) tier = static_cast<int>(Tier::device);
-        Bytes& used = in_use_[b.rank][tier];
-        const Bytes cap = tl_.capacity[b.rank][tier];
-        if (op.kind == OpKind::alloc) {
-            if (used + Bytes(b.bytes) > cap && !tl_.oom)
-                tl_.oom = OutOfMemory{b.rank, cluster_.device_name(b.rank), static_cast<Tier>(tier), id,
-                                      Bytes(b.bytes), cap > used ? cap - used : Bytes(0)};
-            used += Bytes(b.bytes);
-            tl_.peak[b.rank][tier] = std::max(tl_.peak[b.rank][tier], used);
-        } else {
-            used -= Bytes(b.bytes);
+    bool host_links(int rank) const { return host_[static_cast<std::size_t>(cluster_.device(rank).node)].links[0] >= 0; }
+
+    /// A host op as a flow of its DRAM traffic (bytes / the host's streaming efficiency) over the
+    /// node's DRAM links, then the CPU's dispatch of its kernels; cached per (recipe, group).
+    const Plan* host_plan(OpId id, const Op& op) {
+        const topo::NodeGroup& grp = *group_[op.rank];
+        const PlanKey key{(3ull << 62) | (static_cast<std::uint64_t>(op.ref + 1) << 20) | group_index_[static_cast<std::size_t>(op.rank)],
+                          op.ref < 0 ? static_cast<std::uint64_t>(op.bytes) : 0};
+        if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
+        const auto kernels = graph_.kernels_of(id);
+        std::int64_t bytes = op.bytes;
+        if (!kernels.empty()) bytes = total_bytes(kernels);
+        Plan plan;
+        Plan::Phase ph;
+        const auto& links = host_[static_cast<std::size_t>(cluster_.device(op.rank).node)].links;
+        const Bytes traffic = Bytes(bytes) * (1.0 / grp.host_memory_efficiency);
+        ph.flows.push_back({std::span<const LinkId>(links.data(), links.size()), traffic, Bandwidth()});
+        ph.latency = grp.device.launch_overhead * static_cast<std::int64_t>(std::max<std::size_t>(1, kernels.size()));
+        plan.analytic = ph.latency + traffic / (grp.host_memory_bandwidth * grp.host_memory_efficiency);
+        plan.phases.push_back(std::move(ph));
+        plans_.push_back(std::move(plan));
+        plans_.back().phases.front().flows.front().coupling = kUncoupled;
+        plan_index_.emplace(key, &plans_.back());
+        return &plans_.back();
+    }
+
+    void start_host(OpId id, const Op& op) {
+        const std::uint32_t t = begin(host_plan(id, op), id);
+        host_[static_cast<std::size_t>(cluster_.device(op.rank).node)].active.push_back(t);
+        share_cores(op.rank);
+    }
+
+    /// Every host op running on the rank's node gets an equal share of the node's cores: its
+    /// flow is capped at the rate that share computes it (bytes per FLOP × FLOP/s).
+    void share_cores(int rank) {
+        const topo::NodeGroup& grp = *group_[rank];
+        if (!grp.host_peak) return;
+        const auto& active = host_[static_cast<std::size_t>(cluster_.device(rank).node)].active;
+        const double share = grp.host_peak->per_second() / static_cast<double>(std::max<std::size_t>(1, active.size()));
+        for (std::uint32_t t : active) {
+            const Op& op = graph_.op(transfers_[t].owner);
+            if (!(op.flops > 0)) continue;
+            const double bytes = transfers_[t].plan->phases.front().flows.front().bytes.as_double();
+            network_.set_cap(transfers_[t].flow, Bandwidth::bytes_per_s(share * bytes / op.flops));
         }
-        if (options_.record_memory) tl_.memory.push_back({b.rank, static_cast<Tier>(tier), engine_.now(), used});
     }
 
     // ---- deadlock -------------------------------------------------------------------------------
@@ -653,7 +718,8 @@ private:
     std::vector<std::uint8_t> p2p_ready_;
     std::vector<std::uint32_t> active_comm_;
     std::vector<std::vector<Running>> running_;
-    std::vector<std::array<Bytes, kTiers>> in_use_;
+    std::optional<MemoryModel> memory_;
+    std::vector<HostCpu> host_;   // per node
     std::vector<Transfer> transfers_;
     std::vector<std::uint32_t> free_transfers_;
     std::deque<Plan> plans_;

@@ -4,6 +4,7 @@
 
 #include "strategies/fsdp.hpp"
 #include "strategies/horovod.hpp"
+#include "strategies/optimizer.hpp"
 #include "strategies/parameter_server.hpp"
 #include "strategies/zero.hpp"
 
@@ -69,6 +70,12 @@ std::int64_t total_params(const std::vector<Block>& blocks) {
 
 std::int64_t shard(std::int64_t n, int parts) { return (n + parts - 1) / parts; }
 
+std::vector<std::int64_t> layer_params(const std::vector<Block>& blocks, int parts) {
+    std::vector<std::int64_t> out;
+    for (const Block& b : blocks) out.push_back(shard(b.params, parts));
+    return out;
+}
+
 std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, Tier tier) {
     const std::int32_t buf = g.add_buffer(rank, tier, bytes, label);
     g.add_alloc(buf, Stream::compute);
@@ -81,10 +88,20 @@ void alloc_model_states(OpGraph& g, int rank, Bytes params, Bytes grads, Bytes o
     alloc_state(g, rank, optimizer, BufferLabel::optimizer_state, tier);
 }
 
-std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Block>& blocks) {
+std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Block>& blocks,
+                                               const std::vector<BlockKernels>* trained) {
     std::vector<BlockRecipes> out(blocks.size());
     for (const Block& b : blocks) {
         BlockRecipes& r = out[static_cast<std::size_t>(b.index)];
+        if (trained && !trained->empty()) {
+            const BlockKernels& k = (*trained)[static_cast<std::size_t>(b.index)];
+            r.fwd = g.intern_recipe(k.fwd);
+            r.bwd = g.intern_recipe(k.bwd);
+            r.bwd_input = g.intern_recipe(k.bwd_input);
+            r.bwd_weight = g.intern_recipe(k.bwd_weight);
+            r.recompute = k.recompute.empty() ? -1 : g.intern_recipe(k.recompute);
+            continue;
+        }
         r.fwd = g.intern_recipe(b.fwd_kernels);
         r.bwd = g.intern_recipe(backward_kernels(b.fwd_kernels));
         r.bwd_input = g.intern_recipe(backward_kernels(b.fwd_kernels, BackwardPart::input));
@@ -98,12 +115,6 @@ int optimizer_bytes_per_param(const Layout& layout) {
     return layout.dtype == DType::fp32 ? kAdamBytesPerParam : layout.framework.optimizer_bytes_per_param;
 }
 
-OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, int bytes_per_param, bool on_host, int layer,
-              int microbatch, Stream stream) {
-    const Kernel adam = adam_kernel(params, bytes_per_param);
-    return g.add_kernels(rank, Phase::opt, layer, microbatch, g.intern_recipe({&adam, 1}), dtype, on_host, stream);
-}
-
 ReduceTiming reduce_timing(const Layout& layout, int zero_stage) {
     const Framework& f = layout.framework;
     if (f.name == FrameworkName::deepspeed || f.name == FrameworkName::megatron_deepspeed) {
@@ -115,26 +126,47 @@ ReduceTiming reduce_timing(const Layout& layout, int zero_stage) {
 
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd,
-                  const std::function<void(int, const Block&, OpId)>& after_bwd) {
+                  const std::function<void(int, const Block&, OpId)>& after_bwd,
+                  const std::vector<BlockKernels>* trained, bool activations_to_host) {
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
     p.bwd_first = p.fwd;
-    const std::vector<BlockRecipes> recipes = intern_block_recipes(g, blocks);
+    const std::vector<BlockRecipes> recipes = intern_block_recipes(g, blocks, trained);
     for (int mb = 0; mb < microbatches; ++mb) {
-        std::vector<std::int32_t> act(blocks.size());
+        std::vector<std::int32_t> act(blocks.size()), host(blocks.size(), -1);
+        OpId out = OpGraph::kNoOp;   // the last copy to the host, which the next forward waits for
         for (const Block& b : blocks) {
             act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
             g.add_alloc(act[b.index], Stream::compute, b.index, mb);
             p.fwd[mb][b.index] = g.add_kernels(rank, Phase::fwd, b.index, mb, recipes[b.index].fwd, dtype);
+            if (out != OpGraph::kNoOp) g.depend(out, p.fwd[mb][b.index]);
+            out = OpGraph::kNoOp;
+            if (activations_to_host && b.activations > Bytes(0)) {
+                host[b.index] = g.add_buffer(rank, Tier::host, b.activations, BufferLabel::activations);
+                g.depend(p.fwd[mb][b.index], g.add_alloc(host[b.index], Stream::copy, b.index, mb));
+                out = g.add_copy(rank, Tier::device, Tier::host, b.activations, Phase::fwd, b.index, mb);
+                g.add_free(act[b.index], Stream::copy, b.index, mb);
+            }
         }
         for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
             const Block& b = *it;
             if (before_bwd) before_bwd(mb, b);
+            OpId back = OpGraph::kNoOp;
+            if (host[b.index] >= 0) {
+                // Back to the device once the backward before it is done (into a new buffer: the
+                // forward's was freed).
+                act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
+                const OpId a = g.add_alloc(act[b.index], Stream::compute, b.index, mb);
+                back = g.add_copy(rank, Tier::host, Tier::device, b.activations, Phase::bwd, b.index, mb);
+                g.depend(a, back);
+                g.add_free(host[b.index], Stream::copy_in, b.index, mb);
+            }
             OpId first = OpGraph::kNoOp;
             if (recipes[b.index].recompute >= 0)
                 first = g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
             p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, recipes[b.index].bwd, dtype);
+            if (back != OpGraph::kNoOp) g.depend(back, first != OpGraph::kNoOp ? first : p.bwd[mb][b.index]);
             p.bwd_first[mb][b.index] = first != OpGraph::kNoOp ? first : p.bwd[mb][b.index];
             if (after_bwd) after_bwd(mb, b, p.bwd[mb][b.index]);
             g.add_free(act[b.index], Stream::compute, b.index, mb);
@@ -149,9 +181,10 @@ namespace detail {
 
 OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& plan, Bytes cap, Bytes first_cap,
                          Time cycle) {
-    const std::vector<Block> blocks = replica_blocks(model, layout, plan);
+    std::vector<Block> blocks = replica_blocks(model, layout, plan);
+    const Training training = apply_finetune(model, layout, blocks);
     const StateBytes sb = state_bytes(layout.dtype);
-    const std::int64_t params = total_params(blocks);
+    const std::int64_t params = total_params(blocks);   // trainable
     // After backward (Megatron, DeepSpeed's engine): the framework's buckets, all ready once the
     // whole backward is done; overlapped (PyTorch DDP, Horovod): buckets as backward fills them.
     const bool after = layout.framework.grad_reduce == GradReduce::after_backward && cycle == Time::zero();
@@ -169,9 +202,9 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     std::vector<Passes> passes;
     for (int r : replicas) {
         // Model states live for the whole step.
-        alloc_model_states(g, r, Bytes(params) * std::int64_t{sb.params}, Bytes(params) * std::int64_t{sb.grads},
-                           Bytes(params) * std::int64_t{sb.optimizer});
-        passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype));
+        alloc_model_states(g, r, Bytes(params) * std::int64_t{sb.params} + training.frozen, Bytes(params) * std::int64_t{sb.grads},
+                           optimizer_state_bytes(layout, params));
+        passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype, {}, {}, &training.kernels));
     }
 
     // Gradient synchronisation in the last micro-batch only (the earlier ones run under no_sync):
@@ -196,10 +229,10 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
                 }
             }
         }
-    for (std::size_t d = 0; d < replicas.size(); ++d) {
-        const OpId opt = add_adam(g, replicas[d], params, layout.dtype, optimizer_bytes_per_param(layout));
-        if (last_sync[d] != static_cast<OpId>(-1)) g.depend(last_sync[d], opt);
-    }
+    std::vector<OpId> synced(replicas.size(), OpGraph::kNoOp);
+    for (std::size_t d = 0; d < replicas.size(); ++d)
+        if (last_sync[d] != static_cast<OpId>(-1)) synced[d] = last_sync[d];
+    add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, synced);
     return g;
 }
 

@@ -19,6 +19,7 @@
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
+#include "strategies/finetune.hpp"
 #include "strategies/plan.hpp"
 #include "topologies/cluster.hpp"
 
@@ -60,8 +61,10 @@ struct BlockRecipes {
     std::int32_t recompute = -1;   // -1: nothing is recomputed
 };
 /// Interns every block's forward, backward (whole, and split into input and weight gradients for
-/// zero-bubble schedules) and recompute kernels; indexed by block index.
-std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Block>& blocks);
+/// zero-bubble schedules) and recompute kernels; indexed by block index. With `trained` (LoRA,
+/// QLoRA: strategies/finetune.hpp) the passes are its kernels.
+std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Block>& blocks,
+                                               const std::vector<BlockKernels>* trained = nullptr);
 
 /// The blocks one replica runs, for the layout's micro-batch, sequence and dtype.
 std::vector<Block> replica_blocks(const Model& model, const Layout& layout, const Plan& plan);
@@ -70,6 +73,8 @@ std::vector<int> replica_ranks(const Layout& layout);
 std::int64_t total_params(const std::vector<Block>& blocks);
 /// ceil(n / parts): a shard of n elements over `parts` ranks.
 std::int64_t shard(std::int64_t n, int parts);
+/// Each block's parameters over `parts` shards: what one rank's optimizer steps per layer.
+std::vector<std::int64_t> layer_params(const std::vector<Block>& blocks, int parts);
 
 /// Allocates a buffer at the start of the step on `rank` (compute stream) and keeps it to the end.
 std::int32_t alloc_state(OpGraph& g, int rank, Bytes bytes, BufferLabel label, Tier tier = Tier::device);
@@ -78,10 +83,6 @@ void alloc_model_states(OpGraph& g, int rank, Bytes params, Bytes grads, Bytes o
 /// Bytes the optimizer step moves per parameter: the framework's mixed-precision step
 /// (strategies/framework.cpp), or Adam's 28 in fp32 training.
 int optimizer_bytes_per_param(const Layout& layout);
-/// An Adam step over `params` parameters moving `bytes_per_param` each, on `stream` (the compute
-/// stream by default).
-OpId add_adam(OpGraph& g, int rank, std::int64_t params, DType dtype, int bytes_per_param, bool on_host = false,
-              int layer = -1, int microbatch = -1, Stream stream = Stream::compute);
 
 /// The forward and backward compute ops of one replica, per micro-batch and block.
 struct Passes {
@@ -92,12 +93,16 @@ struct Passes {
 };
 /// Emits every micro-batch's forward (blocks in order) and backward (reverse order) on `rank`'s
 /// compute stream, with each block's activations allocated before its forward and freed after
-/// its backward. `before_bwd(mb, block)` runs just before a block's backward is added (to add
+/// its backward (with `activations_to_host`, DeepSpeed's cpu_checkpointing: copied to host memory
+/// right after the forward, which the next forward waits for, and back right before the recompute,
+/// which waits for it — both synchronous in checkpointing.py). `before_bwd(mb, block)` runs just
+/// before a block's backward is added (to add
 /// compute-stream allocations, such as gradient buckets), `after_bwd(mb, block, bwd op)` right
 /// after it (compute-stream work that blocks the rest of backward).
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd = {},
-                  const std::function<void(int, const Block&, OpId)>& after_bwd = {});
+                  const std::function<void(int, const Block&, OpId)>& after_bwd = {},
+                  const std::vector<BlockKernels>* trained = nullptr, bool activations_to_host = false);
 
 /// How a ZeRO stage's gradient reductions are timed (DeepSpeed's overlap_comm; Megatron's
 /// distributed optimizer): on the comm stream as backward fills each bucket, on the compute

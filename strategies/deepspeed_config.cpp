@@ -62,8 +62,10 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         const std::string type = opt.string_or("type", "Adam");
         std::string lower(type.size(), ' ');
         std::transform(type.begin(), type.end(), lower.begin(), ::tolower);
-        if (lower != "adam" && lower != "adamw" && lower != "fusedadam")
-            c.unmodelled.push_back(opt.path() + "/type (" + type + ": priced as Adam)");
+        // runtime/config.py's optimizer names (ADAM_OPTIMIZER, ADAMW_OPTIMIZER, LAMB_OPTIMIZER …).
+        if (lower == "adam" || lower == "adamw" || lower == "fusedadam") c.optimizer = Optimizer::adam;
+        else if (lower == "lamb" || lower == "fusedlamb") c.optimizer = Optimizer::lamb;
+        else c.unmodelled.push_back(opt.path() + "/type (" + type + ": priced as Adam)");
         report_others(opt, {"type"}, c.unmodelled);
     }
     if (root.has("zero_optimization")) {
@@ -82,8 +84,20 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         if (z.has("stage3_max_reuse_distance")) c.max_reuse_distance = elements(z, "stage3_max_reuse_distance");
         if (z.has("stage3_param_persistence_threshold"))
             c.param_persistence_threshold = elements(z, "stage3_param_persistence_threshold");
-        if (z.has("offload_optimizer")) c.offload_optimizer = device(z.at("offload_optimizer"));
-        if (z.has("offload_param")) c.offload_param = device(z.at("offload_param"));
+        if (z.has("sub_group_size")) c.sub_group_size = elements(z, "sub_group_size");
+        if (z.has("offload_optimizer")) {
+            const JsonView o = z.at("offload_optimizer");
+            c.offload_optimizer = device(o);
+            if (o.has("buffer_count")) c.optimizer_buffer_count = elements(o, "buffer_count");
+            report_others(o, {"device", "buffer_count"}, c.unmodelled);
+        }
+        if (z.has("offload_param")) {
+            const JsonView o = z.at("offload_param");
+            c.offload_param = device(o);
+            if (o.has("buffer_count")) c.param_buffer_count = elements(o, "buffer_count");
+            if (o.has("buffer_size")) c.param_buffer_size = elements(o, "buffer_size");
+            report_others(o, {"device", "buffer_count", "buffer_size"}, c.unmodelled);
+        }
         // contiguous_gradients and reduce_scatter are DeepSpeed's defaults (true), which is how
         // smolcluster lays ZeRO out; false is not modelled.
         for (const char* flag : {"contiguous_gradients", "reduce_scatter"})
@@ -91,12 +105,20 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         report_others(z,
                       {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                        "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
-                       "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter"},
+                       "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter"},
                       c.unmodelled);
+    }
+    if (root.has("activation_checkpointing")) {
+        // deepspeed/runtime/activation_checkpointing/config.py: cpu_checkpointing moves the
+        // checkpoints to CPU memory; which layers are checkpointed is the model's (--recompute).
+        const JsonView a = root.at("activation_checkpointing");
+        a.expect_object();
+        if (a.has("cpu_checkpointing")) c.cpu_checkpointing = a.boolean("cpu_checkpointing");
+        report_others(a, {"cpu_checkpointing"}, c.unmodelled);
     }
     report_others(root,
                   {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "fp16", "bf16",
-                   "bfloat16", "optimizer", "zero_optimization"},
+                   "bfloat16", "optimizer", "zero_optimization", "activation_checkpointing"},
                   c.unmodelled);
     return c;
 }

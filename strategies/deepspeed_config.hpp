@@ -11,6 +11,7 @@
 
 #include "core/json.hpp"
 #include "core/model.hpp"
+#include "strategies/plan.hpp"
 
 namespace smol::strategies {
 
@@ -25,6 +26,12 @@ struct DeepSpeedConfig {
     std::optional<std::int64_t> param_persistence_threshold;  // stage3_param_persistence_threshold
     std::optional<std::string> offload_optimizer;        // offload_optimizer.device: none | cpu | nvme
     std::optional<std::string> offload_param;            // offload_param.device
+    std::optional<std::int64_t> sub_group_size;          // zero_optimization.sub_group_size
+    std::optional<std::int64_t> optimizer_buffer_count;  // offload_optimizer.buffer_count
+    std::optional<std::int64_t> param_buffer_count;      // offload_param.buffer_count
+    std::optional<std::int64_t> param_buffer_size;       // offload_param.buffer_size (elements)
+    std::optional<bool> cpu_checkpointing;               // activation_checkpointing.cpu_checkpointing
+    std::optional<Optimizer> optimizer;                  // optimizer.type: Adam, AdamW, FusedAdam → adam; Lamb → lamb
     std::optional<std::int64_t> train_batch_size;
     std::optional<int> micro_batch;                      // train_micro_batch_size_per_gpu
     std::optional<int> gradient_accumulation_steps;

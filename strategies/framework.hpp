@@ -55,6 +55,14 @@ struct Framework {
     std::int64_t max_reuse_distance = 1'000'000'000;  // stage3_max_reuse_distance
     std::int64_t param_persistence_threshold = 100'000; // stage3_param_persistence_threshold
     std::int64_t reduce_bucket = 500'000'000;         // reduce_bucket_size (elements)
+    // ZeRO-Infinity's buffers (runtime/zero/offload_config.py, config.py, v0.19.6 defaults): the
+    // optimizer steps sub-group by sub-group through optimizer_swap_buffers pinned buffers of a
+    // sub-group each; NVMe parameters come through param_swap_buffers of param_swap_buffer_size
+    // elements.
+    std::int64_t sub_group_size = 1'000'000'000;      // zero_optimization.sub_group_size
+    std::int64_t optimizer_swap_buffers = 4;          // offload_optimizer.buffer_count
+    std::int64_t param_swap_buffers = 5;              // offload_param.buffer_count
+    std::int64_t param_swap_buffer_size = 100'000'000;   // offload_param.buffer_size (elements)
     /// Gradients reduced after backward go out in buckets of this many elements (0: one bucket
     /// holding them all).
     std::int64_t after_backward_bucket = 0;

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/moe.hpp"
+#include "strategies/optimizer.hpp"
 #include "strategies/schedule.hpp"
 
 namespace smol::strategies {
@@ -185,9 +186,11 @@ public:
                 for (int t = 0; t < l_.tp; ++t) {
                     const int r = l_.rank(t, d, s);
                     const std::int64_t p = device_params(s);
-                    const std::int64_t opt = plan_.strategy == DataParallel::zero1
-                                                 ? zero1_shard(p * sb_.optimizer, device_expert_params(s) * sb_.optimizer, l_)
-                                                 : p * sb_.optimizer;
+                    const std::int64_t state = optimizer_state_bytes(l_, p).count();
+                    const std::int64_t opt =
+                        plan_.strategy == DataParallel::zero1
+                            ? zero1_shard(state, optimizer_state_bytes(l_, device_expert_params(s)).count(), l_)
+                            : state;
                     for (auto [bytes, label] : {std::pair{p * sb_.params, BufferLabel::parameters},
                                                 std::pair{p * sb_.grads, BufferLabel::gradients},
                                                 std::pair{opt, BufferLabel::optimizer_state}})
@@ -550,7 +553,8 @@ private:
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < l_.tp; ++t) {
                     const int r = l_.rank(t, d, s);
-                    const OpId o = detail::add_adam(g_, r, shard, l_.dtype, detail::optimizer_bytes_per_param(l_));
+                    // Adam, 8-bit AdamW or SGD (LAMB is refused with tp or pp: its norms span groups).
+                    const OpId o = add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {}, false, {}).front();
                     // The optimizer follows the rank's backward (compute stream order) and its last
                     // gradient collective (the comm stream keeps those in order).
                     if (last_comm_[static_cast<std::size_t>(r)] != kNoOp) g_.depend(last_comm_[static_cast<std::size_t>(r)], o);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
@@ -109,10 +110,246 @@ const char* to_string(Offload o) {
     return "?";
 }
 
-Offload parse_offload(const std::string& text) {
-    static const Offload all[] = {Offload::none};
-    return parse_name(text, all, "--offload");
+Offload parse_offload(const std::string& text, const char* flag) {
+    static const Offload all[] = {Offload::none, Offload::cpu, Offload::nvme};
+    return parse_name(text, all, flag);
 }
+
+const char* to_string(Optimizer o) {
+    switch (o) {
+        case Optimizer::adam: return "adam";
+        case Optimizer::adamw_8bit: return "adamw-8bit";
+        case Optimizer::sgd: return "sgd";
+        case Optimizer::lamb: return "lamb";
+    }
+    return "?";
+}
+
+Optimizer parse_optimizer(const std::string& text) {
+    static const Optimizer all[] = {Optimizer::adam, Optimizer::adamw_8bit, Optimizer::sgd, Optimizer::lamb};
+    return parse_name(text, all, "--optimizer");
+}
+
+namespace {
+/// The weight GEMMs of a transformer block that can carry adapters, by their KernelName.
+constexpr KernelName kAdapterTargets[] = {KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down};
+}  // namespace
+
+FineTune parse_finetune(const std::string& text) {
+    const ErrorContext where{"", "", "--finetune"};
+    const char* expected = "full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS], TARGETS a comma list of qkv, attn_proj, "
+                           "mlp_up, mlp_down (e.g. lora:16 or qlora:64:qkv,mlp_down)";
+    FineTune f;
+    if (text == "full") return f;
+    const auto colon = text.find(':');
+    const std::string kind = text.substr(0, colon);
+    if (kind == "lora") f.kind = FineTuneKind::lora;
+    else if (kind == "qlora") f.kind = FineTuneKind::qlora;
+    else fail_input(expected, "'" + text + "'" + did_you_mean(kind, {"full", "lora", "qlora"}), where);
+    if (colon == std::string::npos) fail_input(std::string(expected) + "; the rank is required", "'" + text + "'", where);
+    const std::string rest = text.substr(colon + 1);
+    const auto colon2 = rest.find(':');
+    const std::string rank = rest.substr(0, colon2);
+    std::size_t used = 0;
+    long r = 0;
+    try {
+        r = std::stol(rank, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (rank.empty() || used != rank.size() || r < 1 || r > 65536)
+        fail_input("an adapter rank from 1 to 65536 after '" + kind + ":'", "'" + rank + "'", where);
+    f.rank = static_cast<int>(r);
+    if (colon2 == std::string::npos) {
+        f.targets.assign(std::begin(kAdapterTargets), std::end(kAdapterTargets));
+        return f;
+    }
+    std::stringstream s(rest.substr(colon2 + 1));
+    std::string item;
+    std::vector<std::string> names;
+    for (KernelName k : kAdapterTargets) names.emplace_back(to_string(k));
+    while (std::getline(s, item, ',')) {
+        const auto it = std::find(names.begin(), names.end(), item);
+        if (it == names.end())
+            fail_input("adapter targets among " + names[0] + ", " + names[1] + ", " + names[2] + ", " + names[3],
+                       "'" + item + "'" + did_you_mean(item, names), where);
+        const KernelName k = kAdapterTargets[it - names.begin()];
+        if (std::find(f.targets.begin(), f.targets.end(), k) == f.targets.end()) f.targets.push_back(k);
+    }
+    if (f.targets.empty()) fail_input("at least one adapter target after the rank", "'" + text + "'", where);
+    return f;
+}
+
+std::string to_string(const FineTune& f) {
+    if (f.kind == FineTuneKind::full) return "full";
+    std::string out = std::string(f.kind == FineTuneKind::lora ? "lora:" : "qlora:") + std::to_string(f.rank);
+    if (f.targets.size() != std::size(kAdapterTargets) ||
+        !std::equal(f.targets.begin(), f.targets.end(), std::begin(kAdapterTargets))) {
+        out += ":";
+        for (std::size_t i = 0; i < f.targets.size(); ++i) out += (i ? "," : "") + std::string(smol::to_string(f.targets[i]));
+    }
+    return out;
+}
+
+namespace {
+
+/// Where the strategy keeps its model states (--offload, --offload-params, --offload-optimizer),
+/// what is trained (--finetune) and with which optimizer (--optimizer), checked against the
+/// strategy, the model and the cluster.
+void resolve_training(const Model& model, const topo::Cluster& cluster, const Plan& plan, Layout& l) {
+    const ErrorContext offload_flag{"", "", "--offload"};
+    const bool given = plan.offload != Offload::none || plan.offload_params != Offload::none ||
+                       plan.offload_optimizer != Offload::none;
+    const char* flag = plan.offload != Offload::none          ? "--offload"
+                       : plan.offload_optimizer != Offload::none ? "--offload-optimizer"
+                                                                 : "--offload-params";
+    if (given) {
+        if (l.tp > 1 || l.pp > 1)
+            fail_input(std::string(flag) + " is modelled for data parallelism only (tp = pp = 1): ZeRO-Offload and "
+                                           "ZeRO-Infinity as DeepSpeed runs them, FSDP's CPU offload",
+                       {"", "", flag});
+        switch (plan.strategy) {
+            case DataParallel::zero1:
+            case DataParallel::zero2:
+                // runtime/zero/offload_config.py: "offload_param … Valid only with stage 3".
+                if (plan.offload_params != Offload::none)
+                    fail_input("--offload-params needs --strategy zero3: DeepSpeed offloads parameters in ZeRO stage 3 "
+                               "only (offload_param is valid only with stage 3); zero1 and zero2 offload the optimizer "
+                               "(--offload-optimizer, or --offload)",
+                               {"", "", "--offload-params"});
+                l.optimizer_offload = plan.offload_optimizer != Offload::none ? plan.offload_optimizer : plan.offload;
+                // stage_1_and_2.py:186 treats every offload device as CPU memory.
+                if (l.optimizer_offload == Offload::nvme)
+                    fail_input("ZeRO stages 1 and 2 keep an offloaded optimizer in CPU memory whatever the device "
+                               "(DeepSpeed's stage_1_and_2.py offloads to the CPU for any offload_optimizer device); "
+                               "NVMe offload is ZeRO-Infinity's: --strategy zero3",
+                               {"", "", flag});
+                break;
+            case DataParallel::zero3:
+                l.param_offload = plan.offload_params != Offload::none ? plan.offload_params : plan.offload;
+                l.optimizer_offload = plan.offload_optimizer != Offload::none ? plan.offload_optimizer : plan.offload;
+                if (l.param_offload != Offload::none && l.optimizer_offload == Offload::none)
+                    fail_input("--offload-params " + std::string(to_string(l.param_offload)) +
+                                   " needs the optimizer offloaded too (--offload-optimizer cpu or nvme): smolcluster "
+                                   "models parameter offload as ZeRO-Infinity runs it, the step on the host writing the "
+                                   "updated 16-bit parameters where they live",
+                               {"", "", "--offload-params"});
+                break;
+            case DataParallel::fsdp:
+                if (plan.offload_params != Offload::none || plan.offload_optimizer != Offload::none)
+                    fail_input("fsdp offloads with --offload cpu (PyTorch's CPUOffload(offload_params=True) moves "
+                                   "parameters, gradients and the optimizer step to the host together); "
+                                   "--offload-params and --offload-optimizer are DeepSpeed's",
+                               {"", "", flag});
+                if (plan.offload == Offload::nvme)
+                    fail_input("FSDP's CPUOffload keeps parameters in CPU memory only; NVMe offload is ZeRO-Infinity's "
+                               "(--strategy zero3 --offload nvme)",
+                               offload_flag);
+                l.param_offload = l.optimizer_offload = Offload::cpu;
+                break;
+            default:
+                fail_input(std::string(flag) + " needs a strategy that shards model states: --strategy zero1, zero2, "
+                               "zero3 or fsdp (" + to_string(plan.strategy) + " keeps every model state on the device)",
+                           {"", "", flag});
+        }
+        if (l.param_offload == Offload::nvme || l.optimizer_offload == Offload::nvme)
+            for (const auto& g : cluster.groups)
+                if (!g.nvme_capacity)
+                    fail_input("NVMe offload needs an NVMe drive on every node, and node group '" + g.name + "' of " +
+                                   cluster.name + " has none (give its node group an \"nvme\" object in a cluster "
+                                   "file, or offload to cpu)",
+                               {"", "", flag});
+        // Unified memory (Jetson, CPU boards): the device's memory is the host's, so moving a
+        // state to the host moves no bytes and frees nothing. NVMe is another pool.
+        bool unified = true;
+        for (const auto& g : cluster.groups) unified = unified && (g.device.unified_memory || g.device.is_cpu);
+        l.unified_memory = unified;
+        if (unified) {
+            if (l.param_offload == Offload::cpu) l.param_offload = Offload::none, l.offload_ignored = true;
+            if (l.optimizer_offload == Offload::cpu) l.optimizer_offload = Offload::none, l.offload_ignored = true;
+        }
+    }
+    if (plan.offload_activations != Offload::none) {
+        // deepspeed/runtime/activation_checkpointing/checkpointing.py (CPU_CHECKPOINT): the
+        // checkpointed inputs of each layer go to CPU memory in forward and come back in backward.
+        const ErrorContext act{"", "", "--offload-activations"};
+        if (plan.offload_activations != Offload::cpu)
+            fail_input("DeepSpeed's activation checkpointing offloads checkpoints to CPU memory only (cpu_checkpointing); "
+                       "use --offload-activations cpu",
+                       act);
+        if (plan.recompute != Recompute::full)
+            fail_input("--offload-activations moves each layer's activation checkpoint: it needs --recompute full", act);
+        const bool zero = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2 ||
+                          plan.strategy == DataParallel::zero3;
+        if (!zero || l.tp > 1 || l.pp > 1)
+            fail_input("--offload-activations is DeepSpeed's activation checkpointing: it needs --strategy zero1, zero2 or "
+                       "zero3 (tp = pp = 1)",
+                       act);
+        bool unified = true;
+        for (const auto& g : cluster.groups) unified = unified && (g.device.unified_memory || g.device.is_cpu);
+        if (unified) l.offload_ignored = true;
+        else l.activation_offload = true;
+    }
+    if (plan.delayed_update) {
+        // Ren et al. 2021 §5.2: the one-step delayed parameter update overlaps the CPU's optimizer
+        // step with the GPU's next forward and backward, in ZeRO-Offload (stage 2 with the
+        // optimizer in host memory).
+        const bool zero12 = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2;
+        if (!zero12 || l.optimizer_offload != Offload::cpu)
+            fail_input("--delayed-update is ZeRO-Offload's one-step delayed parameter update: it needs --strategy zero2 "
+                       "(or zero1) with the optimizer offloaded to the CPU (--offload cpu)" +
+                           std::string(l.offload_ignored ? "; on unified memory there is nothing to overlap" : ""),
+                       {"", "", "--delayed-update"});
+        l.delayed_update = true;
+    }
+    l.finetune = plan.finetune;
+    if (plan.finetune.kind != FineTuneKind::full) {
+        const ErrorContext ft{"", "", "--finetune"};
+        if (!model.is_transformer())
+            fail_input("--finetune " + to_string(plan.finetune) + " puts adapters on the weight GEMMs of transformer "
+                           "blocks, and " + model.name() + " is a layer list; fine-tune it in full",
+                       ft);
+        if (l.tp > 1 || l.pp > 1)
+            fail_input("--finetune " + to_string(plan.finetune) + " is modelled for data parallelism (tp = pp = 1)", ft);
+        switch (plan.strategy) {
+            case DataParallel::ddp:
+            case DataParallel::ring:
+            case DataParallel::zero1:
+            case DataParallel::zero2: break;
+            default:
+                fail_input("--finetune " + to_string(plan.finetune) + " is modelled with ddp, ring, zero1 and zero2 "
+                               "(frozen weights replicated, adapter states sharded); not with " + to_string(plan.strategy),
+                           ft);
+        }
+    }
+    l.optimizer = plan.optimizer;
+    if (plan.optimizer != Optimizer::adam && l.optimizer_offload != Offload::none) {
+        // The offloaded step runs the framework's CPU optimizer: DeepSpeed's CPU-Adam
+        // (ZeRO-Offload checks the optimizer is DeepSpeedCPUAdam, stage_1_and_2.py
+        // _enforce_cpu_offload), or PyTorch's own optimizers on CPU tensors (FSDP).
+        const bool torch_sgd = plan.strategy == DataParallel::fsdp && plan.optimizer == Optimizer::sgd;
+        if (!torch_sgd)
+            fail_input("--optimizer " + std::string(to_string(plan.optimizer)) + " has no CPU implementation to run "
+                           "an offloaded step: DeepSpeed offloads Adam (its CPU-Adam), FSDP's CPU offload runs PyTorch's "
+                           "Adam or SGD on the host",
+                       {"", "", "--optimizer"});
+    }
+    if (plan.optimizer != Optimizer::adam) {
+        const ErrorContext opt{"", "", "--optimizer"};
+        if (plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async)
+            fail_input("parameter servers step Adam; --optimizer " + std::string(to_string(plan.optimizer)) +
+                           " is modelled for the other strategies",
+                       opt);
+        // LAMB's trust ratio needs each layer's norms; with tensor or pipeline parallelism those
+        // span ranks of other groups, which is not modelled.
+        if (plan.optimizer == Optimizer::lamb && (l.tp > 1 || l.pp > 1))
+            fail_input("--optimizer lamb is modelled for data parallelism (tp = pp = 1): its per-layer norms would span "
+                       "tensor and pipeline ranks",
+                       opt);
+    }
+}
+
+}  // namespace
 
 namespace {
 
@@ -338,6 +575,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         if (o.max_live_parameters) l.framework.max_live_parameters = *o.max_live_parameters;
         if (o.max_reuse_distance) l.framework.max_reuse_distance = *o.max_reuse_distance;
         if (o.param_persistence_threshold) l.framework.param_persistence_threshold = *o.param_persistence_threshold;
+        if (o.sub_group_size) l.framework.sub_group_size = std::max<std::int64_t>(1, *o.sub_group_size);
+        if (o.optimizer_swap_buffers) l.framework.optimizer_swap_buffers = *o.optimizer_swap_buffers;
+        if (o.param_swap_buffers) l.framework.param_swap_buffers = *o.param_swap_buffers;
+        if (o.param_swap_buffer_size) l.framework.param_swap_buffer_size = *o.param_swap_buffer_size;
         if (l.framework.overlap_comm && *l.framework.overlap_comm) l.framework.grad_reduce = GradReduce::overlapped;
     }
     if (plan.overlap_grad_reduce) {
@@ -378,6 +619,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                                    : "have compute capability " + std::to_string(slowest->device.compute_capability).substr(0, 3)),
                        {"", "", "--attention"});
     }
+    resolve_training(model, cluster, plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths
     // (bad_input, --tp) and that the micro-batch's sizes stay in range (out_of_range: the
     // micro-batch and sequence make them); their count sizes the graph.

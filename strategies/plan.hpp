@@ -40,9 +40,32 @@ enum class Partition { equal, balanced };
 const char* to_string(Partition p);
 Partition parse_partition(const std::string& text);
 
+/// Where a model state lives between uses (--offload, --offload-params, --offload-optimizer):
+/// on the device, in host memory, or on the node's NVMe drive.
 enum class Offload { none, cpu, nvme };
 const char* to_string(Offload o);
-Offload parse_offload(const std::string& text);
+/// `flag` names the option in the error ("--offload", "--offload-params", …).
+Offload parse_offload(const std::string& text, const char* flag = "--offload");
+
+/// The optimizer (--optimizer), strategies/optimizer.hpp: Adam (AdamW: the same state and
+/// traffic), bitsandbytes' block-wise 8-bit AdamW, SGD with momentum, LAMB.
+enum class Optimizer { adam, adamw_8bit, sgd, lamb };
+const char* to_string(Optimizer o);
+Optimizer parse_optimizer(const std::string& text);
+
+/// What is trained (--finetune, strategies/finetune.hpp): every weight; LoRA adapters on frozen
+/// 16-bit weights (Hu et al. 2021); QLoRA adapters on frozen 4-bit NF4 weights (Dettmers et al. 2023).
+enum class FineTuneKind { full, lora, qlora };
+struct FineTune {
+    FineTuneKind kind = FineTuneKind::full;
+    int rank = 0;                        // adapter rank r
+    std::vector<KernelName> targets;     // the weight GEMMs that get adapters (KernelName)
+    bool operator==(const FineTune&) const = default;
+};
+/// "full", "lora:RANK[:TARGETS]" or "qlora:RANK[:TARGETS]"; TARGETS is a comma list of qkv,
+/// attn_proj, mlp_up, mlp_down (default: all four, every linear layer of a block).
+FineTune parse_finetune(const std::string& text);
+std::string to_string(const FineTune& f);
 
 /// What the user asked for. Zero means "derive it".
 struct Plan {
@@ -54,7 +77,13 @@ struct Plan {
     int virtual_stages = 1;
     bool sequence_parallel = false;
     Recompute recompute = Recompute::none;
-    Offload offload = Offload::none;
+    Offload offload = Offload::none;            // --offload: every state the strategy can move (see resolve)
+    Offload offload_params = Offload::none;     // --offload-params (zero3)
+    Offload offload_optimizer = Offload::none;  // --offload-optimizer (zero1-3)
+    bool delayed_update = false;                // --delayed-update: ZeRO-Offload's one-step delayed update
+    Offload offload_activations = Offload::none; // --offload-activations cpu: DeepSpeed's cpu_checkpointing
+    FineTune finetune;                          // --finetune
+    Optimizer optimizer = Optimizer::adam;      // --optimizer
     std::int64_t global_batch = 0;    // 0: dp · micro_batch (one micro-batch per replica)
     int micro_batch = 1;
     int seq = 0;                      // 0: the model's default
@@ -82,7 +111,7 @@ struct Plan {
     struct FrameworkOverrides {
         std::optional<bool> overlap_comm;
         std::optional<std::int64_t> reduce_bucket, prefetch_bucket, max_live_parameters, max_reuse_distance,
-            param_persistence_threshold;
+            param_persistence_threshold, sub_group_size, optimizer_swap_buffers, param_swap_buffers, param_swap_buffer_size;
     } framework_overrides;
     int gradient_accumulation = 0;
     // Mixture of experts (strategies/moe.hpp).
@@ -118,6 +147,22 @@ struct Layout {
     /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating
     /// the plan costs in memory, known before either starts.
     std::int64_t estimated_ops = 0;
+    /// Where the model states live (resolved from --offload, --offload-params and
+    /// --offload-optimizer for the strategy; see resolve).
+    Offload param_offload = Offload::none;      // parameter shards (zero3, fsdp)
+    Offload optimizer_offload = Offload::none;  // optimizer state, fp32 gradients and the step (zero1-3, fsdp)
+    bool delayed_update = false;
+    /// DeepSpeed's cpu_checkpointing: each layer's activation checkpoint copied to host memory after
+    /// its forward and back before its recompute.
+    bool activation_offload = false;
+    /// Unified memory on every device (Jetson, CPU boards): offload moves no bytes and adds no
+    /// capacity, so the strategies keep every state where it is.
+    bool unified_memory = false;
+    /// The plan asked for CPU offload on unified memory, where it changes nothing (resolve keeps
+    /// the states where they are); the command line says so.
+    bool offload_ignored = false;
+    FineTune finetune;
+    Optimizer optimizer = Optimizer::adam;
 
     /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
     int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }

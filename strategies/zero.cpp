@@ -5,6 +5,8 @@
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/offload.hpp"
+#include "strategies/optimizer.hpp"
 
 namespace smol::strategies {
 
@@ -22,32 +24,67 @@ int bucket_first_block(const std::vector<Bucket>& buckets, std::size_t k, int la
 OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, int stage) {
     if (stage == 3) return build_zero3(model, layout, plan);
     if (stage != 1 && stage != 2) throw Error(ErrorKind::internal, "ZeRO stage " + std::to_string(stage));
-    const std::vector<Block> blocks = replica_blocks(model, layout, plan);
+    std::vector<Block> blocks = replica_blocks(model, layout, plan);
+    const Training training = apply_finetune(model, layout, blocks);
     const StateBytes sb = state_bytes(layout.dtype);
-    const std::int64_t params = total_params(blocks);
-    const int n = layout.dp;
+    const std::int64_t params = total_params(blocks);   // trainable
+    const int n = layout.dp, mbs = layout.microbatches;
     const Bytes cap = Bytes::mib(plan.bucket_mb);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
     const int last_block = static_cast<int>(blocks.size()) - 1;
+    // ZeRO-Offload (stage_1_and_2.py with offload_optimizer): the optimizer state, the fp32
+    // gradient partition and the step on the host (strategies/offload.hpp).
+    const bool offload = layout.optimizer_offload != Offload::none;
+    const std::int64_t mine = shard(params, n);
 
     OpGraph g(layout.devices);
     const std::vector<int> replicas = replica_ranks(layout);
     const ReduceTiming timing = n > 1 ? reduce_timing(layout, stage) : ReduceTiming::overlapped;
     const Stream comm = timing == ReduceTiming::blocking ? Stream::compute : Stream::comm;
-    const int first_mb = stage == 1 ? layout.microbatches - 1 : 0;   // stage 1 reduces at the accumulation boundary
+    const int first_mb = stage == 1 ? mbs - 1 : 0;   // stage 1 reduces at the accumulation boundary
+    // Stage 2 keeps each bucket's gradients in a transient buffer until they are reduced (and,
+    // offloaded, copied out); so does stage 1 offloaded on one rank.
+    const bool bucketed = stage == 2 && (n > 1 || offload);
+    const detail::GradientOffload how{sb.grads, sb.grads, Tier::host, layout.dtype};
     std::vector<Passes> passes;
-    // Stage 2: the transient bucket buffer of (micro-batch, bucket) on each replica.
     std::vector<std::map<std::pair<int, int>, std::int32_t>> bucket_buf(replicas.size());
-    // Blocking reductions are emitted inside each replica's backward: one collective per
-    // (micro-batch, bucket), declared by the first replica that reaches it.
     std::map<std::pair<int, int>, std::int32_t> blocking_cid;
     std::vector<OpId> last_rs(replicas.size(), static_cast<OpId>(-1));
+    std::vector<OpId> host_step(replicas.size(), OpGraph::kNoOp), last_out(replicas.size(), OpGraph::kNoOp),
+        out_prev(replicas.size(), OpGraph::kNoOp);
+    // Offloaded, each bucket's free (after its partition's copy) per (micro-batch, block its
+    // gradients complete after): what the throttle below waits for.
+    std::vector<std::map<std::pair<int, int>, std::vector<OpId>>> freed_after(replicas.size());
+    std::int64_t largest = 1;
+    for (const Block& b : blocks)
+        for (std::int64_t e : partitioned_tensors(b, 0)) largest = std::max(largest, e);
     for (std::size_t d = 0; d < replicas.size(); ++d) {
         const int r = replicas[d];
-        alloc_model_states(g, r, Bytes(params * sb.params), Bytes((stage == 1 ? params : shard(params, n)) * sb.grads),
-                           Bytes(shard(params, n) * sb.optimizer));
+        if (!offload) {
+            alloc_model_states(g, r, Bytes(params * sb.params) + training.frozen,
+                               Bytes((stage == 1 ? params : mine) * sb.grads), optimizer_state_bytes(layout, mine));
+        } else {
+            alloc_state(g, r, Bytes(params * sb.params) + training.frozen, BufferLabel::parameters);
+            if (stage == 1) alloc_state(g, r, Bytes(params * sb.grads), BufferLabel::gradients);
+            // Pinned host memory: the fp32 master weights and moments, the fp32 gradient
+            // partition, the 16-bit copy of the updated partition (param_buffer_of_bit16_for_cpu_
+            // offload_groups) and, with gradient accumulation, the 16-bit partition accumulated
+            // through the host (accumulated_grads_in_cpu).
+            alloc_state(g, r, optimizer_state_bytes(layout, mine), BufferLabel::optimizer_state, Tier::host);
+            alloc_state(g, r, Bytes(mine * 4), BufferLabel::gradients, Tier::host);
+            alloc_state(g, r, Bytes(mine * sb.params), BufferLabel::staging, Tier::host);
+            if (stage == 2 && mbs > 1) alloc_state(g, r, Bytes(mine * sb.grads), BufferLabel::gradients, Tier::host);
+            // temp_grad_buffer_for_gpu_offload: the largest parameter tensor, in the 16-bit dtype.
+            alloc_state(g, r, Bytes(largest * sb.params), BufferLabel::workspace);
+            // The delayed update (Ren et al. 2021 §5.2) steps the previous step's gradients while
+            // this step's forward and backward run; this step's gradients wait for it to have read
+            // the fp32 partition they overwrite.
+            if (layout.delayed_update)
+                host_step[d] = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, {r}, mine,
+                                                   layer_params(blocks, n), false, {}).front();
+        }
         std::function<void(int, const Block&)> before_bwd;
-        if (stage == 2 && n > 1)
+        if (bucketed)
             before_bwd = [&, d, r](int mb, const Block& b) {
                 for (std::size_t k = 0; k < buckets.size(); ++k)
                     if (bucket_first_block(buckets, k, last_block) == b.index) {
@@ -56,23 +93,48 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                         bucket_buf[d][{mb, static_cast<int>(k)}] = buf;
                     }
             };
+        // After a bucket's reduction (or, on one rank, its backward): offloaded, the rank's
+        // partition leaves the device; the bucket buffer is freed once it is reduced or copied.
+        auto finish_bucket = [&, d, r](int mb, int k, OpId reduced, Stream stream) {
+            OpId device_done = reduced;
+            if (offload) {
+                const std::int64_t part = buckets[static_cast<std::size_t>(k)].bytes.count() / sb.grads / n;
+                const detail::OffloadedPartition o =
+                    stage == 1 ? detail::offload_gradient(g, r, part, how, 0, 1, stream, reduced, host_step[d], out_prev[d], -1, k)
+                               : detail::offload_gradient(g, r, part, how, mb, mbs, stream, reduced,
+                                                          mb == mbs - 1 ? host_step[d] : OpGraph::kNoOp, out_prev[d], -1, k);
+                device_done = o.device_done;
+                if (mb == mbs - 1) last_out[d] = o.done;
+                stream = Stream::copy;
+            }
+            if (bucketed) {
+                const OpId f = g.add_free(bucket_buf[d].at({mb, k}), stream, -1, mb);
+                g.depend(device_done, f);
+                freed_after[d][{mb, buckets[static_cast<std::size_t>(k)].ready_after_block}].push_back(f);
+            }
+        };
         std::function<void(int, const Block&, OpId)> after_bwd;
-        if (timing == ReduceTiming::blocking)
-            after_bwd = [&, d, r](int mb, const Block& b, OpId) {
+        if (timing == ReduceTiming::blocking || (n == 1 && offload))
+            after_bwd = [&, d, r, finish_bucket](int mb, const Block& b, OpId bwd) {
                 if (mb < first_mb) return;
                 for (std::size_t k = 0; k < buckets.size(); ++k) {
                     if (buckets[k].ready_after_block != b.index) continue;
-                    auto [it, fresh] = blocking_cid.try_emplace({mb, static_cast<int>(k)}, -1);
-                    if (fresh) it->second = g.declare_collective(CollectiveKind::reduce_scatter, replicas, buckets[k].bytes);
-                    last_rs[d] = g.add_collective_op(it->second, r, Stream::compute, Phase::comm, -1, mb, static_cast<int>(k));
-                    if (stage == 2) g.add_free(bucket_buf[d].at({mb, static_cast<int>(k)}), Stream::compute, -1, mb);
+                    OpId reduced = bwd;
+                    if (n > 1) {
+                        auto [it, fresh] = blocking_cid.try_emplace({mb, static_cast<int>(k)}, -1);
+                        if (fresh) it->second = g.declare_collective(CollectiveKind::reduce_scatter, replicas, buckets[k].bytes);
+                        reduced = last_rs[d] =
+                            g.add_collective_op(it->second, r, Stream::compute, Phase::comm, -1, mb, static_cast<int>(k));
+                    }
+                    finish_bucket(mb, static_cast<int>(k), reduced, Stream::compute);
                 }
             };
-        passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype, before_bwd, after_bwd));
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels,
+                                    layout.activation_offload));
     }
 
     if (n > 1 && timing != ReduceTiming::blocking)
-        for (int mb = first_mb; mb < layout.microbatches; ++mb)
+        for (int mb = first_mb; mb < mbs; ++mb)
             for (std::size_t k = 0; k < buckets.size(); ++k) {
                 const auto ops = g.add_collective(CollectiveKind::reduce_scatter, replicas, buckets[k].bytes,
                                                   Stream::comm, Phase::comm, -1, mb, static_cast<int>(k));
@@ -81,13 +143,56 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                 for (std::size_t d = 0; d < replicas.size(); ++d) {
                     g.depend(passes[d].bwd[mb][ready], ops[d]);
                     last_rs[d] = ops[d];
-                    if (stage == 2) g.add_free(bucket_buf[d].at({mb, static_cast<int>(k)}), Stream::comm, -1, mb);
+                    OpId device_done = ops[d];
+                    Stream stream = Stream::comm;
+                    if (offload) {
+                        const std::int64_t part = buckets[k].bytes.count() / sb.grads / n;
+                        const detail::OffloadedPartition o =
+                            stage == 1 ? detail::offload_gradient(g, replicas[d], part, how, 0, 1, Stream::comm, ops[d],
+                                                                  host_step[d], out_prev[d], -1, static_cast<int>(k))
+                                       : detail::offload_gradient(g, replicas[d], part, how, mb, mbs, Stream::comm, ops[d],
+                                                                  mb == mbs - 1 ? host_step[d] : OpGraph::kNoOp, out_prev[d], -1,
+                                                                  static_cast<int>(k));
+                        device_done = o.device_done;
+                        if (mb == mbs - 1) last_out[d] = o.done;
+                        stream = Stream::copy;
+                    }
+                    if (bucketed) {
+                        const OpId f = g.add_free(bucket_buf[d].at({mb, static_cast<int>(k)}), stream, -1, mb);
+                        g.depend(device_done, f);
+                        freed_after[d][{mb, buckets[k].ready_after_block}].push_back(f);
+                    }
                 }
             }
+    // DeepSpeed's hooks block backward while its IPG buffers (two with overlap_comm) wait for
+    // their reduction and copy: offloaded, the copy to the host is the slow part, so a block's
+    // backward waits until the gradients of the block two before it have left the device (the
+    // graph is per block; DeepSpeed's buckets are per parameter).
+    if (offload && bucketed)
+        for (std::size_t d = 0; d < replicas.size(); ++d)
+            for (int mb = 0; mb < mbs; ++mb)
+                for (int i = 0; i + 2 <= last_block; ++i) {
+                    const auto it = freed_after[d].find({mb, i + 2});
+                    if (it == freed_after[d].end()) continue;
+                    for (OpId f : it->second) g.depend(f, passes[d].bwd_first[static_cast<std::size_t>(mb)][static_cast<std::size_t>(i)]);
+                }
+    // The step: on the device after the last reduction, or on the host after the last partition
+    // arrived (the delayed update's already ran), then the updated 16-bit partition back to the
+    // device (after this step's backward, which still reads the parameters).
     std::vector<OpId> opt(replicas.size());
-    for (std::size_t d = 0; d < replicas.size(); ++d) {
-        opt[d] = add_adam(g, replicas[d], shard(params, n), layout.dtype, optimizer_bytes_per_param(layout));
-        if (last_rs[d] != static_cast<OpId>(-1)) g.depend(last_rs[d], opt[d]);
+    if (!offload) {
+        std::vector<OpId> after(replicas.size(), OpGraph::kNoOp);
+        for (std::size_t d = 0; d < replicas.size(); ++d)
+            if (last_rs[d] != static_cast<OpId>(-1)) after[d] = last_rs[d];
+        opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1, after, comm);
+    } else {
+        if (!layout.delayed_update) host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine,
+                                                                    layer_params(blocks, n), n > 1, last_out);
+        for (std::size_t d = 0; d < replicas.size(); ++d) {
+            opt[d] = g.add_copy(replicas[d], Tier::host, Tier::device, Bytes(mine * sb.params), Phase::opt);
+            g.depend(host_step[d], opt[d]);
+            g.depend(passes[d].bwd[static_cast<std::size_t>(mbs - 1)][0], opt[d]);
+        }
     }
     // The updated parameter shards are all-gathered, bucket by bucket.
     if (n > 1)
@@ -108,6 +213,12 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     const int dp = layout.dp;
     const int group = options.shard_params ? (options.shard_group > 0 ? options.shard_group : dp) : 1;
     if (dp % group != 0) throw Error(ErrorKind::internal, "shard group does not divide dp");
+    // CPUOffload(offload_params=True) (torch/distributed/fsdp/_runtime_utils.py, _flat_param.py):
+    // the fp32 shard of every flat parameter, its gradient and the optimizer live in host memory;
+    // each unshard copies the fp32 shard to the device and casts it to the 16-bit param_dtype
+    // before the all-gather; each reduced gradient shard is cast to fp32 and copied to the host;
+    // PyTorch's optimizer steps the host shards (strategies/optimizer.hpp).
+    const bool offload = layout.param_offload == Offload::cpu;
     const int nb = static_cast<int>(blocks.size());
     const int mbs = layout.microbatches;
 
@@ -126,9 +237,17 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     for (int d = 0; d < dp; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
         const std::int64_t mine = shard(params, group);
-        alloc_model_states(g, r, Bytes(mine * sb.params), Bytes(mine * sb.grads), Bytes(mine * sb.optimizer));
+        if (offload) {
+            // The fp32 shard is the master copy: the optimizer adds only its own state.
+            alloc_state(g, r, Bytes(mine * 4), BufferLabel::parameters, Tier::host);
+            alloc_state(g, r, Bytes(mine * 4), BufferLabel::gradients, Tier::host);
+            alloc_state(g, r, optimizer_state_bytes(layout.optimizer, DType::fp32, mine), BufferLabel::optimizer_state,
+                        Tier::host);
+        } else {
+            alloc_model_states(g, r, Bytes(mine * sb.params), Bytes(mine * sb.grads), optimizer_state_bytes(layout, mine));
+        }
         std::function<void(int, const Block&)> before_bwd;
-        if (group > 1)
+        if (group > 1 || offload)
             before_bwd = [&, d, r](int mb, const Block& b) {
                 const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * sb.grads), BufferLabel::bucket);
                 g.add_alloc(buf, Stream::compute, b.index, mb);
@@ -151,11 +270,32 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     };
     std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(dp), std::vector<std::int32_t>(blocks.size(), -1));
     auto gather = [&](const Block& b, int mb, Phase phase, const std::vector<std::vector<OpId>>& consumers) {
+        std::vector<OpId> ready(static_cast<std::size_t>(dp), OpGraph::kNoOp);
         for (int d = 0; d < dp; ++d) {
             const int r = replicas[static_cast<std::size_t>(d)];
             const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * sb.params), BufferLabel::staging);
-            g.add_alloc(buf, Stream::comm, b.index, mb);
+            const OpId a = g.add_alloc(buf, Stream::comm, b.index, mb);
             gathered[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] = buf;
+            if (offload) {
+                // The fp32 shard to the device (after the unshard's buffer exists: the comm
+                // stream's order limits how far ahead it runs), cast to the 16-bit dtype there.
+                const std::int64_t s_b = shard(b.params, group);
+                const std::int32_t f32 = g.add_buffer(r, Tier::device, Bytes(s_b * 4), BufferLabel::staging);
+                const OpId fa = g.add_alloc(f32, Stream::comm, b.index, mb);
+                const OpId in = g.add_copy(r, Tier::host, Tier::device, Bytes(s_b * 4), phase, b.index, mb);
+                g.depend(a, in);
+                g.depend(fa, in);
+                const Kernel cast = stream_kernel(KernelName::other, KernelClass::elementwise, s_b * (4 + sb.params));
+                ready[static_cast<std::size_t>(d)] =
+                    g.add_kernels(r, phase, b.index, mb, g.intern_recipe({&cast, 1}), layout.dtype, false, Stream::comm);
+                g.depend(in, ready[static_cast<std::size_t>(d)]);
+                g.add_free(f32, Stream::comm, b.index, mb);
+            }
+        }
+        if (group == 1) {   // one rank (offloaded): the copy and cast are the whole unshard
+            for (int d = 0; d < dp; ++d)
+                g.depend(ready[static_cast<std::size_t>(d)], consumers[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)]);
+            return;
         }
         const auto ops = collective(CollectiveKind::all_gather, shard_groups, Bytes(b.params * sb.params), phase, b.index, mb);
         for (int d = 0; d < dp; ++d)
@@ -167,7 +307,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             g.depend(after[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], f);
         }
     };
-    std::vector<OpId> last_comm(static_cast<std::size_t>(dp), static_cast<OpId>(-1));
+    std::vector<OpId> last_comm(static_cast<std::size_t>(dp), OpGraph::kNoOp), last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp),
+        out_prev(static_cast<std::size_t>(dp), OpGraph::kNoOp);
     // Gradients of a unit after its backward: reduce-scatter in the shard group, then (hybrid)
     // all-reduce of the shard across groups; NO_SHARD all-reduces the whole unit (last micro-batch).
     auto reduce = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& bwd) {
@@ -188,6 +329,20 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], ops[static_cast<std::size_t>(d)]);
         }
         for (std::size_t d = 0; d < ops.size(); ++d) last_comm[d] = ops[d];
+        if (!offload) return;
+        const detail::GradientOffload how{sb.grads, 4, Tier::host, layout.dtype};
+        for (int d = 0; d < dp; ++d) {
+            const OpId ready = ops.empty() ? bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] : ops[static_cast<std::size_t>(d)];
+            const detail::OffloadedPartition o = detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)],
+                                                                          shard(b.params, group), how, mb, mbs, Stream::comm, ready,
+                                                                          OpGraph::kNoOp, out_prev[static_cast<std::size_t>(d)], b.index);
+            if (group == 1) {
+                const OpId f = g.add_free(grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)],
+                                          Stream::copy, b.index, mb);
+                g.depend(o.device_done, f);
+            }
+            if (mb == mbs - 1) last_out[static_cast<std::size_t>(d)] = o.done;
+        }
     };
 
     std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(dp)), bwd(static_cast<std::size_t>(dp)),
@@ -198,7 +353,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             bwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd[static_cast<std::size_t>(mb)];
             bwd_first[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd_first[static_cast<std::size_t>(mb)];
         }
-        if (group > 1) {
+        if (group > 1 || offload) {
             // Forward: gather unit i while unit i−1 computes (forward prefetch); release unit i−1
             // after its forward (reshard after forward). The release sits after gather i on the
             // comm stream, so gather i+1 waits for forward i−1: at most two units are gathered —
@@ -222,11 +377,12 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             for (int j = nb - 1; j >= 0; --j) reduce(blocks[static_cast<std::size_t>(j)], mb, bwd);
         }
     }
-    for (int d = 0; d < dp; ++d) {
-        const OpId opt = add_adam(g, replicas[static_cast<std::size_t>(d)], shard(params, group), layout.dtype,
-                                  optimizer_bytes_per_param(layout));
-        if (last_comm[static_cast<std::size_t>(d)] != static_cast<OpId>(-1)) g.depend(last_comm[static_cast<std::size_t>(d)], opt);
-    }
+    if (offload)
+        add_optimizer_steps(g, layout, StepRunner::torch_cpu, replicas, shard(params, group), layer_params(blocks, group),
+                            group > 1, last_out);
+    else
+        add_optimizer_steps(g, layout, StepRunner::device, replicas, shard(params, group), layer_params(blocks, group),
+                            group > 1, last_comm);
     return g;
 }
 
@@ -283,20 +439,50 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const Bytes bucket_cap(std::max<std::int64_t>(1, std::min(fw.reduce_bucket, params)) * sb.grads);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, bucket_cap, bucket_cap);
 
+    // ZeRO-Infinity (strategies/offload.hpp): parameter partitions in host memory or on NVMe,
+    // fetched before each all-gather; optimizer state, fp32 gradients and the step on the host
+    // (or swapped from NVMe sub-group by sub-group). Tensors under the persistence threshold stay
+    // on the device (DeepSpeed's ds_persist parameters are never offloaded).
+    const Offload po = layout.param_offload, oo = layout.optimizer_offload;
+    const Tier ptier = detail::offload_tier(po), otier = detail::offload_tier(oo);
+    const bool offload = po != Offload::none || oo != Offload::none;
+    const std::int64_t part = shard(params - persistent, dp), gshard = shard(params, dp);
     OpGraph g(layout.devices);
     std::vector<Passes> passes;
     for (int d = 0; d < dp; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
-        const std::int64_t mine = shard(params - persistent, dp) + persistent;
-        alloc_model_states(g, r, Bytes(mine * sb.params), Bytes(shard(params, dp) * sb.grads),
-                           Bytes(shard(params, dp) * sb.optimizer));
-        if (dp > 1) alloc_state(g, r, bucket_cap, BufferLabel::bucket);   // the contiguous IPG buffer
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype));
+        if (po == Offload::none) {
+            alloc_state(g, r, Bytes((part + persistent) * sb.params), BufferLabel::parameters);
+        } else {
+            alloc_state(g, r, Bytes(persistent * sb.params), BufferLabel::parameters);
+            alloc_state(g, r, Bytes(part * sb.params), BufferLabel::parameters, ptier);
+            if (po == Offload::nvme)   // the parameter swapper's pinned buffers
+                alloc_state(g, r, Bytes(fw.param_swap_buffers * fw.param_swap_buffer_size * sb.params), BufferLabel::staging,
+                            Tier::host);
+        }
+        if (oo == Offload::none) {
+            alloc_state(g, r, Bytes(gshard * sb.grads), BufferLabel::gradients);
+            alloc_state(g, r, optimizer_state_bytes(layout, gshard), BufferLabel::optimizer_state);
+        } else {
+            alloc_state(g, r, Bytes(gshard * 4), BufferLabel::gradients, otier);
+            alloc_state(g, r, optimizer_state_bytes(layout, gshard), BufferLabel::optimizer_state, otier);
+            if (oo == Offload::nvme)   // the optimizer swapper's pinned buffers, a sub-group each
+                alloc_state(g, r, Bytes(fw.optimizer_swap_buffers * std::min(fw.sub_group_size, gshard) * 4),
+                            BufferLabel::staging, Tier::host);
+        }
+        if (dp > 1 || offload) alloc_state(g, r, bucket_cap, BufferLabel::bucket);   // the contiguous IPG buffer
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, {}, {}, nullptr, layout.activation_offload));
     }
-    if (dp == 1) {
-        for (int d = 0; d < dp; ++d) add_adam(g, replicas[static_cast<std::size_t>(d)], params, layout.dtype, optimizer_bytes_per_param(layout));
+    if (dp == 1 && !offload) {
+        add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, {});
         return g;
     }
+    const detail::GradientOffload how{sb.grads, 4, otier, layout.dtype, layout.unified_memory};
+    // Where pinned host buffers live: on unified memory (a CPU board, a Jetson) the device's own.
+    const Tier pinned = layout.unified_memory ? Tier::device : Tier::host;
+    std::vector<OpId> last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp), out_prev(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+    // Parameters are fetched when they are sharded over ranks or offloaded.
+    const bool gathers = dp > 1 || po != Offload::none;
 
     // One gather (an all-gather of `bytes` of parameters) on every replica, each after `after`
     // (per replica; kNoOp: none) and before `before`.
@@ -327,22 +513,40 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         // coalesced per block (v0.6+), issued after `issue_after` (the compute the issuing hook
         // follows), consumed by `consumer`.
         auto fetch = [&](int i, Phase phase, const std::vector<OpId>& issue_after, const std::vector<OpId>& consumer) {
-            if (elems[static_cast<std::size_t>(i)] == 0) return;
+            if (elems[static_cast<std::size_t>(i)] == 0 || !gathers) return;
             for (int d = 0; d < dp; ++d) {
                 const std::int32_t buf = g.add_buffer(replicas[static_cast<std::size_t>(d)], Tier::device,
                                                       Bytes(elems[static_cast<std::size_t>(i)] * sb.params), BufferLabel::staging);
                 g.add_alloc(buf, Stream::comm, i, mb);
                 staging[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)] = buf;
             }
-            std::vector<OpId> ops;
-            if (fw.zero3_gather == GatherGranularity::per_tensor)
-                for (std::int64_t e : tensors[static_cast<std::size_t>(i)]) ops = all_gather(e, i, mb, phase, issue_after);
-            else
-                ops = all_gather(elems[static_cast<std::size_t>(i)], i, mb, phase, issue_after);
-            for (int d = 0; d < dp; ++d) g.depend(ops[static_cast<std::size_t>(d)], consumer[static_cast<std::size_t>(d)]);
+            // An offloaded partition first comes to the device (from NVMe through a pinned host
+            // buffer); on one rank that copy is the whole fetch.
+            std::vector<OpId> ready = issue_after;
+            if (po != Offload::none) {
+                const std::int64_t mine_i = shard(elems[static_cast<std::size_t>(i)], dp);
+                for (int d = 0; d < dp; ++d) {
+                    const int r = replicas[static_cast<std::size_t>(d)];
+                    auto step = [&](OpId op) {
+                        if (ready[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ready[static_cast<std::size_t>(d)], op);
+                        ready[static_cast<std::size_t>(d)] = op;
+                    };
+                    if (po == Offload::nvme) step(g.add_copy(r, Tier::nvme, pinned, Bytes(mine_i * sb.params), phase, i, mb));
+                    if (pinned != Tier::device) step(g.add_copy(r, Tier::host, Tier::device, Bytes(mine_i * sb.params), phase, i, mb));
+                }
+            }
+            std::vector<OpId> ops = ready;
+            if (dp > 1) {
+                if (fw.zero3_gather == GatherGranularity::per_tensor)
+                    for (std::int64_t e : tensors[static_cast<std::size_t>(i)]) ops = all_gather(e, i, mb, phase, ready);
+                else
+                    ops = all_gather(elems[static_cast<std::size_t>(i)], i, mb, phase, ready);
+            }
+            for (int d = 0; d < dp; ++d)
+                if (ops[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ops[static_cast<std::size_t>(d)], consumer[static_cast<std::size_t>(d)]);
         };
         auto release = [&](int i, const std::vector<OpId>& after) {
-            if (elems[static_cast<std::size_t>(i)] == 0) return;
+            if (elems[static_cast<std::size_t>(i)] == 0 || !gathers) return;
             for (int d = 0; d < dp; ++d) {
                 const OpId f = g.add_free(staging[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], Stream::comm, i, mb);
                 g.depend(after[static_cast<std::size_t>(d)], f);
@@ -386,23 +590,76 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             for (int j : bwd_issue[static_cast<std::size_t>(i)]) fetch(j, Phase::bwd, column(bwd, i + 1), column(first, j));
             release(i, column(bwd, i));
             while (next_bucket < buckets.size() && buckets[next_bucket].ready_after_block == i) {
-                const auto ops = g.add_collective(CollectiveKind::reduce_scatter, replicas, buckets[next_bucket].bytes,
-                                                  Stream::comm, Phase::comm, -1, mb, static_cast<int>(next_bucket));
-                // (Without overlap_comm DeepSpeed reduces on the compute stream; its all-gathers
-                // share the communicator, so both stay on one stream here: the reduction then
-                // waits for the backward that fills it and the next fetch waits for it.)
-                for (int d = 0; d < dp; ++d) {
-                    g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], ops[static_cast<std::size_t>(d)]);
-                    last_comm[static_cast<std::size_t>(d)] = ops[static_cast<std::size_t>(d)];
+                std::vector<OpId> reduced = column(bwd, i);
+                if (dp > 1) {
+                    reduced = g.add_collective(CollectiveKind::reduce_scatter, replicas, buckets[next_bucket].bytes,
+                                               Stream::comm, Phase::comm, -1, mb, static_cast<int>(next_bucket));
+                    // (Without overlap_comm DeepSpeed reduces on the compute stream; its all-gathers
+                    // share the communicator, so both stay on one stream here: the reduction then
+                    // waits for the backward that fills it and the next fetch waits for it.)
+                    for (int d = 0; d < dp; ++d) {
+                        g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], reduced[static_cast<std::size_t>(d)]);
+                        last_comm[static_cast<std::size_t>(d)] = reduced[static_cast<std::size_t>(d)];
+                    }
+                }
+                if (oo != Offload::none) {
+                    // The rank's partition of the bucket, accumulated in fp32 through the host and
+                    // offloaded at the boundary (stage3.py partition_grads).
+                    const std::int64_t elements = buckets[next_bucket].bytes.count() / sb.grads / dp;
+                    for (int d = 0; d < dp; ++d) {
+                        const detail::OffloadedPartition o =
+                            detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)], elements, how, mb, mbs,
+                                                     Stream::comm, reduced[static_cast<std::size_t>(d)], OpGraph::kNoOp,
+                                                     out_prev[static_cast<std::size_t>(d)], -1, static_cast<int>(next_bucket));
+                        if (mb == mbs - 1) last_out[static_cast<std::size_t>(d)] = o.done;
+                    }
                 }
                 ++next_bucket;
             }
         }
     }
+    // The step, then the updated 16-bit partition where the parameters live.
+    std::vector<OpId> done;
+    if (oo == Offload::none) {
+        done = add_optimizer_steps(g, layout, StepRunner::device, replicas, gshard, layer_params(blocks, dp), dp > 1, last_comm);
+    } else if (oo == Offload::cpu) {
+        done = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, gshard, layer_params(blocks, dp), dp > 1,
+                                   last_out);
+    } else {
+        // NVMe: sub-group by sub-group, swap the fp32 weights, moments and gradients in, step,
+        // swap the weights and moments out; one sub-group's buffers at a time.
+        done = last_out;
+        const double state = optimizer_state_per_param(layout.optimizer, layout.dtype);
+        for (std::int64_t begin = 0; begin < gshard; begin += fw.sub_group_size) {
+            const std::int64_t e = std::min(fw.sub_group_size, gshard - begin);
+            std::vector<OpId> in(static_cast<std::size_t>(dp));
+            for (int d = 0; d < dp; ++d) {
+                const int r = replicas[static_cast<std::size_t>(d)];
+                in[static_cast<std::size_t>(d)] =
+                    g.add_copy(r, Tier::nvme, pinned, Bytes::from_double((state + 4) * static_cast<double>(e)), Phase::opt);
+                if (done[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(done[static_cast<std::size_t>(d)], in[static_cast<std::size_t>(d)]);
+            }
+            const std::vector<OpId> step =
+                add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, e, {e}, dp > 1, in);
+            for (int d = 0; d < dp; ++d) {
+                const OpId out = g.add_copy(replicas[static_cast<std::size_t>(d)], pinned, Tier::nvme,
+                                            Bytes::from_double(state * static_cast<double>(e)), Phase::opt);
+                g.depend(step[static_cast<std::size_t>(d)], out);
+                done[static_cast<std::size_t>(d)] = out;
+            }
+        }
+    }
     for (int d = 0; d < dp; ++d) {
-        const OpId opt = add_adam(g, replicas[static_cast<std::size_t>(d)], shard(params, dp), layout.dtype,
-                                  optimizer_bytes_per_param(layout));
-        if (last_comm[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(last_comm[static_cast<std::size_t>(d)], opt);
+        const int r = replicas[static_cast<std::size_t>(d)];
+        const Tier from = oo == Offload::none ? Tier::device : pinned;   // where the step wrote them
+        auto write = [&](Tier to, std::int64_t elements) {
+            if (to == from || elements == 0) return;
+            const OpId c = g.add_copy(r, from, to, Bytes(elements * sb.params), Phase::opt);
+            g.depend(done[static_cast<std::size_t>(d)], c);
+        };
+        // The partitioned tensors go where they live; the persistent ones are on the device.
+        write(ptier, part);
+        write(Tier::device, persistent);
     }
     return g;
 }

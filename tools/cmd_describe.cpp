@@ -5,17 +5,66 @@
 
 #include "strategies/data_parallel.hpp"
 #include "strategies/plan.hpp"
+#include "core/error.hpp"
 #include "tools/commands.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/simulation.hpp"
+#include "traces/summary.hpp"
 #include "topologies/cluster.hpp"
 
 namespace smol::tools {
 
 namespace {
 
+/// One strategy and offload choice, simulated: the device and host at their peaks.
+struct MemoryRow {
+    std::string strategy, offload;
+    bool fits = false;
+    Time step;
+    Bytes capacity;
+    MemoryBreakdown device, host, nvme;
+};
+
+/// Every data-parallel strategy with each offload choice it has (zero3 to NVMe where the cluster
+/// has drives), simulated with the analytic network: what each holds at its peak.
+std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& cluster, const strategies::Plan& base) {
+    using strategies::DataParallel;
+    using strategies::Offload;
+    std::vector<MemoryRow> rows;
+    sim::SimOptions quick;
+    quick.network = sim::NetworkMode::analytic;
+    quick.record_memory = false;
+    const topo::Topology topology(cluster);
+    for (DataParallel s : {DataParallel::ddp, DataParallel::zero1, DataParallel::zero2, DataParallel::zero3, DataParallel::fsdp})
+        for (Offload o : {Offload::none, Offload::cpu, Offload::nvme}) {
+            strategies::Plan p = base;
+            p.strategy = s;
+            p.offload = o;
+            try {
+                const strategies::Layout l = strategies::resolve(model, cluster, p);
+                if (l.offload_ignored) continue;   // unified memory: the same as no offload
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::bad_input) throw;
+                continue;   // this strategy has no such offload (or does not run here)
+            }
+            std::optional<Simulation> sim;
+            try {
+                sim.emplace(simulate_plan(model, cluster, p, quick, &topology));
+            } catch (const Error& e) {
+                if (e.kind() != ErrorKind::out_of_range) throw;
+                continue;   // too large to simulate on this machine (simulate says why)
+            }
+            const Simulation& run = *sim;
+            MemoryRow r{strategies::to_string(s), strategies::to_string(o), run.summary.fits(), run.summary.iteration,
+                        run.timeline.capacity[static_cast<std::size_t>(run.summary.peak_rank)][static_cast<int>(Tier::device)],
+                        run.summary.peak_device, run.summary.peak_host, run.summary.peak_nvme};
+            rows.push_back(std::move(r));
+        }
+    return rows;
+}
+
 int run_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
-                 std::ostream& out, std::ostream& err) {
+                 const std::string& recompute, int step_seq, int micro_batch, std::ostream& out, std::ostream& err) {
     const Model model = load_model_warning(model_spec, err);
     const std::int64_t params = model.parameters();
     const std::int64_t active = model.active_parameters();
@@ -73,6 +122,28 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         for (const auto& [name, bytes] : per_strategy) m[name] = bytes.count();
         j["model_state_bytes"] = m;
     }
+    std::vector<MemoryRow> rows;
+    if (cluster) {
+        strategies::Plan base;
+        base.recompute = parse_recompute(recompute, flag("--recompute"));
+        base.seq = step_seq;
+        base.micro_batch = micro_batch;
+        rows = memory_rows(model, *cluster, base);
+        Json m = Json::array();
+        for (const MemoryRow& r : rows)
+            m.push_back({{"strategy", r.strategy},
+                         {"offload", r.offload},
+                         {"fits", r.fits},
+                         {"step_time_s", r.step.to_seconds()},
+                         {"device_capacity_bytes", r.capacity.count()},
+                         {"device_peak_bytes", r.device.total().count()},
+                         {"device", traces::breakdown_json(r.device)},
+                         {"host_peak_bytes", r.host.total().count()},
+                         {"host", traces::breakdown_json(r.host)},
+                         {"nvme_peak_bytes", r.nvme.total().count()},
+                         {"nvme", traces::breakdown_json(r.nvme)}});
+        j["memory"] = std::move(m);
+    }
     if (json) {
         out << j.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
         return 0;
@@ -100,6 +171,18 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     else
         out << "  model states per device (mixed-precision Adam; --cluster for the sharded strategies):\n";
     for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string(bytes) << '\n';
+    if (!rows.empty()) {
+        out << "  one step simulated per strategy and offload (analytic network; recompute " << recompute
+            << ", micro-batch " << micro_batch << "): the device and the host at their peaks\n";
+        for (const MemoryRow& r : rows) {
+            const std::string name = r.strategy + (r.offload == "none" ? "" : " --offload " + r.offload);
+            std::snprintf(buf, sizeof buf, "    %-22s %-7s %s of %s\n", name.c_str(), r.fits ? "fits" : "no fit",
+                          traces::gib(r.device.total()).c_str(), traces::gib(r.capacity).c_str());
+            out << buf << "      device: " << traces::describe_breakdown(r.device) << '\n';
+            if (r.host.total() > Bytes(0)) out << "      host:   " << traces::describe_breakdown(r.host) << '\n';
+            if (r.nvme.total() > Bytes(0)) out << "      NVMe:   " << traces::describe_breakdown(r.nvme) << '\n';
+        }
+    }
     return 0;
 }
 
@@ -110,6 +193,8 @@ Command add_describe(CLI::App& parent) {
         std::string model, cluster;
         std::optional<int> nodes;
         bool json = false;
+        std::string recompute = "none";
+        int seq = 0, micro_batch = 1;
     };
     auto f = std::make_shared<Flags>();
     CLI::App* app = parent.add_subcommand("describe", "parameters, FLOPs per token and memory of a model");
@@ -117,7 +202,12 @@ Command add_describe(CLI::App& parent) {
     app->add_option("--cluster", f->cluster, "cluster preset or JSON file");
     app->add_option("--nodes", f->nodes, "scale the cluster to N nodes");
     app->add_flag("--json", f->json, "print one JSON object");
-    return {app, [f](const Io& io) { return run_describe(f->model, f->cluster, f->nodes, f->json, io.out, io.err); }};
+    app->add_option("--recompute", f->recompute, "with --cluster: activation recompute of the simulated steps")->capture_default_str();
+    app->add_option("--seq", f->seq, "with --cluster: sequence length of the simulated steps (default: the model's)");
+    app->add_option("--micro-batch", f->micro_batch, "with --cluster: micro-batch of the simulated steps")->capture_default_str();
+    return {app, [f](const Io& io) {
+                return run_describe(f->model, f->cluster, f->nodes, f->json, f->recompute, f->seq, f->micro_batch, io.out, io.err);
+            }};
 }
 
 Command add_models(CLI::App& parent) {

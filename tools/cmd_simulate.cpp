@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "tools/commands.hpp"
+#include "tools/fit_advice.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/simulation.hpp"
 #include "traces/summary.hpp"
@@ -28,7 +29,22 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     // Every trace flag is checked before the simulation, which may take minutes.
     check_trace_flags(f.trace, cluster.num_devices());
 
-    const Simulation run = simulate_plan(model, cluster, plan, opt);
+    Simulation run = simulate_plan(model, cluster, plan, opt);
+    if (run.built.layout.offload_ignored)
+        io.err << "smolcluster: warning: " << cluster.name << " has unified memory: the device's memory is the host's, "
+               << "so CPU offload moves nothing and frees nothing; the plan runs without it\n";
+    // Out of memory: what would fit, each change simulated — for plans small enough to simulate
+    // a few dozen times over here (kFitSearchOps ops).
+    if (run.summary.oom_report) {
+        if (run.built.graph.size() <= kFitSearchOps) {
+            run.summary.oom_report->fits = fitting_changes(model, cluster, plan);
+            run.summary.oom_report->fits_network = "analytic";
+        } else {
+            run.summary.oom_report->fits_skipped = "the plan has " + std::to_string(run.built.graph.size()) +
+                                                   " ops, too many to search changes here; smolcluster describe lists "
+                                                   "each strategy and offload for a cluster";
+        }
+    }
     const traces::Summary& s = run.summary;
 
     if (tracing)
@@ -44,7 +60,10 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     }
     if (!s.fits()) {
         io.err << "smolcluster: the plan does not fit: " << s.oom->device << " needs " << to_string(s.oom->requested)
-               << " more " << to_string(s.oom->tier) << " memory with " << to_string(s.oom->free) << " free\n";
+               << " more " << to_string(s.oom->tier) << " memory with " << to_string(s.oom->free) << " free"
+               << (s.oom_report ? " (" + s.oom_report->buffer + ")" : std::string()) << '\n';
+        if (s.oom_report && !s.oom_report->fits.empty())
+            io.err << "smolcluster: it fits with " << s.oom_report->fits.front().change << '\n';
         return 3;
     }
     return 0;

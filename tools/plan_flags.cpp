@@ -38,7 +38,23 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "pipeline stages: equal (Megatron's: layers must divide; default for transformers) or balanced (by FLOPs)");
     app.add_flag("--sp", f.sp, "sequence parallelism (with --tp)");
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
-    app.add_option("--offload", f.offload, "optimizer offload: none")->capture_default_str();
+    app.add_option("--offload", f.offload,
+                   "none, cpu or nvme: zero1/zero2 offload the optimizer (ZeRO-Offload), zero3 parameters and optimizer "
+                   "(ZeRO-Infinity), fsdp parameters, gradients and optimizer to the CPU")
+        ->capture_default_str();
+    app.add_option("--offload-params", f.offload_params, "zero3: parameter partitions in cpu memory or on nvme")
+        ->capture_default_str();
+    app.add_option("--offload-optimizer", f.offload_optimizer, "zero1-3: optimizer state and step on the cpu (zero3: or nvme)")
+        ->capture_default_str();
+    app.add_option("--offload-activations", f.offload_activations,
+                   "zero1-3 with --recompute full: activation checkpoints in cpu memory (DeepSpeed's cpu_checkpointing)")
+        ->capture_default_str();
+    app.add_flag("--delayed-update", f.delayed_update,
+                 "ZeRO-Offload's one-step delayed parameter update: the CPU step overlaps the next step");
+    app.add_option("--finetune", f.finetune,
+                   "full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS] (TARGETS from qkv,attn_proj,mlp_up,mlp_down; default all)")
+        ->capture_default_str();
+    app.add_option("--optimizer", f.optimizer, "adam, adamw-8bit, sgd or lamb")->capture_default_str();
     app.add_option("--global-batch", f.global_batch, "samples per step (default: dp × micro-batch)");
     app.add_option("--micro-batch", f.micro_batch, "samples per micro-batch")->capture_default_str();
     app.add_option("--seq", f.seq, "sequence length (default: the model's)");
@@ -201,11 +217,35 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
         if (p.dtype && *p.dtype != *c.dtype) conflict("--dtype", "fp16/bf16", to_string(*p.dtype), to_string(*c.dtype));
         p.dtype = c.dtype;
     }
-    for (const auto& [section, dev] : {std::pair{"offload_optimizer", c.offload_optimizer}, std::pair{"offload_param", c.offload_param}})
-        if (dev && *dev != "none")
-            fail_input("zero_optimization." + std::string(section) + ".device " + *dev +
-                           ": offload is not modelled in this version of smolcluster",
-                       {file, "/zero_optimization/" + std::string(section) + "/device", ""});
+    // offload_optimizer / offload_param devices: the --offload-optimizer and --offload-params of
+    // the plan. Stages 1 and 2 offload to CPU memory for any device (stage_1_and_2.py:186).
+    auto offload = [&](const std::optional<std::string>& dev, const char* flag_name, strategies::Offload& into,
+                       const std::string& key) {
+        if (!dev) return;
+        strategies::Offload o = strategies::parse_offload(*dev, flag_name);
+        const bool stage12 = p.strategy == strategies::DataParallel::zero1 || p.strategy == strategies::DataParallel::zero2;
+        if (stage12 && o == strategies::Offload::nvme) {
+            f.warnings.push_back(file + ": " + key + " nvme: DeepSpeed's stages 1 and 2 offload to CPU memory for any "
+                                 "device (stage_1_and_2.py), so it runs as cpu");
+            o = strategies::Offload::cpu;
+        }
+        if (given(f, flag_name) && into != o)
+            conflict(flag_name, key, strategies::to_string(into), strategies::to_string(o));
+        into = o;
+    };
+    offload(c.offload_optimizer, "--offload-optimizer", p.offload_optimizer, "zero_optimization.offload_optimizer.device");
+    offload(c.offload_param, "--offload-params", p.offload_params, "zero_optimization.offload_param.device");
+    if (c.cpu_checkpointing && *c.cpu_checkpointing) {
+        if (given(f, "--offload-activations") && p.offload_activations != strategies::Offload::cpu)
+            conflict("--offload-activations", "activation_checkpointing.cpu_checkpointing", strategies::to_string(p.offload_activations),
+                     "true");
+        p.offload_activations = strategies::Offload::cpu;
+    }
+    if (c.optimizer) {
+        if (given(f, "--optimizer") && p.optimizer != *c.optimizer)
+            conflict("--optimizer", "optimizer.type", strategies::to_string(p.optimizer), strategies::to_string(*c.optimizer));
+        p.optimizer = *c.optimizer;
+    }
     auto& o = p.framework_overrides;
     o.overlap_comm = c.overlap_comm;
     o.reduce_bucket = c.reduce_bucket_size;
@@ -213,6 +253,10 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
     o.max_live_parameters = c.max_live_parameters;
     o.max_reuse_distance = c.max_reuse_distance;
     o.param_persistence_threshold = c.param_persistence_threshold;
+    o.sub_group_size = c.sub_group_size;
+    o.optimizer_swap_buffers = c.optimizer_buffer_count;
+    o.param_swap_buffers = c.param_buffer_count;
+    o.param_swap_buffer_size = c.param_buffer_size;
     if (c.allgather_bucket_size) f.warnings.push_back(file + ": /zero_optimization/allgather_bucket_size is not modelled");
     for (const std::string& key : c.unmodelled) f.warnings.push_back(file + ": " + key + " is not modelled");
 }
@@ -251,6 +295,12 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.sequence_parallel = f.sp;
     p.recompute = parse_recompute(f.recompute, flag("--recompute"));
     p.offload = strategies::parse_offload(f.offload);
+    p.offload_params = strategies::parse_offload(f.offload_params, "--offload-params");
+    p.offload_optimizer = strategies::parse_offload(f.offload_optimizer, "--offload-optimizer");
+    p.delayed_update = f.delayed_update;
+    p.offload_activations = strategies::parse_offload(f.offload_activations, "--offload-activations");
+    p.finetune = strategies::parse_finetune(f.finetune);
+    p.optimizer = strategies::parse_optimizer(f.optimizer);
     check_at_least(f.global_batch, std::int64_t{1}, "--global-batch", "leave it out for dp × micro-batch");
     p.global_batch = f.global_batch.value_or(0);
     p.micro_batch = f.micro_batch;

@@ -36,7 +36,10 @@ struct PlanFlags {
     std::vector<int> stage_layers;
     std::string partition;
     bool sp = false;
-    std::string recompute = "none", offload = "none";
+    std::string recompute = "none", offload = "none", offload_params = "none", offload_optimizer = "none";
+    bool delayed_update = false;
+    std::string offload_activations = "none";
+    std::string finetune = "full", optimizer = "adam";
     std::optional<std::int64_t> global_batch;   // unset: dp × micro-batch
     int micro_batch = 1;
     std::optional<int> seq;              // unset: the model's

@@ -140,7 +140,7 @@ IntraKind parse_intra_kind(const JsonView& j, const std::string& key) {
 }
 
 NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, DeviceKind>& kinds) {
-    j.expect_only({"name", "count", "device", "devices_per_node", "cpu_vendor", "host_memory",
+    j.expect_only({"name", "count", "device", "devices_per_node", "cpu_vendor", "host_cpu", "host_memory",
                    "host_memory_bandwidth", "nvme", "intra", "host_link", "nics", "notes"});
     string_list(j, "notes");
     NodeGroup g;
@@ -167,6 +167,12 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         const auto it = std::find(vendors.begin(), vendors.end(), v);
         if (it == vendors.end()) j.fail_member("cpu_vendor", "one of intel, amd, other" + did_you_mean(v, vendors), in_quotes(v));
         g.cpu_vendor = static_cast<CpuVendor>(it - vendors.begin());
+    }
+    if (const auto cpu = j.find("host_cpu")) {
+        cpu->expect_only({"peak", "memory_efficiency", "notes"});
+        string_list(*cpu, "notes");
+        if (cpu->has("peak")) g.host_peak = cpu->flop_rate("peak");
+        g.host_memory_efficiency = cpu->fraction_or("memory_efficiency", g.host_memory_efficiency);
     }
     g.host_memory = positive_bytes(j, "host_memory");
     g.host_memory_bandwidth = j.bandwidth("host_memory_bandwidth");

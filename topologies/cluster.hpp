@@ -71,6 +71,12 @@ struct NodeGroup {
     DeviceKind device;
     // Host side of each node.
     CpuVendor cpu_vendor = CpuVendor::other;
+    /// The host CPU that runs offloaded optimizer steps ("host_cpu"): its fp32 vector peak, all
+    /// cores (cores × clock × FLOPs per cycle; unset: the cores never limit a host step), and the
+    /// fraction of host_memory_bandwidth a streaming pass reaches (default 0.78: STREAM triad
+    /// reaches 78 % of the DDR4 wire rate, TI SPRAD45A Table 3-3).
+    std::optional<FlopRate> host_peak;
+    double host_memory_efficiency = 0.78;
     Bytes host_memory;                // DRAM capacity (shared with the devices if unified)
     Bandwidth host_memory_bandwidth;
     std::optional<Bytes> nvme_capacity;

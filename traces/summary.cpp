@@ -50,11 +50,62 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
+std::string gib(Bytes b) { return fmt(b.as_double() >= 10.0 * (1ll << 30) ? "%.1f GiB" : "%.2f GiB", b.as_double() / (1ll << 30)); }
+
+std::string describe_breakdown(const MemoryBreakdown& m) {
+    std::vector<std::pair<Bytes, std::string>> parts;
+    for (int l = 0; l < kBufferLabels; ++l)
+        if (m.labels[static_cast<std::size_t>(l)] > Bytes(0))
+            parts.emplace_back(m.labels[static_cast<std::size_t>(l)], describe(static_cast<BufferLabel>(l)));
+    std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::string out;
+    for (const auto& [bytes, what] : parts) out += (out.empty() ? "" : " · ") + what + " " + gib(bytes);
+    if (m.runtime() > Bytes(0)) {
+        out += (out.empty() ? "" : " · ") + std::string("runtime ") + gib(m.runtime()) + " (CUDA context " + gib(m.cuda_context) +
+               ", NCCL " + gib(m.nccl) + ", allocator rounding " + gib(m.allocator) + ")";
+    }
+    return out.empty() ? "nothing" : out;
+}
+
+Json breakdown_json(const MemoryBreakdown& m) {
+    Json j = Json::object();
+    for (int l = 0; l < kBufferLabels; ++l) j[to_string(static_cast<BufferLabel>(l))] = m.labels[static_cast<std::size_t>(l)].count();
+    j["cuda_context"] = m.cuda_context.count();
+    j["nccl"] = m.nccl.count();
+    j["allocator"] = m.allocator.count();
+    return j;
+}
+
 Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info) {
     Summary s;
     s.info = info;
     s.iteration = tl.makespan;
     s.oom = tl.oom;
+    if (tl.oom) {
+        // Name the buffer by what it holds, and keep the device's memory at its peak.
+        OomReport r;
+        const OutOfMemory& o = *tl.oom;
+        if (o.op == OpGraph::kNoOp || graph.op(o.op).kind != OpKind::alloc) {
+            r.buffer = "the runtime's own memory (CUDA context and NCCL buffers)";
+            r.label = "runtime";
+        } else {
+            const Op& op = graph.op(o.op);
+            const Buffer& b = graph.buffers()[static_cast<std::size_t>(op.ref)];
+            const auto label = static_cast<BufferLabel>(b.label);
+            r.label = to_string(label);
+            r.layer = op.layer;
+            r.microbatch = op.microbatch;
+            r.buffer = describe(label);
+            if (label == BufferLabel::activations && op.layer >= 0)
+                r.buffer += " of layer " + std::to_string(op.layer) + ", micro-batch " + std::to_string(op.microbatch);
+            else if (op.layer >= 0)
+                r.buffer += " of layer " + std::to_string(op.layer);
+        }
+        if (static_cast<std::size_t>(o.rank) < tl.peak_breakdown.size())
+            r.peak = tl.peak_breakdown[static_cast<std::size_t>(o.rank)][static_cast<int>(o.tier)];
+        r.capacity = tl.capacity[static_cast<std::size_t>(o.rank)][static_cast<int>(o.tier)];
+        s.oom_report = std::move(r);
+    }
     s.events = tl.events;
     s.sim_wall_s = tl.wall_s;
     const double secs = s.iteration.to_seconds();
@@ -104,12 +155,18 @@ Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info
         d.rank = r;
         d.device = tl.device_names[r];
         if (secs > 0) bubble += (s.iteration - d.busy - d.exposed_comm) / s.iteration;
+        if (d.peak_memory > s.peak_memory || r == 0) s.peak_rank = r;
         s.peak_memory = std::max(s.peak_memory, d.peak_memory);
         s.exposed_comm = std::max(s.exposed_comm, d.exposed_comm);
         s.total_comm = std::max(s.total_comm, d.comm);
         s.per_device.push_back(std::move(d));
     }
     s.bubble_fraction = ranks > 0 ? bubble / ranks : 0;
+    if (static_cast<std::size_t>(s.peak_rank) < tl.peak_breakdown.size()) {
+        s.peak_device = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::device)];
+        s.peak_host = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::host)];
+        s.peak_nvme = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::nvme)];
+    }
     // Pipeline stage of a rank: Megatron order, rank = t + tp·(d + dp·stage).
     const int per_stage = std::max(1, info.tp * info.dp);
     if (info.pp > 1 && ranks == info.pp * per_stage) {
@@ -154,11 +211,36 @@ Json to_json(const Summary& s) {
     j["fits"] = s.fits();
     if (s.oom) {
         j["oom"] = {{"device", s.oom->device},          {"rank", s.oom->rank},
-                    {"tier", to_string(s.oom->tier)},   {"op", s.oom->op},
+                    {"tier", to_string(s.oom->tier)},   {"op", s.oom->op == OpGraph::kNoOp ? Json(nullptr) : Json(s.oom->op)},
                     {"requested_bytes", s.oom->requested.count()}, {"free_bytes", s.oom->free.count()}};
+        if (s.oom_report) {
+            const OomReport& r = *s.oom_report;
+            Json& o = j["oom"];
+            o["buffer"] = r.buffer;
+            o["label"] = r.label;
+            o["layer"] = r.layer >= 0 ? Json(r.layer) : Json(nullptr);
+            o["microbatch"] = r.microbatch >= 0 ? Json(r.microbatch) : Json(nullptr);
+            o["capacity_bytes"] = r.capacity.count();
+            o["peak_bytes"] = r.peak.total().count();
+            o["breakdown"] = breakdown_json(r.peak);
+            Json fits = Json::array();
+            for (const FitOption& f : r.fits)
+                fits.push_back({{"change", f.change},
+                                {"peak_memory_bytes", f.peak.count()},
+                                {"capacity_bytes", f.capacity.count()},
+                                {"step_time_s", f.step.to_seconds()},
+                                {"slowdown", f.slowdown}});
+            o["fits"] = std::move(fits);
+            o["fits_network"] = r.fits_network;
+            if (!r.fits_skipped.empty()) o["fits_skipped"] = r.fits_skipped;
+        }
     } else {
         j["oom"] = nullptr;
     }
+    j["memory"] = {{"rank", s.peak_rank},
+                   {"device", breakdown_json(s.peak_device)},
+                   {"host", breakdown_json(s.peak_host)},
+                   {"nvme", breakdown_json(s.peak_nvme)}};
     j["exposed_comm_s"] = s.exposed_comm.to_seconds();
     j["total_comm_s"] = s.total_comm.to_seconds();
     j["bubble_fraction"] = s.bubble_fraction;
@@ -257,9 +339,28 @@ void print_table(std::ostream& out, const Summary& s) {
         for (const auto& st : s.per_stage) stages += (stages.empty() ? "" : ", ") + to_string(st.peak_memory);
         row("peak memory by stage", stages);
     }
-    if (s.oom)
-        row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": asked " + to_string(s.oom->requested) +
-                                 " with " + to_string(s.oom->free) + " free");
+    if (s.peak_host.total() > Bytes(0)) row("host memory at peak", describe_breakdown(s.peak_host) + " (rank " + std::to_string(s.peak_rank) + ")");
+    if (s.peak_nvme.total() > Bytes(0)) row("NVMe at peak", describe_breakdown(s.peak_nvme) + " (rank " + std::to_string(s.peak_rank) + ")");
+    if (s.oom) {
+        const std::string what = s.oom_report ? s.oom_report->buffer : std::string("an allocation");
+        row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": the " + what + " (" + gib(s.oom->requested) +
+                                 ") did not fit, " + gib(s.oom->free) + " free");
+        if (s.oom_report) {
+            const OomReport& r = *s.oom_report;
+            row("memory at its peak", gib(r.peak.total()) + " of " + gib(r.capacity) + ": " + describe_breakdown(r.peak));
+            if (!r.fits_skipped.empty()) row("plans that fit", "not searched: " + r.fits_skipped);
+            if (r.fits.empty() && !r.fits_network.empty())
+                row("plans that fit", "none of the strategies, offload choices, recompute settings and micro-batches "
+                                      "smolcluster tried fits");
+            if (!r.fits.empty()) {
+                row("plans that fit", "each simulated (" + r.fits_network + " network), slowdown against this plan's step:");
+                for (const FitOption& f : r.fits)
+                    out << "    " << f.change << std::string(f.change.size() < 44 ? 44 - f.change.size() : 1, ' ')
+                        << gib(f.peak) << " of " << gib(f.capacity)
+                        << (f.slowdown >= 1 ? fmt(", %.2f× slower", f.slowdown) : fmt(", %.2f× faster", 1 / f.slowdown)) << '\n';
+            }
+        }
+    }
     if (s.mean_staleness) row("mean staleness", fmt("%.3g updates", *s.mean_staleness));
     if (i.measured)
         row("executed", std::to_string(s.events) + " ops (one measured step)");

@@ -60,12 +60,38 @@ struct StageSummary {
     Bytes peak_memory;                  // the largest device-tier peak over the stage's ranks
 };
 
+/// A change to the plan that fits, checked by simulating it (tools/fit_advice.hpp fills these).
+struct FitOption {
+    std::string change;        // the flags that change: "--strategy zero3 --offload-optimizer cpu"
+    Bytes peak;                // the changed plan's device peak
+    Bytes capacity;
+    Time step;                 // its step time
+    double slowdown = 0;       // its step time / the failing plan's, both simulated the same way
+};
+
+/// The out-of-memory answer: the buffer that did not fit named by what it holds, the device's
+/// memory at its peak by what it holds, and the cheapest changes that fit.
+struct OomReport {
+    std::string buffer;        // "optimizer state", "activations of layer 3, micro-batch 0", "the runtime's own memory"
+    std::string label;         // its BufferLabel ("optimizer_state"; "runtime")
+    int layer = -1, microbatch = -1;
+    MemoryBreakdown peak;      // the OOM rank's tier at its peak
+    Bytes capacity;
+    std::vector<FitOption> fits;
+    std::string fits_network;  // how the options and the baseline were simulated ("analytic")
+    std::string fits_skipped;  // why no change was searched (empty: searched)
+};
+
 struct Summary {
     StepInfo info;
     Time iteration;
     double samples_per_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
     Bytes peak_memory;                  // the largest device-tier peak over ranks
     std::optional<OutOfMemory> oom;
+    std::optional<OomReport> oom_report;    // with oom: what it means (summarize) and what would fit (the caller)
+    /// The rank with the largest device peak: its device and host at their peaks, by what they hold.
+    int peak_rank = 0;
+    MemoryBreakdown peak_device, peak_host, peak_nvme;
     Time exposed_comm, total_comm;      // worst rank
     double bubble_fraction = 0;
     std::vector<DeviceSummary> per_device;
@@ -80,6 +106,13 @@ struct Summary {
 };
 
 Summary summarize(const OpGraph& graph, const Timeline& timeline, const StepInfo& info);
+/// "parameters 4.02 GiB · optimizer state 24.1 GiB · … · runtime 1.85 GiB (CUDA context 1.31, NCCL 0.54)":
+/// a tier's contents, largest first, in GiB (the unit device memory is sold in).
+std::string describe_breakdown(const MemoryBreakdown& m);
+/// The breakdown as JSON: {"parameters": bytes, …, "cuda_context": bytes, "nccl": …, "allocator": …}.
+Json breakdown_json(const MemoryBreakdown& m);
+/// "24.0 GiB".
+std::string gib(Bytes b);
 /// The contract's keys; a layer list's seq and tokens_per_s are null (it has no tokens).
 Json to_json(const Summary& s);
 /// The human table. Ranks with identical figures share one row ("0-15  16 devices"); when there

@@ -45,7 +45,7 @@ TEST_CASE("an op without kernels is priced as one kernel of its class", "[sim][c
     CHECK(compute_time(op, {}, g).to_seconds() == Approx(expected).epsilon(1e-6));
     // An offloaded optimizer step runs at host DRAM bandwidth.
     op.sub = static_cast<std::uint8_t>(static_cast<int>(KernelClass::optimizer) | static_cast<int>(DType::bf16) << 3 | 64);
-    CHECK(compute_time(op, {}, g).to_seconds() == Approx(1e9 / (400e9 * 0.8) + 5e-6).epsilon(1e-6));
+    CHECK(compute_time(op, {}, g).to_seconds() == Approx(1e9 / (400e9 * g.host_memory_efficiency) + 5e-6).epsilon(1e-6));
 }
 
 TEST_CASE("every kernel on its own roofline; a GPU hides launches behind long kernels", "[sim][compute]") {

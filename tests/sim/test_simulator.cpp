@@ -251,3 +251,49 @@ TEST_CASE("a hierarchical reduce-scatter across DGX nodes uses every rail", "[si
         CHECK(one_collective(c, kind, S, CollectiveAlgo::automatic) != hier);
     }
 }
+
+TEST_CASE("host steps share the node's DRAM with each other and with copies", "[sim][host]") {
+    // Two GPUs' host steps of B bytes each at once: the DRAM (100 GB/s read and write, streaming
+    // at 50 %) is shared, so each takes 2·B / 50 GB/s — as long as one step of both.
+    const topo::Cluster c = test::gpu_node_cluster(2, 100);
+    const double bytes = 10e9;
+    auto graph = [&](int ranks) {
+        OpGraph g(2);
+        for (int r = 0; r < ranks; ++r)
+            g.add_compute(r, Phase::opt, -1, -1, Flops(0), Bytes::from_double(bytes), KernelClass::optimizer, DType::fp32,
+                          true, Stream::host);
+        g.finalize();
+        return g;
+    };
+    const OpGraph one = graph(1), two = graph(2);
+    const Timeline a = simulate(one, c), b = simulate(two, c);
+    CHECK(a.makespan.to_seconds() == Approx(bytes / 50e9).epsilon(1e-3));
+    CHECK(b.makespan.to_seconds() == Approx(2 * bytes / 50e9).epsilon(1e-3));
+    SECTION("a copy into host memory shares the DRAM's write side") {
+        OpGraph g(2);
+        g.add_compute(0, Phase::opt, -1, -1, Flops(0), Bytes::from_double(bytes), KernelClass::optimizer, DType::fp32, true,
+                      Stream::host);
+        g.add_copy(1, Tier::device, Tier::host, Bytes::from_double(bytes), Phase::opt);
+        g.finalize();
+        const Timeline t = simulate(g, c);
+        // Alone, the copy runs at its 25 GB/s PCIe slot and the step at 50 GB/s of DRAM traffic
+        // (20 GB on the wire at 100 GB/s); together the 100 GB/s write side is enough for both.
+        CHECK(t.makespan.to_seconds() == Approx(bytes / 25e9).epsilon(1e-3));
+    }
+}
+
+TEST_CASE("host steps share the node's cores", "[sim][host]") {
+    // Cores of 100 GFLOP/s and steps of 1e11 FLOPs over little memory: compute-bound. One takes
+    // 1 s; two at once get half the cores each and take 2 s.
+    const topo::Cluster c = test::gpu_node_cluster(2, 1000, 100);
+    auto run = [&](int ranks) {
+        OpGraph g(2);
+        for (int r = 0; r < ranks; ++r)
+            g.add_compute(r, Phase::opt, -1, -1, Flops(1e11), Bytes(1'000'000), KernelClass::optimizer, DType::fp32, true,
+                          Stream::host);
+        g.finalize();
+        return simulate(g, c).makespan.to_seconds();
+    };
+    CHECK(run(1) == Approx(1.0).epsilon(1e-3));
+    CHECK(run(2) == Approx(2.0).epsilon(1e-3));
+}

@@ -37,6 +37,12 @@ TEST_CASE("a DeepSpeed config's modelled keys are read; the others are reported"
     CHECK(c.micro_batch == 2);
     CHECK(c.gradient_accumulation_steps == 4);
     CHECK(c.dtype == DType::bf16);
+    CHECK(c.optimizer == Optimizer::adam);   // AdamW: Adam's state and traffic
+    CHECK(read(R"({"optimizer": {"type": "Lamb"}})").optimizer == Optimizer::lamb);
+    const DeepSpeedConfig off = read(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme", "buffer_count": 4},
+                                                                  "offload_param": {"device": "cpu"}}})");
+    CHECK(off.offload_optimizer == "nvme");
+    CHECK(off.offload_param == "cpu");
     const std::vector<std::string> expected{"/optimizer/params", "/zero_optimization/round_robin_gradients", "/scheduler",
                                             "/steps_per_print"};
     for (const auto& k : expected)

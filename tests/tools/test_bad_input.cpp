@@ -4,6 +4,7 @@
 // (2: bad input) and that the message names the place: the file, the JSON path, or the flag.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <initializer_list>
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 /// Runs the command; checks it exits `code` and its message holds every `part`.
-void refused(const std::vector<std::string>& args, std::initializer_list<const char*> parts, int code = 2) {
+void refused(const std::vector<std::string>& args, std::initializer_list<std::string> parts, int code = 2) {
     const Result r = cli(args);
     std::string line;
     for (const auto& a : args) line += a + " ";
@@ -29,7 +30,7 @@ void refused(const std::vector<std::string>& args, std::initializer_list<const c
     INFO(r.err);
     CHECK(r.code == code);
     CHECK_THAT(r.err, Catch::StartsWith("smolcluster: error: "));
-    for (const char* p : parts) CHECK_THAT(r.err, Catch::Contains(p));
+    for (const std::string& p : parts) CHECK_THAT(r.err, Catch::Contains(p));
 }
 
 /// `simulate` of gpt2-small on four Pis with extra flags.
@@ -156,8 +157,12 @@ TEST_CASE("bad input: cluster JSON", "[tools][bad_input]") {
         refused(simulate({}, "gpt2-small", f.path.string()), {"at /device_kinds/pi5-8gb/peak/fp32", "1 MFLOP/s"});
     }
     SECTION("a number beyond a double, with its path") {
-        TempFile f("smol-cl-1e309.json", pi5_with("\"gemm_efficiency\": 0.9", "\"gemm_efficiency\": 1e309"));
-        refused(simulate({}, "gpt2-small", f.path.string()), {"at /device_kinds/pi5-8gb/gemm_efficiency", "line 25"});
+        const std::string text = pi5_with("\"gemm_efficiency\": 0.9", "\"gemm_efficiency\": 1e309");
+        TempFile f("smol-cl-1e309.json", text);
+        // The line the number is on, counted in the file itself.
+        const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(text.find("1e309")), '\n');
+        refused(simulate({}, "gpt2-small", f.path.string()),
+                {"at /device_kinds/pi5-8gb/gemm_efficiency", "line " + std::to_string(line) + ","});
     }
     SECTION("a duplicate key names the key where it repeats") {
         TempFile f("smol-cl-dup.json", pi5_with("\"count\": 4,", "\"count\": 4, \"count\": 5,"));

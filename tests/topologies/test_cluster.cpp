@@ -62,7 +62,7 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(g.devices_per_node == 8);
         CHECK(tflops(g.device, DType::bf16) == Approx(312));
         CHECK(tflops(g.device, DType::fp32) == Approx(19.5));
-        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(g.device.memory == Bytes::gib(80));   // vendors' "80 GB" of HBM is 80 GiB (JEDEC)
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(2039));
         CHECK(g.intra == IntraKind::nvswitch);
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(300));  // 600 GB/s total NVLink
@@ -118,18 +118,22 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK_FALSE(g.device.supports(DType::bf16));
         CHECK(g.device.default_dtype() == DType::fp16);
         CHECK_THAT(bad_input_message([&] { g.device.peak_for(DType::bf16); }), Contains("no bf16"));
-        CHECK(g.device.memory == Bytes::gb(32));
+        CHECK(g.device.memory == Bytes::gib(32));
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(900));
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(150));  // 6 × 25 GB/s per direction
         CHECK(gb_per_s(g.host_link.bandwidth) == Approx(15.75)); // PCIe Gen3 x16
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(12.5));   // EDR
+        // 2 × Xeon Platinum 8168: 48 cores × 2.7 GHz × 32 fp32 FLOP per cycle (AVX-512, two FMA units).
+        REQUIRE(g.host_peak);
+        CHECK(g.host_peak->per_second() == Approx(48 * 2.7e9 * 32));
+        CHECK(g.host_memory == Bytes::gib(1.5 * 1024));
     }
     SECTION("hgx-a100-4hdr: vTrain's node, 4 HDR NICs for 8 GPUs") {
         const Cluster c = cluster_preset("hgx-a100-4hdr");
         const NodeGroup& g = c.groups[0];
         CHECK(g.devices_per_node == 8);
         CHECK(tflops(g.device, DType::fp16) == Approx(312));
-        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(g.device.memory == Bytes::gib(80));   // vendors' "80 GB" of HBM is 80 GiB (JEDEC)
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(2039));
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(300));
         CHECK(g.nics == 4);                                      // vTrain: 800 Gb/s per node
@@ -142,7 +146,7 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         const Cluster c = cluster_preset("grand-teton-h100");
         const NodeGroup& g = c.groups[0];
         CHECK(tflops(g.device, DType::bf16) == Approx(989));
-        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(g.device.memory == Bytes::gib(80));   // vendors' "80 GB" of HBM is 80 GiB (JEDEC)
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(3350));
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(450));
         CHECK(g.nics == 8);
@@ -152,7 +156,7 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
     }
     SECTION("ndm-a100-v4: 8 x 200 Gb/s HDR per VM, 1,900 GiB host memory") {
         const NodeGroup g = cluster_preset("ndm-a100-v4").groups[0];   // a copy: the Cluster is a temporary
-        CHECK(g.device.memory == Bytes::gb(80));
+        CHECK(g.device.memory == Bytes::gib(80));   // vendors' "80 GB" of HBM is 80 GiB (JEDEC)
         CHECK(g.nics == 8);
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(25));
         CHECK(g.host_memory == Bytes::gib(1900));
@@ -165,7 +169,7 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(g.device.peak_for(DType::fp32).per_second() == Approx(2 * 30.2e9));  // 2 × HPL FP64
         CHECK_FALSE(g.device.supports(DType::bf16));
         CHECK(g.device.default_dtype() == DType::fp32);
-        CHECK(g.device.memory == Bytes::gb(8));
+        CHECK(g.device.memory == Bytes::gib(8));
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(17.1));
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(0.125));  // 1 GbE line rate
         CHECK(g.intra == IntraKind::none);
@@ -181,14 +185,14 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(tflops(g.device, DType::fp16) == Approx(40.0 / 2 / 2));  // 40 TOPS INT8 sparse
         CHECK(g.device.unified_memory);
         CHECK_FALSE(g.device.is_cpu);
-        CHECK(g.device.memory == Bytes::gb(8));
+        CHECK(g.device.memory == Bytes::gib(8));
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(68));
     }
     SECTION("jetson-agx-orin") {
         const NodeGroup g = cluster_preset("jetson-agx-orin").groups[0];   // a copy: the Cluster is a temporary
         CHECK(tflops(g.device, DType::fp16) == Approx(170.0 / 2 / 2));
         CHECK(tflops(g.device, DType::fp32) == Approx(5.3));
-        CHECK(g.device.memory == Bytes::gb(64));
+        CHECK(g.device.memory == Bytes::gib(64));
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(204.8));
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(1.25));  // 10 GbE
     }
@@ -197,7 +201,7 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(g.devices_per_node == 4);
         CHECK(g.intra == IntraKind::pcie);
         CHECK(gb_per_s(g.intra_link.bandwidth) == Approx(31.5));
-        CHECK(g.device.memory == Bytes::gb(24));
+        CHECK(g.device.memory == Bytes::gib(24));
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(1008));
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(1.25));
     }
@@ -392,6 +396,18 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
     SECTION("efficiency above 1") {
         doc["device_kinds"]["a100-80gb"]["gemm_efficiency"] = 1.5;
         CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/gemm_efficiency:"));
+    }
+    SECTION("host CPU peak without a FLOP rate") {
+        doc["node_groups"][0]["host_cpu"]["peak"] = "9 TB/s";
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/host_cpu/peak:"));
+    }
+    SECTION("host CPU streaming efficiency above 1") {
+        doc["node_groups"][0]["host_cpu"]["memory_efficiency"] = 1.2;
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/host_cpu/memory_efficiency:"));
+    }
+    SECTION("a typo in host_cpu") {
+        doc["node_groups"][0]["host_cpu"]["peek"] = "1 TFLOP/s";
+        CHECK_THAT(load_error(doc), Contains("did you mean 'peak'?"));
     }
     SECTION("efficiency of 0") {
         doc["device_kinds"]["a100-80gb"]["memory_efficiency"] = 0;

@@ -1,0 +1,178 @@
+#include "strategies/finetune.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace smol::strategies {
+
+namespace {
+
+/// One Hugging Face linear module inside a fused weight GEMM: in × out.
+struct Module {
+    std::int64_t in, out;
+};
+
+/// The modules PEFT wraps for the weight GEMM `k` of a layer (see finetune.hpp).
+std::vector<Module> modules_of(const TransformerShape& s, const Kernel& k) {
+    const bool split = s.gated_mlp;   // Llama's separate projections; GPT-2's fused Conv1D modules
+    const std::int64_t head = s.hidden / s.heads, kv = static_cast<std::int64_t>(s.kv_heads) * head;
+    switch (k.name) {
+        case KernelName::qkv:
+            if (split) return {{k.k, static_cast<std::int64_t>(s.heads) * head}, {k.k, kv}, {k.k, kv}};
+            return {{k.k, k.n}};
+        case KernelName::mlp_up:
+            if (split) return {{k.k, k.n / 2}, {k.k, k.n / 2}};
+            return {{k.k, k.n}};
+        default: return {{k.k, k.n}};
+    }
+}
+
+bool targeted(const FineTune& f, KernelName n) { return std::find(f.targets.begin(), f.targets.end(), n) != f.targets.end(); }
+
+/// A forward kernel and what training does with it.
+struct Unit {
+    std::vector<Kernel> before;   // QLoRA: the dequantisation of a frozen weight, redone in backward
+    Kernel kernel;
+    bool frozen_weight = false;   // a weight GEMM whose weight is frozen: input gradient only
+};
+
+/// The backward of `units` in reverse order; `part` as in backward_kernels.
+std::vector<Kernel> backward_of(const std::vector<Unit>& units, BackwardPart part) {
+    std::vector<Kernel> out;
+    for (auto it = units.rbegin(); it != units.rend(); ++it) {
+        if (it->frozen_weight) {
+            if (part == BackwardPart::weight) continue;
+            for (const Kernel& d : it->before) out.push_back(d);
+            for (const Kernel& k : backward_kernels({&it->kernel, 1}, BackwardPart::input)) out.push_back(k);
+        } else {
+            for (const Kernel& k : backward_kernels({&it->kernel, 1}, part)) out.push_back(k);
+        }
+    }
+    return out;
+}
+
+/// The forward units of a kernel list with adapters on the targets (`adapters`: transformer
+/// layers only) and frozen weights; `frozen_gemm_elements` collects the weight elements.
+std::vector<Unit> train_units(const std::vector<Kernel>& fwd, const TransformerShape& shape, const FineTune& f,
+                              bool adapters, bool quantised, std::int64_t* frozen_gemm_elements,
+                              std::int64_t* adapter_params, std::int64_t* kept_bytes) {
+    std::vector<Unit> units;
+    for (const Kernel& k : fwd) {
+        if (k.op != KernelOp::gemm || !k.weight) {
+            units.push_back({{}, k, false});
+            continue;
+        }
+        Unit base{{}, k, true};
+        const std::int64_t elements = k.k * k.n;
+        if (frozen_gemm_elements) *frozen_gemm_elements += elements;
+        if (quantised) {
+            // Read the 4-bit weight and its constants, write it in the compute dtype; one multiply
+            // by the block's constant per element.
+            const auto nf4 = static_cast<std::int64_t>(std::ceil(static_cast<double>(elements) * kNf4BytesPerParam));
+            base.before.push_back(stream_kernel(k.name, KernelClass::elementwise, nf4 + elements * k.elem_bytes,
+                                                static_cast<double>(elements)));
+        }
+        for (const Kernel& d : base.before) units.push_back({{}, d, false});
+        units.push_back(base);
+        if (!adapters || !targeted(f, k.name)) continue;
+        const std::int64_t tok = k.m, r = f.rank;
+        for (const Module& m : modules_of(shape, k)) {
+            units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, r, m.in, 1, k.elem_bytes, true), false});
+            units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, m.out, r, 1, k.elem_bytes, true), false});
+            units.push_back({{}, stream_kernel(k.name, KernelClass::elementwise, 5 * tok * m.out * k.elem_bytes), false});
+            if (adapter_params) *adapter_params += r * (m.in + m.out);
+            if (kept_bytes) *kept_bytes += tok * r * k.elem_bytes;
+        }
+    }
+    // The dequantisation kernels sit in `units` for the forward; in backward they are redone by
+    // the frozen GEMM that needs them, so the forward copies are not differentiated.
+    return units;
+}
+
+std::vector<Kernel> forward_of(const std::vector<Unit>& units) {
+    std::vector<Kernel> out;
+    for (const Unit& u : units) out.push_back(u.kernel);
+    return out;
+}
+
+/// Units for backward: the forward's dequantisation kernels have no backward of their own.
+std::vector<Unit> differentiated(const std::vector<Unit>& units) {
+    std::vector<Unit> out;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+        const bool dequant_of_next = i + 1 < units.size() && units[i + 1].frozen_weight && !units[i + 1].before.empty() &&
+                                     units[i].kernel == units[i + 1].before.front();
+        if (!dequant_of_next) out.push_back(units[i]);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::int64_t adapter_params_per_layer(const TransformerShape& shape, int rank, const std::vector<KernelName>& targets) {
+    // One layer's weight GEMMs at tp 1 (as core/model.cpp lays them out).
+    const std::int64_t h = shape.hidden, head = shape.hidden / shape.heads, kv = static_cast<std::int64_t>(shape.kv_heads) * head;
+    const std::int64_t up = (shape.gated_mlp ? 2 : 1) * static_cast<std::int64_t>(shape.ffn_hidden);
+    FineTune f;
+    f.rank = rank;
+    f.targets = targets;
+    std::int64_t n = 0;
+    for (const Kernel& k : {gemm_kernel(KernelName::qkv, KernelClass::gemm, 1, h + 2 * kv, h, 1, 2, true),
+                            gemm_kernel(KernelName::attn_proj, KernelClass::gemm, 1, h, h, 1, 2, true),
+                            gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 1, up, h, 1, 2, true),
+                            gemm_kernel(KernelName::mlp_down, KernelClass::gemm, 1, h, shape.ffn_hidden, 1, 2, true)})
+        if (targeted(f, k.name))
+            for (const Module& m : modules_of(shape, k)) n += static_cast<std::int64_t>(rank) * (m.in + m.out);
+    return n;
+}
+
+Training apply_finetune(const Model& model, const Layout& layout, std::vector<Block>& blocks) {
+    Training t;
+    const FineTune& f = layout.finetune;
+    if (f.kind == FineTuneKind::full) {
+        for (const Block& b : blocks) t.trainable_params += b.params;
+        return t;
+    }
+    if (!model.is_transformer()) throw Error(ErrorKind::internal, "fine-tuning a layer list");
+    const TransformerShape& shape = model.shape();
+    const bool qlora = f.kind == FineTuneKind::qlora;
+    const int dtype = dtype_bytes(layout.dtype);
+    t.kernels.resize(blocks.size());
+    double frozen = 0;
+    for (Block& b : blocks) {
+        BlockKernels& bk = t.kernels[static_cast<std::size_t>(b.index)];
+        const bool layer = b.kind == Block::Kind::transformer;
+        std::int64_t gemm_elements = 0, adapters = 0, kept = 0;
+        const std::vector<Unit> units =
+            train_units(b.fwd_kernels, shape, f, layer, qlora && layer, &gemm_elements, &adapters, &kept);
+        bk.fwd = forward_of(units);
+        if (b.kind == Block::Kind::embedding) {
+            // Frozen, and first: nothing upstream needs its gradient.
+        } else {
+            const std::vector<Unit> diff = differentiated(units);
+            bk.bwd = backward_of(diff, BackwardPart::all);
+            bk.bwd_input = backward_of(diff, BackwardPart::input);
+            bk.bwd_weight = backward_of(diff, BackwardPart::weight);
+        }
+        if (!b.recompute_kernels.empty())
+            bk.recompute = forward_of(train_units(b.recompute_kernels, shape, f, layer, qlora && layer, nullptr, nullptr, nullptr));
+        // The weights a GEMM reads are its B operands; the rest (norms, biases, tables) is the
+        // block's other parameters. A tied head reads the embedding's table (counted there).
+        const std::int64_t gemm_owned = std::min(gemm_elements, b.params);
+        frozen += layer && qlora ? static_cast<double>(gemm_owned) * kNf4BytesPerParam +
+                                       static_cast<double>(b.params - gemm_owned) * dtype
+                                 : static_cast<double>(b.params) * dtype;
+        t.frozen_params += b.params;
+        t.trainable_params += adapters;
+        // x·A of every adapter is kept for B's weight gradient, unless the layer is recomputed.
+        if (b.recompute_kernels != b.fwd_kernels) b.activations += Bytes(kept);
+        b.params = adapters;
+        b.fwd_kernels = bk.fwd;
+        if (!bk.recompute.empty()) b.recompute_kernels = bk.recompute;
+    }
+    t.frozen = Bytes(static_cast<std::int64_t>(std::ceil(frozen)));
+    return t;
+}
+
+}  // namespace smol::strategies

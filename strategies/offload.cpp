@@ -1,0 +1,63 @@
+#include "strategies/offload.hpp"
+
+namespace smol::strategies::detail {
+
+Tier offload_tier(Offload o) {
+    switch (o) {
+        case Offload::none: return Tier::device;
+        case Offload::cpu: return Tier::host;
+        case Offload::nvme: return Tier::nvme;
+    }
+    return Tier::device;
+}
+
+OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
+                                    int mbs, Stream stream, OpId ready, OpId host_reader, OpId& previous, int layer,
+                                    int index) {
+    OpId prev = ready;
+    bool first = true;
+    auto then = [&](OpId op) {
+        if (prev != OpGraph::kNoOp) g.depend(prev, op);
+        if (first && previous != OpGraph::kNoOp) g.depend(previous, op);
+        first = false;
+        prev = op;
+        if (index >= 0) g.set_index(op, index);
+        return op;
+    };
+    auto device_pass = [&](std::int64_t bytes) {
+        const Kernel k = stream_kernel(KernelName::other, KernelClass::elementwise, bytes);
+        then(g.add_kernels(rank, Phase::bwd, layer, mb, g.intern_recipe({&k, 1}), how.dtype, false, stream));
+    };
+    const std::int64_t acc = elements * how.accumulate_bytes;
+    if (mb > 0) {
+        // The partition accumulated so far comes back and is added on the device.
+        then(g.add_copy(rank, Tier::host, Tier::device, Bytes(acc), Phase::bwd, layer, mb));
+        device_pass(3 * acc);
+    }
+    OffloadedPartition out;
+    if (mb + 1 < mbs) {
+        then(g.add_copy(rank, Tier::device, Tier::host, Bytes(acc), Phase::bwd, layer, mb));
+        out.device_done = out.done = previous = prev;
+        return out;
+    }
+    // The last micro-batch: the partition as fp32, cast on the device into a transient buffer,
+    // then copied into the host's fp32 gradient partition.
+    std::int32_t cast = -1;
+    if (how.grad_bytes != 4 && !(mb > 0 && how.accumulate_bytes == 4)) {
+        cast = g.add_buffer(rank, Tier::device, Bytes(elements * 4), BufferLabel::bucket);
+        then(g.add_alloc(cast, stream, layer, mb));
+        device_pass(elements * (how.grad_bytes + 4));
+    }
+    // (Unified memory: the host is the device; an NVMe-bound partition goes straight to the drive.)
+    const Tier first_tier = how.unified ? how.to : Tier::host;
+    const OpId down = then(g.add_copy(rank, Tier::device, first_tier, Bytes(elements * 4), Phase::bwd, layer, mb));
+    if (host_reader != OpGraph::kNoOp) g.depend(host_reader, down);
+    if (cast >= 0) g.add_free(cast, Stream::copy, layer, mb);
+    out.device_done = previous = down;
+    if (how.to == Tier::nvme && first_tier != Tier::nvme)
+        then(g.add_copy(rank, Tier::host, Tier::nvme, Bytes(elements * 4), Phase::bwd, layer, mb));
+    out.done = prev;
+    return out;
+}
+
+}  // namespace smol::strategies::detail

@@ -1,0 +1,64 @@
+// Offload as the frameworks run it: which tier an offloaded state lives in, DeepSpeed's buffer
+// defaults, and the copies that move a gradient partition off the device.
+//
+// Sources (DeepSpeed v0.19.6 unless said):
+//  * runtime/zero/stage_1_and_2.py: with offload_optimizer (any device: `self.cpu_offload = True`
+//    for anything but none, :186) the fp32 master weights, moments and gradient partitions live
+//    in pinned host memory; each reduced gradient partition is cast to fp32 on the device and
+//    copied into the host's fp32 gradient partition (async_inplace_copy_grad_to_fp32_buffer_from_gpu,
+//    :1601, as in v0.3.0's stage2.py:879 `.float()`), so 4 bytes a parameter cross PCIe — not the
+//    2 of the ZeRO-Offload paper's Figure 2; before the last micro-batch the 16-bit partition is
+//    accumulated through the host instead (async_accumulate_grad_in_cpu_via_gpu: copy the
+//    accumulated partition back, add on the device, copy out); a device buffer of the largest
+//    parameter tensor holds that round trip (temp_grad_buffer_for_gpu_offload, :585). After the
+//    CPU step the updated 16-bit partition is copied from its pinned host buffer to the device in
+//    one copy (:2341), then all-gathered.
+//  * runtime/zero/stage3.py: reduce-scattered partitions are accumulated in fp32
+//    (gradient_accumulation_dtype) and offloaded at the boundary (partition_grads,
+//    _offload_grad_partition_at_boundary); with NVMe the fp32 gradients are swapped out
+//    (_swap_out_offload_fp32_gradients) and the optimizer steps sub-group by sub-group
+//    (sub_group_size 1e9 elements, config.py:175): swap the sub-group's fp32 weights, moments and
+//    gradients in, step, swap weights and moments out (swap_tensor/partitioned_optimizer_swapper.py,
+//    pipeline_read/pipeline_write false: one after the other) through offload_optimizer.buffer_count
+//    (4) pinned buffers of a sub-group each; offloaded parameters are fetched partition by
+//    partition (CPU: pinned host → device; NVMe: through offload_param.buffer_count (5) pinned
+//    buffers of offload_param.buffer_size (1e8) elements, swap_tensor/partitioned_param_swapper.py)
+//    before the all-gather, and the step writes the updated 16-bit partition where it lives.
+#pragma once
+
+#include <cstdint>
+
+#include "core/op_graph.hpp"
+#include "strategies/plan.hpp"
+
+namespace smol::strategies::detail {
+
+/// The tier a state offloaded to `o` lives in (none: the device).
+Tier offload_tier(Offload o);
+
+
+/// How a framework moves a reduced gradient partition off the device.
+struct GradientOffload {
+    int grad_bytes = 2;         // the device's gradient dtype
+    int accumulate_bytes = 2;   // what is accumulated through the host before the last micro-batch
+    Tier to = Tier::host;       // where the fp32 partition ends (NVMe: through a pinned host buffer)
+    DType dtype = DType::bf16;  // of the device kernels
+    bool unified = false;       // unified memory: the host is the device, NVMe is reached from it directly
+};
+
+struct OffloadedPartition {
+    OpId device_done = OpGraph::kNoOp;   // the device is done with its buffer
+    OpId done = OpGraph::kNoOp;          // the partition is where it belongs
+};
+
+/// The copies (and the device kernels between them) that move a gradient partition of
+/// `elements` produced by `ready` off `rank`'s device in micro-batch `mb` of `mbs`; device
+/// kernels run on `stream` (the reduction's). The copy into the host's fp32 partition also waits
+/// for `host_reader` (a delayed update still reading it; kNoOp: none). `previous` is the rank's
+/// previous partition's device_done: the device buffers that hold a partition on its way out are
+/// reused (DeepSpeed's temp_grad_buffer_for_gpu_offload), so this one waits for it; updated.
+OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
+                                    int mbs, Stream stream, OpId ready, OpId host_reader, OpId& previous, int layer = -1,
+                                    int index = -1);
+
+}  // namespace smol::strategies::detail

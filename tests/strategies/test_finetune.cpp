@@ -1,0 +1,170 @@
+// LoRA and QLoRA against Hu et al. 2021 and Dettmers et al. 2023: adapter parameters r·(k + n)
+// per adapted linear layer (counted by hand from Llama 3 8B's modules), optimizer state and
+// gradients for the adapters only, frozen weights in bf16 or 4.127-bit NF4, backward without the
+// frozen weights' gradients, and what fits on four RTX 4090s.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "dp_fixtures.hpp"
+#include "strategies/finetune.hpp"
+#include "test_support.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+
+std::int64_t held(const OpGraph& g, int rank, Tier tier, BufferLabel label) {
+    std::int64_t n = 0;
+    for (const Buffer& b : g.buffers())
+        if (b.rank == rank && b.tier == tier && static_cast<BufferLabel>(b.label) == label) n += b.bytes;
+    return n;
+}
+
+Plan lora(int rank, FineTuneKind kind = FineTuneKind::lora) {
+    Plan p;
+    p.strategy = DataParallel::ddp;
+    p.finetune = parse_finetune((kind == FineTuneKind::lora ? "lora:" : "qlora:") + std::to_string(rank));
+    p.recompute = Recompute::full;
+    p.seq = 2048;
+    return p;
+}
+
+/// Llama 3 8B's adapted modules, by hand (Hugging Face LlamaDecoderLayer): q_proj 4096→4096,
+/// k_proj and v_proj 4096→1024, o_proj 4096→4096, gate_proj and up_proj 4096→14336,
+/// down_proj 14336→4096; LoRA adds r·(in + out) each.
+std::int64_t llama3_8b_adapters(std::int64_t r) {
+    const std::int64_t h = 4096, kv = 1024, f = 14336;
+    return 32 * r * ((h + h) + 2 * (h + kv) + (h + h) + 2 * (h + f) + (f + h));
+}
+
+}  // namespace
+
+TEST_CASE("LoRA's optimizer state and gradients scale with the adapters only", "[strategies][finetune]") {
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    CHECK(adapter_params_per_layer(m.shape(), 16, parse_finetune("lora:16").targets) * 32 == llama3_8b_adapters(16));
+    for (const int r : {8, 16, 64}) {
+        const Built b = build(m, c, lora(r));
+        const double adapters = static_cast<double>(llama3_8b_adapters(r));
+        INFO("rank " << r);
+        // Mixed-precision Adam over the adapters: 12 bytes each of state, 2 of gradient.
+        CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::optimizer_state)) == Approx(12 * adapters).epsilon(1e-9));
+        CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::gradients)) == Approx(2 * adapters).epsilon(1e-9));
+        // The frozen weights stay, in bf16; the adapters are added in bf16.
+        CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::parameters)) ==
+              Approx(2.0 * static_cast<double>(m.parameters()) + 2 * adapters).epsilon(1e-9));
+    }
+    SECTION("fewer targets, fewer adapters") {
+        Plan p = lora(16);
+        p.finetune = parse_finetune("lora:16:qkv");
+        const Built b = build(m, c, p);
+        const std::int64_t qkv = 32 * 16 * ((4096 + 4096) + 2 * (4096 + 1024));
+        CHECK(held(b.graph, 0, Tier::device, BufferLabel::optimizer_state) == 12 * qkv);
+    }
+}
+
+TEST_CASE("QLoRA keeps the blocks' linear weights in 4-bit NF4 and dequantises them at every use", "[strategies][finetune]") {
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    const Built b = build(m, c, lora(64, FineTuneKind::qlora));
+    // Per layer: 4096·(4096 + 1024 + 1024 + 4096) + 3·4096·14336 linear weights in NF4 with double
+    // quantisation (4 + 8/64 + 32/(64·256) bits), norms (2 × 4096) in bf16; the embedding and
+    // the untied head (128256 × 4096 each) and the final norm in bf16; adapters in bf16.
+    const double linear = 32.0 * (4096.0 * (4096 + 1024 + 1024 + 4096) + 3.0 * 4096 * 14336);
+    const double bf16 = 32.0 * 2 * 4096 + 2.0 * 128256 * 4096 + 4096;
+    const double nf4 = (4 + 8.0 / 64 + 32.0 / (64 * 256)) / 8;
+    CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::parameters)) ==
+          Approx(linear * nf4 + 2 * bf16 + 2.0 * static_cast<double>(llama3_8b_adapters(64))).epsilon(1e-6));
+    // A layer's forward dequantises each of its weights (read 4-bit, write bf16); its backward
+    // dequantises them again for the data gradients and has no weight gradient of a frozen weight
+    // (a weight GEMM both of whose sides exceed the adapter rank).
+    const std::int64_t down = 14336ll * 4096;
+    const auto dequant = static_cast<std::int64_t>(std::ceil(static_cast<double>(down) * nf4)) + 2 * down;
+    int fwd_dequant = 0, bwd_dequant = 0, frozen_weight_grads = 0;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.kind != OpKind::compute || op.rank != 0 || op.layer != 5 || op.microbatch != 0) continue;
+        for (const Kernel& k : b.graph.kernels_of(id)) {
+            const bool d = k.op == KernelOp::stream && k.name == KernelName::mlp_down && k.bytes == dequant;
+            if (op.phase == Phase::fwd && d) ++fwd_dequant;
+            if (op.phase == Phase::bwd && d) ++bwd_dequant;
+            if (op.phase == Phase::bwd && k.op == KernelOp::gemm && k.weight && std::min(k.m, k.n) > 64) ++frozen_weight_grads;
+        }
+    }
+    CHECK(fwd_dequant == 1);
+    CHECK(bwd_dequant == 1);
+    CHECK(frozen_weight_grads == 0);
+}
+
+TEST_CASE("LoRA's backward computes the frozen weights' input gradients only", "[strategies][finetune]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(1);
+    Plan full;
+    Plan adapted;
+    adapted.finetune = parse_finetune("lora:8");
+    auto bwd_flops = [&](const Plan& p) {
+        const Built b = build(m, c, p);
+        double f = 0;
+        for (const Op& op : b.graph.ops())
+            if (op.kind == OpKind::compute && op.phase == Phase::bwd && op.layer == 3) f += op.flops;
+        return f;
+    };
+    // A linear layer's backward is its data and weight gradients (2 × 2mnk); frozen, it is the
+    // data gradient alone: the weight gradients' FLOPs, the layer's forward GEMM FLOPs (24·s·h²
+    // for GPT-2, Narayanan et al. 2021), are saved; the adapters' backward (both gradients, twice
+    // their forward 2·s·r·(k + n) over c_attn 768→2304, c_proj 768→768, c_fc 768→3072, c_proj
+    // 3072→768) is added.
+    const double s = 1024, h = 768, r = 8, gemm = 24 * s * h * h;
+    const double adapters = 2 * (2 * s * r * ((768 + 2304) + (768 + 768) + (768 + 3072) + (3072 + 768)));
+    CHECK(bwd_flops(full) - bwd_flops(adapted) == Approx(gemm - adapters).epsilon(1e-6));
+}
+
+TEST_CASE("Llama 3 8B on four RTX 4090s: LoRA fits; full fine-tuning only with zero3 and CPU offload", "[strategies][finetune]") {
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    sim::SimOptions o;
+    o.network = sim::NetworkMode::analytic;
+    o.record_memory = false;
+    CHECK(test::dp_run(m, c, lora(16), o).summary.fits());
+    CHECK(test::dp_run(m, c, lora(64, FineTuneKind::qlora), o).summary.fits());
+    Plan z3 = lora(16);
+    z3.finetune = FineTune{};
+    z3.strategy = DataParallel::zero3;
+    const test::DpRun plain = test::dp_run(m, c, z3, o);
+    CHECK_FALSE(plain.summary.fits());
+    REQUIRE(plain.summary.oom_report);
+    CHECK(plain.summary.oom_report->label == "optimizer_state");   // 12 bytes × 8 B / 4 = 24 GB of 24 GiB
+    z3.offload = Offload::cpu;
+    CHECK(test::dp_run(m, c, z3, o).summary.fits());
+}
+
+TEST_CASE("fine-tuning plans that cannot run are refused with the reason", "[strategies][finetune]") {
+    SECTION("LoRA on a layer list") {
+        Plan p;
+        p.finetune = parse_finetune("lora:8");
+        CHECK_THAT(test::bad_input_message([&] { resolve(model_preset("resnet50"), topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("resnet50 is a layer list"));
+    }
+    SECTION("a rank that is not a number") {
+        CHECK_THAT(test::bad_input_message([] { parse_finetune("lora:x"); }), Catch::Contains("adapter rank"));
+    }
+    SECTION("no rank") {
+        CHECK_THAT(test::bad_input_message([] { parse_finetune("qlora"); }), Catch::Contains("the rank is required"));
+    }
+    SECTION("an unknown target") {
+        CHECK_THAT(test::bad_input_message([] { parse_finetune("lora:8:qkv,mlp_upp"); }),
+                   Catch::Contains("did you mean 'mlp_up'?"));
+    }
+    SECTION("an unknown kind") {
+        CHECK_THAT(test::bad_input_message([] { parse_finetune("lorra:8"); }), Catch::Contains("did you mean 'lora'?"));
+    }
+    SECTION("LoRA with sharded parameters") {
+        Plan p;
+        p.strategy = DataParallel::zero3;
+        p.finetune = parse_finetune("lora:8");
+        CHECK_THAT(test::bad_input_message([&] { resolve(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("not with zero3"));
+    }
+}

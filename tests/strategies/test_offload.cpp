@@ -1,0 +1,260 @@
+// Offload (ZeRO-Offload, ZeRO-Infinity, FSDP's CPU offload) against the papers and the
+// frameworks' code: what fits where, what the host holds per parameter (counted from the
+// graph's buffers), the bytes every step copies between tiers (counted from the graph's copies,
+// against what the strategy implies), unified memory, and the plans refused.
+#include <catch2/catch.hpp>
+
+#include "core/error.hpp"
+#include "dp_fixtures.hpp"
+#include "strategies/data_parallel.hpp"
+#include "test_support.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+
+/// A GPT-2-style model of `layers` × `hidden` (heads of 128), as the ZeRO-Offload and
+/// ZeRO-Infinity papers size theirs.
+Model gpt(const std::string& name, int layers, int hidden, int seq = 1024) {
+    TransformerShape s;
+    s.layers = layers;
+    s.hidden = hidden;
+    s.heads = s.kv_heads = hidden / 128;
+    s.ffn_hidden = 4 * hidden;
+    s.vocab = 50304;
+    s.max_seq = seq;
+    return Model::transformer(name, s);
+}
+
+/// Bytes of `rank`'s buffers in `tier` with `label`, from the graph.
+std::int64_t held(const OpGraph& g, int rank, Tier tier, BufferLabel label) {
+    std::int64_t n = 0;
+    for (const Buffer& b : g.buffers())
+        if (b.rank == rank && b.tier == tier && static_cast<BufferLabel>(b.label) == label) n += b.bytes;
+    return n;
+}
+
+/// Bytes `rank` copies from one tier to another in the step, from the graph.
+std::int64_t copied(const OpGraph& g, int rank, Tier from, Tier to) {
+    std::int64_t n = 0;
+    for (const Op& op : g.ops())
+        if (op.kind == OpKind::copy && op.rank == rank && op.copy_from() == from && op.copy_to() == to) n += op.bytes;
+    return n;
+}
+
+sim::SimOptions analytic() {
+    sim::SimOptions o;
+    o.network = sim::NetworkMode::analytic;
+    o.record_memory = false;
+    return o;
+}
+
+Plan plan_of(DataParallel s, Offload o = Offload::none) {
+    Plan p;
+    p.strategy = s;
+    p.offload = o;
+    p.recompute = Recompute::full;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-Offload: a 10 B GPT on one V100 fits with zero2 and CPU offload, not with DDP", "[strategies][offload]") {
+    // Ren et al. 2021 §6: a 10 B GPT-2 (50 layers of 4096, the DeepSpeed tutorial's config) on one
+    // 32 GB V100 of a DGX-2. DDP needs 16 bytes a parameter on the device (160 GB).
+    const Model m = gpt("gpt-10b", 50, 4096);
+    const topo::Cluster c = topo::cluster_preset("dgx2-v100").first_devices(1);
+    const double psi = static_cast<double>(m.parameters());
+    REQUIRE(psi == Approx(10.3e9).epsilon(0.01));
+    const test::DpRun ddp = test::dp_run(m, c, plan_of(DataParallel::ddp), analytic());
+    CHECK_FALSE(ddp.summary.fits());
+    const test::DpRun off = test::dp_run(m, c, plan_of(DataParallel::zero2, Offload::cpu), analytic());
+    CHECK(off.summary.fits());
+    const OpGraph& g = off.built.graph;
+    // The host holds K = 12 bytes a parameter of optimizer state (fp32 master weights, momentum,
+    // variance: Rajbhandari et al. 2020) and the fp32 gradient partition (4 bytes).
+    CHECK(static_cast<double>(held(g, 0, Tier::host, BufferLabel::optimizer_state)) == Approx(12 * psi).epsilon(1e-6));
+    CHECK(static_cast<double>(held(g, 0, Tier::host, BufferLabel::gradients)) == Approx(4 * psi).epsilon(1e-6));
+    // The device keeps the fp16 parameters; no gradient or optimizer state persists there.
+    CHECK(static_cast<double>(held(g, 0, Tier::device, BufferLabel::parameters)) == Approx(2 * psi).epsilon(1e-6));
+    CHECK(held(g, 0, Tier::device, BufferLabel::optimizer_state) == 0);
+    CHECK(held(g, 0, Tier::device, BufferLabel::gradients) == 0);
+    // And the timeline's host peak holds at least those.
+    CHECK(off.timeline.peak[0][static_cast<int>(Tier::host)].as_double() >= 16 * psi);
+}
+
+TEST_CASE("offload copies per step are what the strategy implies", "[strategies][offload]") {
+    const Model m = model_preset("gpt2-medium");
+    const double psi = static_cast<double>(m.parameters());
+    SECTION("ZeRO-Offload on 4 GPUs: each rank's fp32 gradient partition down, its fp16 partition up") {
+        // DeepSpeed casts the reduced partition to fp32 on the device before the copy
+        // (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu), and copies the
+        // 16-bit partition the CPU step wrote back in one copy: 4Ψ/N down, 2Ψ/N up.
+        const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(4);
+        const Built b = build(m, c, plan_of(DataParallel::zero2, Offload::cpu));
+        const double n = 4;
+        for (int r = 0; r < 4; ++r) {
+            CHECK(static_cast<double>(copied(b.graph, r, Tier::device, Tier::host)) == Approx(4 * psi / n).epsilon(1e-3));
+            CHECK(static_cast<double>(copied(b.graph, r, Tier::host, Tier::device)) == Approx(2 * psi / n).epsilon(1e-3));
+        }
+    }
+    SECTION("ZeRO-Offload with gradient accumulation: the fp16 partition round-trips through the host") {
+        // async_accumulate_grad_in_cpu_via_gpu: micro-batch 0 copies its 16-bit partition out,
+        // each later one brings the sum back, adds, and copies it out (the last as fp32).
+        const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(1);
+        Plan p = plan_of(DataParallel::zero2, Offload::cpu);
+        p.global_batch = 3;
+        const Built b = build(m, c, p);
+        CHECK(static_cast<double>(copied(b.graph, 0, Tier::device, Tier::host)) == Approx((2 + 2 + 4) * psi).epsilon(1e-3));
+        CHECK(static_cast<double>(copied(b.graph, 0, Tier::host, Tier::device)) == Approx((2 + 2 + 2) * psi).epsilon(1e-3));
+    }
+    SECTION("FSDP's CPU offload: the fp32 shard to the device before each all-gather, the fp32 gradient shard back") {
+        // FULL_SHARD gathers every unit in forward and again in backward.
+        const topo::Cluster c = topo::cluster_preset("dgx-a100");
+        const Built b = build(m, c, plan_of(DataParallel::fsdp, Offload::cpu));
+        std::int64_t shards = 0;
+        for (const Block& blk : strategies::detail::replica_blocks(m, b.layout, plan_of(DataParallel::fsdp)))
+            shards += strategies::detail::shard(blk.params, 8);
+        CHECK(copied(b.graph, 0, Tier::host, Tier::device) == 2 * 4 * shards);
+        CHECK(copied(b.graph, 0, Tier::device, Tier::host) == 4 * shards);
+    }
+    SECTION("ZeRO-Infinity: NVMe parameters come through pinned host memory, once in forward and once in backward") {
+        const topo::Cluster c = topo::cluster_preset("dgx-a100");
+        Plan p = plan_of(DataParallel::zero3);
+        p.offload_params = Offload::nvme;
+        p.offload_optimizer = Offload::nvme;
+        p.framework_overrides.max_reuse_distance = 0;   // every block released after forward
+        const Built b = build(m, c, p);
+        const std::int64_t read = copied(b.graph, 0, Tier::nvme, Tier::host);
+        CHECK(copied(b.graph, 0, Tier::host, Tier::device) > 0);
+        // The optimizer's sub-group swaps in 16 bytes a parameter (fp32 weights, moments,
+        // gradients) and out 12; the parameters in the two passes add 2 × 2 bytes.
+        CHECK(static_cast<double>(read) == Approx((16 + 2 * 2) * psi / 8).epsilon(0.02));
+        CHECK(static_cast<double>(copied(b.graph, 0, Tier::host, Tier::nvme)) == Approx((12 + 4 + 2) * psi / 8).epsilon(0.02));
+    }
+}
+
+TEST_CASE("ZeRO-Infinity: a trillion parameters fit one DGX-2 only with zero3 and NVMe", "[strategies][offload]") {
+    // Rajbhandari et al. 2021 (abstract): ZeRO-Infinity fine-tunes trillion-parameter models on a
+    // single DGX-2 node. 1 T at 18 bytes a parameter (16 of optimizer state and fp32 gradients,
+    // 2 of fp16 weights) is 18 TB: more than the node's 1.5 TiB of DRAM, less than its 30 TB of NVMe.
+    const Model m = gpt("gpt-1t", 128, 25600);
+    REQUIRE(static_cast<double>(m.parameters()) == Approx(1.0e12).epsilon(0.01));
+    const topo::Cluster c = topo::cluster_preset("dgx2-v100");
+    auto fits = [&](Plan p) {
+        const test::DpRun r = test::dp_run(m, c, p, analytic());
+        return r.summary.fits();
+    };
+    CHECK_FALSE(fits(plan_of(DataParallel::zero3)));
+    CHECK_FALSE(fits(plan_of(DataParallel::zero3, Offload::cpu)));   // the host's share is 96 GiB a GPU
+    CHECK(fits(plan_of(DataParallel::zero3, Offload::nvme)));
+    CHECK_FALSE(fits(plan_of(DataParallel::zero2, Offload::cpu)));    // 2 TB of fp16 weights on every GPU
+}
+
+TEST_CASE("unified memory: offload moves nothing and adds no capacity", "[strategies][offload]") {
+    // A Jetson's GPU memory is the board's DRAM: moving a state "to the host" keeps it where it is.
+    const Model m = model_preset("gpt2-large");
+    const topo::Cluster c = topo::cluster_preset("jetson-orin-nano");
+    const test::DpRun plain = test::dp_run(m, c, plan_of(DataParallel::zero2), analytic());
+    const test::DpRun off = test::dp_run(m, c, plan_of(DataParallel::zero2, Offload::cpu), analytic());
+    CHECK(off.built.layout.offload_ignored);
+    CHECK(off.summary.peak_memory == plain.summary.peak_memory);
+    CHECK(off.summary.fits() == plain.summary.fits());
+    for (const Op& op : off.built.graph.ops()) CHECK(op.kind != OpKind::copy);
+    // The host tier has no capacity of its own there.
+    CHECK(off.timeline.capacity[0][static_cast<int>(Tier::host)] == Bytes(0));
+}
+
+TEST_CASE("the delayed update overlaps the CPU step with forward and backward", "[strategies][offload]") {
+    // Ren et al. 2021 §5.2: with a small batch the CPU step is a large part of the step; the
+    // one-step delayed parameter update hides it behind the next step's forward and backward.
+    const Model m = model_preset("gpt2-xl");
+    const topo::Cluster c = topo::cluster_preset("dgx2-v100").first_devices(1);
+    Plan p = plan_of(DataParallel::zero2, Offload::cpu);
+    const test::DpRun plain = test::dp_run(m, c, p);
+    p.delayed_update = true;
+    const test::DpRun dpu = test::dp_run(m, c, p);
+    CHECK(dpu.summary.iteration < plain.summary.iteration);
+    // The host step starts with the step, and this step's last gradient copy waits for it.
+    for (OpId id = 0; id < dpu.built.graph.size(); ++id) {
+        const Op& op = dpu.built.graph.op(id);
+        if (op.kind == OpKind::compute && op.on_host()) CHECK(dpu.timeline.start[id] == Time::zero());
+    }
+}
+
+TEST_CASE("offload plans that cannot run are refused with the reason", "[strategies][offload]") {
+    const Model gpt2 = model_preset("gpt2-small");
+    SECTION("offload without ZeRO or FSDP") {
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), plan_of(DataParallel::ddp, Offload::cpu)); }),
+                   Catch::Contains("--offload needs a strategy that shards model states") && Catch::Contains("ddp"));
+    }
+    SECTION("NVMe offload on a cluster without NVMe") {
+        CHECK_THAT(test::bad_input_message([&] {
+                       resolve(gpt2, topo::cluster_preset("jetson-agx-orin"), plan_of(DataParallel::zero3, Offload::nvme));
+                   }),
+                   Catch::Contains("NVMe offload needs an NVMe drive") && Catch::Contains("jetson-agx-orin"));
+    }
+    SECTION("parameter offload with stage 2") {
+        Plan p = plan_of(DataParallel::zero2);
+        p.offload_params = Offload::cpu;
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("--offload-params needs --strategy zero3"));
+    }
+    SECTION("NVMe with stage 2: DeepSpeed keeps it in CPU memory") {
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), plan_of(DataParallel::zero2, Offload::nvme)); }),
+                   Catch::Contains("whatever the device"));
+    }
+    SECTION("FSDP to NVMe") {
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), plan_of(DataParallel::fsdp, Offload::nvme)); }),
+                   Catch::Contains("CPU memory only"));
+    }
+    SECTION("parameters offloaded with the optimizer on the device") {
+        Plan p = plan_of(DataParallel::zero3);
+        p.offload_params = Offload::cpu;
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("needs the optimizer offloaded too"));
+    }
+    SECTION("offload with tensor parallelism") {
+        Plan p = plan_of(DataParallel::zero1, Offload::cpu);
+        p.tp = 2;
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("data parallelism only"));
+    }
+    SECTION("the delayed update without ZeRO-Offload") {
+        Plan p = plan_of(DataParallel::zero3, Offload::cpu);
+        p.delayed_update = true;
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("--delayed-update"));
+    }
+    SECTION("an offloaded step with an optimizer DeepSpeed has no CPU version of") {
+        Plan p = plan_of(DataParallel::zero2, Offload::cpu);
+        p.optimizer = Optimizer::lamb;
+        CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("no CPU implementation"));
+    }
+}
+
+TEST_CASE("a node's GPUs share its host DRAM for their CPU steps", "[strategies][offload]") {
+    // Eight ranks of one DGX A100 each step 1/8 of the model on the host: with the DRAM shared,
+    // each step takes as long as one rank stepping everything alone — the node's bytes over
+    // the node's bandwidth — not 1/8 of it.
+    const Model m = model_preset("gpt2-xl");
+    const topo::Cluster one = topo::cluster_preset("dgx-a100").first_devices(1), eight = topo::cluster_preset("dgx-a100");
+    auto host_step = [&](const topo::Cluster& c) {
+        const test::DpRun r = test::dp_run(m, c, plan_of(DataParallel::zero2, Offload::cpu));
+        for (OpId id = 0; id < r.built.graph.size(); ++id) {
+            const Op& op = r.built.graph.op(id);
+            if (op.kind == OpKind::compute && op.on_host() && op.rank == 0) return std::pair{r.timeline.duration(id), op.bytes};
+        }
+        FAIL("no host step");
+        return std::pair{Time(), std::int64_t{0}};
+    };
+    const auto [t1, bytes1] = host_step(one);
+    const auto [t8, bytes8] = host_step(eight);
+    const topo::NodeGroup& g = eight.groups[0];
+    const double alone = static_cast<double>(bytes1) / (g.host_memory_bandwidth.bytes_per_second() * g.host_memory_efficiency);
+    CHECK(t1.to_seconds() == Approx(alone).epsilon(0.01));
+    CHECK(static_cast<double>(bytes8) == Approx(static_cast<double>(bytes1) / 8).epsilon(0.01));
+    CHECK(t8.to_seconds() == Approx(alone).epsilon(0.05));
+}

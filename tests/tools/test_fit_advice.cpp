@@ -1,0 +1,221 @@
+// The out-of-memory answer through the command line: exit 3 names the buffer by what it holds,
+// the peak is broken down, every listed change fits when simulated again; bad offload and
+// fine-tuning plans exit 2 with the reason; describe breaks the peak down per strategy and
+// offload; a DeepSpeed config's offload devices become the plan's.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <sstream>
+
+#include "core/json.hpp"
+#include "tools/cli.hpp"
+#include "tools/fit_advice.hpp"
+
+using namespace smol;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+    int code;
+    std::string out, err;
+};
+
+Result cli(std::vector<std::string> args) {
+    args.insert(args.begin(), "smolcluster");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    const int code = tools::run_cli(static_cast<int>(argv.size()), argv.data(), out, err);
+    return {code, out.str(), err.str()};
+}
+
+/// "--strategy zero3 --offload cpu" as arguments.
+std::vector<std::string> words(const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream s(text);
+    std::string w;
+    while (s >> w) out.push_back(w);
+    return out;
+}
+
+struct TempFile {
+    fs::path path;
+    TempFile(const std::string& name, const std::string& text) : path(fs::temp_directory_path() / name) {
+        std::ofstream(path) << text;
+    }
+    ~TempFile() { fs::remove(path); }
+};
+
+// The ZeRO-Offload paper's 10 B GPT-2 (50 layers of 4096, as DeepSpeed's tutorial configures it).
+const char* kGpt10b = R"({"kind": "transformer", "layers": 50, "hidden": 4096, "heads": 32, "kv_heads": 32,
+  "ffn_hidden": 16384, "vocab": 50304, "seq": 1024, "tied_embeddings": true, "gated_mlp": false, "biases": true,
+  "norm": "layernorm", "positions": "learned"})";
+
+}  // namespace
+
+TEST_CASE("a 10 B GPT on one V100: ddp exits 3 naming the buffer; zero2 with CPU offload fits", "[tools][fit_advice]") {
+    TempFile model("gpt-10b-test.json", kGpt10b);
+    const std::vector<std::string> base{"simulate", "--model", model.path.string(), "--cluster", "dgx2-v100",
+                                        "--devices", "1", "--recompute", "full", "--network", "analytic", "--json"};
+    auto with = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> a = base;
+        a.insert(a.end(), extra.begin(), extra.end());
+        return cli(a);
+    };
+    const Result ddp = with({"--strategy", "ddp"});
+    REQUIRE(ddp.code == 3);
+    const Json j = Json::parse(ddp.out);
+    CHECK_FALSE(j["fits"].get<bool>());
+    const Json& oom = j["oom"];
+    for (const char* key : {"device", "rank", "tier", "op", "requested_bytes", "free_bytes", "buffer", "label", "layer",
+                            "microbatch", "capacity_bytes", "peak_bytes", "breakdown", "fits"})
+        CHECK(oom.contains(key));
+    CHECK(oom["label"] == "gradients");   // 2Ψ of fp16 parameters fit, another 2Ψ of gradients do not
+    CHECK(oom["capacity_bytes"].get<std::int64_t>() == 32ll << 30);
+    CHECK(oom["breakdown"]["optimizer_state"].get<double>() == Approx(12 * 10.3e9).epsilon(0.01));
+    CHECK(oom["breakdown"]["cuda_context"].get<std::int64_t>() == 1343ll << 20);
+    CHECK_THAT(ddp.err, Catch::Contains("(gradients)"));
+    // Every listed change fits when simulated on its own.
+    REQUIRE_FALSE(oom["fits"].empty());
+    for (const Json& f : oom["fits"]) {
+        INFO(f["change"].get<std::string>());
+        std::vector<std::string> change = words(f["change"].get<std::string>());
+        if (std::find(change.begin(), change.end(), "--strategy") == change.end()) change.insert(change.begin(), {"--strategy", "ddp"});
+        const Result again = with(change);
+        CHECK(again.code == 0);
+        CHECK(Json::parse(again.out)["peak_memory_bytes"] == f["peak_memory_bytes"]);
+    }
+    const Result off = with({"--strategy", "zero2", "--offload", "cpu"});
+    CHECK(off.code == 0);
+}
+
+TEST_CASE("Llama 3 8B on four RTX 4090s: zero3 runs out of optimizer state and a suggested plan fits", "[tools][fit_advice]") {
+    const Result r = cli({"simulate", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--strategy", "zero3",
+                          "--recompute", "full", "--seq", "2048"});
+    REQUIRE(r.code == 3);
+    CHECK_THAT(r.out, Catch::Contains("the optimizer state (22.4 GiB) did not fit"));
+    CHECK_THAT(r.out, Catch::Contains("memory at its peak") && Catch::Contains("of 24.0 GiB"));
+    CHECK_THAT(r.out, Catch::Contains("plans that fit") && Catch::Contains("--offload-optimizer cpu"));
+    CHECK_THAT(r.err, Catch::Contains("it fits with --offload-optimizer cpu"));
+    const Result fixed = cli({"simulate", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--strategy", "zero3",
+                              "--recompute", "full", "--seq", "2048", "--offload-optimizer", "cpu"});
+    CHECK(fixed.code == 0);
+}
+
+TEST_CASE("the changes tried save memory and the plan's checks accept them", "[tools][fit_advice]") {
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    strategies::Plan p;
+    p.strategy = strategies::DataParallel::ddp;
+    p.micro_batch = 2;
+    p.global_batch = 8;
+    const std::vector<tools::PlanChange> changes = tools::memory_saving_changes(m, c, p);
+    REQUIRE_FALSE(changes.empty());
+    for (std::size_t i = 1; i < changes.size(); ++i) CHECK(changes[i - 1].changes <= changes[i].changes);
+    bool smaller_micro_batch = false;
+    for (const tools::PlanChange& ch : changes) {
+        CHECK_NOTHROW(strategies::resolve(m, c, ch.plan));
+        CHECK(ch.plan.strategy != strategies::DataParallel::ps);
+        if (ch.plan.micro_batch == 1) {
+            smaller_micro_batch = true;
+            CHECK(strategies::resolve(m, c, ch.plan).global_batch == 8);   // the same batch, more accumulation
+        }
+    }
+    CHECK(smaller_micro_batch);
+}
+
+TEST_CASE("bad offload and fine-tuning plans exit 2 with the reason", "[tools][fit_advice]") {
+    SECTION("offload without ZeRO or FSDP") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--offload", "cpu"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--offload needs a strategy that shards model states"));
+    }
+    SECTION("NVMe offload on a cluster without NVMe") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "jetson-agx-orin", "--strategy", "zero3",
+                              "--offload", "nvme"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("NVMe offload needs an NVMe drive"));
+    }
+    SECTION("LoRA on a layer-list model") {
+        const Result r = cli({"simulate", "--model", "resnet50", "--cluster", "dgx-a100", "--finetune", "lora:8"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("is a layer list"));
+    }
+    SECTION("an unknown offload device") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--strategy", "zero3",
+                              "--offload-params", "disk"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--offload-params") && Catch::Contains("one of none, cpu, nvme"));
+    }
+    SECTION("an unknown optimizer") {
+        const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--optimizer", "lion"});
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains("--optimizer"));
+    }
+}
+
+TEST_CASE("unified memory: CPU offload is refused nothing but changes nothing, and says so", "[tools][fit_advice]") {
+    const std::vector<std::string> plan{"simulate", "--model", "gpt2-large", "--cluster", "jetson-orin-nano",
+                                        "--strategy", "zero2", "--json"};
+    const Result plain = cli(plan);
+    std::vector<std::string> off = plan;
+    off.insert(off.end(), {"--offload", "cpu"});
+    const Result offloaded = cli(off);
+    CHECK(offloaded.code == plain.code);
+    CHECK(Json::parse(offloaded.out)["peak_memory_bytes"] == Json::parse(plain.out)["peak_memory_bytes"]);
+    CHECK_THAT(offloaded.err, Catch::Contains("unified memory") && Catch::Contains("moves nothing"));
+}
+
+TEST_CASE("describe breaks the peak down per strategy and offload", "[tools][fit_advice]") {
+    const Result r = cli({"describe", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--seq", "2048",
+                          "--recompute", "full", "--json"});
+    REQUIRE(r.code == 0);
+    const Json j = Json::parse(r.out);
+    REQUIRE(j.contains("memory"));
+    std::map<std::string, bool> fits;
+    for (const Json& row : j["memory"]) {
+        fits[row["strategy"].get<std::string>() + "/" + row["offload"].get<std::string>()] = row["fits"].get<bool>();
+        std::int64_t sum = 0;
+        for (const auto& [k, v] : row["device"].items()) sum += v.get<std::int64_t>();
+        CHECK(sum == row["device_peak_bytes"].get<std::int64_t>());
+    }
+    CHECK_FALSE(fits.at("ddp/none"));
+    CHECK_FALSE(fits.at("zero3/none"));
+    CHECK(fits.at("zero3/cpu"));
+    CHECK(fits.at("zero3/nvme"));   // the workstation's 2 TB drive
+    CHECK(fits.at("fsdp/cpu"));
+    CHECK(fits.count("ddp/cpu") == 0);   // ddp has no offload
+    const Result text = cli({"describe", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--seq", "2048",
+                             "--recompute", "full"});
+    CHECK_THAT(text.out, Catch::Contains("zero3 --offload cpu") && Catch::Contains("host:"));
+}
+
+TEST_CASE("a DeepSpeed config's offload devices become the plan's", "[tools][fit_advice][deepspeed]") {
+    TempFile cfg("ds_offload_test.json", R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+        "offload_param": {"device": "nvme"}}, "optimizer": {"type": "AdamW"}})");
+    const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--deepspeed-config",
+                          cfg.path.string(), "--json"});
+    REQUIRE(r.code == 0);
+    const Json j = Json::parse(r.out);
+    CHECK(j["strategy"] == "zero3");
+    CHECK(j["memory"]["host"]["optimizer_state"].get<std::int64_t>() > 0);
+    CHECK(j["memory"]["nvme"]["parameters"].get<std::int64_t>() > 0);
+    SECTION("stage 2 with NVMe runs from CPU memory, as DeepSpeed does") {
+        TempFile s2("ds_offload_s2.json", R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})");
+        const Result r2 = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--deepspeed-config",
+                               s2.path.string(), "--json"});
+        REQUIRE(r2.code == 0);
+        CHECK_THAT(r2.err, Catch::Contains("runs as cpu"));
+        CHECK(Json::parse(r2.out)["memory"]["host"]["optimizer_state"].get<std::int64_t>() > 0);
+    }
+    SECTION("a flag that contradicts the config") {
+        const Result bad = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--deepspeed-config",
+                                cfg.path.string(), "--offload-optimizer", "nvme"});
+        CHECK(bad.code == 2);
+        CHECK_THAT(bad.err, Catch::Contains("--offload-optimizer nvme contradicts"));
+    }
+}

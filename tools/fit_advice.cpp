@@ -1,0 +1,163 @@
+#include "tools/fit_advice.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "tools/simulation.hpp"
+
+namespace smol::tools {
+
+namespace {
+
+using strategies::DataParallel;
+using strategies::Offload;
+
+/// How much of the model states a strategy shards: more is more memory saved.
+int sharding(DataParallel s) {
+    switch (s) {
+        case DataParallel::zero1: return 1;
+        case DataParallel::zero2: return 2;
+        case DataParallel::zero3:
+        case DataParallel::fsdp: return 3;
+        default: return 0;
+    }
+}
+
+struct Offloads {
+    Offload params = Offload::none, optimizer = Offload::none, fsdp = Offload::none;
+    std::string flags;
+};
+
+/// The offload choices a strategy has, none first.
+std::vector<Offloads> offload_choices(DataParallel s, bool nvme) {
+    std::vector<Offloads> out{{}};
+    switch (s) {
+        case DataParallel::zero1:
+        case DataParallel::zero2: out.push_back({Offload::none, Offload::cpu, Offload::none, "--offload-optimizer cpu"}); break;
+        case DataParallel::zero3:
+            out.push_back({Offload::none, Offload::cpu, Offload::none, "--offload-optimizer cpu"});
+            out.push_back({Offload::cpu, Offload::cpu, Offload::none, "--offload cpu"});
+            if (nvme) {
+                out.push_back({Offload::none, Offload::nvme, Offload::none, "--offload-optimizer nvme"});
+                out.push_back({Offload::nvme, Offload::nvme, Offload::none, "--offload nvme"});
+            }
+            break;
+        case DataParallel::fsdp: out.push_back({Offload::none, Offload::none, Offload::cpu, "--offload cpu"}); break;
+        default: break;
+    }
+    return out;
+}
+
+/// The change is a plan smolcluster runs (resolve accepts it) and can simulate on this machine
+/// (check_simulable: a tiny --bucket-mb that one replica ignores makes billions of ops with ZeRO).
+bool accepted(const Model& model, const topo::Cluster& cluster, const strategies::Plan& p) {
+    try {
+        check_simulable(strategies::resolve(model, cluster, p), p);
+        return true;
+    } catch (const Error& e) {
+        if (!is_input_error(e.kind())) throw;
+        return false;
+    }
+}
+
+}  // namespace
+
+std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cluster& cluster,
+                                              const strategies::Plan& plan) {
+    const strategies::Layout l = strategies::resolve(model, cluster, plan);
+    bool nvme = true;
+    for (const auto& g : cluster.groups) nvme = nvme && g.nvme_capacity.has_value();
+    std::vector<DataParallel> strategies{plan.strategy};
+    if (l.tp == 1 && l.pp == 1 && l.servers == 0 && plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async)
+        for (DataParallel s : {DataParallel::zero1, DataParallel::zero2, DataParallel::zero3, DataParallel::fsdp})
+            if (sharding(s) > sharding(plan.strategy)) strategies.push_back(s);
+    if ((l.tp > 1 || l.pp > 1) && plan.strategy == DataParallel::ddp) strategies.push_back(DataParallel::zero1);
+    std::vector<Recompute> recomputes{plan.recompute};
+    for (Recompute r : {Recompute::selective, Recompute::full})
+        if (static_cast<int>(r) > static_cast<int>(plan.recompute)) recomputes.push_back(r);
+    std::vector<int> micro_batches{plan.micro_batch};
+    for (int m = plan.micro_batch / 2; m >= 1; m /= 2) micro_batches.push_back(m);
+
+    std::vector<PlanChange> out;
+    for (DataParallel s : strategies)
+        for (const Offloads& o : offload_choices(s, nvme))
+            for (Recompute r : recomputes)
+                for (int m : micro_batches) {
+                    PlanChange c;
+                    c.plan = plan;
+                    if (s != plan.strategy) {
+                        c.plan.strategy = s;
+                        // The framework follows the strategy (FSDP is PyTorch's, ZeRO DeepSpeed's).
+                        c.plan.framework.clear();
+                        c.flags += " --strategy " + std::string(strategies::to_string(s));
+                        ++c.changes;
+                    }
+                    const bool offloads = o.params != Offload::none || o.optimizer != Offload::none || o.fsdp != Offload::none;
+                    if (offloads) {
+                        const bool already = plan.offload != Offload::none || plan.offload_params != Offload::none ||
+                                             plan.offload_optimizer != Offload::none;
+                        if (already && s == plan.strategy) continue;   // the plan's own offload, or one it has
+                        c.plan.offload = o.fsdp != Offload::none ? o.fsdp : Offload::none;
+                        c.plan.offload_params = o.params;
+                        c.plan.offload_optimizer = o.optimizer;
+                        if (o.params != Offload::none && o.params == o.optimizer) {
+                            c.plan.offload = o.params;
+                            c.plan.offload_params = c.plan.offload_optimizer = Offload::none;
+                        }
+                        c.flags += " " + o.flags;
+                        ++c.changes;
+                    }
+                    if (r != plan.recompute) {
+                        c.plan.recompute = r;
+                        c.flags += " --recompute " + std::string(to_string(r));
+                        ++c.changes;
+                    }
+                    if (m != plan.micro_batch) {
+                        c.plan.micro_batch = m;
+                        c.plan.global_batch = l.global_batch;   // the same batch in more micro-batches
+                        c.flags += " --micro-batch " + std::to_string(m);
+                        ++c.changes;
+                    }
+                    if (c.changes == 0 || !accepted(model, cluster, c.plan)) continue;
+                    c.flags.erase(0, 1);
+                    out.push_back(std::move(c));
+                }
+    std::stable_sort(out.begin(), out.end(), [](const PlanChange& a, const PlanChange& b) { return a.changes < b.changes; });
+    return out;
+}
+
+std::vector<traces::FitOption> fitting_changes(const Model& model, const topo::Cluster& cluster,
+                                               const strategies::Plan& plan, std::size_t limit) {
+    sim::SimOptions quick;
+    quick.network = sim::NetworkMode::analytic;
+    quick.record_memory = false;
+    const topo::Topology topology(cluster);
+    const Time base = simulate_plan(model, cluster, plan, quick, &topology).summary.iteration;
+    std::vector<std::pair<int, traces::FitOption>> found;   // (changes, option)
+    int tier = -1;
+    for (const PlanChange& c : memory_saving_changes(model, cluster, plan)) {
+        if (c.changes != tier) {
+            if (found.size() >= limit) break;
+            tier = c.changes;
+        }
+        const Simulation run = simulate_plan(model, cluster, c.plan, quick, &topology);
+        if (!run.summary.fits()) continue;
+        traces::FitOption f;
+        f.change = c.flags;
+        f.peak = run.summary.peak_memory;
+        f.capacity = run.timeline.capacity[static_cast<std::size_t>(run.summary.peak_rank)][static_cast<int>(Tier::device)];
+        f.step = run.summary.iteration;
+        f.slowdown = base > Time::zero() ? f.step / base : 0;
+        found.emplace_back(c.changes, std::move(f));
+    }
+    // Fewest changes first; among as many changes, the fastest.
+    std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first < b.first : a.second.step < b.second.step;
+    });
+    std::vector<traces::FitOption> out;
+    for (auto& [changes, f] : found)
+        if (out.size() < limit) out.push_back(std::move(f));
+    return out;
+}
+
+}  // namespace smol::tools
