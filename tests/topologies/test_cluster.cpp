@@ -91,7 +91,7 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(tflops(g.device, DType::bf16) == Approx(989.5));   // 1,979 with sparsity
         CHECK(tflops(g.device, DType::fp16) == Approx(989.5));
         CHECK(tflops(g.device, DType::fp32) == Approx(67));
-        CHECK(g.device.memory == Bytes::gb(141));
+        CHECK(g.device.memory == Bytes::gib(141));
         CHECK(gb_per_s(g.device.memory_bandwidth) == Approx(4800));
         CHECK(g.device.compute_capability == Approx(9.0));
         CHECK(g.cpu_vendor == CpuVendor::intel);                  // DGX H200: 2 × Xeon Platinum 8480C
@@ -100,7 +100,7 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(gb_per_s(g.host_link.bandwidth) == Approx(63.0));  // PCIe Gen5 x16
         CHECK(g.nics == 8);
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(50));     // ConnectX-7, 400 Gb/s
-        CHECK(g.host_memory == Bytes::gb(2000));
+        CHECK(g.host_memory == Bytes::gib(2048));
         const Cluster one = c.first_devices(1);
         CHECK(one.num_devices() == 1);
         CHECK_FALSE(one.device_kind(0).is_cpu);
