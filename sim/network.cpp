@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -20,14 +21,21 @@ struct ShareLater {
         return a.share != b.share ? a.share > b.share : a.link > b.link;
     }
 };
-constexpr std::uint32_t kDirty = 0xffffffffu;
+// Relative slack of the bottleneck check: rates computed in another order differ in the last
+// bits; a held flow within this of a refilled one is taken as equal.
+constexpr double kSlack = 1e-9;
+// Refills before the set is grown to the whole connected component at once.
+constexpr int kRounds = 4;
 }  // namespace
 
 FlowNetwork::FlowNetwork(const std::vector<Bandwidth>& capacity)
     : on_link_(capacity.size()),
+      is_dirty_(capacity.size(), 0),
       link_stamp_(capacity.size(), 0),
+      held_(capacity.size(), 0),
       residual_(capacity.size(), 0),
-      unfrozen_(capacity.size(), 0),
+      unfrozen_weight_(capacity.size(), 0),
+      set_count_(capacity.size(), 0),
       link_version_(capacity.size(), 0),
       last_util_(capacity.size(), 0.f) {
     capacity_.reserve(capacity.size());
@@ -38,14 +46,15 @@ FlowNetwork::FlowNetwork(const std::vector<Bandwidth>& capacity)
 }
 
 void FlowNetwork::mark_dirty(std::int32_t link) {
-    // link_stamp_ doubles as the dirty flag between solves (kDirty) and the search mark inside one.
-    if (link_stamp_[link] == kDirty) return;
-    link_stamp_[link] = kDirty;
+    if (is_dirty_[static_cast<std::size_t>(link)]) return;
+    is_dirty_[static_cast<std::size_t>(link)] = 1;
     dirty_.push_back(link);
 }
 
-FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
-                          std::uint32_t group, Bandwidth max_rate) {
+FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std::uint32_t tag, Time now,
+                          Bandwidth max_rate, std::span<const std::uint32_t> weights) {
+    if (!weights.empty() && weights.size() != links.size())
+        throw Error(ErrorKind::internal, "network: a flow needs one weight per link");
     FlowId f;
     if (!free_.empty()) {
         f = free_.back();
@@ -57,71 +66,179 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std:
     Flow& fl = flows_[f];
     fl.remaining = std::max(0.0, bytes.as_double());
     fl.rate = 0;
-    fl.updated = now;
-    fl.route = route.data();
-    fl.hops = static_cast<std::uint32_t>(route.size());
-    fl.tag = tag;
-    fl.group = kNoGroup;
     fl.cap = max_rate.bytes_per_second() * 1e-12;
+    fl.updated = now;
+    fl.links = links.data();
+    fl.weights = weights.empty() ? nullptr : weights.data();
+    fl.hops = static_cast<std::uint32_t>(links.size());
+    fl.tag = tag;
+    fl.bottleneck = kUnsolved;
     ++fl.version;
     fl.active = true;
     ++active_;
-    if (route.empty() || fl.remaining == 0) {  // nothing to move: done as soon as asked
+    if (links.empty() || fl.remaining == 0) {  // nothing to move: done as soon as asked
         fl.hops = 0;
         push_pending(f, now);
         return f;
     }
-    for (std::int32_t l : route) {
-        on_link_[l].push_back(f);
-        mark_dirty(l);
+    for (std::uint32_t h = 0; h < fl.hops; ++h) {
+        on_link_[static_cast<std::size_t>(fl.links[h])].push_back({f, fl.weight(h)});
+        mark_dirty(fl.links[h]);
     }
-    if (group != kNoGroup) {
-        if (group >= groups_.size()) {
-            groups_.resize(group + 1);
-            group_stamp_.resize(group + 1, 0);
-        }
-        fl.group = group;
-        groups_[group].push_back(f);
-    }
+    added_.push_back(f);
     return f;
 }
 
-void FlowNetwork::visit(FlowId f) {
+void FlowNetwork::enter(FlowId f, Time now) {
     Flow& fl = flows_[f];
     if (fl.stamp == stamp_) return;
     fl.stamp = stamp_;
-    comp_flows_.push_back(f);
-    for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        const std::int32_t l = fl.route[h];
-        if (link_stamp_[l] != stamp_) {
-            link_stamp_[l] = stamp_;
-            comp_links_.push_back(l);
+    // Bring the remaining bytes up to now at the old rate.
+    const double elapsed = static_cast<double>((now - fl.updated).count_ps());
+    fl.remaining = std::max(0.0, fl.remaining - fl.rate * elapsed);
+    fl.updated = now;
+    set_.push_back(f);
+    old_rate_.push_back(fl.rate);
+    ++refilled_;
+}
+
+void FlowNetwork::take_links(std::size_t from) {
+    for (std::size_t i = from; i < set_.size(); ++i) {
+        const Flow& fl = flows_[set_[i]];
+        for (std::uint32_t h = 0; h < fl.hops; ++h) {
+            const std::int32_t l = fl.links[h];
+            if (link_stamp_[static_cast<std::size_t>(l)] != stamp_) {
+                link_stamp_[static_cast<std::size_t>(l)] = stamp_;
+                set_links_.push_back(l);
+            }
         }
-    }
-    // A coupled flow drags its whole group into the component.
-    if (fl.group != kNoGroup && group_stamp_[fl.group] != stamp_) {
-        group_stamp_[fl.group] = stamp_;
-        for (FlowId m : groups_[fl.group]) visit(m);
     }
 }
 
-void FlowNetwork::freeze(FlowId f, double share, std::int32_t via_link, bool with_group) {
+void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
     Flow& fl = flows_[f];
-    if (fl.frozen) return;
     fl.frozen = true;
-    fl.rate = share;
+    fl.rate = rate;
+    fl.bottleneck = bottleneck;
     for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        const std::int32_t l = fl.route[h];
-        residual_[l] = std::max(0.0, residual_[l] - share);
-        --unfrozen_[l];
+        const auto l = static_cast<std::size_t>(fl.links[h]);
+        const std::uint32_t w = fl.weight(h);
+        residual_[l] = std::max(0.0, residual_[l] - rate * w);
+        unfrozen_weight_[l] -= w;
         ++link_version_[l];
-        if (l != via_link && unfrozen_[l] > 0) {
-            shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
+        if (set_count_[l] > 1 && unfrozen_weight_[l] > 0 && fl.links[h] != bottleneck) {
+            shares_.push_back({residual_[l] / unfrozen_weight_[l], fl.links[h], link_version_[l]});
             std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
         }
     }
-    if (with_group && fl.group != kNoGroup)
-        for (FlowId m : groups_[fl.group]) freeze(m, share, via_link, false);
+}
+
+// Progressive filling of the refilled set over what the held flows leave of each link:
+// repeatedly take the smallest fair share — a link's residual over its unfrozen members, or a
+// flow's own limit — and freeze the flows it limits at it. A link that only one refilled flow
+// crosses limits that flow alone, so it is folded into the flow's own limit with its cap.
+void FlowNetwork::fill() {
+    for (std::int32_t l : set_links_) {
+        const auto i = static_cast<std::size_t>(l);
+        double held = 0;
+        std::uint32_t count = 0, weight = 0;
+        for (const OnLink& e : on_link_[i]) {
+            const Flow& g = flows_[e.flow];
+            if (g.stamp == stamp_) {
+                ++count;
+                weight += e.weight;
+            } else {
+                held += g.rate * e.weight;
+            }
+        }
+        held_[i] = held;
+        set_count_[i] = count;
+        unfrozen_weight_[i] = weight;
+        residual_[i] = std::max(0.0, capacity_[i] - held);
+        ++link_version_[i];
+    }
+    shares_.clear();
+    for (std::int32_t l : set_links_) {
+        const auto i = static_cast<std::size_t>(l);
+        if (set_count_[i] > 1) shares_.push_back({residual_[i] / unfrozen_weight_[i], l, link_version_[i]});
+    }
+    for (FlowId f : set_) {
+        Flow& fl = flows_[f];
+        fl.frozen = false;
+        double limit = fl.cap > 0 ? fl.cap : std::numeric_limits<double>::infinity();
+        std::int32_t bound = kCapBound;
+        for (std::uint32_t h = 0; h < fl.hops; ++h) {
+            const auto i = static_cast<std::size_t>(fl.links[h]);
+            if (set_count_[i] != 1) continue;
+            const double own = residual_[i] / fl.weight(h);
+            if (own < limit) {
+                limit = own;
+                bound = fl.links[h];
+            }
+        }
+        fl.bottleneck = bound;
+        if (limit < std::numeric_limits<double>::infinity()) shares_.push_back({limit, -1 - static_cast<std::int32_t>(f), 0});
+    }
+    std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
+    while (!shares_.empty()) {
+        std::pop_heap(shares_.begin(), shares_.end(), ShareLater{});
+        const ShareEntry e = shares_.back();
+        shares_.pop_back();
+        if (e.link < 0) {
+            const auto f = static_cast<FlowId>(-1 - e.link);
+            if (!flows_[f].frozen) freeze(f, e.share, flows_[f].bottleneck);
+            continue;
+        }
+        const auto i = static_cast<std::size_t>(e.link);
+        if (e.version != link_version_[i] || unfrozen_weight_[i] == 0) continue;
+        for (const OnLink& o : on_link_[i]) {
+            const Flow& g = flows_[o.flow];
+            if (g.stamp == stamp_ && !g.frozen) freeze(o.flow, e.share, e.link);
+        }
+    }
+}
+
+// The bottleneck condition for the held flows on the refilled links: a held flow whose
+// bottleneck is such a link needs it still saturated and itself still the fastest there; and no
+// held flow may run faster than a refilled flow on that flow's bottleneck. Those that fail join
+// the set; true when none did.
+bool FlowNetwork::check(Time now) {
+    bool ok = true;
+    const std::size_t links = set_links_.size();
+    for (std::size_t k = 0; k < links; ++k) {
+        const auto i = static_cast<std::size_t>(set_links_[k]);
+        const auto& on = on_link_[i];
+        const bool saturated = residual_[i] <= capacity_[i] * kSlack;
+        double fastest = 0, slowest_bound = std::numeric_limits<double>::infinity();
+        bool held = false;
+        for (const OnLink& e : on) {
+            const Flow& g = flows_[e.flow];
+            fastest = std::max(fastest, g.rate);
+            if (g.stamp != stamp_)
+                held = true;
+            else if (g.bottleneck == set_links_[k])
+                slowest_bound = std::min(slowest_bound, g.rate);
+        }
+        if (!held) continue;
+        for (const OnLink& e : on) {
+            const Flow& g = flows_[e.flow];
+            if (g.stamp == stamp_) continue;
+            const bool lost = g.bottleneck == set_links_[k] && (!saturated || g.rate < fastest * (1 - kSlack));
+            if (lost || g.rate > slowest_bound * (1 + kSlack)) {
+                enter(e.flow, now);
+                ok = false;
+            }
+        }
+    }
+    return ok;
+}
+
+void FlowNetwork::grow_to_component(Time now) {
+    for (std::size_t i = 0; i < set_.size(); ++i) {
+        const Flow& fl = flows_[set_[i]];
+        for (std::uint32_t h = 0; h < fl.hops; ++h)
+            for (const OnLink& e : on_link_[static_cast<std::size_t>(fl.links[h])]) enter(e.flow, now);
+    }
 }
 
 void FlowNetwork::push_pending(FlowId f, Time t) {
@@ -130,79 +247,62 @@ void FlowNetwork::push_pending(FlowId f, Time t) {
 }
 
 void FlowNetwork::solve(Time now) {
-    if (dirty_.empty()) return;
+    if (dirty_.empty() && added_.empty()) return;
     ++solves_;
-    // 1. The connected component of the dirty links: links ↔ flows through shared links.
-    if (++stamp_ == kDirty) stamp_ = 1;
-    comp_links_.clear();
-    comp_flows_.clear();
+    if (++stamp_ == 0) {   // wrapped: clear the marks
+        for (Flow& fl : flows_) fl.stamp = 0;
+        std::fill(link_stamp_.begin(), link_stamp_.end(), 0u);
+        stamp_ = 1;
+    }
+    set_.clear();
+    old_rate_.clear();
+    set_links_.clear();
+    // 1. The flows that may have lost their bottleneck: the new ones and those limited by a link
+    //    a start or an end touched. Every dirty link is refilled (an emptied one drops to zero).
+    for (FlowId f : added_)
+        if (flows_[f].active) enter(f, now);
+    added_.clear();
     for (std::int32_t l : dirty_) {
-        link_stamp_[l] = stamp_;
-        comp_links_.push_back(l);
+        is_dirty_[static_cast<std::size_t>(l)] = 0;
+        if (link_stamp_[static_cast<std::size_t>(l)] != stamp_) {
+            link_stamp_[static_cast<std::size_t>(l)] = stamp_;
+            set_links_.push_back(l);
+        }
+        for (const OnLink& e : on_link_[static_cast<std::size_t>(l)])
+            if (flows_[e.flow].bottleneck == l) enter(e.flow, now);
     }
     dirty_.clear();
-    for (std::size_t i = 0; i < comp_links_.size(); ++i)
-        for (FlowId f : on_link_[comp_links_[i]]) visit(f);
-    // 2. Bring every affected flow's remaining bytes up to now at its old rate.
-    for (FlowId f : comp_flows_) {
-        Flow& fl = flows_[f];
-        const double elapsed = static_cast<double>((now - fl.updated).count_ps());
-        fl.remaining = std::max(0.0, fl.remaining - fl.rate * elapsed);
-        fl.updated = now;
-        fl.frozen = false;
-    }
-    // 3. Progressive filling: repeatedly take the link offering the smallest fair share, fix the
-    //    rate of its unfrozen flows at that share, and remove their use from the other links.
-    shares_.clear();
-    for (std::int32_t l : comp_links_) {
-        residual_[l] = capacity_[l];
-        unfrozen_[l] = static_cast<std::uint32_t>(on_link_[l].size());
-        ++link_version_[l];
-        if (unfrozen_[l] > 0) shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
-    }
-    // A capped flow is a one-flow link of its cap's capacity: it freezes (with its group) at its
-    // cap unless a link's share is smaller first. A coupled group freezes as one, so one entry
-    // per group — its smallest cap — is enough (the flows of one coupling class share a cap).
-    if (++cap_stamp_ == 0) cap_stamp_ = 1;
-    for (FlowId f : comp_flows_) {
-        const Flow& fl = flows_[f];
-        if (fl.cap <= 0) continue;
-        if (fl.group != kNoGroup) {
-            if (group_cap_stamp_.size() <= fl.group) group_cap_stamp_.resize(fl.group + 1, 0);
-            if (group_cap_stamp_[fl.group] == cap_stamp_) continue;
-            group_cap_stamp_[fl.group] = cap_stamp_;
-            double smallest = fl.cap;
-            for (FlowId m : groups_[fl.group]) smallest = std::min(smallest, flows_[m].cap > 0 ? flows_[m].cap : smallest);
-            shares_.push_back({smallest, -1 - static_cast<std::int32_t>(f), 0});
-        } else {
-            shares_.push_back({fl.cap, -1 - static_cast<std::int32_t>(f), 0});
+    // 2. Fill, check, and grow the set until the held flows keep their bottlenecks.
+    std::size_t linked = 0;
+    for (int round = 1;; ++round) {
+        take_links(linked);
+        linked = set_.size();
+        fill();
+        if (check(now)) break;
+        if (round == kRounds) {
+            grow_to_component(now);
+            take_links(linked);
+            linked = set_.size();
+            fill();
+            break;
         }
     }
-    std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
-    while (!shares_.empty()) {
-        std::pop_heap(shares_.begin(), shares_.end(), ShareLater{});
-        const ShareEntry e = shares_.back();
-        shares_.pop_back();
-        if (e.link < 0) {
-            freeze(static_cast<FlowId>(-1 - e.link), e.share, -1, true);
-            continue;
-        }
-        if (e.version != link_version_[e.link] || unfrozen_[e.link] == 0) continue;
-        for (FlowId f : on_link_[e.link]) freeze(f, e.share, e.link, true);
-    }
-    // 4. New completion times.
-    for (FlowId f : comp_flows_) {
+    // 3. New completion times for the flows whose rate changed.
+    for (std::size_t k = 0; k < set_.size(); ++k) {
+        const FlowId f = set_[k];
         Flow& fl = flows_[f];
+        if (fl.rate == old_rate_[k]) continue;   // its pending completion still holds
         ++fl.version;
         const double ps = fl.rate > 0 ? std::ceil(fl.remaining / fl.rate) : 0.0;
         push_pending(f, now + Time::ps(static_cast<std::int64_t>(ps)));
     }
     if (samples_) {
-        std::sort(comp_links_.begin(), comp_links_.end());
-        for (std::int32_t l : comp_links_) {
-            const auto util = static_cast<float>(1.0 - residual_[l] / capacity_[l]);
-            if (util != last_util_[l]) {
-                last_util_[l] = util;
+        std::sort(set_links_.begin(), set_links_.end());
+        for (std::int32_t l : set_links_) {
+            const auto i = static_cast<std::size_t>(l);
+            const auto util = static_cast<float>(1.0 - residual_[i] / capacity_[i]);
+            if (util != last_util_[i]) {
+                last_util_[i] = util;
                 samples_->push_back({l, now, util});
             }
         }
@@ -228,20 +328,16 @@ void FlowNetwork::complete(Time now, std::vector<std::uint32_t>& tags) {
         Flow& fl = flows_[f];
         fl.active = false;
         fl.remaining = 0;
+        fl.rate = 0;
+        fl.bottleneck = kUnsolved;
         --active_;
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
-            const std::int32_t l = fl.route[h];
-            auto& v = on_link_[l];
-            auto it = std::find(v.begin(), v.end(), f);
+            const std::int32_t l = fl.links[h];
+            auto& v = on_link_[static_cast<std::size_t>(l)];
+            auto it = std::find_if(v.begin(), v.end(), [f](const OnLink& e) { return e.flow == f; });
             *it = v.back();
             v.pop_back();
             mark_dirty(l);
-        }
-        if (fl.group != kNoGroup) {
-            auto& members = groups_[fl.group];
-            *std::find(members.begin(), members.end(), f) = members.back();
-            members.pop_back();
-            fl.group = kNoGroup;
         }
         tags.push_back(fl.tag);
         free_.push_back(f);

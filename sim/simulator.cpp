@@ -30,11 +30,13 @@ enum EventKind : std::uint32_t { op_done, phase_start, phase_end };
 /// A transfer's plan with routes resolved: shared by every transfer with the same key (the
 /// thousands of identical tensor-parallel all-reduces of a run reuse one).
 struct Plan {
+    /// One network flow: the member flows of one coupling class of a phase, aggregated (see
+    /// FlowNetwork): `weights[i]` members cross `links[i]`.
     struct Flow {
-        std::span<const LinkId> route;
-        Bytes bytes;           // on the wire (payload / protocol efficiency)
-        Bandwidth max_rate;    // NCCL's bandwidth for this flow (zero: the links alone decide)
-        std::uint8_t coupling = 0;   // flows of a phase with the same class move in lockstep (kUncoupled: alone)
+        std::vector<LinkId> links;
+        std::vector<std::uint32_t> weights;
+        Bytes bytes;           // per member, on the wire (payload / protocol efficiency)
+        Bandwidth max_rate;    // NCCL's bandwidth for each member (zero: the links alone decide)
     };
     struct Phase {
         std::vector<Flow> flows;
@@ -47,7 +49,53 @@ struct Plan {
 
 /// Coupling classes per phase: flows of equal size move in lockstep (a ring's edges); a phase
 /// with flows of several sizes (a rail ring's NVLink and NIC edges) couples each size apart.
-constexpr std::uint8_t kCouplingClasses = 4, kUncoupled = 0xff;
+/// Flows beyond the fourth size run alone.
+constexpr std::size_t kCouplingClasses = 4;
+
+/// Collects a phase's member flows and aggregates each coupling class into one Plan::Flow.
+class PhaseFlows {
+public:
+    void add(std::span<const LinkId> route, Bytes bytes, Bandwidth max_rate) {
+        auto it = std::find(sizes_.begin(), sizes_.end(), bytes);
+        if (it == sizes_.end() && sizes_.size() < kCouplingClasses) {
+            it = sizes_.insert(sizes_.end(), bytes);
+            classes_.push_back({{}, {}, bytes, Bandwidth()});
+            index_.emplace_back();
+        }
+        if (it == sizes_.end()) {   // an uncoupled flow
+            alone_.push_back({{route.begin(), route.end()}, {}, bytes, max_rate});
+            return;
+        }
+        const auto c = static_cast<std::size_t>(it - sizes_.begin());
+        Plan::Flow& f = classes_[c];
+        // The group's cap is its smallest member cap.
+        if (max_rate > Bandwidth() && (f.max_rate == Bandwidth() || max_rate < f.max_rate)) f.max_rate = max_rate;
+        for (LinkId l : route) {
+            auto [at, fresh] = index_[c].try_emplace(l, static_cast<std::uint32_t>(f.links.size()));
+            if (fresh) {
+                f.links.push_back(l);
+                f.weights.push_back(1);
+            } else {
+                ++f.weights[at->second];
+            }
+        }
+    }
+    /// The aggregated flows (a class whose every link carries one member keeps no weights).
+    std::vector<Plan::Flow> take() {
+        std::vector<Plan::Flow> out;
+        for (Plan::Flow& f : classes_) {
+            if (std::all_of(f.weights.begin(), f.weights.end(), [](std::uint32_t w) { return w == 1; })) f.weights.clear();
+            out.push_back(std::move(f));
+        }
+        for (Plan::Flow& f : alone_) out.push_back(std::move(f));
+        return out;
+    }
+
+private:
+    std::vector<Bytes> sizes_;   // coupling classes in order of first appearance
+    std::vector<Plan::Flow> classes_, alone_;
+    std::vector<std::unordered_map<LinkId, std::uint32_t>> index_;   // per class: link → position
+};
 
 struct Transfer {
     const Plan* plan = nullptr;
@@ -338,10 +386,8 @@ private:
             engine_.schedule(engine_.now() + ph.latency, phase_end, t);
             return;
         }
-        // The flows of one phase are coupled by size class (see FlowNetwork): they move in lockstep.
-        for (const auto& f : ph.flows)
-            network_.start(f.route, f.bytes, t, engine_.now(),
-                           f.coupling == kUncoupled ? FlowNetwork::kNoGroup : t * kCouplingClasses + f.coupling, f.max_rate);
+        // Each flow is one coupling class of the phase, its members in lockstep (see FlowNetwork).
+        for (const auto& f : ph.flows) network_.start(f.links, f.bytes, t, engine_.now(), f.max_rate, f.weights);
     }
 
     void flow_done(std::uint32_t t) {
@@ -383,14 +429,6 @@ private:
     // ---- plans ----------------------------------------------------------------------------------
 
     const Plan* remember(const PlanKey& key, Plan&& plan) {
-        for (Plan::Phase& ph : plan.phases) {
-            std::vector<Bytes> sizes;   // coupling classes in order of first appearance
-            for (Plan::Flow& f : ph.flows) {
-                auto it = std::find(sizes.begin(), sizes.end(), f.bytes);
-                if (it == sizes.end() && sizes.size() < kCouplingClasses) it = sizes.insert(sizes.end(), f.bytes);
-                f.coupling = it == sizes.end() ? kUncoupled : static_cast<std::uint8_t>(it - sizes.begin());
-            }
-        }
         plans_.push_back(std::move(plan));
         plan_index_.emplace(key, &plans_.back());
         return &plans_.back();
@@ -411,11 +449,13 @@ private:
             plan.base = s.latency;
             for (const auto& ph : s.phases) {
                 Plan::Phase out;
+                PhaseFlows flows;
                 for (const auto& f : ph.flows) {
                     const Bytes wire = f.bytes * (1.0 / eff);
                     const Bandwidth cap = s.bandwidth_time > Time::zero() ? wire / s.bandwidth_time : Bandwidth();
-                    out.flows.push_back({ctx_.routes.route(f.src, f.dst), wire, cap});
+                    flows.add(ctx_.routes.route(f.src, f.dst), wire, cap);
                 }
+                out.flows = flows.take();
                 plan.phases.push_back(std::move(out));
             }
             return remember(key, std::move(plan));
@@ -424,7 +464,9 @@ private:
         for (const auto& ph : s.phases) {
             Plan::Phase out;
             out.latency = step_latency(ph, s.protocol, ctx_.routes) * static_cast<std::int64_t>(ph.steps);
-            for (const auto& f : ph.flows) out.flows.push_back({ctx_.routes.route(f.src, f.dst), f.bytes * (1.0 / eff), Bandwidth()});
+            PhaseFlows flows;
+            for (const auto& f : ph.flows) flows.add(ctx_.routes.route(f.src, f.dst), f.bytes * (1.0 / eff), Bandwidth());
+            out.flows = flows.take();
             plan.phases.push_back(std::move(out));
         }
         return remember(key, std::move(plan));
@@ -435,9 +477,12 @@ private:
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         Plan plan;
         Plan::Phase ph;
-        ph.flows.push_back({topo_.route(a, b), bytes, Bandwidth()});
-        // A folded graph's mirrors send the same bytes at the same time over their own routes.
-        for (const auto& [ma, mb] : mirrored) ph.flows.push_back({topo_.route(ma, mb), bytes, Bandwidth()});
+        PhaseFlows flows;
+        flows.add(topo_.route(a, b), bytes, Bandwidth());
+        // A folded graph's mirrors send the same bytes at the same time over their own routes:
+        // one flow with the representative's (a link two of them cross carries both).
+        for (const auto& [ma, mb] : mirrored) flows.add(topo_.route(ma, mb), bytes, Bandwidth());
+        ph.flows = flows.take();
         ph.latency = topo_.route_latency(a, b) + extra;
         plan.analytic = ph.latency + bytes / topo_.route_bandwidth(a, b);
         plan.phases.push_back(std::move(ph));
