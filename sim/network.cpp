@@ -29,25 +29,17 @@ constexpr int kRounds = 4;
 }  // namespace
 
 FlowNetwork::FlowNetwork(const std::vector<Bandwidth>& capacity)
-    : on_link_(capacity.size()),
-      is_dirty_(capacity.size(), 0),
-      link_stamp_(capacity.size(), 0),
-      held_(capacity.size(), 0),
-      residual_(capacity.size(), 0),
-      unfrozen_weight_(capacity.size(), 0),
-      set_count_(capacity.size(), 0),
-      link_version_(capacity.size(), 0),
-      last_util_(capacity.size(), 0.f) {
-    capacity_.reserve(capacity.size());
-    for (Bandwidth b : capacity) {
-        if (!(b.bytes_per_second() > 0)) throw Error(ErrorKind::internal, "network: a link has no bandwidth");
-        capacity_.push_back(b.bytes_per_second() * 1e-12);
+    : link_(capacity.size()), on_link_(capacity.size()), last_util_(capacity.size(), 0.f) {
+    for (std::size_t l = 0; l < capacity.size(); ++l) {
+        if (!(capacity[l].bytes_per_second() > 0)) throw Error(ErrorKind::internal, "network: a link has no bandwidth");
+        link_[l].capacity = capacity[l].bytes_per_second() * 1e-12;
     }
 }
 
 void FlowNetwork::mark_dirty(std::int32_t link) {
-    if (is_dirty_[static_cast<std::size_t>(link)]) return;
-    is_dirty_[static_cast<std::size_t>(link)] = 1;
+    LinkState& s = link_[static_cast<std::size_t>(link)];
+    if (s.dirty) return;
+    s.dirty = true;
     dirty_.push_back(link);
 }
 
@@ -62,6 +54,7 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std:
     } else {
         f = static_cast<FlowId>(flows_.size());
         flows_.emplace_back();
+        position_.emplace_back();
     }
     Flow& fl = flows_[f];
     fl.remaining = std::max(0.0, bytes.as_double());
@@ -81,9 +74,14 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std:
         push_pending(f, now);
         return f;
     }
+    std::vector<std::uint32_t>& pos = position_[f];
+    pos.resize(fl.hops);
     for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        on_link_[static_cast<std::size_t>(fl.links[h])].push_back({f, fl.weight(h)});
-        mark_dirty(fl.links[h]);
+        const auto l = static_cast<std::size_t>(fl.links[h]);
+        pos[h] = static_cast<std::uint32_t>(on_link_[l].size());
+        on_link_[l].push_back({f, fl.weight(h), h});
+        ++link_[l].flows;
+        if (samples_) mark_dirty(fl.links[h]);
     }
     added_.push_back(f);
     return f;
@@ -102,33 +100,22 @@ void FlowNetwork::enter(FlowId f, Time now) {
     ++refilled_;
 }
 
-void FlowNetwork::take_links(std::size_t from) {
-    for (std::size_t i = from; i < set_.size(); ++i) {
-        const Flow& fl = flows_[set_[i]];
-        for (std::uint32_t h = 0; h < fl.hops; ++h) {
-            const std::int32_t l = fl.links[h];
-            if (link_stamp_[static_cast<std::size_t>(l)] != stamp_) {
-                link_stamp_[static_cast<std::size_t>(l)] = stamp_;
-                set_links_.push_back(l);
-            }
-        }
-    }
-}
-
 void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
     Flow& fl = flows_[f];
     fl.frozen = true;
     fl.rate = rate;
     fl.bottleneck = bottleneck;
     for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        const auto l = static_cast<std::size_t>(fl.links[h]);
+        LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
         const std::uint32_t w = fl.weight(h);
-        residual_[l] = std::max(0.0, residual_[l] - rate * w);
-        unfrozen_weight_[l] -= w;
-        ++link_version_[l];
-        if (set_count_[l] > 1 && unfrozen_weight_[l] > 0 && fl.links[h] != bottleneck) {
-            shares_.push_back({residual_[l] / unfrozen_weight_[l], fl.links[h], link_version_[l]});
-            std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
+        s.residual = std::max(0.0, s.residual - rate * w);
+        s.unfrozen_weight -= w;
+        if (s.set_count > 1) {
+            ++s.version;
+            if (s.unfrozen_weight > 0 && fl.links[h] != bottleneck) {
+                shares_.push_back({s.residual / s.unfrozen_weight, fl.links[h], s.version});
+                std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
+            }
         }
     }
 }
@@ -136,31 +123,39 @@ void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
 // Progressive filling of the refilled set over what the held flows leave of each link:
 // repeatedly take the smallest fair share — a link's residual over its unfrozen members, or a
 // flow's own limit — and freeze the flows it limits at it. A link that only one refilled flow
-// crosses limits that flow alone, so it is folded into the flow's own limit with its cap.
+// crosses limits that flow alone, so it is folded into the flow's own limit with its cap; a link
+// no held flow crosses needs no look at its flows.
 void FlowNetwork::fill() {
-    for (std::int32_t l : set_links_) {
-        const auto i = static_cast<std::size_t>(l);
-        double held = 0;
-        std::uint32_t count = 0, weight = 0;
-        for (const OnLink& e : on_link_[i]) {
-            const Flow& g = flows_[e.flow];
-            if (g.stamp == stamp_) {
-                ++count;
-                weight += e.weight;
-            } else {
-                held += g.rate * e.weight;
+    if (++round_ == 0) {   // wrapped: clear the marks
+        for (LinkState& s : link_) s.stamp = 0;
+        round_ = 1;
+    }
+    set_links_.clear();
+    for (FlowId f : set_) {
+        const Flow& fl = flows_[f];
+        for (std::uint32_t h = 0; h < fl.hops; ++h) {
+            LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
+            if (s.stamp != round_) {
+                s.stamp = round_;
+                s.set_count = 0;
+                s.unfrozen_weight = 0;
+                set_links_.push_back(fl.links[h]);
             }
+            ++s.set_count;
+            s.unfrozen_weight += fl.weight(h);
         }
-        held_[i] = held;
-        set_count_[i] = count;
-        unfrozen_weight_[i] = weight;
-        residual_[i] = std::max(0.0, capacity_[i] - held);
-        ++link_version_[i];
     }
     shares_.clear();
     for (std::int32_t l : set_links_) {
-        const auto i = static_cast<std::size_t>(l);
-        if (set_count_[i] > 1) shares_.push_back({residual_[i] / unfrozen_weight_[i], l, link_version_[i]});
+        LinkState& s = link_[static_cast<std::size_t>(l)];
+        double held = 0;
+        if (s.flows > s.set_count)
+            for (const OnLink& e : on_link_[static_cast<std::size_t>(l)]) {
+                const Flow& g = flows_[e.flow];
+                if (g.stamp != stamp_) held += g.rate * e.weight;
+            }
+        s.residual = std::max(0.0, s.capacity - held);
+        if (s.set_count > 1) shares_.push_back({s.residual / s.unfrozen_weight, l, ++s.version});
     }
     for (FlowId f : set_) {
         Flow& fl = flows_[f];
@@ -168,9 +163,9 @@ void FlowNetwork::fill() {
         double limit = fl.cap > 0 ? fl.cap : std::numeric_limits<double>::infinity();
         std::int32_t bound = kCapBound;
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
-            const auto i = static_cast<std::size_t>(fl.links[h]);
-            if (set_count_[i] != 1) continue;
-            const double own = residual_[i] / fl.weight(h);
+            const LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
+            if (s.set_count != 1) continue;
+            const double own = s.residual / fl.weight(h);
             if (own < limit) {
                 limit = own;
                 bound = fl.links[h];
@@ -189,9 +184,9 @@ void FlowNetwork::fill() {
             if (!flows_[f].frozen) freeze(f, e.share, flows_[f].bottleneck);
             continue;
         }
-        const auto i = static_cast<std::size_t>(e.link);
-        if (e.version != link_version_[i] || unfrozen_weight_[i] == 0) continue;
-        for (const OnLink& o : on_link_[i]) {
+        const LinkState& s = link_[static_cast<std::size_t>(e.link)];
+        if (e.version != s.version || s.unfrozen_weight == 0) continue;
+        for (const OnLink& o : on_link_[static_cast<std::size_t>(e.link)]) {
             const Flow& g = flows_[o.flow];
             if (g.stamp == stamp_ && !g.frozen) freeze(o.flow, e.share, e.link);
         }
@@ -204,26 +199,21 @@ void FlowNetwork::fill() {
 // the set; true when none did.
 bool FlowNetwork::check(Time now) {
     bool ok = true;
-    const std::size_t links = set_links_.size();
-    for (std::size_t k = 0; k < links; ++k) {
-        const auto i = static_cast<std::size_t>(set_links_[k]);
-        const auto& on = on_link_[i];
-        const bool saturated = residual_[i] <= capacity_[i] * kSlack;
+    for (std::int32_t l : set_links_) {
+        const LinkState& s = link_[static_cast<std::size_t>(l)];
+        if (s.flows == s.set_count) continue;   // no held flow crosses it
+        const auto& on = on_link_[static_cast<std::size_t>(l)];
+        const bool saturated = s.residual <= s.capacity * kSlack;
         double fastest = 0, slowest_bound = std::numeric_limits<double>::infinity();
-        bool held = false;
         for (const OnLink& e : on) {
             const Flow& g = flows_[e.flow];
             fastest = std::max(fastest, g.rate);
-            if (g.stamp != stamp_)
-                held = true;
-            else if (g.bottleneck == set_links_[k])
-                slowest_bound = std::min(slowest_bound, g.rate);
+            if (g.stamp == stamp_ && g.bottleneck == l) slowest_bound = std::min(slowest_bound, g.rate);
         }
-        if (!held) continue;
         for (const OnLink& e : on) {
             const Flow& g = flows_[e.flow];
             if (g.stamp == stamp_) continue;
-            const bool lost = g.bottleneck == set_links_[k] && (!saturated || g.rate < fastest * (1 - kSlack));
+            const bool lost = g.bottleneck == l && (!saturated || g.rate < fastest * (1 - kSlack));
             if (lost || g.rate > slowest_bound * (1 + kSlack)) {
                 enter(e.flow, now);
                 ok = false;
@@ -251,38 +241,30 @@ void FlowNetwork::solve(Time now) {
     ++solves_;
     if (++stamp_ == 0) {   // wrapped: clear the marks
         for (Flow& fl : flows_) fl.stamp = 0;
-        std::fill(link_stamp_.begin(), link_stamp_.end(), 0u);
         stamp_ = 1;
     }
     set_.clear();
     old_rate_.clear();
-    set_links_.clear();
     // 1. The flows that may have lost their bottleneck: the new ones and those limited by a link
-    //    a start or an end touched. Every dirty link is refilled (an emptied one drops to zero).
+    //    a flow left.
     for (FlowId f : added_)
         if (flows_[f].active) enter(f, now);
     added_.clear();
+    if (samples_) sampled_.assign(dirty_.begin(), dirty_.end());
     for (std::int32_t l : dirty_) {
-        is_dirty_[static_cast<std::size_t>(l)] = 0;
-        if (link_stamp_[static_cast<std::size_t>(l)] != stamp_) {
-            link_stamp_[static_cast<std::size_t>(l)] = stamp_;
-            set_links_.push_back(l);
-        }
+        LinkState& s = link_[static_cast<std::size_t>(l)];
+        s.dirty = false;
+        if (s.flows == 0) continue;
         for (const OnLink& e : on_link_[static_cast<std::size_t>(l)])
             if (flows_[e.flow].bottleneck == l) enter(e.flow, now);
     }
     dirty_.clear();
     // 2. Fill, check, and grow the set until the held flows keep their bottlenecks.
-    std::size_t linked = 0;
-    for (int round = 1;; ++round) {
-        take_links(linked);
-        linked = set_.size();
+    for (int round = 1; !set_.empty(); ++round) {
         fill();
         if (check(now)) break;
         if (round == kRounds) {
             grow_to_component(now);
-            take_links(linked);
-            linked = set_.size();
             fill();
             break;
         }
@@ -296,15 +278,22 @@ void FlowNetwork::solve(Time now) {
         const double ps = fl.rate > 0 ? std::ceil(fl.remaining / fl.rate) : 0.0;
         push_pending(f, now + Time::ps(static_cast<std::int64_t>(ps)));
     }
-    if (samples_) {
-        std::sort(set_links_.begin(), set_links_.end());
-        for (std::int32_t l : set_links_) {
-            const auto i = static_cast<std::size_t>(l);
-            const auto util = static_cast<float>(1.0 - residual_[i] / capacity_[i]);
-            if (util != last_util_[i]) {
-                last_util_[i] = util;
-                samples_->push_back({l, now, util});
-            }
+    if (samples_) record_samples(now);
+}
+
+// Utilisation of every link a flow started or ended on, or a refilled flow crosses.
+void FlowNetwork::record_samples(Time now) {
+    if (!set_.empty()) sampled_.insert(sampled_.end(), set_links_.begin(), set_links_.end());
+    std::sort(sampled_.begin(), sampled_.end());
+    sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
+    for (std::int32_t l : sampled_) {
+        const auto i = static_cast<std::size_t>(l);
+        double load = 0;
+        for (const OnLink& e : on_link_[i]) load += flows_[e.flow].rate * e.weight;
+        const auto util = static_cast<float>(std::min(1.0, load / link_[i].capacity));
+        if (util != last_util_[i]) {
+            last_util_[i] = util;
+            samples_->push_back({l, now, util});
         }
     }
 }
@@ -334,9 +323,11 @@ void FlowNetwork::complete(Time now, std::vector<std::uint32_t>& tags) {
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
             const std::int32_t l = fl.links[h];
             auto& v = on_link_[static_cast<std::size_t>(l)];
-            auto it = std::find_if(v.begin(), v.end(), [f](const OnLink& e) { return e.flow == f; });
-            *it = v.back();
+            const std::uint32_t at = position_[f][h];
+            v[at] = v.back();
+            position_[v[at].flow][v[at].hop] = at;
             v.pop_back();
+            --link_[static_cast<std::size_t>(l)].flows;
             mark_dirty(l);
         }
         tags.push_back(fl.tag);

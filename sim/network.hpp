@@ -85,9 +85,10 @@ private:
         bool frozen = false;
         std::uint32_t weight(std::uint32_t h) const { return weights ? weights[h] : 1u; }
     };
-    struct OnLink {                // a flow crossing a link with `weight` members
+    struct OnLink {                // a flow crossing a link with `weight` members, as its hop `hop`
         FlowId flow;
         std::uint32_t weight;
+        std::uint32_t hop;
     };
     struct Pending {               // completion heap entry
         Time time;
@@ -100,38 +101,46 @@ private:
         std::uint32_t version;
     };
 
+    /// Per link, what every pass of a solve reads, in one record (one cache line per link).
+    struct LinkState {
+        double capacity = 0;            // bytes per picosecond
+        double residual = 0;            // during a fill: what is left for the unfrozen refilled flows
+        std::uint32_t flows = 0;        // active flows crossing it
+        std::uint32_t set_count = 0;    // refilled flows crossing it
+        std::uint32_t unfrozen_weight = 0;   // members of unfrozen refilled flows
+        std::uint32_t stamp = 0;        // in set_links_ of fill `round_`
+        std::uint32_t version = 0;      // of its share entry
+        bool dirty = false;
+    };
+
     void mark_dirty(std::int32_t link);
     void enter(FlowId f, Time now);
-    void take_links(std::size_t from);
     void fill();
     bool check(Time now);
     void grow_to_component(Time now);
     void freeze(FlowId f, double rate, std::int32_t bottleneck);
     void push_pending(FlowId f, Time t);
+    void record_samples(Time now);
 
-    std::vector<double> capacity_;                  // bytes per picosecond
+    std::vector<LinkState> link_;
     std::vector<std::vector<OnLink>> on_link_;
     std::vector<Flow> flows_;
+    std::vector<std::vector<std::uint32_t>> position_;   // per flow, per hop: its entry in on_link_
     std::vector<FlowId> free_;
     std::size_t active_ = 0;
     std::vector<Pending> pending_;                  // min-heap on (time, flow)
 
-    // Scratch, sized to the link count once.
+    // Scratch.
     std::vector<std::int32_t> dirty_;
-    std::vector<std::uint8_t> is_dirty_;
     std::vector<FlowId> added_;                     // started since the last solve
     std::vector<FlowId> set_;                       // the flows being refilled
     std::vector<double> old_rate_;                  // per set_ entry: its rate before the solve
-    std::vector<std::int32_t> set_links_;           // links of set_ flows (and the dirty ones)
-    std::vector<std::uint32_t> link_stamp_;         // in set_links_ of solve `stamp`
-    std::vector<double> held_;                      // per link: load of the flows not refilled
-    std::vector<double> residual_;
-    std::vector<std::uint32_t> unfrozen_weight_;    // members of unfrozen refilled flows per link
-    std::vector<std::uint32_t> set_count_;          // refilled flows per link
-    std::vector<std::uint32_t> link_version_;
+    std::vector<std::int32_t> set_links_;           // links of set_ flows
+    std::vector<std::int32_t> sampled_;             // record_links: links whose load may have changed
     std::vector<float> last_util_;
     std::vector<ShareEntry> shares_;
-    std::uint32_t stamp_ = 0;
+    std::uint32_t stamp_ = 0;                       // per solve: marks the refilled flows
+    std::uint32_t round_ = 0;                       // per fill: marks set_links_
     std::uint64_t solves_ = 0;
     std::uint64_t refilled_ = 0;
     std::vector<LinkSample>* samples_ = nullptr;
