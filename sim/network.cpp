@@ -26,10 +26,13 @@ struct ShareLater {
 constexpr double kSlack = 1e-9;
 // Refills before the set is grown to the whole connected component at once.
 constexpr int kRounds = 4;
+// A big aggregated flow's links lie all over the link table, so every pass over them waits on
+// memory: fetch the state of the link this many hops ahead while working on this one.
+constexpr std::uint32_t kAhead = 12;
 }  // namespace
 
 FlowNetwork::FlowNetwork(const std::vector<Bandwidth>& capacity)
-    : link_(capacity.size()), on_link_(capacity.size()), last_util_(capacity.size(), 0.f) {
+    : link_(capacity.size()), last_util_(capacity.size(), 0.f) {
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l].bytes_per_second() > 0)) throw Error(ErrorKind::internal, "network: a link has no bandwidth");
         link_[l].capacity = capacity[l].bytes_per_second() * 1e-12;
@@ -54,7 +57,6 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std:
     } else {
         f = static_cast<FlowId>(flows_.size());
         flows_.emplace_back();
-        position_.emplace_back();
     }
     Flow& fl = flows_[f];
     fl.remaining = std::max(0.0, bytes.as_double());
@@ -74,17 +76,48 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std:
         push_pending(f, now);
         return f;
     }
-    std::vector<std::uint32_t>& pos = position_[f];
-    pos.resize(fl.hops);
     for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        const auto l = static_cast<std::size_t>(fl.links[h]);
-        pos[h] = static_cast<std::uint32_t>(on_link_[l].size());
-        on_link_[l].push_back({f, fl.weight(h), h});
-        ++link_[l].flows;
+        prefetch(fl.links, h + kAhead, fl.hops);
+        add_to_link(fl.links[h], {f, fl.weight(h)});
         if (samples_) mark_dirty(fl.links[h]);
     }
     added_.push_back(f);
     return f;
+}
+
+void FlowNetwork::add_to_link(std::int32_t link, OnLink e) {
+    LinkState& s = link_[static_cast<std::size_t>(link)];
+    if (!s.spill && s.flows < kInline) {
+        s.inline_flows[s.flows++] = e;
+        return;
+    }
+    if (!s.spill) {   // crowded: move the inline flows to a spill list
+        if (free_spill_.empty()) {
+            spill_.emplace_back();
+            s.spill = static_cast<std::uint32_t>(spill_.size());
+        } else {
+            s.spill = free_spill_.back();
+            free_spill_.pop_back();
+        }
+        spill_[s.spill - 1].assign(s.inline_flows, s.inline_flows + s.flows);
+    }
+    spill_[s.spill - 1].push_back(e);
+    ++s.flows;
+}
+
+void FlowNetwork::remove_from_link(std::int32_t link, FlowId f) {
+    LinkState& s = link_[static_cast<std::size_t>(link)];
+    const std::span<OnLink> v = on_link(link);
+    auto it = std::find_if(v.begin(), v.end(), [f](const OnLink& e) { return e.flow == f; });
+    *it = v.back();
+    --s.flows;
+    if (s.spill) {
+        spill_[s.spill - 1].pop_back();
+        if (s.flows == 0) {   // empty again: the list goes back to the pool, capacity kept
+            free_spill_.push_back(s.spill);
+            s.spill = 0;
+        }
+    }
 }
 
 void FlowNetwork::enter(FlowId f, Time now) {
@@ -106,6 +139,7 @@ void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
     fl.rate = rate;
     fl.bottleneck = bottleneck;
     for (std::uint32_t h = 0; h < fl.hops; ++h) {
+        prefetch(fl.links, h + kAhead, fl.hops);
         LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
         const std::uint32_t w = fl.weight(h);
         s.residual = std::max(0.0, s.residual - rate * w);
@@ -134,6 +168,7 @@ void FlowNetwork::fill() {
     for (FlowId f : set_) {
         const Flow& fl = flows_[f];
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
+            prefetch(fl.links, h + kAhead, fl.hops);
             LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
             if (s.stamp != round_) {
                 s.stamp = round_;
@@ -146,11 +181,13 @@ void FlowNetwork::fill() {
         }
     }
     shares_.clear();
-    for (std::int32_t l : set_links_) {
+    for (std::size_t k = 0; k < set_links_.size(); ++k) {
+        prefetch(set_links_.data(), k + kAhead, set_links_.size());
+        const std::int32_t l = set_links_[k];
         LinkState& s = link_[static_cast<std::size_t>(l)];
         double held = 0;
         if (s.flows > s.set_count)
-            for (const OnLink& e : on_link_[static_cast<std::size_t>(l)]) {
+            for (const OnLink& e : on_link(l)) {
                 const Flow& g = flows_[e.flow];
                 if (g.stamp != stamp_) held += g.rate * e.weight;
             }
@@ -163,6 +200,7 @@ void FlowNetwork::fill() {
         double limit = fl.cap > 0 ? fl.cap : std::numeric_limits<double>::infinity();
         std::int32_t bound = kCapBound;
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
+            prefetch(fl.links, h + kAhead, fl.hops);
             const LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
             if (s.set_count != 1) continue;
             const double own = s.residual / fl.weight(h);
@@ -186,7 +224,7 @@ void FlowNetwork::fill() {
         }
         const LinkState& s = link_[static_cast<std::size_t>(e.link)];
         if (e.version != s.version || s.unfrozen_weight == 0) continue;
-        for (const OnLink& o : on_link_[static_cast<std::size_t>(e.link)]) {
+        for (const OnLink& o : on_link(e.link)) {
             const Flow& g = flows_[o.flow];
             if (g.stamp == stamp_ && !g.frozen) freeze(o.flow, e.share, e.link);
         }
@@ -199,10 +237,12 @@ void FlowNetwork::fill() {
 // the set; true when none did.
 bool FlowNetwork::check(Time now) {
     bool ok = true;
-    for (std::int32_t l : set_links_) {
+    for (std::size_t k = 0; k < set_links_.size(); ++k) {
+        prefetch(set_links_.data(), k + kAhead, set_links_.size());
+        const std::int32_t l = set_links_[k];
         const LinkState& s = link_[static_cast<std::size_t>(l)];
         if (s.flows == s.set_count) continue;   // no held flow crosses it
-        const auto& on = on_link_[static_cast<std::size_t>(l)];
+        const std::span<const OnLink> on = on_link(l);
         const bool saturated = s.residual <= s.capacity * kSlack;
         double fastest = 0, slowest_bound = std::numeric_limits<double>::infinity();
         for (const OnLink& e : on) {
@@ -227,7 +267,7 @@ void FlowNetwork::grow_to_component(Time now) {
     for (std::size_t i = 0; i < set_.size(); ++i) {
         const Flow& fl = flows_[set_[i]];
         for (std::uint32_t h = 0; h < fl.hops; ++h)
-            for (const OnLink& e : on_link_[static_cast<std::size_t>(fl.links[h])]) enter(e.flow, now);
+            for (const OnLink& e : on_link(fl.links[h])) enter(e.flow, now);
     }
 }
 
@@ -251,11 +291,13 @@ void FlowNetwork::solve(Time now) {
         if (flows_[f].active) enter(f, now);
     added_.clear();
     if (samples_) sampled_.assign(dirty_.begin(), dirty_.end());
-    for (std::int32_t l : dirty_) {
+    for (std::size_t k = 0; k < dirty_.size(); ++k) {
+        prefetch(dirty_.data(), k + kAhead, dirty_.size());
+        const std::int32_t l = dirty_[k];
         LinkState& s = link_[static_cast<std::size_t>(l)];
         s.dirty = false;
         if (s.flows == 0) continue;
-        for (const OnLink& e : on_link_[static_cast<std::size_t>(l)])
+        for (const OnLink& e : on_link(l))
             if (flows_[e.flow].bottleneck == l) enter(e.flow, now);
     }
     dirty_.clear();
@@ -289,7 +331,7 @@ void FlowNetwork::record_samples(Time now) {
     for (std::int32_t l : sampled_) {
         const auto i = static_cast<std::size_t>(l);
         double load = 0;
-        for (const OnLink& e : on_link_[i]) load += flows_[e.flow].rate * e.weight;
+        for (const OnLink& e : on_link(l)) load += flows_[e.flow].rate * e.weight;
         const auto util = static_cast<float>(std::min(1.0, load / link_[i].capacity));
         if (util != last_util_[i]) {
             last_util_[i] = util;
@@ -321,13 +363,9 @@ void FlowNetwork::complete(Time now, std::vector<std::uint32_t>& tags) {
         fl.bottleneck = kUnsolved;
         --active_;
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
+            prefetch(fl.links, h + kAhead, fl.hops);
             const std::int32_t l = fl.links[h];
-            auto& v = on_link_[static_cast<std::size_t>(l)];
-            const std::uint32_t at = position_[f][h];
-            v[at] = v.back();
-            position_[v[at].flow][v[at].hop] = at;
-            v.pop_back();
-            --link_[static_cast<std::size_t>(l)].flows;
+            remove_from_link(l, f);
             mark_dirty(l);
         }
         tags.push_back(fl.tag);

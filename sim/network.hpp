@@ -85,10 +85,9 @@ private:
         bool frozen = false;
         std::uint32_t weight(std::uint32_t h) const { return weights ? weights[h] : 1u; }
     };
-    struct OnLink {                // a flow crossing a link with `weight` members, as its hop `hop`
+    struct OnLink {                // a flow crossing a link with `weight` members
         FlowId flow;
         std::uint32_t weight;
-        std::uint32_t hop;
     };
     struct Pending {               // completion heap entry
         Time time;
@@ -101,8 +100,11 @@ private:
         std::uint32_t version;
     };
 
-    /// Per link, what every pass of a solve reads, in one record (one cache line per link).
-    struct LinkState {
+    /// Per link, what every pass of a solve reads, in one cache line: its state and, while no
+    /// more than kInline flows cross it (most links), the flows themselves; past that they move
+    /// to a spill list until the link empties.
+    static constexpr std::uint32_t kInline = 2;
+    struct alignas(64) LinkState {
         double capacity = 0;            // bytes per picosecond
         double residual = 0;            // during a fill: what is left for the unfrozen refilled flows
         std::uint32_t flows = 0;        // active flows crossing it
@@ -110,8 +112,19 @@ private:
         std::uint32_t unfrozen_weight = 0;   // members of unfrozen refilled flows
         std::uint32_t stamp = 0;        // in set_links_ of fill `round_`
         std::uint32_t version = 0;      // of its share entry
+        std::uint32_t spill = 0;        // 1 + its list in spill_, or 0: the flows are inline
         bool dirty = false;
+        OnLink inline_flows[kInline];
     };
+    std::span<OnLink> on_link(std::int32_t link) {
+        LinkState& s = link_[static_cast<std::size_t>(link)];
+        return s.spill ? std::span<OnLink>(spill_[s.spill - 1]) : std::span<OnLink>(s.inline_flows, s.flows);
+    }
+    void prefetch(const std::int32_t* links, std::size_t at, std::size_t n) const {
+        if (at < n) __builtin_prefetch(&link_[static_cast<std::size_t>(links[at])], 1);
+    }
+    void add_to_link(std::int32_t link, OnLink e);
+    void remove_from_link(std::int32_t link, FlowId f);
 
     void mark_dirty(std::int32_t link);
     void enter(FlowId f, Time now);
@@ -123,9 +136,9 @@ private:
     void record_samples(Time now);
 
     std::vector<LinkState> link_;
-    std::vector<std::vector<OnLink>> on_link_;
+    std::vector<std::vector<OnLink>> spill_;        // flow lists of crowded links
+    std::vector<std::uint32_t> free_spill_;
     std::vector<Flow> flows_;
-    std::vector<std::vector<std::uint32_t>> position_;   // per flow, per hop: its entry in on_link_
     std::vector<FlowId> free_;
     std::size_t active_ = 0;
     std::vector<Pending> pending_;                  // min-heap on (time, flow)
