@@ -121,6 +121,10 @@ struct Side {
     std::vector<int> depth;     // hops from this side's start; -1 when not reached
     std::vector<double> width;  // widest bottleneck (bytes/s) over the shortest routes to the start
     std::vector<VertexId> touched;
+    /// (vertex, link) for every link of a shortest route from the start into the vertex, as the
+    /// route runs (the backward side records y → x for the x → y it walked against): what the
+    /// walk back from the meeting point chooses among, without scanning a spine's thousand ports.
+    std::vector<std::pair<VertexId, LinkId>> parents;
     std::deque<VertexId> queue;    // the frontier: every vertex `level` hops away
     int level = 0;
 
@@ -145,6 +149,7 @@ struct Side {
             width[v] = 0.0;
         }
         touched.clear();
+        parents.clear();
         queue.clear();
     }
 };
@@ -175,9 +180,12 @@ void expand_level(const RouteGraph& g, Side& s, const std::vector<Link>& links, 
             if (s.depth[static_cast<std::size_t>(l.to)] < 0) {
                 s.reach(l.to, du + 1, w);
                 s.queue.push_back(l.to);
-            } else if (s.depth[static_cast<std::size_t>(l.to)] == du + 1 && w > s.width[static_cast<std::size_t>(l.to)]) {
+            } else if (s.depth[static_cast<std::size_t>(l.to)] != du + 1) {
+                continue;
+            } else if (w > s.width[static_cast<std::size_t>(l.to)]) {
                 s.width[static_cast<std::size_t>(l.to)] = w;
             }
+            s.parents.emplace_back(l.to, backward ? *it ^ 1 : *it);
         }
     }
     ++s.level;
@@ -417,16 +425,22 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     };
     std::vector<LinkId> path;
     std::vector<LinkId> choices;
+    // The links of a shortest route into (forward) or out of (backward) v that keep the route at
+    // its widest, in link order (the order of v's own adjacency list, which the ECMP hash indexes).
+    auto candidates = [&](const Side& side, VertexId v, bool forward) {
+        choices.clear();
+        for (const auto& [x, link] : side.parents) {
+            if (x != v) continue;
+            const Link& l = links_[static_cast<std::size_t>(link)];
+            const VertexId near = forward ? l.from : l.to;
+            if (!passable(near) || std::min(side.width[near], l.bandwidth.bytes_per_second()) < widest) continue;
+            choices.push_back(link);
+        }
+        std::sort(choices.begin(), choices.end());
+    };
     // First half: from the middle back to a, over links u → v one level nearer a.
     for (VertexId v = middle; v != a;) {
-        choices.clear();
-        for (LinkId out : out_links_[static_cast<std::size_t>(v)]) {
-            const LinkId in = out ^ 1;
-            const Link& l = links_[static_cast<std::size_t>(in)];
-            if (fwd.depth[l.from] != fwd.depth[v] - 1 || !passable(l.from)) continue;
-            if (std::min(fwd.width[l.from], l.bandwidth.bytes_per_second()) < widest) continue;
-            choices.push_back(in);
-        }
+        candidates(fwd, v, true);
         if (choices.empty()) throw lost(v);
         const LinkId chosen = pick(choices, v);
         path.push_back(chosen);
@@ -435,13 +449,7 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     std::reverse(path.begin(), path.end());
     // Second half: from the middle on to b, over links v → u one level nearer b.
     for (VertexId v = middle; v != b;) {
-        choices.clear();
-        for (LinkId out : out_links_[static_cast<std::size_t>(v)]) {
-            const Link& l = links_[static_cast<std::size_t>(out)];
-            if (bwd.depth[l.to] != bwd.depth[v] - 1 || !passable(l.to)) continue;
-            if (std::min(bwd.width[l.to], l.bandwidth.bytes_per_second()) < widest) continue;
-            choices.push_back(out);
-        }
+        candidates(bwd, v, false);
         if (choices.empty()) throw lost(v);
         const LinkId chosen = pick(choices, v);
         path.push_back(chosen);
