@@ -391,9 +391,26 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     const RouteGraph backward_graph{&vertices_, &links_, &out_links_, b};
     fwd.start(a);
     bwd.start(b);
+    // The links a level's expansion would examine: a switch with a port per node is one vertex
+    // of a frontier but thousands of links.
+    auto links_out = [&](const Side& side, const RouteGraph& g) {
+        std::size_t n = 0;
+        for (VertexId v : side.queue) {
+            const auto [first, last] = out_edges(v, g);
+            n += static_cast<std::size_t>(last - first);
+        }
+        return n;
+    };
     std::vector<VertexId> meet;
     while (meet.empty()) {
-        const bool forward = fwd.queue.size() <= bwd.queue.size();
+        // The smaller frontier grows, unless it has far more links to examine than the other
+        // (a single switch of a thousand boards: reaching it from the other side is cheaper).
+        bool forward = fwd.queue.size() <= bwd.queue.size();
+        if (!fwd.queue.empty() && !bwd.queue.empty()) {
+            const std::size_t f = links_out(fwd, forward_graph), w = links_out(bwd, backward_graph);
+            if (forward && f > 16 * w + 64) forward = false;
+            else if (!forward && w > 16 * f + 64) forward = true;
+        }
         Side& grow = forward ? fwd : bwd;
         const Side& other = forward ? bwd : fwd;
         if (grow.queue.empty()) {
