@@ -138,16 +138,17 @@ void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
     fl.frozen = true;
     fl.rate = rate;
     fl.bottleneck = bottleneck;
-    for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        prefetch(fl.links, h + kAhead, fl.hops);
-        LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
-        const std::uint32_t w = fl.weight(h);
-        s.residual = std::max(0.0, s.residual - rate * w);
-        s.unfrozen_weight -= w;
+    // Only the links it shares: no one reads what it leaves of the links it has to itself.
+    const auto [begin, end] = shared_range_[fl.slot];
+    for (std::uint32_t k = begin; k < end; ++k) {
+        const OnLink& hop = shared_[k];   // (link, weight) of one of its shared hops
+        LinkState& s = link_[hop.flow];
+        s.residual = std::max(0.0, s.residual - rate * hop.weight);
+        s.unfrozen_weight -= hop.weight;
         if (s.set_count > 1) {
             ++s.version;
-            if (s.unfrozen_weight > 0 && fl.links[h] != bottleneck) {
-                shares_.push_back({s.residual / s.unfrozen_weight, fl.links[h], s.version});
+            if (s.unfrozen_weight > 0 && static_cast<std::int32_t>(hop.flow) != bottleneck) {
+                shares_.push_back({s.residual / s.unfrozen_weight, static_cast<std::int32_t>(hop.flow), s.version});
                 std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
             }
         }
@@ -156,20 +157,38 @@ void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
 
 // Progressive filling of the refilled set over what the held flows leave of each link:
 // repeatedly take the smallest fair share — a link's residual over its unfrozen members, or a
-// flow's own limit — and freeze the flows it limits at it. A link that only one refilled flow
-// crosses limits that flow alone, so it is folded into the flow's own limit with its cap; a link
-// no held flow crosses needs no look at its flows.
+// flow's own limit — and freeze the flows it limits at it. A link that no other flow crosses
+// limits its flow alone, at capacity / weight: folded into the flow's own limit with its cap, in
+// the one pass that reads it (a ring over every GPU of a cluster is mostly such links). So is a
+// shared link that only one refilled flow crosses, at what the held flows leave of it.
 void FlowNetwork::fill() {
     if (++round_ == 0) {   // wrapped: clear the marks
         for (LinkState& s : link_) s.stamp = 0;
         round_ = 1;
     }
     set_links_.clear();
+    shared_.clear();
+    shared_range_.clear();
+    limit_.clear();
     for (FlowId f : set_) {
-        const Flow& fl = flows_[f];
+        Flow& fl = flows_[f];
+        fl.frozen = false;
+        fl.slot = static_cast<std::uint32_t>(shared_range_.size());
+        double limit = fl.cap > 0 ? fl.cap : std::numeric_limits<double>::infinity();
+        std::int32_t bound = kCapBound;
+        const auto begin = static_cast<std::uint32_t>(shared_.size());
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
             prefetch(fl.links, h + kAhead, fl.hops);
             LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
+            if (s.flows == 1) {   // its own
+                const double own = s.capacity / fl.weight(h);
+                if (own < limit) {
+                    limit = own;
+                    bound = fl.links[h];
+                }
+                continue;
+            }
+            shared_.push_back({static_cast<FlowId>(fl.links[h]), fl.weight(h)});
             if (s.stamp != round_) {
                 s.stamp = round_;
                 s.set_count = 0;
@@ -179,6 +198,9 @@ void FlowNetwork::fill() {
             ++s.set_count;
             s.unfrozen_weight += fl.weight(h);
         }
+        shared_range_.emplace_back(begin, static_cast<std::uint32_t>(shared_.size()));
+        fl.bottleneck = bound;
+        limit_.push_back(limit);
     }
     shares_.clear();
     for (std::size_t k = 0; k < set_links_.size(); ++k) {
@@ -194,19 +216,19 @@ void FlowNetwork::fill() {
         s.residual = std::max(0.0, s.capacity - held);
         if (s.set_count > 1) shares_.push_back({s.residual / s.unfrozen_weight, l, ++s.version});
     }
-    for (FlowId f : set_) {
+    for (std::size_t i = 0; i < set_.size(); ++i) {
+        const FlowId f = set_[i];
         Flow& fl = flows_[f];
-        fl.frozen = false;
-        double limit = fl.cap > 0 ? fl.cap : std::numeric_limits<double>::infinity();
-        std::int32_t bound = kCapBound;
-        for (std::uint32_t h = 0; h < fl.hops; ++h) {
-            prefetch(fl.links, h + kAhead, fl.hops);
-            const LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
+        double limit = limit_[i];
+        std::int32_t bound = fl.bottleneck;
+        const auto [begin, end] = shared_range_[i];
+        for (std::uint32_t k = begin; k < end; ++k) {
+            const LinkState& s = link_[shared_[k].flow];
             if (s.set_count != 1) continue;
-            const double own = s.residual / fl.weight(h);
+            const double own = s.residual / shared_[k].weight;
             if (own < limit) {
                 limit = own;
-                bound = fl.links[h];
+                bound = static_cast<std::int32_t>(shared_[k].flow);
             }
         }
         fl.bottleneck = bound;
@@ -325,7 +347,10 @@ void FlowNetwork::solve(Time now) {
 
 // Utilisation of every link a flow started or ended on, or a refilled flow crosses.
 void FlowNetwork::record_samples(Time now) {
-    if (!set_.empty()) sampled_.insert(sampled_.end(), set_links_.begin(), set_links_.end());
+    for (FlowId f : set_) {
+        const Flow& fl = flows_[f];
+        sampled_.insert(sampled_.end(), fl.links, fl.links + fl.hops);
+    }
     std::sort(sampled_.begin(), sampled_.end());
     sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
     for (std::int32_t l : sampled_) {
@@ -366,7 +391,8 @@ void FlowNetwork::complete(Time now, std::vector<std::uint32_t>& tags) {
             prefetch(fl.links, h + kAhead, fl.hops);
             const std::int32_t l = fl.links[h];
             remove_from_link(l, f);
-            mark_dirty(l);
+            // An emptied link has no flow to refill (but its utilisation drops to zero).
+            if (samples_ || link_[static_cast<std::size_t>(l)].flows > 0) mark_dirty(l);
         }
         tags.push_back(fl.tag);
         free_.push_back(f);

@@ -81,6 +81,7 @@ private:
         std::uint32_t version = 0;
         std::uint32_t stamp = 0;   // in the refilled set of solve `stamp`
         std::int32_t bottleneck = kUnsolved;   // the link that froze it, or kCapBound
+        std::uint32_t slot = 0;    // its index in set_ during a fill
         bool active = false;
         bool frozen = false;
         std::uint32_t weight(std::uint32_t h) const { return weights ? weights[h] : 1u; }
@@ -148,7 +149,10 @@ private:
     std::vector<FlowId> added_;                     // started since the last solve
     std::vector<FlowId> set_;                       // the flows being refilled
     std::vector<double> old_rate_;                  // per set_ entry: its rate before the solve
-    std::vector<std::int32_t> set_links_;           // links of set_ flows
+    std::vector<std::int32_t> set_links_;           // links of set_ flows that other flows cross too
+    std::vector<OnLink> shared_;                    // per set_ flow, its hops on set_links_ as (link, weight)
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> shared_range_;   // per set_ entry: its range in shared_
+    std::vector<double> limit_;                     // per set_ entry: cap and the links it has to itself
     std::vector<std::int32_t> sampled_;             // record_links: links whose load may have changed
     std::vector<float> last_util_;
     std::vector<ShareEntry> shares_;
