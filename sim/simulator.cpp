@@ -53,48 +53,59 @@ struct Plan {
 constexpr std::size_t kCouplingClasses = 4;
 
 /// Collects a phase's member flows and aggregates each coupling class into one Plan::Flow.
+/// `slot` is scratch with one entry per link of the topology, all kNoSlot between uses.
 class PhaseFlows {
 public:
+    static constexpr std::uint32_t kNoSlot = 0xffffffffu;
+    explicit PhaseFlows(std::vector<std::uint32_t>& slot) : slot_(slot) {}
+
     void add(std::span<const LinkId> route, Bytes bytes, Bandwidth max_rate) {
         auto it = std::find(sizes_.begin(), sizes_.end(), bytes);
-        if (it == sizes_.end() && sizes_.size() < kCouplingClasses) {
-            it = sizes_.insert(sizes_.end(), bytes);
-            classes_.push_back({{}, {}, bytes, Bandwidth()});
-            index_.emplace_back();
-        }
-        if (it == sizes_.end()) {   // an uncoupled flow
-            alone_.push_back({{route.begin(), route.end()}, {}, bytes, max_rate});
-            return;
-        }
-        const auto c = static_cast<std::size_t>(it - sizes_.begin());
-        Plan::Flow& f = classes_[c];
-        // The group's cap is its smallest member cap.
-        if (max_rate > Bandwidth() && (f.max_rate == Bandwidth() || max_rate < f.max_rate)) f.max_rate = max_rate;
-        for (LinkId l : route) {
-            auto [at, fresh] = index_[c].try_emplace(l, static_cast<std::uint32_t>(f.links.size()));
-            if (fresh) {
-                f.links.push_back(l);
-                f.weights.push_back(1);
-            } else {
-                ++f.weights[at->second];
-            }
-        }
+        if (it == sizes_.end() && sizes_.size() < kCouplingClasses) it = sizes_.insert(sizes_.end(), bytes);
+        members_.push_back({route, bytes, it == sizes_.end() ? kUncoupled : static_cast<std::uint8_t>(it - sizes_.begin()), max_rate});
     }
-    /// The aggregated flows (a class whose every link carries one member keeps no weights).
+    /// The aggregated flows, one per class in order of first appearance, then the uncoupled
+    /// flows (a class whose every link carries one member keeps no weights).
     std::vector<Plan::Flow> take() {
         std::vector<Plan::Flow> out;
-        for (Plan::Flow& f : classes_) {
+        for (std::size_t c = 0; c < sizes_.size(); ++c) {
+            Plan::Flow f{{}, {}, sizes_[c], Bandwidth()};
+            for (const Member& m : members_) {
+                if (m.coupling != c) continue;
+                // The group's cap is its smallest member cap.
+                if (m.max_rate > Bandwidth() && (f.max_rate == Bandwidth() || m.max_rate < f.max_rate)) f.max_rate = m.max_rate;
+                for (LinkId l : m.route) {
+                    std::uint32_t& at = slot_[static_cast<std::size_t>(l)];
+                    if (at == kNoSlot) {
+                        at = static_cast<std::uint32_t>(f.links.size());
+                        f.links.push_back(l);
+                        f.weights.push_back(1);
+                    } else {
+                        ++f.weights[at];
+                    }
+                }
+            }
+            for (LinkId l : f.links) slot_[static_cast<std::size_t>(l)] = kNoSlot;
             if (std::all_of(f.weights.begin(), f.weights.end(), [](std::uint32_t w) { return w == 1; })) f.weights.clear();
             out.push_back(std::move(f));
         }
-        for (Plan::Flow& f : alone_) out.push_back(std::move(f));
+        for (const Member& m : members_)
+            if (m.coupling == kUncoupled)
+                out.push_back({{m.route.begin(), m.route.end()}, {}, m.bytes, m.max_rate});
         return out;
     }
 
 private:
-    std::vector<Bytes> sizes_;   // coupling classes in order of first appearance
-    std::vector<Plan::Flow> classes_, alone_;
-    std::vector<std::unordered_map<LinkId, std::uint32_t>> index_;   // per class: link → position
+    static constexpr std::uint8_t kUncoupled = 0xff;
+    struct Member {
+        std::span<const LinkId> route;
+        Bytes bytes;
+        std::uint8_t coupling;
+        Bandwidth max_rate;
+    };
+    std::vector<std::uint32_t>& slot_;
+    std::vector<Bytes> sizes_;     // coupling classes in order of first appearance
+    std::vector<Member> members_;
 };
 
 struct Transfer {
@@ -115,7 +126,8 @@ struct PlanKeyHash {
 class Simulator {
 public:
     Simulator(const OpGraph& g, const topo::Cluster& c, const topo::Topology& t, const SimOptions& o)
-        : graph_(g), cluster_(c), topo_(t), options_(o), network_(link_bandwidths(t)) {
+        : graph_(g), cluster_(c), topo_(t), options_(o), network_(link_bandwidths(t)),
+          link_slot_(t.links().size(), PhaseFlows::kNoSlot) {
         const int ranks = g.ranks();
         if (ranks != c.num_devices())
             throw Error(ErrorKind::internal, "the graph has " + std::to_string(ranks) + " ranks but the cluster has " +
@@ -449,7 +461,7 @@ private:
             plan.base = s.latency;
             for (const auto& ph : s.phases) {
                 Plan::Phase out;
-                PhaseFlows flows;
+                PhaseFlows flows(link_slot_);
                 for (const auto& f : ph.flows) {
                     const Bytes wire = f.bytes * (1.0 / eff);
                     const Bandwidth cap = s.bandwidth_time > Time::zero() ? wire / s.bandwidth_time : Bandwidth();
@@ -464,7 +476,7 @@ private:
         for (const auto& ph : s.phases) {
             Plan::Phase out;
             out.latency = step_latency(ph, s.protocol, ctx_.routes) * static_cast<std::int64_t>(ph.steps);
-            PhaseFlows flows;
+            PhaseFlows flows(link_slot_);
             for (const auto& f : ph.flows) flows.add(ctx_.routes.route(f.src, f.dst), f.bytes * (1.0 / eff), Bandwidth());
             out.flows = flows.take();
             plan.phases.push_back(std::move(out));
@@ -477,7 +489,7 @@ private:
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         Plan plan;
         Plan::Phase ph;
-        PhaseFlows flows;
+        PhaseFlows flows(link_slot_);
         flows.add(topo_.route(a, b), bytes, Bandwidth());
         // A folded graph's mirrors send the same bytes at the same time over their own routes:
         // one flow with the representative's (a link two of them cross carries both).
@@ -609,6 +621,7 @@ private:
     SimOptions options_;
     Engine engine_;
     FlowNetwork network_;
+    std::vector<std::uint32_t> link_slot_;     // PhaseFlows' scratch
     Timeline tl_;
     bool gpu_ = false;
     std::vector<const topo::NodeGroup*> group_;
