@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -86,6 +87,13 @@ public:
                 }
             }
             for (LinkId l : f.links) slot_[static_cast<std::size_t>(l)] = kNoSlot;
+            // In link order: a flow over a whole cluster's links then sweeps the network's link
+            // table forward instead of jumping about it (its order means nothing to the model).
+            std::vector<std::pair<LinkId, std::uint32_t>> by_link;
+            by_link.reserve(f.links.size());
+            for (std::size_t i = 0; i < f.links.size(); ++i) by_link.emplace_back(f.links[i], f.weights[i]);
+            std::sort(by_link.begin(), by_link.end());
+            for (std::size_t i = 0; i < by_link.size(); ++i) std::tie(f.links[i], f.weights[i]) = by_link[i];
             if (std::all_of(f.weights.begin(), f.weights.end(), [](std::uint32_t w) { return w == 1; })) f.weights.clear();
             out.push_back(std::move(f));
         }
