@@ -299,15 +299,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // replica's intra-node links carry only its own traffic, the same as its representative's.
     const int per_node = cluster.groups.front().devices_per_node;
     // Expert parallelism exchanges tokens between replicas: they are no longer mirrors.
-    const bool model_parallel = (l.tp > 1 || l.pp > 1) && l.tp % per_node == 0 && l.ep == 1;
-    // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
-    // only meet in collectives, which run over every member, so folding is exact wherever they
-    // sit — unless a copy to host memory or NVMe shares a node's PCIe and DRAM with its
-    // neighbours (offload), or a hybrid FSDP shard group leaves replica 0 out of a communicator.
-    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.ep == 1 && plan.offload == Offload::none &&
-                               plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
-                               !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
-    l.folded = plan.fold && l.dp > 1 && cluster.groups.size() == 1 && l.servers == 0 && (model_parallel || data_parallel);
+    l.folded = plan.fold && l.dp > 1 && (l.tp > 1 || l.pp > 1) && cluster.groups.size() == 1 && l.servers == 0 &&
+               l.tp % per_node == 0 && l.ep == 1;
     return l;
 }
 

@@ -78,7 +78,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--attention", f.attention,
                    "flash (FlashAttention-2) or eager (scores materialised); default: flash on GPUs of compute capability "
                    "8.0 or later, eager elsewhere");
-    app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas are folded into one where that is exact)");
+    app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
 }
 
 Model load_model_warning(const std::string& spec, std::ostream& err) {
