@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.hpp"
 
@@ -248,9 +249,10 @@ nccl::Communicator nccl_communicator(const std::vector<int>& members, const Coll
     bool nvlink = true, nvswitch = true;
     double gpu_link = std::numeric_limits<double>::max(), nic = std::numeric_limits<double>::max();
     topo::CpuVendor vendor = topo::CpuVendor::other;
+    std::unordered_set<int> seen;
     for (int r : members) {
         const int n = ctx.node_of(r);
-        if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+        if ((nodes.empty() || nodes.back() != n) && seen.insert(n).second) nodes.push_back(n);
         const topo::NodeGroup& g = ctx.cluster->group_of(r);
         cc = std::min(cc, g.device.compute_capability > 0 ? g.device.compute_capability : 8.0);
         const bool nv = g.intra == topo::IntraKind::nvswitch || g.intra == topo::IntraKind::nvlink;
@@ -503,12 +505,24 @@ namespace {
 
 /// The most loaded link's time within one phase, without other traffic.
 Time link_bound(const CollectivePhase& ph, double eff, const RouteInfo& routes) {
-    std::unordered_map<std::int32_t, double> load;  // bytes per link
+    // Bytes per link, in scratch indexed by link (a phase of a collective over a whole cluster
+    // crosses hundreds of thousands of links), cleared after.
+    thread_local std::vector<double> load;
+    thread_local std::vector<std::int32_t> touched;
+    if (load.size() < routes.link_bandwidth.size()) load.resize(routes.link_bandwidth.size(), 0.0);
+    touched.clear();
     for (const auto& f : ph.flows)
-        for (std::int32_t l : routes.route(f.src, f.dst)) load[l] += f.bytes.as_double() / eff;
+        for (std::int32_t l : routes.route(f.src, f.dst)) {
+            double& b = load[static_cast<std::size_t>(l)];
+            if (b == 0) touched.push_back(l);
+            b += f.bytes.as_double() / eff;
+        }
     double worst = 0;  // seconds
-    for (const auto& [l, bytes] : load)
-        worst = std::max(worst, bytes / routes.link_bandwidth[static_cast<std::size_t>(l)].bytes_per_second());
+    for (std::int32_t l : touched) {
+        double& b = load[static_cast<std::size_t>(l)];
+        worst = std::max(worst, b / routes.link_bandwidth[static_cast<std::size_t>(l)].bytes_per_second());
+        b = 0;
+    }
     return Time::seconds(worst);
 }
 

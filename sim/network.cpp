@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.hpp"
 
@@ -20,32 +21,35 @@ struct ShareLater {
         return a.share != b.share ? a.share > b.share : a.link > b.link;
     }
 };
-constexpr std::uint32_t kDirty = 0xffffffffu;
+// Relative slack of the bottleneck check: rates computed in another order differ in the last
+// bits; a held flow within this of a refilled one is taken as equal.
+constexpr double kSlack = 1e-9;
+// Refills before the set is grown to the whole connected component at once.
+constexpr int kRounds = 4;
+// A big aggregated flow's links lie all over the link table, so every pass over them waits on
+// memory: fetch the state of the link this many hops ahead while working on this one.
+constexpr std::uint32_t kAhead = 12;
 }  // namespace
 
 FlowNetwork::FlowNetwork(const std::vector<Bandwidth>& capacity)
-    : on_link_(capacity.size()),
-      link_stamp_(capacity.size(), 0),
-      residual_(capacity.size(), 0),
-      unfrozen_(capacity.size(), 0),
-      link_version_(capacity.size(), 0),
-      last_util_(capacity.size(), 0.f) {
-    capacity_.reserve(capacity.size());
-    for (Bandwidth b : capacity) {
-        if (!(b.bytes_per_second() > 0)) throw Error(ErrorKind::internal, "network: a link has no bandwidth");
-        capacity_.push_back(b.bytes_per_second() * 1e-12);
+    : link_(capacity.size()), last_util_(capacity.size(), 0.f) {
+    for (std::size_t l = 0; l < capacity.size(); ++l) {
+        if (!(capacity[l].bytes_per_second() > 0)) throw Error(ErrorKind::internal, "network: a link has no bandwidth");
+        link_[l].capacity = capacity[l].bytes_per_second() * 1e-12;
     }
 }
 
 void FlowNetwork::mark_dirty(std::int32_t link) {
-    // link_stamp_ doubles as the dirty flag between solves (kDirty) and the search mark inside one.
-    if (link_stamp_[link] == kDirty) return;
-    link_stamp_[link] = kDirty;
+    LinkState& s = link_[static_cast<std::size_t>(link)];
+    if (s.dirty) return;
+    s.dirty = true;
     dirty_.push_back(link);
 }
 
-FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
-                          std::uint32_t group, Bandwidth max_rate) {
+FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std::uint32_t tag, Time now,
+                          Bandwidth max_rate, std::span<const std::uint32_t> weights) {
+    if (!weights.empty() && weights.size() != links.size())
+        throw Error(ErrorKind::internal, "network: a flow needs one weight per link");
     FlowId f;
     if (!free_.empty()) {
         f = free_.back();
@@ -57,79 +61,247 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> route, Bytes bytes, std:
     Flow& fl = flows_[f];
     fl.remaining = std::max(0.0, bytes.as_double());
     fl.rate = 0;
-    fl.updated = now;
-    fl.route = route.data();
-    fl.hops = static_cast<std::uint32_t>(route.size());
-    fl.tag = tag;
-    fl.group = kNoGroup;
     fl.cap = max_rate.bytes_per_second() * 1e-12;
+    fl.updated = now;
+    fl.links = links.data();
+    fl.weights = weights.empty() ? nullptr : weights.data();
+    fl.hops = static_cast<std::uint32_t>(links.size());
+    fl.tag = tag;
+    fl.bottleneck = kUnsolved;
     ++fl.version;
     fl.active = true;
     ++active_;
-    if (route.empty() || fl.remaining == 0) {  // nothing to move: done as soon as asked
+    if (links.empty() || fl.remaining == 0) {  // nothing to move: done as soon as asked
         fl.hops = 0;
         push_pending(f, now);
         return f;
     }
-    for (std::int32_t l : route) {
-        on_link_[l].push_back(f);
-        mark_dirty(l);
+    for (std::uint32_t h = 0; h < fl.hops; ++h) {
+        prefetch(fl.links, h + kAhead, fl.hops);
+        add_to_link(fl.links[h], {f, fl.weight(h)});
+        if (samples_) mark_dirty(fl.links[h]);
     }
-    if (group != kNoGroup) {
-        if (group >= groups_.size()) {
-            groups_.resize(group + 1);
-            group_stamp_.resize(group + 1, 0);
-        }
-        fl.group = group;
-        groups_[group].push_back(f);
-    }
+    added_.push_back(f);
     return f;
+}
+
+void FlowNetwork::add_to_link(std::int32_t link, OnLink e) {
+    LinkState& s = link_[static_cast<std::size_t>(link)];
+    if (!s.spill && s.flows < kInline) {
+        s.inline_flows[s.flows++] = e;
+        return;
+    }
+    if (!s.spill) {   // crowded: move the inline flows to a spill list
+        if (free_spill_.empty()) {
+            spill_.emplace_back();
+            s.spill = static_cast<std::uint32_t>(spill_.size());
+        } else {
+            s.spill = free_spill_.back();
+            free_spill_.pop_back();
+        }
+        spill_[s.spill - 1].assign(s.inline_flows, s.inline_flows + s.flows);
+    }
+    spill_[s.spill - 1].push_back(e);
+    ++s.flows;
+}
+
+void FlowNetwork::remove_from_link(std::int32_t link, FlowId f) {
+    LinkState& s = link_[static_cast<std::size_t>(link)];
+    const std::span<OnLink> v = on_link(link);
+    auto it = std::find_if(v.begin(), v.end(), [f](const OnLink& e) { return e.flow == f; });
+    *it = v.back();
+    --s.flows;
+    if (s.spill) {
+        spill_[s.spill - 1].pop_back();
+        if (s.flows == 0) {   // empty again: the list goes back to the pool, capacity kept
+            free_spill_.push_back(s.spill);
+            s.spill = 0;
+        }
+    }
 }
 
 void FlowNetwork::set_cap(FlowId f, Bandwidth max_rate) {
     Flow& fl = flows_[f];
     const double cap = max_rate.bytes_per_second() * 1e-12;
-    if (!fl.active || fl.cap == cap) return;
+    if (!fl.active || fl.hops == 0 || fl.cap == cap) return;
     fl.cap = cap;
-    for (std::uint32_t h = 0; h < fl.hops; ++h) mark_dirty(fl.route[h]);
+    // Refilled at the next solve as a new flow is (its bytes brought up to date at the old rate
+    // there), and the flows its links limit with it: its share of them changes.
+    added_.push_back(f);
+    for (std::uint32_t h = 0; h < fl.hops; ++h) mark_dirty(fl.links[h]);
 }
 
-void FlowNetwork::visit(FlowId f) {
+void FlowNetwork::enter(FlowId f, Time now) {
     Flow& fl = flows_[f];
     if (fl.stamp == stamp_) return;
     fl.stamp = stamp_;
-    comp_flows_.push_back(f);
-    for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        const std::int32_t l = fl.route[h];
-        if (link_stamp_[l] != stamp_) {
-            link_stamp_[l] = stamp_;
-            comp_links_.push_back(l);
+    // Bring the remaining bytes up to now at the old rate.
+    const double elapsed = static_cast<double>((now - fl.updated).count_ps());
+    fl.remaining = std::max(0.0, fl.remaining - fl.rate * elapsed);
+    fl.updated = now;
+    set_.push_back(f);
+    old_rate_.push_back(fl.rate);
+    ++refilled_;
+}
+
+void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
+    Flow& fl = flows_[f];
+    fl.frozen = true;
+    fl.rate = rate;
+    fl.bottleneck = bottleneck;
+    // Only the links it shares: no one reads what it leaves of the links it has to itself.
+    const auto [begin, end] = shared_range_[fl.slot];
+    for (std::uint32_t k = begin; k < end; ++k) {
+        const OnLink& hop = shared_[k];   // (link, weight) of one of its shared hops
+        LinkState& s = link_[hop.flow];
+        s.residual = std::max(0.0, s.residual - rate * hop.weight);
+        s.unfrozen_weight -= hop.weight;
+        if (s.set_count > 1) {
+            ++s.version;
+            if (s.unfrozen_weight > 0 && static_cast<std::int32_t>(hop.flow) != bottleneck) {
+                shares_.push_back({s.residual / s.unfrozen_weight, static_cast<std::int32_t>(hop.flow), s.version});
+                std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
+            }
         }
-    }
-    // A coupled flow drags its whole group into the component.
-    if (fl.group != kNoGroup && group_stamp_[fl.group] != stamp_) {
-        group_stamp_[fl.group] = stamp_;
-        for (FlowId m : groups_[fl.group]) visit(m);
     }
 }
 
-void FlowNetwork::freeze(FlowId f, double share, std::int32_t via_link, bool with_group) {
-    Flow& fl = flows_[f];
-    if (fl.frozen) return;
-    fl.frozen = true;
-    fl.rate = share;
-    for (std::uint32_t h = 0; h < fl.hops; ++h) {
-        const std::int32_t l = fl.route[h];
-        residual_[l] = std::max(0.0, residual_[l] - share);
-        --unfrozen_[l];
-        ++link_version_[l];
-        if (l != via_link && unfrozen_[l] > 0) {
-            shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
-            std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
+// Progressive filling of the refilled set over what the held flows leave of each link:
+// repeatedly take the smallest fair share — a link's residual over its unfrozen members, or a
+// flow's own limit — and freeze the flows it limits at it. A link that no other flow crosses
+// limits its flow alone, at capacity / weight: folded into the flow's own limit with its cap, in
+// the one pass that reads it (a ring over every GPU of a cluster is mostly such links). So is a
+// shared link that only one refilled flow crosses, at what the held flows leave of it.
+void FlowNetwork::fill() {
+    if (++round_ == 0) {   // wrapped: clear the marks
+        for (LinkState& s : link_) s.stamp = 0;
+        round_ = 1;
+    }
+    set_links_.clear();
+    shared_.clear();
+    shared_range_.clear();
+    limit_.clear();
+    for (FlowId f : set_) {
+        Flow& fl = flows_[f];
+        fl.frozen = false;
+        fl.slot = static_cast<std::uint32_t>(shared_range_.size());
+        double limit = fl.cap > 0 ? fl.cap : std::numeric_limits<double>::infinity();
+        std::int32_t bound = kCapBound;
+        const auto begin = static_cast<std::uint32_t>(shared_.size());
+        for (std::uint32_t h = 0; h < fl.hops; ++h) {
+            prefetch(fl.links, h + kAhead, fl.hops);
+            LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
+            if (s.flows == 1) {   // its own
+                const double own = s.capacity / fl.weight(h);
+                if (own < limit) {
+                    limit = own;
+                    bound = fl.links[h];
+                }
+                continue;
+            }
+            shared_.push_back({static_cast<FlowId>(fl.links[h]), fl.weight(h)});
+            if (s.stamp != round_) {
+                s.stamp = round_;
+                s.set_count = 0;
+                s.unfrozen_weight = 0;
+                set_links_.push_back(fl.links[h]);
+            }
+            ++s.set_count;
+            s.unfrozen_weight += fl.weight(h);
+        }
+        shared_range_.emplace_back(begin, static_cast<std::uint32_t>(shared_.size()));
+        fl.bottleneck = bound;
+        limit_.push_back(limit);
+    }
+    shares_.clear();
+    for (std::size_t k = 0; k < set_links_.size(); ++k) {
+        prefetch(set_links_.data(), k + kAhead, set_links_.size());
+        const std::int32_t l = set_links_[k];
+        LinkState& s = link_[static_cast<std::size_t>(l)];
+        double held = 0;
+        if (s.flows > s.set_count)
+            for (const OnLink& e : on_link(l)) {
+                const Flow& g = flows_[e.flow];
+                if (g.stamp != stamp_) held += g.rate * e.weight;
+            }
+        s.residual = std::max(0.0, s.capacity - held);
+        if (s.set_count > 1) shares_.push_back({s.residual / s.unfrozen_weight, l, ++s.version});
+    }
+    for (std::size_t i = 0; i < set_.size(); ++i) {
+        const FlowId f = set_[i];
+        Flow& fl = flows_[f];
+        double limit = limit_[i];
+        std::int32_t bound = fl.bottleneck;
+        const auto [begin, end] = shared_range_[i];
+        for (std::uint32_t k = begin; k < end; ++k) {
+            const LinkState& s = link_[shared_[k].flow];
+            if (s.set_count != 1) continue;
+            const double own = s.residual / shared_[k].weight;
+            if (own < limit) {
+                limit = own;
+                bound = static_cast<std::int32_t>(shared_[k].flow);
+            }
+        }
+        fl.bottleneck = bound;
+        if (limit < std::numeric_limits<double>::infinity()) shares_.push_back({limit, -1 - static_cast<std::int32_t>(f), 0});
+    }
+    std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
+    while (!shares_.empty()) {
+        std::pop_heap(shares_.begin(), shares_.end(), ShareLater{});
+        const ShareEntry e = shares_.back();
+        shares_.pop_back();
+        if (e.link < 0) {
+            const auto f = static_cast<FlowId>(-1 - e.link);
+            if (!flows_[f].frozen) freeze(f, e.share, flows_[f].bottleneck);
+            continue;
+        }
+        const LinkState& s = link_[static_cast<std::size_t>(e.link)];
+        if (e.version != s.version || s.unfrozen_weight == 0) continue;
+        for (const OnLink& o : on_link(e.link)) {
+            const Flow& g = flows_[o.flow];
+            if (g.stamp == stamp_ && !g.frozen) freeze(o.flow, e.share, e.link);
         }
     }
-    if (with_group && fl.group != kNoGroup)
-        for (FlowId m : groups_[fl.group]) freeze(m, share, via_link, false);
+}
+
+// The bottleneck condition for the held flows on the refilled links: a held flow whose
+// bottleneck is such a link needs it still saturated and itself still the fastest there; and no
+// held flow may run faster than a refilled flow on that flow's bottleneck. Those that fail join
+// the set; true when none did.
+bool FlowNetwork::check(Time now) {
+    bool ok = true;
+    for (std::size_t k = 0; k < set_links_.size(); ++k) {
+        prefetch(set_links_.data(), k + kAhead, set_links_.size());
+        const std::int32_t l = set_links_[k];
+        const LinkState& s = link_[static_cast<std::size_t>(l)];
+        if (s.flows == s.set_count) continue;   // no held flow crosses it
+        const std::span<const OnLink> on = on_link(l);
+        const bool saturated = s.residual <= s.capacity * kSlack;
+        double fastest = 0, slowest_bound = std::numeric_limits<double>::infinity();
+        for (const OnLink& e : on) {
+            const Flow& g = flows_[e.flow];
+            fastest = std::max(fastest, g.rate);
+            if (g.stamp == stamp_ && g.bottleneck == l) slowest_bound = std::min(slowest_bound, g.rate);
+        }
+        for (const OnLink& e : on) {
+            const Flow& g = flows_[e.flow];
+            if (g.stamp == stamp_) continue;
+            const bool lost = g.bottleneck == l && (!saturated || g.rate < fastest * (1 - kSlack));
+            if (lost || g.rate > slowest_bound * (1 + kSlack)) {
+                enter(e.flow, now);
+                ok = false;
+            }
+        }
+    }
+    return ok;
+}
+
+void FlowNetwork::grow_to_component(Time now) {
+    for (std::size_t i = 0; i < set_.size(); ++i) {
+        const Flow& fl = flows_[set_[i]];
+        for (std::uint32_t h = 0; h < fl.hops; ++h)
+            for (const OnLink& e : on_link(fl.links[h])) enter(e.flow, now);
+    }
 }
 
 void FlowNetwork::push_pending(FlowId f, Time t) {
@@ -138,82 +310,69 @@ void FlowNetwork::push_pending(FlowId f, Time t) {
 }
 
 void FlowNetwork::solve(Time now) {
-    if (dirty_.empty()) return;
+    if (dirty_.empty() && added_.empty()) return;
     ++solves_;
-    // 1. The connected component of the dirty links: links ↔ flows through shared links.
-    if (++stamp_ == kDirty) stamp_ = 1;
-    comp_links_.clear();
-    comp_flows_.clear();
-    for (std::int32_t l : dirty_) {
-        link_stamp_[l] = stamp_;
-        comp_links_.push_back(l);
+    if (++stamp_ == 0) {   // wrapped: clear the marks
+        for (Flow& fl : flows_) fl.stamp = 0;
+        stamp_ = 1;
+    }
+    set_.clear();
+    old_rate_.clear();
+    // 1. The flows that may have lost their bottleneck: the new ones and those limited by a link
+    //    a flow left.
+    for (FlowId f : added_)
+        if (flows_[f].active) enter(f, now);
+    added_.clear();
+    if (samples_) sampled_.assign(dirty_.begin(), dirty_.end());
+    for (std::size_t k = 0; k < dirty_.size(); ++k) {
+        prefetch(dirty_.data(), k + kAhead, dirty_.size());
+        const std::int32_t l = dirty_[k];
+        LinkState& s = link_[static_cast<std::size_t>(l)];
+        s.dirty = false;
+        if (s.flows == 0) continue;
+        for (const OnLink& e : on_link(l))
+            if (flows_[e.flow].bottleneck == l) enter(e.flow, now);
     }
     dirty_.clear();
-    for (std::size_t i = 0; i < comp_links_.size(); ++i)
-        for (FlowId f : on_link_[comp_links_[i]]) visit(f);
-    // 2. Bring every affected flow's remaining bytes up to now at its old rate.
-    for (FlowId f : comp_flows_) {
-        Flow& fl = flows_[f];
-        const double elapsed = static_cast<double>((now - fl.updated).count_ps());
-        fl.remaining = std::max(0.0, fl.remaining - fl.rate * elapsed);
-        fl.updated = now;
-        fl.frozen = false;
-    }
-    // 3. Progressive filling: repeatedly take the link offering the smallest fair share, fix the
-    //    rate of its unfrozen flows at that share, and remove their use from the other links.
-    shares_.clear();
-    for (std::int32_t l : comp_links_) {
-        residual_[l] = capacity_[l];
-        unfrozen_[l] = static_cast<std::uint32_t>(on_link_[l].size());
-        ++link_version_[l];
-        if (unfrozen_[l] > 0) shares_.push_back({residual_[l] / unfrozen_[l], l, link_version_[l]});
-    }
-    // A capped flow is a one-flow link of its cap's capacity: it freezes (with its group) at its
-    // cap unless a link's share is smaller first. A coupled group freezes as one, so one entry
-    // per group — its smallest cap — is enough (the flows of one coupling class share a cap).
-    if (++cap_stamp_ == 0) cap_stamp_ = 1;
-    for (FlowId f : comp_flows_) {
-        const Flow& fl = flows_[f];
-        if (fl.cap <= 0) continue;
-        if (fl.group != kNoGroup) {
-            if (group_cap_stamp_.size() <= fl.group) group_cap_stamp_.resize(fl.group + 1, 0);
-            if (group_cap_stamp_[fl.group] == cap_stamp_) continue;
-            group_cap_stamp_[fl.group] = cap_stamp_;
-            double smallest = fl.cap;
-            for (FlowId m : groups_[fl.group]) smallest = std::min(smallest, flows_[m].cap > 0 ? flows_[m].cap : smallest);
-            shares_.push_back({smallest, -1 - static_cast<std::int32_t>(f), 0});
-        } else {
-            shares_.push_back({fl.cap, -1 - static_cast<std::int32_t>(f), 0});
+    // 2. Fill, check, and grow the set until the held flows keep their bottlenecks.
+    for (int round = 1; !set_.empty(); ++round) {
+        fill();
+        if (check(now)) break;
+        if (round == kRounds) {
+            grow_to_component(now);
+            fill();
+            break;
         }
     }
-    std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
-    while (!shares_.empty()) {
-        std::pop_heap(shares_.begin(), shares_.end(), ShareLater{});
-        const ShareEntry e = shares_.back();
-        shares_.pop_back();
-        if (e.link < 0) {
-            freeze(static_cast<FlowId>(-1 - e.link), e.share, -1, true);
-            continue;
-        }
-        if (e.version != link_version_[e.link] || unfrozen_[e.link] == 0) continue;
-        for (FlowId f : on_link_[e.link]) freeze(f, e.share, e.link, true);
-    }
-    // 4. New completion times.
-    for (FlowId f : comp_flows_) {
+    // 3. New completion times for the flows whose rate changed.
+    for (std::size_t k = 0; k < set_.size(); ++k) {
+        const FlowId f = set_[k];
         Flow& fl = flows_[f];
+        if (fl.rate == old_rate_[k]) continue;   // its pending completion still holds
         ++fl.version;
         // Checked: 1 GB at 1 B/s passes the range of Time (an out_of_range the simulator places).
         const Time left = fl.rate > 0 ? Time::ps_ceil(fl.remaining / fl.rate) : Time::zero();
         push_pending(f, now + left);
     }
-    if (samples_) {
-        std::sort(comp_links_.begin(), comp_links_.end());
-        for (std::int32_t l : comp_links_) {
-            const auto util = static_cast<float>(1.0 - residual_[l] / capacity_[l]);
-            if (util != last_util_[l]) {
-                last_util_[l] = util;
-                samples_->push_back({l, now, util});
-            }
+    if (samples_) record_samples(now);
+}
+
+// Utilisation of every link a flow started or ended on, or a refilled flow crosses.
+void FlowNetwork::record_samples(Time now) {
+    for (FlowId f : set_) {
+        const Flow& fl = flows_[f];
+        sampled_.insert(sampled_.end(), fl.links, fl.links + fl.hops);
+    }
+    std::sort(sampled_.begin(), sampled_.end());
+    sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
+    for (std::int32_t l : sampled_) {
+        const auto i = static_cast<std::size_t>(l);
+        double load = 0;
+        for (const OnLink& e : on_link(l)) load += flows_[e.flow].rate * e.weight;
+        const auto util = static_cast<float>(std::min(1.0, load / link_[i].capacity));
+        if (util != last_util_[i]) {
+            last_util_[i] = util;
+            samples_->push_back({l, now, util});
         }
     }
 }
@@ -237,20 +396,15 @@ void FlowNetwork::complete(Time now, std::vector<std::uint32_t>& tags) {
         Flow& fl = flows_[f];
         fl.active = false;
         fl.remaining = 0;
+        fl.rate = 0;
+        fl.bottleneck = kUnsolved;
         --active_;
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
-            const std::int32_t l = fl.route[h];
-            auto& v = on_link_[l];
-            auto it = std::find(v.begin(), v.end(), f);
-            *it = v.back();
-            v.pop_back();
-            mark_dirty(l);
-        }
-        if (fl.group != kNoGroup) {
-            auto& members = groups_[fl.group];
-            *std::find(members.begin(), members.end(), f) = members.back();
-            members.pop_back();
-            fl.group = kNoGroup;
+            prefetch(fl.links, h + kAhead, fl.hops);
+            const std::int32_t l = fl.links[h];
+            remove_from_link(l, f);
+            // An emptied link has no flow to refill (but its utilisation drops to zero).
+            if (samples_ || link_[static_cast<std::size_t>(l)].flows > 0) mark_dirty(l);
         }
         tags.push_back(fl.tag);
         free_.push_back(f);

@@ -1,17 +1,28 @@
 // The flow-level network: every transfer is a flow on its route, and the links' bandwidth is
-// shared max-min fairly among the flows crossing them (progressive filling). Rates change only
-// when a flow starts or ends, and only for the flows connected to the change through shared
-// links, so a solve touches the affected component, not the whole network.
+// shared max-min fairly among the flows crossing them (progressive filling).
+//
+// A flow may stand for several flows in lockstep (an aggregated flow): the edges of one
+// pipelined collective phase (a ring step, a tree) move chunk by chunk, so none runs ahead of the
+// slowest, and a folded graph's mirrored replicas send the same bytes at the same time. Such a
+// flow carries `weight` member flows on each of its links, every member at the flow's rate, so a
+// link's load is Σ weight × rate; progressive filling freezes it as one when any of its links
+// saturates — the fair share of its most contended member. One flow, one completion, one
+// re-solve per phase instead of one per member.
+//
+// Incremental solving. A max-min fair allocation is the unique feasible one in which every flow
+// has a bottleneck: its cap, or a saturated link on which no flow runs faster. Rates change only
+// when flows start or end, so solve(now) re-fills only the flows that may have lost their
+// bottleneck — the new ones and those whose bottleneck link a start or an end touched — holding
+// every other rate fixed (their load leaves the links' residual capacity), then checks the
+// bottleneck condition for the held flows on the links it refilled; any held flow that fails it
+// joins the refilled set and the fill is redone. When the check passes the allocation is the one
+// a fill of the whole network from scratch would give (tests/sim/test_network.cpp compares them
+// on random flow sets). A fill grows to the connected component only when the change really
+// spreads that far.
 //
 // Changes are batched: start() and complete() mark links dirty, solve(now) recomputes once for
 // everything that happened at `now`. The engine asks next_completion() for this model's next
 // event (SimGrid's "ask each resource model for its next event").
-//
-// Flows may be coupled in a group: the edges of one pipelined collective phase (a ring step, a
-// tree) move chunk by chunk, so none runs ahead of the slowest, and every flow of the group
-// gets the same rate — the fair share of the group's most contended flow (progressive filling
-// freezes a group when any of its flows reaches a saturated link). Equal-sized flows of a group
-// then finish together: one solve per phase instead of one per flow.
 //
 // Hot path: no allocation per flow or per solve once the pools have grown; flows live in a
 // free-listed pool; completions sit in a heap with lazy deletion (a version per flow).
@@ -33,19 +44,17 @@ public:
     /// One capacity per link.
     explicit FlowNetwork(const std::vector<Bandwidth>& capacity);
 
-    static constexpr std::uint32_t kNoGroup = 0xffffffffu;
-
-    /// Starts a flow of `bytes` over `route` (link ids; the span must stay valid while the flow
-    /// lives). `tag` is returned by complete(). Flows with the same `group` (a small dense id,
-    /// or kNoGroup) share one rate. `max_rate` caps the flow's rate (zero: no cap): what a
-    /// protocol sustains regardless of the links (NCCL's per-channel bandwidth). Rates are stale
-    /// until solve().
-    FlowId start(std::span<const std::int32_t> route, Bytes bytes, std::uint32_t tag, Time now,
-                 std::uint32_t group = kNoGroup, Bandwidth max_rate = Bandwidth());
+    /// Starts a flow of `bytes` (per member) over `links` (distinct link ids; the spans must stay
+    /// valid while the flow lives). `weights[i]`: how many member flows cross links[i] (empty:
+    /// one each). `tag` is returned by complete(). `max_rate` caps each member's rate (zero: no
+    /// cap): what a protocol sustains regardless of the links (NCCL's per-channel bandwidth).
+    /// Rates are stale until solve().
+    FlowId start(std::span<const std::int32_t> links, Bytes bytes, std::uint32_t tag, Time now,
+                 Bandwidth max_rate = Bandwidth(), std::span<const std::uint32_t> weights = {});
     /// Changes a running flow's cap (zero: none), as when the cores serving it are shared anew;
     /// its rate is recomputed at the next solve().
     void set_cap(FlowId f, Bandwidth max_rate);
-    /// Recomputes the rates of flows connected to links changed since the last solve.
+    /// Recomputes the rates of the flows a start or an end since the last solve may change.
     void solve(Time now);
     /// When the next flow finishes (after solve); Time::max() when none is active.
     Time next_completion();
@@ -53,66 +62,107 @@ public:
     void complete(Time now, std::vector<std::uint32_t>& tags);
 
     std::size_t active_flows() const { return active_; }
-    /// Current rate of a flow, for tests.
+    /// Current rate of a flow (of each member), for tests.
     Bandwidth rate(FlowId f) const { return Bandwidth::bytes_per_s(flows_[f].rate * 1e12); }
     /// Record link utilisation samples (for traces) into `out` on every solve.
     void record_links(std::vector<LinkSample>* out) { samples_ = out; }
     std::uint64_t solves() const { return solves_; }
+    /// Flows refilled over all solves (the work the incremental solve does), for benchmarks.
+    std::uint64_t refilled() const { return refilled_; }
 
 private:
+    static constexpr std::int32_t kCapBound = -1, kUnsolved = -2;
     struct Flow {
-        double remaining = 0;      // bytes
-        double rate = 0;           // bytes per picosecond
+        double remaining = 0;      // bytes per member
+        double rate = 0;           // bytes per picosecond per member
+        double cap = 0;            // bytes per picosecond; 0: no cap
         Time updated;              // when `remaining` was last brought up to date
-        const std::int32_t* route = nullptr;
+        const std::int32_t* links = nullptr;
+        const std::uint32_t* weights = nullptr;   // null: one member per link
         std::uint32_t hops = 0;
         std::uint32_t tag = 0;
         std::uint32_t version = 0;
-        std::uint32_t stamp = 0;   // component search mark
-        std::uint32_t group = kNoGroup;
-        double cap = 0;            // bytes per picosecond; 0: no cap
+        std::uint32_t stamp = 0;   // in the refilled set of solve `stamp`
+        std::int32_t bottleneck = kUnsolved;   // the link that froze it, or kCapBound
+        std::uint32_t slot = 0;    // its index in set_ during a fill
         bool active = false;
-        bool frozen = false;       // water-filling mark
+        bool frozen = false;
+        std::uint32_t weight(std::uint32_t h) const { return weights ? weights[h] : 1u; }
+    };
+    struct OnLink {                // a flow crossing a link with `weight` members
+        FlowId flow;
+        std::uint32_t weight;
     };
     struct Pending {               // completion heap entry
         Time time;
         FlowId flow;
         std::uint32_t version;
     };
-    struct ShareEntry {            // water-filling heap entry: a link's fair share, or a flow's cap
+    struct ShareEntry {            // water-filling heap entry: a link's fair share, or a flow's own limit
         double share;
-        std::int32_t link;         // ≥ 0: a link; < 0: the cap of flow −1 − link
+        std::int32_t link;         // ≥ 0: a link; < 0: the limit of flow −1 − link
         std::uint32_t version;
     };
 
-    void mark_dirty(std::int32_t link);
-    void visit(FlowId f);
-    void freeze(FlowId f, double share, std::int32_t via_link, bool with_group);
-    void push_pending(FlowId f, Time t);
+    /// Per link, what every pass of a solve reads, in one cache line: its state and, while no
+    /// more than kInline flows cross it (most links), the flows themselves; past that they move
+    /// to a spill list until the link empties.
+    static constexpr std::uint32_t kInline = 2;
+    struct alignas(64) LinkState {
+        double capacity = 0;            // bytes per picosecond
+        double residual = 0;            // during a fill: what is left for the unfrozen refilled flows
+        std::uint32_t flows = 0;        // active flows crossing it
+        std::uint32_t set_count = 0;    // refilled flows crossing it
+        std::uint32_t unfrozen_weight = 0;   // members of unfrozen refilled flows
+        std::uint32_t stamp = 0;        // in set_links_ of fill `round_`
+        std::uint32_t version = 0;      // of its share entry
+        std::uint32_t spill = 0;        // 1 + its list in spill_, or 0: the flows are inline
+        bool dirty = false;
+        OnLink inline_flows[kInline];
+    };
+    std::span<OnLink> on_link(std::int32_t link) {
+        LinkState& s = link_[static_cast<std::size_t>(link)];
+        return s.spill ? std::span<OnLink>(spill_[s.spill - 1]) : std::span<OnLink>(s.inline_flows, s.flows);
+    }
+    void prefetch(const std::int32_t* links, std::size_t at, std::size_t n) const {
+        if (at < n) __builtin_prefetch(&link_[static_cast<std::size_t>(links[at])], 1);
+    }
+    void add_to_link(std::int32_t link, OnLink e);
+    void remove_from_link(std::int32_t link, FlowId f);
 
-    std::vector<double> capacity_;                  // bytes per picosecond
-    std::vector<std::vector<FlowId>> on_link_;
+    void mark_dirty(std::int32_t link);
+    void enter(FlowId f, Time now);
+    void fill();
+    bool check(Time now);
+    void grow_to_component(Time now);
+    void freeze(FlowId f, double rate, std::int32_t bottleneck);
+    void push_pending(FlowId f, Time t);
+    void record_samples(Time now);
+
+    std::vector<LinkState> link_;
+    std::vector<std::vector<OnLink>> spill_;        // flow lists of crowded links
+    std::vector<std::uint32_t> free_spill_;
     std::vector<Flow> flows_;
     std::vector<FlowId> free_;
     std::size_t active_ = 0;
     std::vector<Pending> pending_;                  // min-heap on (time, flow)
 
-    // Scratch, sized to the link count once.
+    // Scratch.
     std::vector<std::int32_t> dirty_;
-    std::vector<std::vector<FlowId>> groups_;      // members per group id
-    std::vector<std::uint32_t> group_stamp_;
-    std::vector<std::uint32_t> link_stamp_;
-    std::vector<double> residual_;
-    std::vector<std::uint32_t> unfrozen_;
-    std::vector<std::uint32_t> link_version_;
+    std::vector<FlowId> added_;                     // started since the last solve
+    std::vector<FlowId> set_;                       // the flows being refilled
+    std::vector<double> old_rate_;                  // per set_ entry: its rate before the solve
+    std::vector<std::int32_t> set_links_;           // links of set_ flows that other flows cross too
+    std::vector<OnLink> shared_;                    // per set_ flow, its hops on set_links_ as (link, weight)
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> shared_range_;   // per set_ entry: its range in shared_
+    std::vector<double> limit_;                     // per set_ entry: cap and the links it has to itself
+    std::vector<std::int32_t> sampled_;             // record_links: links whose load may have changed
     std::vector<float> last_util_;
-    std::vector<std::int32_t> comp_links_;
-    std::vector<FlowId> comp_flows_;
     std::vector<ShareEntry> shares_;
-    std::uint32_t stamp_ = 0;
-    std::vector<std::uint32_t> group_cap_stamp_;   // the solve that pushed the group's cap
-    std::uint32_t cap_stamp_ = 0;
+    std::uint32_t stamp_ = 0;                       // per solve: marks the refilled flows
+    std::uint32_t round_ = 0;                       // per fill: marks set_links_
     std::uint64_t solves_ = 0;
+    std::uint64_t refilled_ = 0;
     std::vector<LinkSample>* samples_ = nullptr;
 };
 

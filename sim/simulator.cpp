@@ -5,6 +5,7 @@
 #include <deque>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.hpp"
@@ -33,11 +34,13 @@ enum EventKind : std::uint32_t { op_done, phase_start, phase_end };
 /// A transfer's plan with routes resolved: shared by every transfer with the same key (the
 /// thousands of identical tensor-parallel all-reduces of a run reuse one).
 struct Plan {
+    /// One network flow: the member flows of one coupling class of a phase, aggregated (see
+    /// FlowNetwork): `weights[i]` members cross `links[i]`.
     struct Flow {
-        std::span<const LinkId> route;
-        Bytes bytes;           // on the wire (payload / protocol efficiency)
-        Bandwidth max_rate;    // NCCL's bandwidth for this flow (zero: the links alone decide)
-        std::uint8_t coupling = 0;   // flows of a phase with the same class move in lockstep (kUncoupled: alone)
+        std::vector<LinkId> links;
+        std::vector<std::uint32_t> weights;
+        Bytes bytes;           // per member, on the wire (payload / protocol efficiency)
+        Bandwidth max_rate;    // NCCL's bandwidth for each member (zero: the links alone decide)
     };
     struct Phase {
         std::vector<Flow> flows;
@@ -50,7 +53,71 @@ struct Plan {
 
 /// Coupling classes per phase: flows of equal size move in lockstep (a ring's edges); a phase
 /// with flows of several sizes (a rail ring's NVLink and NIC edges) couples each size apart.
-constexpr std::uint8_t kCouplingClasses = 4, kUncoupled = 0xff;
+/// Flows beyond the fourth size run alone.
+constexpr std::size_t kCouplingClasses = 4;
+
+/// Collects a phase's member flows and aggregates each coupling class into one Plan::Flow.
+/// `slot` is scratch with one entry per link of the topology, all kNoSlot between uses.
+class PhaseFlows {
+public:
+    static constexpr std::uint32_t kNoSlot = 0xffffffffu;
+    explicit PhaseFlows(std::vector<std::uint32_t>& slot) : slot_(slot) {}
+
+    void add(std::span<const LinkId> route, Bytes bytes, Bandwidth max_rate) {
+        auto it = std::find(sizes_.begin(), sizes_.end(), bytes);
+        if (it == sizes_.end() && sizes_.size() < kCouplingClasses) it = sizes_.insert(sizes_.end(), bytes);
+        members_.push_back({route, bytes, it == sizes_.end() ? kUncoupled : static_cast<std::uint8_t>(it - sizes_.begin()), max_rate});
+    }
+    /// The aggregated flows, one per class in order of first appearance, then the uncoupled
+    /// flows (a class whose every link carries one member keeps no weights).
+    std::vector<Plan::Flow> take() {
+        std::vector<Plan::Flow> out;
+        for (std::size_t c = 0; c < sizes_.size(); ++c) {
+            Plan::Flow f{{}, {}, sizes_[c], Bandwidth()};
+            for (const Member& m : members_) {
+                if (m.coupling != c) continue;
+                // The group's cap is its smallest member cap.
+                if (m.max_rate > Bandwidth() && (f.max_rate == Bandwidth() || m.max_rate < f.max_rate)) f.max_rate = m.max_rate;
+                for (LinkId l : m.route) {
+                    std::uint32_t& at = slot_[static_cast<std::size_t>(l)];
+                    if (at == kNoSlot) {
+                        at = static_cast<std::uint32_t>(f.links.size());
+                        f.links.push_back(l);
+                        f.weights.push_back(1);
+                    } else {
+                        ++f.weights[at];
+                    }
+                }
+            }
+            for (LinkId l : f.links) slot_[static_cast<std::size_t>(l)] = kNoSlot;
+            // In link order: a flow over a whole cluster's links then sweeps the network's link
+            // table forward instead of jumping about it (its order means nothing to the model).
+            std::vector<std::pair<LinkId, std::uint32_t>> by_link;
+            by_link.reserve(f.links.size());
+            for (std::size_t i = 0; i < f.links.size(); ++i) by_link.emplace_back(f.links[i], f.weights[i]);
+            std::sort(by_link.begin(), by_link.end());
+            for (std::size_t i = 0; i < by_link.size(); ++i) std::tie(f.links[i], f.weights[i]) = by_link[i];
+            if (std::all_of(f.weights.begin(), f.weights.end(), [](std::uint32_t w) { return w == 1; })) f.weights.clear();
+            out.push_back(std::move(f));
+        }
+        for (const Member& m : members_)
+            if (m.coupling == kUncoupled)
+                out.push_back({{m.route.begin(), m.route.end()}, {}, m.bytes, m.max_rate});
+        return out;
+    }
+
+private:
+    static constexpr std::uint8_t kUncoupled = 0xff;
+    struct Member {
+        std::span<const LinkId> route;
+        Bytes bytes;
+        std::uint8_t coupling;
+        Bandwidth max_rate;
+    };
+    std::vector<std::uint32_t>& slot_;
+    std::vector<Bytes> sizes_;     // coupling classes in order of first appearance
+    std::vector<Member> members_;
+};
 
 struct Transfer {
     const Plan* plan = nullptr;
@@ -81,7 +148,8 @@ struct PlanKeyHash {
 class Simulator {
 public:
     Simulator(const OpGraph& g, const topo::Cluster& c, const topo::Topology& t, const SimOptions& o)
-        : graph_(g), cluster_(c), topo_(t), options_(o), network_(link_bandwidths(t)) {
+        : graph_(g), cluster_(c), topo_(t), options_(o), network_(link_bandwidths(t)),
+          link_slot_(t.links().size(), PhaseFlows::kNoSlot) {
         const int ranks = g.ranks();
         if (ranks != c.num_devices())
             throw Error(ErrorKind::internal, "the graph has " + std::to_string(ranks) + " ranks but the cluster has " +
@@ -428,11 +496,8 @@ private:
             engine_.schedule(engine_.now() + ph.latency, phase_end, t);
             return;
         }
-        // The flows of one phase are coupled by size class (see FlowNetwork): they move in lockstep.
-        for (const auto& f : ph.flows)
-            tr.flow = network_.start(f.route, f.bytes, t, engine_.now(),
-                                     f.coupling == kUncoupled ? FlowNetwork::kNoGroup : t * kCouplingClasses + f.coupling,
-                                     f.max_rate);
+        // Each flow is one coupling class of the phase, its members in lockstep (see FlowNetwork).
+        for (const auto& f : ph.flows) tr.flow = network_.start(f.links, f.bytes, t, engine_.now(), f.max_rate, f.weights);
     }
 
     void flow_done(std::uint32_t t) {
@@ -480,14 +545,6 @@ private:
     // ---- plans ----------------------------------------------------------------------------------
 
     const Plan* remember(const PlanKey& key, Plan&& plan) {
-        for (Plan::Phase& ph : plan.phases) {
-            std::vector<Bytes> sizes;   // coupling classes in order of first appearance
-            for (Plan::Flow& f : ph.flows) {
-                auto it = std::find(sizes.begin(), sizes.end(), f.bytes);
-                if (it == sizes.end() && sizes.size() < kCouplingClasses) it = sizes.insert(sizes.end(), f.bytes);
-                f.coupling = it == sizes.end() ? kUncoupled : static_cast<std::uint8_t>(it - sizes.begin());
-            }
-        }
         plans_.push_back(std::move(plan));
         plan_index_.emplace(key, &plans_.back());
         return &plans_.back();
@@ -510,11 +567,13 @@ private:
             plan.base = s.latency;
             for (const auto& ph : s.phases) {
                 Plan::Phase out;
+                PhaseFlows flows(link_slot_);
                 for (const auto& f : ph.flows) {
                     const Bytes wire = f.bytes * (1.0 / eff);
                     const Bandwidth cap = s.bandwidth_time > Time::zero() ? wire / s.bandwidth_time : Bandwidth();
-                    out.flows.push_back({ctx_.routes.route(f.src, f.dst), wire, cap});
+                    flows.add(ctx_.routes.route(f.src, f.dst), wire, cap);
                 }
+                out.flows = flows.take();
                 plan.phases.push_back(std::move(out));
             }
             return remember(key, std::move(plan));
@@ -523,7 +582,9 @@ private:
         for (const auto& ph : s.phases) {
             Plan::Phase out;
             out.latency = step_latency(ph, s.protocol, ctx_.routes) * static_cast<std::int64_t>(ph.steps);
-            for (const auto& f : ph.flows) out.flows.push_back({ctx_.routes.route(f.src, f.dst), f.bytes * (1.0 / eff), Bandwidth()});
+            PhaseFlows flows(link_slot_);
+            for (const auto& f : ph.flows) flows.add(ctx_.routes.route(f.src, f.dst), f.bytes * (1.0 / eff), Bandwidth());
+            out.flows = flows.take();
             plan.phases.push_back(std::move(out));
         }
         return remember(key, std::move(plan));
@@ -544,9 +605,12 @@ private:
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         Plan plan;
         Plan::Phase ph;
-        ph.flows.push_back({topo_.route(a, b), bytes, Bandwidth()});
-        // A folded graph's mirrors send the same bytes at the same time over their own routes.
-        for (const auto& [ma, mb] : mirrored) ph.flows.push_back({topo_.route(ma, mb), bytes, Bandwidth()});
+        PhaseFlows flows(link_slot_);
+        flows.add(topo_.route(a, b), bytes, Bandwidth());
+        // A folded graph's mirrors send the same bytes at the same time over their own routes:
+        // one flow with the representative's (a link two of them cross carries both).
+        for (const auto& [ma, mb] : mirrored) flows.add(topo_.route(ma, mb), bytes, Bandwidth());
+        ph.flows = flows.take();
         ph.latency = topo_.route_latency(a, b) + extra;
         plan.analytic = ph.latency + bytes / topo_.route_bandwidth(a, b);
         plan.phases.push_back(std::move(ph));
@@ -613,12 +677,15 @@ private:
         Plan::Phase ph;
         const auto& links = host_[static_cast<std::size_t>(cluster_.device(op.rank).node)].links;
         const Bytes traffic = Bytes(bytes) * (1.0 / grp.host_memory_efficiency);
-        ph.flows.push_back({std::span<const LinkId>(links.data(), links.size()), traffic, Bandwidth()});
+        Plan::Flow flow;
+        for (const LinkId l : links)
+            if (l >= 0) flow.links.push_back(l);
+        flow.bytes = traffic;
+        ph.flows.push_back(std::move(flow));
         ph.latency = grp.device.launch_overhead * static_cast<std::int64_t>(std::max<std::size_t>(1, kernels.size()));
         plan.analytic = ph.latency + traffic / (grp.host_memory_bandwidth * grp.host_memory_efficiency);
         plan.phases.push_back(std::move(ph));
         plans_.push_back(std::move(plan));
-        plans_.back().phases.front().flows.front().coupling = kUncoupled;
         plan_index_.emplace(key, &plans_.back());
         return &plans_.back();
     }
@@ -702,6 +769,7 @@ private:
     SimOptions options_;
     Engine engine_;
     FlowNetwork network_;
+    std::vector<std::uint32_t> link_slot_;     // PhaseFlows' scratch
     Timeline tl_;
     bool gpu_ = false;
     std::vector<const topo::NodeGroup*> group_;

@@ -1,6 +1,6 @@
 // The routed topology graph: vertices and duplex links built from a Cluster, and routes found by
-// a bidirectional breadth-first search (Boost.Graph's breadth_first_visit, one level at a time)
-// over the topology's own adjacency lists.
+// a bidirectional breadth-first search, one level at a time, over the topology's own adjacency
+// lists.
 //
 // Inside a node (every line is a duplex pair of links; figures from the NodeGroup):
 //
@@ -85,10 +85,7 @@
 #include <limits>
 #include <utility>
 
-#include <boost/graph/breadth_first_search.hpp>
-#include <boost/graph/graph_traits.hpp>
-#include <boost/pending/queue.hpp>
-#include <boost/property_map/property_map.hpp>
+#include <deque>
 
 #include "core/error.hpp"
 
@@ -99,37 +96,14 @@ bool is_endpoint(VertexKind k) {
     return k == VertexKind::device || k == VertexKind::host_memory || k == VertexKind::nvme;
 }
 
-/// Boost.Graph view of a Topology's adjacency for one search from `source`: endpoints other than
-/// the source have no out-edges, so the search never passes through a device, a host memory or
-/// an NVMe drive. Edge descriptors are LinkIds.
+/// A Topology's adjacency for one search from `source`: endpoints other than the source have
+/// no out-edges, so the search never passes through a device, a host memory or an NVMe drive.
 struct RouteGraph {
     const std::vector<Vertex>* vertices;
     const std::vector<Link>* links;
     const std::vector<std::vector<LinkId>>* out;
     VertexId source;
 };
-
-}  // namespace
-}  // namespace smol::topo
-
-namespace boost {
-template <>
-struct graph_traits<smol::topo::RouteGraph> {
-    using vertex_descriptor = smol::topo::VertexId;
-    using edge_descriptor = smol::topo::LinkId;
-    using directed_category = directed_tag;
-    using edge_parallel_category = allow_parallel_edge_tag;
-    using traversal_category = incidence_graph_tag;
-    using out_edge_iterator = std::vector<smol::topo::LinkId>::const_iterator;
-    using degree_size_type = std::size_t;
-    using vertices_size_type = std::size_t;
-    using edges_size_type = std::size_t;
-    static vertex_descriptor null_vertex() { return -1; }
-};
-}  // namespace boost
-
-namespace smol::topo {
-namespace {
 
 using OutEdgeIter = std::vector<LinkId>::const_iterator;
 
@@ -140,34 +114,29 @@ std::pair<OutEdgeIter, OutEdgeIter> out_edges(VertexId v, const RouteGraph& g) {
     }
     return {list.begin(), list.end()};
 }
-std::size_t out_degree(VertexId v, const RouteGraph& g) {
-    const auto [b, e] = out_edges(v, g);
-    return static_cast<std::size_t>(e - b);
-}
-VertexId source(LinkId e, const RouteGraph& g) { return (*g.links)[static_cast<std::size_t>(e)].from; }
-VertexId target(LinkId e, const RouteGraph& g) { return (*g.links)[static_cast<std::size_t>(e)].to; }
 
 /// One direction of a bidirectional search, advanced one BFS level at a time. Sized to the
 /// largest topology seen and reset after each search by visiting only what it touched.
 struct Side {
-    std::vector<boost::default_color_type> color;
     std::vector<int> depth;     // hops from this side's start; -1 when not reached
     std::vector<double> width;  // widest bottleneck (bytes/s) over the shortest routes to the start
     std::vector<VertexId> touched;
-    boost::queue<VertexId> queue;  // the frontier: every vertex `level` hops away
+    /// (vertex, link) for every link of a shortest route from the start into the vertex, as the
+    /// route runs (the backward side records y → x for the x → y it walked against): what the
+    /// walk back from the meeting point chooses among, without scanning a spine's thousand ports.
+    std::vector<std::pair<VertexId, LinkId>> parents;
+    std::deque<VertexId> queue;    // the frontier: every vertex `level` hops away
     int level = 0;
 
     void fit(std::size_t n) {
-        if (color.size() >= n) return;
-        color.resize(n, boost::white_color);
+        if (depth.size() >= n) return;
         depth.resize(n, -1);
         width.resize(n, 0.0);
     }
     void start(VertexId v) {
         level = 0;
         reach(v, 0, std::numeric_limits<double>::infinity());
-        color[v] = boost::gray_color;
-        queue.push(v);
+        queue.push_back(v);
     }
     void reach(VertexId v, int d, double w) {
         depth[v] = d;
@@ -176,12 +145,12 @@ struct Side {
     }
     void reset() {
         for (VertexId v : touched) {
-            color[v] = boost::white_color;
             depth[v] = -1;
             width[v] = 0.0;
         }
         touched.clear();
-        while (!queue.empty()) queue.pop();
+        parents.clear();
+        queue.clear();
     }
 };
 
@@ -192,48 +161,32 @@ struct Scratch {
 
 thread_local Scratch scratch;
 
-/// Thrown by the visitor at the first vertex of the next level, which BGL has already popped.
-struct LevelDone {
-    VertexId next;
-};
-
-/// Records depth and widest bottleneck. Every edge out of level d is examined before any vertex
+/// Expands every vertex `level` hops from the side's start (a breadth-first search resumed from
+/// the side's queue, stopped at the first vertex of the next level), recording each reached
+/// vertex's depth and widest bottleneck. Every edge out of level d is examined before any vertex
 /// of level d + 1 is, so a vertex's width is final once its level is reached. The backward side
 /// walks a link x → y against its direction, so the bandwidth that counts is that of y → x.
-struct LevelVisitor : boost::default_bfs_visitor {
-    Side* s;
-    const std::vector<Link>* links;
-    bool backward;
-
-    void examine_vertex(VertexId u, const RouteGraph&) const {
-        if (s->depth[u] > s->level) throw LevelDone{u};
-    }
-    void examine_edge(LinkId e, const RouteGraph&) const {
-        const Link& l = (*links)[static_cast<std::size_t>(e)];
-        const Link& carried = backward ? (*links)[static_cast<std::size_t>(e ^ 1)] : l;
-        const int du = s->depth[l.from];
-        const double w = std::min(s->width[l.from], carried.bandwidth.bytes_per_second());
-        if (s->depth[l.to] < 0) {
-            s->reach(l.to, du + 1, w);
-        } else if (s->depth[l.to] == du + 1 && w > s->width[l.to]) {
-            s->width[l.to] = w;
-        }
-    }
-};
-
-/// Expands every vertex `level` hops from the side's start with Boost's breadth_first_visit,
-/// resumed from the side's queue (an empty source range), and stops at the next level.
 void expand_level(const RouteGraph& g, Side& s, const std::vector<Link>& links, bool backward) {
-    LevelVisitor visitor;
-    visitor.s = &s;
-    visitor.links = &links;
-    visitor.backward = backward;
-    auto color = boost::make_iterator_property_map(s.color.begin(), boost::typed_identity_property_map<VertexId>());
-    const VertexId* none = nullptr;
-    try {
-        boost::breadth_first_visit(g, none, none, s.queue, visitor, color);
-    } catch (const LevelDone& done) {
-        s.queue.push(done.next);
+    while (!s.queue.empty()) {
+        const VertexId u = s.queue.front();
+        if (s.depth[static_cast<std::size_t>(u)] > s.level) break;
+        s.queue.pop_front();
+        const auto [first, last] = out_edges(u, g);
+        for (auto it = first; it != last; ++it) {
+            const Link& l = links[static_cast<std::size_t>(*it)];
+            const Link& carried = backward ? links[static_cast<std::size_t>(*it ^ 1)] : l;
+            const int du = s.depth[static_cast<std::size_t>(l.from)];
+            const double w = std::min(s.width[static_cast<std::size_t>(l.from)], carried.bandwidth.bytes_per_second());
+            if (s.depth[static_cast<std::size_t>(l.to)] < 0) {
+                s.reach(l.to, du + 1, w);
+                s.queue.push_back(l.to);
+            } else if (s.depth[static_cast<std::size_t>(l.to)] != du + 1) {
+                continue;
+            } else if (w > s.width[static_cast<std::size_t>(l.to)]) {
+                s.width[static_cast<std::size_t>(l.to)] = w;
+            }
+            s.parents.emplace_back(l.to, backward ? *it ^ 1 : *it);
+        }
     }
     ++s.level;
 }
@@ -438,9 +391,26 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     const RouteGraph backward_graph{&vertices_, &links_, &out_links_, b};
     fwd.start(a);
     bwd.start(b);
+    // The links a level's expansion would examine: a switch with a port per node is one vertex
+    // of a frontier but thousands of links.
+    auto links_out = [&](const Side& side, const RouteGraph& g) {
+        std::size_t n = 0;
+        for (VertexId v : side.queue) {
+            const auto [first, last] = out_edges(v, g);
+            n += static_cast<std::size_t>(last - first);
+        }
+        return n;
+    };
     std::vector<VertexId> meet;
     while (meet.empty()) {
-        const bool forward = fwd.queue.size() <= bwd.queue.size();
+        // The smaller frontier grows, unless it has far more links to examine than the other
+        // (a single switch of a thousand boards: reaching it from the other side is cheaper).
+        bool forward = fwd.queue.size() <= bwd.queue.size();
+        if (!fwd.queue.empty() && !bwd.queue.empty()) {
+            const std::size_t f = links_out(fwd, forward_graph), w = links_out(bwd, backward_graph);
+            if (forward && f > 16 * w + 64) forward = false;
+            else if (!forward && w > 16 * f + 64) forward = true;
+        }
         Side& grow = forward ? fwd : bwd;
         const Side& other = forward ? bwd : fwd;
         if (grow.queue.empty()) {
@@ -472,16 +442,22 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     };
     std::vector<LinkId> path;
     std::vector<LinkId> choices;
+    // The links of a shortest route into (forward) or out of (backward) v that keep the route at
+    // its widest, in link order (the order of v's own adjacency list, which the ECMP hash indexes).
+    auto candidates = [&](const Side& side, VertexId v, bool forward) {
+        choices.clear();
+        for (const auto& [x, link] : side.parents) {
+            if (x != v) continue;
+            const Link& l = links_[static_cast<std::size_t>(link)];
+            const VertexId near = forward ? l.from : l.to;
+            if (!passable(near) || std::min(side.width[near], l.bandwidth.bytes_per_second()) < widest) continue;
+            choices.push_back(link);
+        }
+        std::sort(choices.begin(), choices.end());
+    };
     // First half: from the middle back to a, over links u → v one level nearer a.
     for (VertexId v = middle; v != a;) {
-        choices.clear();
-        for (LinkId out : out_links_[static_cast<std::size_t>(v)]) {
-            const LinkId in = out ^ 1;
-            const Link& l = links_[static_cast<std::size_t>(in)];
-            if (fwd.depth[l.from] != fwd.depth[v] - 1 || !passable(l.from)) continue;
-            if (std::min(fwd.width[l.from], l.bandwidth.bytes_per_second()) < widest) continue;
-            choices.push_back(in);
-        }
+        candidates(fwd, v, true);
         if (choices.empty()) throw lost(v);
         const LinkId chosen = pick(choices, v);
         path.push_back(chosen);
@@ -490,13 +466,7 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     std::reverse(path.begin(), path.end());
     // Second half: from the middle on to b, over links v → u one level nearer b.
     for (VertexId v = middle; v != b;) {
-        choices.clear();
-        for (LinkId out : out_links_[static_cast<std::size_t>(v)]) {
-            const Link& l = links_[static_cast<std::size_t>(out)];
-            if (bwd.depth[l.to] != bwd.depth[v] - 1 || !passable(l.to)) continue;
-            if (std::min(bwd.width[l.to], l.bandwidth.bytes_per_second()) < widest) continue;
-            choices.push_back(out);
-        }
+        candidates(bwd, v, false);
         if (choices.empty()) throw lost(v);
         const LinkId chosen = pick(choices, v);
         path.push_back(chosen);

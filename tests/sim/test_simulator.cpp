@@ -192,9 +192,10 @@ TEST_CASE("events counts what the engine processed", "[sim][engine]") {
     o.network = NetworkMode::analytic;
     // Five compute completions and one collective completion.
     CHECK(simulate(g, c, o).events == 6);
-    // Flow mode: a ring of 2 is one phase of 2 flows: two flow completions and one phase end.
+    // Flow mode: a ring of 2 is one phase of 2 equal flows, moving in lockstep as one aggregated
+    // flow: one flow completion and one phase end.
     o.network = NetworkMode::flow;
-    CHECK(simulate(g, c, o).events == 5 + 2 + 1);
+    CHECK(simulate(g, c, o).events == 5 + 1 + 1);
 }
 
 TEST_CASE("the same graph simulates to the same timeline", "[sim][determinism]") {
