@@ -62,6 +62,25 @@ std::vector<int> replica_ranks(const Layout& layout) {
     return out;
 }
 
+int emitted_replicas(const Layout& layout) { return layout.folded ? 1 : layout.dp; }
+
+std::vector<OpId> add_replica_collective(OpGraph& g, const Layout& layout, CollectiveKind kind,
+                                         const std::vector<int>& members, Bytes bytes, Stream stream, Phase phase,
+                                         int layer, int microbatch, int index) {
+    if (!layout.folded) return g.add_collective(kind, members, bytes, stream, phase, layer, microbatch, index);
+    const std::int32_t c = g.declare_collective(kind, members, bytes);
+    std::vector<OpId> ops(members.size(), OpGraph::kNoOp);
+    for (std::size_t i = 0; i < members.size(); ++i)
+        if (members[i] == layout.rank(0, 0, 0)) ops[i] = g.add_collective_op(c, members[i], stream, phase, layer, microbatch, index);
+    return ops;
+}
+
+void fold_replicas(OpGraph& g, const Layout& layout) {
+    if (!layout.folded || layout.tp > 1 || layout.pp > 1) return;
+    // Replica d (rank d) mirrors replica 0.
+    g.set_representatives(std::vector<int>(static_cast<std::size_t>(layout.devices), layout.rank(0, 0, 0)));
+}
+
 std::int64_t total_params(const std::vector<Block>& blocks) {
     std::int64_t n = 0;
     for (const Block& b : blocks) n = checked_add(n, b.params, "parameters of a replica");
@@ -199,8 +218,10 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
                                                 : make_buckets(blocks, sb.grads, cap, first_cap);
 
     OpGraph g(layout.devices);
+    const std::size_t emit = static_cast<std::size_t>(emitted_replicas(layout));
     std::vector<Passes> passes;
-    for (int r : replicas) {
+    for (std::size_t d = 0; d < emit; ++d) {
+        const int r = replicas[d];
         // Model states live for the whole step.
         alloc_model_states(g, r, Bytes(params) * std::int64_t{sb.params} + training.frozen, Bytes(params) * std::int64_t{sb.grads},
                            optimizer_state_bytes(layout, params));
@@ -217,7 +238,7 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     if (replicas.size() > 1)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
             const auto cid = g.declare_collective(CollectiveKind::all_reduce, replicas, buckets[k].bytes);
-            for (std::size_t d = 0; d < replicas.size(); ++d) {
+            for (std::size_t d = 0; d < emit; ++d) {
                 const OpId ready = passes[d].bwd[last_mb][after ? 0 : static_cast<std::size_t>(buckets[k].ready_after_block)];
                 last_sync[d] = g.add_collective_op(cid, replicas[d], Stream::comm, Phase::comm, -1, -1, static_cast<int>(k));
                 if (cycle > Time::zero()) {
@@ -233,6 +254,7 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     for (std::size_t d = 0; d < replicas.size(); ++d)
         if (last_sync[d] != static_cast<OpId>(-1)) synced[d] = last_sync[d];
     add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, synced);
+    fold_replicas(g, layout);
     return g;
 }
 

@@ -1,5 +1,6 @@
 #include "strategies/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -91,8 +92,11 @@ std::vector<OpId> add_optimizer_steps(OpGraph& g, const Layout& l, StepRunner ru
     const bool host = runner != StepRunner::device;
     const Stream stream = host ? Stream::host : Stream::compute;
     const std::int32_t update = g.intern_recipe(k.update);
-    std::vector<OpId> last(ranks.size());
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
+    // A folded data-parallel layout emits replica 0's steps only (the others mirror it).
+    const std::size_t emit =
+        ranks.size() > 1 ? std::min(ranks.size(), static_cast<std::size_t>(detail::emitted_replicas(l))) : ranks.size();
+    std::vector<OpId> last(ranks.size(), OpGraph::kNoOp);
+    for (std::size_t i = 0; i < emit; ++i) {
         last[i] = g.add_kernels(ranks[i], Phase::opt, -1, -1, update, l.dtype, host, stream);
         if (i < after.size() && after[i] != OpGraph::kNoOp) g.depend(after[i], last[i]);
     }
@@ -100,14 +104,15 @@ std::vector<OpId> add_optimizer_steps(OpGraph& g, const Layout& l, StepRunner ru
     if (sharded && ranks.size() > 1) {
         // LAMB's trust ratio needs each layer's whole norm: the shards' partial sums of squares
         // are all-reduced (fp32) before the update is applied.
-        const auto ops = g.add_collective(CollectiveKind::all_reduce, ranks, Bytes(4 * k.norm_floats), collectives, Phase::opt);
-        for (std::size_t i = 0; i < ranks.size(); ++i) {
+        const auto ops = detail::add_replica_collective(g, l, CollectiveKind::all_reduce, ranks, Bytes(4 * k.norm_floats),
+                                                        collectives, Phase::opt);
+        for (std::size_t i = 0; i < emit; ++i) {
             g.depend(last[i], ops[i]);
             last[i] = ops[i];
         }
     }
     const std::int32_t apply = g.intern_recipe(k.apply);
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
+    for (std::size_t i = 0; i < emit; ++i) {
         const OpId a = g.add_kernels(ranks[i], Phase::opt, -1, -1, apply, l.dtype, host, stream);
         g.depend(last[i], a);
         last[i] = a;

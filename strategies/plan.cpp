@@ -642,8 +642,16 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // replica's intra-node links carry only its own traffic, the same as its representative's.
     const int per_node = cluster.groups.front().devices_per_node;
     // Expert parallelism exchanges tokens between replicas: they are no longer mirrors.
-    l.folded = plan.fold && l.dp > 1 && (l.tp > 1 || l.pp > 1) && cluster.groups.size() == 1 && l.servers == 0 &&
-               l.tp % per_node == 0 && l.ep == 1;
+    const bool model_parallel = (l.tp > 1 || l.pp > 1) && l.tp % per_node == 0 && l.ep == 1;
+    // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
+    // only meet in collectives, which run over every member, so folding is exact wherever they
+    // sit — unless a copy to host memory or NVMe, or a host optimizer step, shares a node's PCIe,
+    // DRAM and cores with its neighbours (offload), or a hybrid FSDP shard group leaves replica 0 out of a communicator.
+    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.ep == 1 && l.param_offload == Offload::none &&
+                               l.optimizer_offload == Offload::none && !l.activation_offload &&
+                               plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
+                               !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
+    l.folded = plan.fold && l.dp > 1 && cluster.groups.size() == 1 && l.servers == 0 && (model_parallel || data_parallel);
     l.estimated_ops = estimated_ops(l, plan, blocks);
     if (l.estimated_ops > kMaxOps) {
         // Say what makes the ops: the gradient buckets (a tiny bucket size) or the passes.
@@ -657,7 +665,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                        bucket_flag
                                  : std::string("fewer micro-batches (a smaller --global-batch or a larger --micro-batch), "
                                                "fewer devices (--nodes, --devices)") +
-                                       (l.dp > 1 && !l.folded && (l.tp > 1 || l.pp > 1) ? ", or folded replicas (leave out --no-fold)"
+                                       (l.dp > 1 && !l.folded && !plan.fold ? ", or folded replicas (leave out --no-fold)"
                                                                                         : "")),
                     {"", "", buckets ? bucket_flag : "--global-batch"});
     }

@@ -134,9 +134,10 @@ struct Layout {
     DType dtype = DType::bf16;
     int servers = 0;                  // dedicated parameter servers: ranks dp·tp·pp … devices − 1
     int shard_group = 0;              // FSDP hybrid: ranks per shard group (consecutive ranks)
-    /// Data-parallel replicas folded into one (see OpGraph::set_representatives): a tensor /
-    /// pipeline plan on a homogeneous cluster whose nodes each hold ranks of one replica only
-    /// (tp a multiple of the devices per node), unless Plan::fold is off.
+    /// Data-parallel replicas folded into one (see OpGraph::set_representatives), unless
+    /// Plan::fold is off, on a homogeneous cluster: a tensor / pipeline plan whose nodes each hold
+    /// ranks of one replica only (tp a multiple of the devices per node), or pure data
+    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid) without offload.
     bool folded = false;
 
     /// The framework's behaviour, with the plan's overrides applied (grad_reduce, overlap_p2p).

@@ -39,6 +39,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
 
     OpGraph g(layout.devices);
     const std::vector<int> replicas = replica_ranks(layout);
+    const std::size_t emit = static_cast<std::size_t>(emitted_replicas(layout));
     const ReduceTiming timing = n > 1 ? reduce_timing(layout, stage) : ReduceTiming::overlapped;
     const Stream comm = timing == ReduceTiming::blocking ? Stream::compute : Stream::comm;
     const int first_mb = stage == 1 ? mbs - 1 : 0;   // stage 1 reduces at the accumulation boundary
@@ -58,7 +59,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     std::int64_t largest = 1;
     for (const Block& b : blocks)
         for (std::int64_t e : partitioned_tensors(b, 0)) largest = std::max(largest, e);
-    for (std::size_t d = 0; d < replicas.size(); ++d) {
+    for (std::size_t d = 0; d < emit; ++d) {
         const int r = replicas[d];
         if (!offload) {
             alloc_model_states(g, r, Bytes(params * sb.params) + training.frozen,
@@ -136,11 +137,11 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     if (n > 1 && timing != ReduceTiming::blocking)
         for (int mb = first_mb; mb < mbs; ++mb)
             for (std::size_t k = 0; k < buckets.size(); ++k) {
-                const auto ops = g.add_collective(CollectiveKind::reduce_scatter, replicas, buckets[k].bytes,
+                const auto ops = add_replica_collective(g, layout, CollectiveKind::reduce_scatter, replicas, buckets[k].bytes,
                                                   Stream::comm, Phase::comm, -1, mb, static_cast<int>(k));
                 // Overlapped: when backward fills the bucket; after backward: when it is all done.
                 const std::size_t ready = timing == ReduceTiming::after_backward ? 0 : static_cast<std::size_t>(buckets[k].ready_after_block);
-                for (std::size_t d = 0; d < replicas.size(); ++d) {
+                for (std::size_t d = 0; d < emit; ++d) {
                     g.depend(passes[d].bwd[mb][ready], ops[d]);
                     last_rs[d] = ops[d];
                     OpId device_done = ops[d];
@@ -198,10 +199,11 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     if (n > 1)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
             const Bytes bytes = Bytes(buckets[k].bytes.count() / sb.grads * sb.params);
-            const auto ops = g.add_collective(CollectiveKind::all_gather, replicas, bytes, comm, Phase::opt, -1,
+            const auto ops = add_replica_collective(g, layout, CollectiveKind::all_gather, replicas, bytes, comm, Phase::opt, -1,
                                               -1, static_cast<int>(k));
-            for (std::size_t d = 0; d < replicas.size(); ++d) g.depend(opt[d], ops[d]);
+            for (std::size_t d = 0; d < emit; ++d) g.depend(opt[d], ops[d]);
         }
+    fold_replicas(g, layout);
     return g;
 }
 
@@ -210,7 +212,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t params = total_params(blocks);
     const std::vector<int> replicas = replica_ranks(layout);
-    const int dp = layout.dp;
+    const int dp = layout.dp, emit = emitted_replicas(layout);
     const int group = options.shard_params ? (options.shard_group > 0 ? options.shard_group : dp) : 1;
     if (dp % group != 0) throw Error(ErrorKind::internal, "shard group does not divide dp");
     // CPUOffload(offload_params=True) (torch/distributed/fsdp/_runtime_utils.py, _flat_param.py):
@@ -234,7 +236,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // Per replica, per (micro-batch, block): the transient full-gradient buffer of the unit.
     std::vector<std::vector<std::vector<std::int32_t>>> grad_buf(
         static_cast<std::size_t>(dp), std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(mbs), std::vector<std::int32_t>(blocks.size(), -1)));
-    for (int d = 0; d < dp; ++d) {
+    for (int d = 0; d < emit; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
         const std::int64_t mine = shard(params, group);
         if (offload) {
@@ -262,7 +264,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                           int layer, int mb) {
         std::vector<OpId> by_replica(static_cast<std::size_t>(dp));
         for (const auto& members : groups) {
-            const auto ops = g.add_collective(kind, members, bytes, Stream::comm, phase, layer, mb);
+            const auto ops = add_replica_collective(g, layout, kind, members, bytes, Stream::comm, phase, layer, mb);
             for (std::size_t i = 0; i < members.size(); ++i)
                 by_replica[static_cast<std::size_t>(std::find(replicas.begin(), replicas.end(), members[i]) - replicas.begin())] = ops[i];
         }
@@ -271,7 +273,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(dp), std::vector<std::int32_t>(blocks.size(), -1));
     auto gather = [&](const Block& b, int mb, Phase phase, const std::vector<std::vector<OpId>>& consumers) {
         std::vector<OpId> ready(static_cast<std::size_t>(dp), OpGraph::kNoOp);
-        for (int d = 0; d < dp; ++d) {
+        for (int d = 0; d < emit; ++d) {
             const int r = replicas[static_cast<std::size_t>(d)];
             const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * sb.params), BufferLabel::staging);
             const OpId a = g.add_alloc(buf, Stream::comm, b.index, mb);
@@ -298,11 +300,11 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             return;
         }
         const auto ops = collective(CollectiveKind::all_gather, shard_groups, Bytes(b.params * sb.params), phase, b.index, mb);
-        for (int d = 0; d < dp; ++d)
+        for (int d = 0; d < emit; ++d)
             g.depend(ops[static_cast<std::size_t>(d)], consumers[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)]);
     };
     auto release = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& after) {
-        for (int d = 0; d < dp; ++d) {
+        for (int d = 0; d < emit; ++d) {
             const OpId f = g.add_free(gathered[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], Stream::comm, b.index, mb);
             g.depend(after[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], f);
         }
@@ -315,17 +317,17 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         std::vector<OpId> ops;
         if (group > 1) {
             ops = collective(CollectiveKind::reduce_scatter, shard_groups, Bytes(b.params * sb.grads), Phase::comm, b.index, mb);
-            for (int d = 0; d < dp; ++d)
+            for (int d = 0; d < emit; ++d)
                 g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], ops[static_cast<std::size_t>(d)]);
             if (dp / group > 1)
                 ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(shard(b.params, group) * sb.grads),
                                  Phase::comm, b.index, mb);
-            for (int d = 0; d < dp; ++d)
+            for (int d = 0; d < emit; ++d)
                 g.add_free(grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)],
                            Stream::comm, b.index, mb);
         } else if (dp > 1 && mb == mbs - 1) {
             ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(b.params * sb.grads), Phase::comm, b.index, mb);
-            for (int d = 0; d < dp; ++d)
+            for (int d = 0; d < emit; ++d)
                 g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], ops[static_cast<std::size_t>(d)]);
         }
         for (std::size_t d = 0; d < ops.size(); ++d) last_comm[d] = ops[d];
@@ -348,7 +350,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(dp)), bwd(static_cast<std::size_t>(dp)),
         bwd_first(static_cast<std::size_t>(dp));
     for (int mb = 0; mb < mbs; ++mb) {
-        for (int d = 0; d < dp; ++d) {
+        for (int d = 0; d < emit; ++d) {
             fwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].fwd[static_cast<std::size_t>(mb)];
             bwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd[static_cast<std::size_t>(mb)];
             bwd_first[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd_first[static_cast<std::size_t>(mb)];
@@ -383,6 +385,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     else
         add_optimizer_steps(g, layout, StepRunner::device, replicas, shard(params, group), layer_params(blocks, group),
                             group > 1, last_comm);
+    fold_replicas(g, layout);
     return g;
 }
 
@@ -411,6 +414,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const std::int64_t params = total_params(blocks);
     const std::vector<int> replicas = replica_ranks(layout);
     const int dp = layout.dp, nb = static_cast<int>(blocks.size()), mbs = layout.microbatches;
+    const int emit = emitted_replicas(layout);
 
     // What each block gathers: its partitioned tensors (at least param_persistence_threshold
     // elements); smaller ones persist whole on every rank.
@@ -449,7 +453,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const std::int64_t part = shard(params - persistent, dp), gshard = shard(params, dp);
     OpGraph g(layout.devices);
     std::vector<Passes> passes;
-    for (int d = 0; d < dp; ++d) {
+    for (int d = 0; d < emit; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
         if (po == Offload::none) {
             alloc_state(g, r, Bytes((part + persistent) * sb.params), BufferLabel::parameters);
@@ -488,23 +492,23 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // (per replica; kNoOp: none) and before `before`.
     std::vector<OpId> last_comm(static_cast<std::size_t>(dp), OpGraph::kNoOp);
     auto all_gather = [&](std::int64_t elements, int block, int mb, Phase phase, const std::vector<OpId>& after) {
-        const auto ops = g.add_collective(CollectiveKind::all_gather, replicas, Bytes(elements * sb.params), Stream::comm,
+        const auto ops = add_replica_collective(g, layout, CollectiveKind::all_gather, replicas, Bytes(elements * sb.params), Stream::comm,
                                           phase, block, mb);
-        for (int d = 0; d < dp; ++d)
+        for (int d = 0; d < emit; ++d)
             if (after[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(after[static_cast<std::size_t>(d)], ops[static_cast<std::size_t>(d)]);
         return ops;
     };
     auto column = [&](const std::vector<std::vector<OpId>>& per_block_per_d, int block) {
         std::vector<OpId> out(static_cast<std::size_t>(dp), OpGraph::kNoOp);
         if (block < 0 || block >= nb) return out;
-        for (int d = 0; d < dp; ++d) out[static_cast<std::size_t>(d)] = per_block_per_d[static_cast<std::size_t>(d)][static_cast<std::size_t>(block)];
+        for (int d = 0; d < emit; ++d) out[static_cast<std::size_t>(d)] = per_block_per_d[static_cast<std::size_t>(d)][static_cast<std::size_t>(block)];
         return out;
     };
     std::vector<std::vector<std::int32_t>> staging(static_cast<std::size_t>(dp), std::vector<std::int32_t>(blocks.size(), -1));
 
     for (int mb = 0; mb < mbs; ++mb) {
         std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(dp)), bwd(static_cast<std::size_t>(dp)), first(static_cast<std::size_t>(dp));
-        for (int d = 0; d < dp; ++d) {
+        for (int d = 0; d < emit; ++d) {
             fwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].fwd[static_cast<std::size_t>(mb)];
             bwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd[static_cast<std::size_t>(mb)];
             first[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd_first[static_cast<std::size_t>(mb)];
@@ -514,7 +518,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         // follows), consumed by `consumer`.
         auto fetch = [&](int i, Phase phase, const std::vector<OpId>& issue_after, const std::vector<OpId>& consumer) {
             if (elems[static_cast<std::size_t>(i)] == 0 || !gathers) return;
-            for (int d = 0; d < dp; ++d) {
+            for (int d = 0; d < emit; ++d) {
                 const std::int32_t buf = g.add_buffer(replicas[static_cast<std::size_t>(d)], Tier::device,
                                                       Bytes(elems[static_cast<std::size_t>(i)] * sb.params), BufferLabel::staging);
                 g.add_alloc(buf, Stream::comm, i, mb);
@@ -542,12 +546,12 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                 else
                     ops = all_gather(elems[static_cast<std::size_t>(i)], i, mb, phase, ready);
             }
-            for (int d = 0; d < dp; ++d)
+            for (int d = 0; d < emit; ++d)
                 if (ops[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ops[static_cast<std::size_t>(d)], consumer[static_cast<std::size_t>(d)]);
         };
         auto release = [&](int i, const std::vector<OpId>& after) {
             if (elems[static_cast<std::size_t>(i)] == 0 || !gathers) return;
-            for (int d = 0; d < dp; ++d) {
+            for (int d = 0; d < emit; ++d) {
                 const OpId f = g.add_free(staging[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], Stream::comm, i, mb);
                 g.depend(after[static_cast<std::size_t>(d)], f);
             }
@@ -592,12 +596,12 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             while (next_bucket < buckets.size() && buckets[next_bucket].ready_after_block == i) {
                 std::vector<OpId> reduced = column(bwd, i);
                 if (dp > 1) {
-                    reduced = g.add_collective(CollectiveKind::reduce_scatter, replicas, buckets[next_bucket].bytes,
-                                               Stream::comm, Phase::comm, -1, mb, static_cast<int>(next_bucket));
+                    reduced = add_replica_collective(g, layout, CollectiveKind::reduce_scatter, replicas, buckets[next_bucket].bytes,
+                                                     Stream::comm, Phase::comm, -1, mb, static_cast<int>(next_bucket));
                     // (Without overlap_comm DeepSpeed reduces on the compute stream; its all-gathers
                     // share the communicator, so both stay on one stream here: the reduction then
                     // waits for the backward that fills it and the next fetch waits for it.)
-                    for (int d = 0; d < dp; ++d) {
+                    for (int d = 0; d < emit; ++d) {
                         g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], reduced[static_cast<std::size_t>(d)]);
                         last_comm[static_cast<std::size_t>(d)] = reduced[static_cast<std::size_t>(d)];
                     }
@@ -661,6 +665,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         write(ptier, part);
         write(Tier::device, persistent);
     }
+    fold_replicas(g, layout);
     return g;
 }
 

@@ -99,7 +99,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "8.0 or later, eager elsewhere");
     app.add_option("--profile", f.profile,
                    "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
-    app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas of a tensor/pipeline plan are folded into one)");
+    app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas are folded into one where that is exact)");
 }
 
 Model load_model_warning(const std::string& spec, std::ostream& err) {
@@ -367,8 +367,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
                                     " schedule orders pipeline stages; it needs --pp 2 or more");
     if (given("--schedule") && p.pp == 1)
         f.warnings.push_back("--schedule has no effect without pipeline parallelism (--pp 2 or more)");
-    if (given("--no-fold") && !model_parallel)
-        f.warnings.push_back("--no-fold has no effect: only tensor / pipeline plans fold their replicas");
+    if (given("--no-fold") && ps)
+        f.warnings.push_back("--no-fold has no effect: parameter-server plans never fold their replicas");
     return p;
 }
 

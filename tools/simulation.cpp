@@ -37,7 +37,7 @@ void check_simulable(const strategies::Layout& layout, const strategies::Plan& p
     const double need = static_cast<double>(layout.estimated_ops) * kBytesPerOp;
     const std::int64_t have = available_memory();
     if (need <= static_cast<double>(have)) return;
-    const bool could_fold = layout.dp > 1 && (layout.tp > 1 || layout.pp > 1) && !layout.folded && !plan.fold;
+    const bool could_fold = layout.dp > 1 && !layout.folded && !plan.fold;
     throw Error(ErrorKind::out_of_range,
                 "the plan needs about " + figure(static_cast<double>(layout.estimated_ops)) + " ops, about " +
                     to_string(Bytes::from_double(need)) + " to build and simulate, more than the " + to_string(Bytes(have)) +

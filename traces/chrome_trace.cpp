@@ -153,6 +153,7 @@ private:
 /// One flow event, bound to the slice of `op` (at its start).
 struct FlowEnd {
     OpId op;
+    int pid;            // the rank it is drawn on: the op's, or a mirror's of a folded graph
     Time ts;
     std::uint64_t id;
     std::uint32_t step; // position along the flow
@@ -214,13 +215,28 @@ private:
                 fail_input("a rank in 0.." + std::to_string(n - 1) + " to trace", "rank " + std::to_string(r));
             selected_[static_cast<std::size_t>(r)] = true;
         }
+        // A folded graph's mirror rank is drawn from its representative's ops (the two run the
+        // same ops at the same times), so the representative's lanes are built for it too.
+        needed_.assign(static_cast<std::size_t>(n), false);
         for (int r = 0; r < n; ++r)
-            if (selected_[static_cast<std::size_t>(r)]) ranks_.push_back(r);
+            if (selected_[static_cast<std::size_t>(r)]) {
+                ranks_.push_back(r);
+                needed_[static_cast<std::size_t>(graph_.representative(r))] = true;
+            }
     }
 
+    /// The op's slice is built (its rank is traced, or a traced mirror copies it).
+    bool laned(OpId id) const {
+        const Op& op = graph_.op(id);
+        return needed_[static_cast<std::size_t>(op.rank)] && tl_.start[id] >= Time::zero();
+    }
+    /// The op is written at its own rank (flows bind to those slices only).
     bool written(OpId id) const {
         const Op& op = graph_.op(id);
         return selected_[static_cast<std::size_t>(op.rank)] && tl_.start[id] >= Time::zero();
+    }
+    std::size_t lane(int r, int s) const {
+        return static_cast<std::size_t>(graph_.representative(r)) * kLanes + static_cast<std::size_t>(s);
     }
 
     std::size_t lane_of(const Op& op) const {
@@ -236,12 +252,12 @@ private:
         const std::size_t lanes = static_cast<std::size_t>(graph_.ranks()) * kLanes;
         std::vector<std::uint32_t> count(lanes + 1, 0);
         for (OpId id = 0; id < graph_.size(); ++id)
-            if (written(id)) ++count[lane_of(graph_.op(id)) + 1];
+            if (laned(id)) ++count[lane_of(graph_.op(id)) + 1];
         for (std::size_t l = 0; l < lanes; ++l) count[l + 1] += count[l];
         lane_begin_ = count;
         slices_.resize(count[lanes]);
         for (OpId id = 0; id < graph_.size(); ++id) {
-            if (!written(id)) continue;
+            if (!laned(id)) continue;
             const Time s = tl_.start[id];
             const Time e = std::max(tl_.end[id], s);  // an op that never finished: a zero-length slice
             slices_[count[lane_of(graph_.op(id))]++] = {s, e, id};
@@ -283,32 +299,43 @@ private:
         return {tl_.start[id], std::max(tl_.end[id], tl_.start[id])};
     }
 
-    /// A flow through the slices of `ops`, in the order they started (ties: rank, then op id).
-    void add_flow(std::vector<OpId> ops, bool collective) {
+    /// A flow through the slices of `ends` (an op and the rank it is drawn on), in the order they
+    /// started (ties: rank, then op id).
+    void add_flow(std::vector<std::pair<OpId, int>> ends, bool collective) {
         const std::uint64_t id = ++flow_count_;
-        if (ops.size() < 2) return;
-        std::sort(ops.begin(), ops.end(), [&](OpId a, OpId b) {
-            const Time ta = times(a).first, tb = times(b).first;
+        if (ends.size() < 2) return;
+        std::sort(ends.begin(), ends.end(), [&](const std::pair<OpId, int>& a, const std::pair<OpId, int>& b) {
+            const Time ta = times(a.first).first, tb = times(b.first).first;
             if (ta != tb) return ta < tb;
-            if (graph_.op(a).rank != graph_.op(b).rank) return graph_.op(a).rank < graph_.op(b).rank;
-            return a < b;
+            if (a.second != b.second) return a.second < b.second;
+            return a.first < b.first;
         });
-        for (std::size_t k = 0; k < ops.size(); ++k) {
-            const char ph = k == 0 ? 's' : k + 1 == ops.size() ? 'f' : 't';
-            flows_.push_back({ops[k], times(ops[k]).first, id, static_cast<std::uint32_t>(k), ph, collective});
+        for (std::size_t k = 0; k < ends.size(); ++k) {
+            const char ph = k == 0 ? 's' : k + 1 == ends.size() ? 'f' : 't';
+            flows_.push_back({ends[k].first, ends[k].second, times(ends[k].first).first, id, static_cast<std::uint32_t>(k), ph,
+                              collective});
         }
     }
 
     void build_flows() {
         for (const P2P& p : graph_.p2ps()) {
-            std::vector<OpId> ends;
-            if (written(p.send) && written(p.recv)) ends = {p.send, p.recv};
+            std::vector<std::pair<OpId, int>> ends;
+            if (written(p.send) && written(p.recv)) ends = {{p.send, graph_.op(p.send).rank}, {p.recv, graph_.op(p.recv).rank}};
             add_flow(std::move(ends), false);
         }
+        // A collective of a folded graph has ops on the representatives only; each traced mirror
+        // of a member joins the flow at its representative's slice, drawn on the mirror's row.
+        std::vector<std::vector<int>> mirrors(static_cast<std::size_t>(graph_.ranks()));
+        for (int r : ranks_)
+            if (graph_.representative(r) != r) mirrors[static_cast<std::size_t>(graph_.representative(r))].push_back(r);
         for (std::size_t c = 0; c < graph_.collectives().size(); ++c) {
-            std::vector<OpId> members;
-            for (OpId m : graph_.collective_ops(static_cast<std::int32_t>(c)))
-                if (m != OpGraph::kNoOp && written(m)) members.push_back(m);
+            std::vector<std::pair<OpId, int>> members;
+            for (OpId m : graph_.collective_ops(static_cast<std::int32_t>(c))) {
+                if (m == OpGraph::kNoOp || !laned(m)) continue;
+                const int rank = graph_.op(m).rank;
+                if (selected_[static_cast<std::size_t>(rank)]) members.emplace_back(m, rank);
+                for (int mirror : mirrors[static_cast<std::size_t>(rank)]) members.emplace_back(m, mirror);
+            }
             add_flow(std::move(members), true);
         }
         std::sort(flows_.begin(), flows_.end(), [](const FlowEnd& a, const FlowEnd& b) {
@@ -323,14 +350,14 @@ private:
         const std::size_t n = static_cast<std::size_t>(graph_.ranks());
         std::vector<std::uint32_t> count(n + 1, 0);
         for (const MemorySample& m : tl_.memory)
-            if (m.rank >= 0 && static_cast<std::size_t>(m.rank) < n && selected_[static_cast<std::size_t>(m.rank)])
+            if (m.rank >= 0 && static_cast<std::size_t>(m.rank) < n && needed_[static_cast<std::size_t>(m.rank)])
                 ++count[static_cast<std::size_t>(m.rank) + 1];
         for (std::size_t r = 0; r < n; ++r) count[r + 1] += count[r];
         memory_begin_ = count;
         memory_.resize(count[n]);
         for (std::uint32_t i = 0; i < tl_.memory.size(); ++i) {
             const MemorySample& m = tl_.memory[i];
-            if (m.rank >= 0 && static_cast<std::size_t>(m.rank) < n && selected_[static_cast<std::size_t>(m.rank)])
+            if (m.rank >= 0 && static_cast<std::size_t>(m.rank) < n && needed_[static_cast<std::size_t>(m.rank)])
                 memory_[count[static_cast<std::size_t>(m.rank)]++] = i;
         }
         for (std::size_t r = 0; r < n; ++r)
@@ -386,7 +413,7 @@ private:
             metadata("process_labels", r, 0, "labels", "rank " + std::to_string(r));
             metadata("process_sort_index", r, 0, "sort_index", r);
             for (int s = 0; s < kLanes; ++s) {
-                const std::size_t l = static_cast<std::size_t>(r) * kLanes + static_cast<std::size_t>(s);
+                const std::size_t l = lane(r, s);
                 if (lane_begin_[l] == lane_begin_[l + 1]) continue;
                 metadata("thread_name", r, s, "name", s < kStreams ? to_string(static_cast<Stream>(s)) : "memory");
                 metadata("thread_sort_index", r, s, "sort_index", s);
@@ -401,10 +428,10 @@ private:
 
     void write_rank(int r) {
         for (int s = 0; s < kLanes; ++s) {
-            const std::size_t l = static_cast<std::size_t>(r) * kLanes + static_cast<std::size_t>(s);
+            const std::size_t l = lane(r, s);
             for (std::uint32_t i = lane_begin_[l]; i < lane_begin_[l + 1]; ++i) write_op(slices_[i], r, s);
         }
-        const auto rank = static_cast<std::size_t>(r);
+        const auto rank = static_cast<std::size_t>(graph_.representative(r));
         for (std::uint32_t i = memory_begin_[rank]; i < memory_begin_[rank + 1]; ++i) {
             const MemorySample& m = tl_.memory[memory_[i]];
             head("C", r, 0);
@@ -497,7 +524,7 @@ private:
         for (const FlowEnd& f : flows_) {
             const Op& op = graph_.op(f.op);
             const char ph[2] = {f.ph, '\0'};
-            head(ph, op.rank, static_cast<int>(op.stream));
+            head(ph, f.pid, static_cast<int>(op.stream));
             out_.raw(",\"ts\":");
             out_.micros(f.ts);
             out_.raw(f.collective ? ",\"name\":\"collective\",\"cat\":\"" : ",\"name\":\"p2p\",\"cat\":\"");
@@ -561,6 +588,7 @@ private:
     const TraceOptions& options_;
 
     std::vector<bool> selected_;
+    std::vector<bool> needed_;   // ranks whose ops are laned: the selected ones and their representatives
     std::vector<int> ranks_;
     std::vector<std::uint32_t> lane_begin_;   // (rank * kLanes + thread) → first index in slices_
     std::vector<Slice> slices_;

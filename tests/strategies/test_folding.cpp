@@ -49,6 +49,44 @@ TEST_CASE("a folded 3D plan simulates to the same step as its full expansion", "
     }
 }
 
+TEST_CASE("folded data-parallel replicas simulate to the same step as the full expansion", "[strategies][folding]") {
+    // Every data-parallel strategy that folds, on a GPU cluster with eight replicas per node and
+    // on a Pi cluster of one replica per board; gradient accumulation (2 micro-batches) included.
+    const auto [cluster, nodes, strategy, sharding] = GENERATE(
+        std::make_tuple("dgx-a100", 2, DataParallel::ddp, FsdpSharding::full),
+        std::make_tuple("dgx-a100", 2, DataParallel::ring, FsdpSharding::full),
+        std::make_tuple("dgx-a100", 2, DataParallel::zero1, FsdpSharding::full),
+        std::make_tuple("dgx-a100", 2, DataParallel::zero2, FsdpSharding::full),
+        std::make_tuple("dgx-a100", 2, DataParallel::zero3, FsdpSharding::full),
+        std::make_tuple("dgx-a100", 2, DataParallel::fsdp, FsdpSharding::full),
+        std::make_tuple("dgx-a100", 2, DataParallel::fsdp, FsdpSharding::grad_op),
+        std::make_tuple("dgx-a100", 2, DataParallel::fsdp, FsdpSharding::none),
+        std::make_tuple("pi5-1gbe", 6, DataParallel::ddp, FsdpSharding::full),
+        std::make_tuple("pi5-1gbe", 6, DataParallel::zero3, FsdpSharding::full));
+    const topo::Cluster c = topo::cluster_preset(cluster).with_nodes(nodes);
+    Plan p;
+    p.strategy = strategy;
+    p.fsdp_sharding = sharding;
+    const int dp = c.num_devices();
+    p.global_batch = 2 * dp;
+    const std::string model = c.device_kind(0).is_cpu ? "resnet50" : "gpt2-medium";
+    const tools::Simulation folded = run(model, c, p, true), full = run(model, c, p, false);
+    INFO(cluster << " x " << nodes << " " << to_string(strategy) << " " << to_string(sharding));
+    CHECK(folded.built.graph.folded());
+    CHECK_FALSE(full.built.graph.folded());
+    CHECK(folded.built.graph.size() * static_cast<std::size_t>(dp) < full.built.graph.size() + 100 * static_cast<std::size_t>(dp));
+    CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-6));
+    REQUIRE(folded.summary.per_device.size() == full.summary.per_device.size());
+    for (std::size_t r = 0; r < full.summary.per_device.size(); ++r) {
+        const auto& a = folded.summary.per_device[r];
+        const auto& b = full.summary.per_device[r];
+        CHECK(a.peak_memory == b.peak_memory);
+        CHECK(a.busy.to_seconds() == Approx(b.busy.to_seconds()).epsilon(1e-6));
+        CHECK(a.comm.to_seconds() == Approx(b.comm.to_seconds()).epsilon(1e-6));
+        CHECK(a.exposed_comm.to_seconds() == Approx(b.exposed_comm.to_seconds()).epsilon(1e-6));
+    }
+}
+
 TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
     const Model m = model_preset("gpt2-medium");
     Plan p;
@@ -58,8 +96,20 @@ TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
         p.tp = 4;
         CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
     }
-    SECTION("pure data parallelism is not folded") {
+    SECTION("pure data parallelism is folded, even with a node's eight replicas") {
         p.pp = 1;
+        CHECK(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
+    }
+    SECTION("parameter servers talk point to point: not folded") {
+        p.pp = 1;
+        p.strategy = DataParallel::ps;
+        p.global_batch = 6;   // dp = 4 boards − 1 server
+        CHECK_FALSE(resolve(m, topo::cluster_preset("pi5-1gbe"), p).folded);
+    }
+    SECTION("hybrid FSDP: replica 0 is not in the other shard groups") {
+        p.pp = 1;
+        p.strategy = DataParallel::fsdp;
+        p.fsdp_sharding = FsdpSharding::hybrid;
         CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
     }
     SECTION("tensor groups of a whole node") {

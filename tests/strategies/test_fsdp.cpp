@@ -17,6 +17,7 @@ TEST_CASE("FSDP sharding modes move 3Ψ, 2Ψ, or DDP's 2Ψ per device", "[strate
     Plan p;
     p.strategy = DataParallel::fsdp;
     p.fsdp_sharding = mode;
+    p.fold = false;   // every rank's own ops (folded replicas: test_folding.cpp)
     const Built b = build(m, c, p);
     INFO(to_string(mode));
     CHECK(test::collective_bytes_sent(b.graph, 3) == Approx(factor * psi * (n - 1) / n * 2).epsilon(1e-9));

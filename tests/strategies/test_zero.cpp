@@ -149,6 +149,7 @@ TEST_CASE("elements sent per device per step follow 2Ψ(N−1)/N and 3Ψ(N−1)/
                                                                           {DataParallel::fsdp, 3.0}}));
     Plan p;
     p.strategy = strategy;
+    p.fold = false;   // every rank's own ops (folded replicas: test_folding.cpp)
     const Built b = build(m, c, p);
     // ZeRO-3 with DeepSpeed's default reuse distance keeps gpt2-small's gathered parameters from
     // forward to backward (2Ψ); fetched again (stage3_max_reuse_distance 0) it moves 3Ψ. Tensors
