@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <map>
 #include <limits>
 #include <optional>
@@ -69,6 +70,12 @@ const ProtocolCosts& protocol_costs(Protocol p) {
 }
 
 namespace {
+
+/// "an all_reduce", "a broadcast": a collective's name for messages.
+std::string with_article(const char* kind) {
+    return std::string(std::strchr("aeiou", kind[0]) != nullptr ? "an " : "a ") + kind;
+}
+
 
 int ceil_log2(std::size_t p) { return p <= 1 ? 0 : static_cast<int>(std::bit_width(p - 1)); }
 
@@ -322,8 +329,8 @@ CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& member
                              CollectiveAlgo algo, const CollectiveContext& ctx) {
     const auto& node_of = ctx.node_of;
     if (!applicable(algo, kind, members, ctx))
-        throw Error(ErrorKind::bad_input, std::string("the ") + to_string(algo) + " algorithm cannot run a " +
-                                              to_string(kind) + " over " + std::to_string(members.size()) + " ranks",
+        throw Error(ErrorKind::bad_input, std::string("the ") + to_string(algo) + " algorithm cannot run " +
+                                              with_article(to_string(kind)) + " over " + std::to_string(members.size()) + " ranks",
                     {"", "", "--collective-algo"});
     CollectiveSchedule out;
     out.algo = algo;
@@ -552,8 +559,8 @@ CollectiveSchedule choose(CollectiveKind kind, const std::vector<int>& members, 
                                       ? nccl::choose(*func, comm, n)
                                       : nccl::choose(*func, comm, n, to_nccl(forced));
         if (best.time_us < 0 && forced != CollectiveAlgo::automatic)
-            throw Error(ErrorKind::bad_input, std::string("NCCL's ") + to_string(forced) + " algorithm cannot run a " +
-                                                  to_string(kind) + " over these " + std::to_string(members.size()) + " ranks",
+            throw Error(ErrorKind::bad_input, std::string("NCCL's ") + to_string(forced) + " algorithm cannot run " +
+                                                  with_article(to_string(kind)) + " over these " + std::to_string(members.size()) + " ranks",
                         {"", "", "--collective-algo"});
         if (best.time_us >= 0) {
             const CollectiveAlgo algo = from_nccl(best.algo);

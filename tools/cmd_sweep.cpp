@@ -378,7 +378,7 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--network", f->network, "flow, or analytic (screen analytically, re-simulate the best flow-level)")
         ->capture_default_str();
     app->add_option("--refine", f->refine, "with --network analytic: plans re-simulated flow-level")->capture_default_str();
-    app->add_option("--collective-algo", f->collective_algo, "auto, ring, tree, halving-doubling, hierarchical, direct")
+    app->add_option("--collective-algo", f->collective_algo, "auto, ring, tree, halving-doubling, hierarchical, direct, nvls, pat")
         ->capture_default_str();
     app->add_flag("--no-fold", f->no_fold, "simulate every data-parallel replica");
     app->add_option("--strategies", f->strategies, "data-parallel flavours to try (default: ddp,ring,zero1,zero2,zero3,fsdp)")

@@ -32,7 +32,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--schedule", f.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
     app.add_option("--virtual-stages", f.virtual_stages, "model chunks per device (interleaved)")->capture_default_str();
     app.add_option("--stage-layers", f.stage_layers,
-                   "layers per pipeline stage, e.g. 5,6,6,5 (pp × virtual stages entries; default: balanced by cost)")
+                   "layers per pipeline stage, e.g. 5,6,6,5 (pp × virtual stages entries; default: --partition)")
         ->delimiter(',');
     app.add_option("--partition", f.partition,
                    "pipeline stages: equal (Megatron's: layers must divide; default for transformers) or balanced (by FLOPs)");
@@ -73,7 +73,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--fsdp-group", f.fsdp_group, "fsdp hybrid: devices per shard group (default: a node)");
     app.add_option("--network", f.network, "flow (max-min fair sharing) or analytic (alpha-beta)")->capture_default_str();
     app.add_option("--collective-algo", f.collective_algo,
-                   "auto, ring, tree, halving-doubling, hierarchical, direct")
+                   "auto, ring, tree, halving-doubling, hierarchical, direct, nvls, pat")
         ->capture_default_str();
     app.add_option("--framework", f.framework,
                    "framework whose behaviour to follow: pytorch, megatron, deepspeed, megatron-deepspeed, optionally "
