@@ -162,10 +162,10 @@ run 120 "${mpi[@]}" -np 1 "$bench" gemm --size 8192 || fail "bf16 8192³ GEMM be
 # ---- 5. single-GPU plans ----------------------------------------------------------------------
 phase "single-GPU plans on hgx-h200 --devices 1"
 plans=("gpt2-small|--model gpt2-small --micro-batch 8" "gpt2-xl|--model gpt2-xl --micro-batch 4")
-if "$smol" simulate --model gpt2-small --cluster hgx-h200 --devices 1 --offload cpu >/dev/null 2>&1; then
-    plans+=("gpt2-xl-offload-cpu|--model gpt2-xl --micro-batch 4 --offload cpu")
+if "$smol" simulate --model gpt2-small --cluster hgx-h200 --devices 1 --strategy zero2 --offload cpu >/dev/null 2>&1; then
+    plans+=("gpt2-xl-offload-cpu|--model gpt2-xl --micro-batch 4 --strategy zero2 --offload cpu")
 else
-    say "skipped: the offload plan (this build does not accept --offload cpu yet)"
+    say "skipped: the offload plan (this build does not accept --strategy zero2 --offload cpu)"
 fi
 have_validate=0
 "$smol" validate --help >/dev/null 2>&1 && have_validate=1
