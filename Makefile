@@ -20,7 +20,7 @@ DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libc
 DEB_TEST_PACKAGES := clang libclang-rt-dev llvm
 SMOL := $(BUILD)/tools/smolcluster
 SAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-           LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp
+           LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
 
 .PHONY: all deps deps-test build run test test-asan fuzz bench validate clean
 
