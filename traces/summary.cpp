@@ -279,6 +279,13 @@ std::string rank_ranges(const std::vector<int>& ranks) {
         out += (out.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
         i = j + 1;
     }
+    // A table cell: past 24 characters (strided ranks of a folded 3D plan), the first ranges and
+    // "…" — the device column says how many there are and --json lists every one.
+    constexpr std::size_t kCell = 24;
+    if (out.size() > kCell) {
+        const std::size_t cut = out.rfind(',', kCell - 2);
+        out = out.substr(0, cut == std::string::npos ? kCell - 2 : cut) + ",…";
+    }
     return out;
 }
 
@@ -384,7 +391,9 @@ void print_table(std::ostream& out, const Summary& s) {
         if (std::find(shown.begin(), shown.end(), g) == shown.end()) shown.push_back(g);
     std::sort(shown.begin(), shown.end());
     std::size_t width = 5;
-    for (std::size_t g : shown) width = std::max(width, rank_ranges(groups[g].ranks).size());
+    // Display width: "…" is one column of three bytes (printf pads by bytes, so its rows get 2 more).
+    const auto columns = [](const std::string& t) { return t.size() - 2 * (t.find("…") != std::string::npos); };
+    for (std::size_t g : shown) width = std::max(width, columns(rank_ranges(groups[g].ranks)));
     out << "\n  " << std::string("rank") + std::string(width - 3, ' ') << "device            busy        comm        exposed     peak memory\n";
     std::size_t previous = 0;
     for (std::size_t k = 0; k < shown.size(); ++k) {
@@ -398,8 +407,9 @@ void print_table(std::ostream& out, const Summary& s) {
         if (groups.size() > 1 && g == slowest) note += " (slowest)";
         if (groups.size() > 1 && g == fullest) note += " (most memory)";
         char buf[320];
-        std::snprintf(buf, sizeof buf, "  %-*s %-17s %-11s %-11s %-11s %s%s\n", static_cast<int>(width),
-                      rank_ranges(grp.ranks).c_str(), device.c_str(), to_string(d.busy).c_str(), to_string(d.comm).c_str(),
+        const std::string ranks = rank_ranges(grp.ranks);
+        std::snprintf(buf, sizeof buf, "  %-*s %-17s %-11s %-11s %-11s %s%s\n",
+                      static_cast<int>(width + ranks.size() - columns(ranks)), ranks.c_str(), device.c_str(), to_string(d.busy).c_str(), to_string(d.comm).c_str(),
                       to_string(d.exposed_comm).c_str(), to_string(d.peak_memory).c_str(), note.c_str());
         out << buf;
     }
