@@ -59,8 +59,9 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
         if (tracing) io.out << "\n  trace written to " << f.trace.trace << " (open it in https://ui.perfetto.dev)\n";
     }
     if (!s.fits()) {
-        io.err << "smolcluster: the plan does not fit: " << s.oom->device << " needs " << to_string(s.oom->requested)
-               << " more " << to_string(s.oom->tier) << " memory with " << to_string(s.oom->free) << " free"
+        io.err << "smolcluster: the plan does not fit: " << s.oom->device << " could not allocate "
+               << to_string(s.oom->requested) << " of " << to_string(s.oom->tier) << " memory with "
+               << to_string(s.oom->free) << " free"
                << (s.oom_report ? " (" + s.oom_report->buffer + ")" : std::string()) << '\n';
         if (s.oom_report && !s.oom_report->fits.empty())
             io.err << "smolcluster: it fits with " << s.oom_report->fits.front().change << '\n';

@@ -128,8 +128,8 @@ int execute_plan(exec::Session& session, const PlanFlags& plan_flags, const Exec
     if (predicted.oom || !host.fits || !device.fits) {
         if (root) {
             if (predicted.oom)
-                io.err << "smolcluster: the plan does not fit: " << predicted.oom->device << " needs "
-                       << to_string(predicted.oom->requested) << " more " << to_string(predicted.oom->tier)
+                io.err << "smolcluster: the plan does not fit: " << predicted.oom->device << " could not allocate "
+                       << to_string(predicted.oom->requested) << " of " << to_string(predicted.oom->tier)
                        << " memory with " << to_string(predicted.oom->free) << " free\n";
             else if (!device.fits)
                 io.err << "smolcluster: the plan does not fit this GPU: rank " << device.rank << " needs "

@@ -233,7 +233,7 @@ Outcome outcome_of(const Simulation& s, sim::NetworkMode network) {
         if (cap > 0) o.min_headroom = std::min(o.min_headroom, 1 - static_cast<double>(s.timeline.peak[r][dev].count()) / cap);
     }
     if (m.oom)
-        o.oom = m.oom->device + " needs " + to_string(m.oom->requested) + " more " + to_string(m.oom->tier) +
+        o.oom = m.oom->device + " could not allocate " + to_string(m.oom->requested) + " of " + to_string(m.oom->tier) +
                 " memory with " + to_string(m.oom->free) + " free";
     return o;
 }
