@@ -1,12 +1,15 @@
 // `smolcluster sweep`: every valid plan of a model on a cluster, simulated and ranked (the search
 // itself is tools/sweep.*); the table, the pruning and fitting counts, --csv and --json, and with
-// --nodes 1,2,4,8 a scaling table per strategy.
+// --nodes 1,2,4,8 a scaling table per strategy. Under mpirun the plans are split over the ranks
+// and gathered with MPI (sweep_over_ranks); rank 0 prints what one process would.
 #include <cstdio>
 #include <memory>
 #include <sstream>
 #include <thread>
 
 #include "core/error.hpp"
+#include "exec/executor.hpp"
+#include "tools/execution.hpp"
 #include "tools/commands.hpp"
 #include "tools/output_file.hpp"
 #include "tools/plan_flags.hpp"
@@ -280,7 +283,33 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
     return j.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
-int run_sweep(const SweepFlags& f, const Io& io) {
+/// The exit status: 0, or 3 when no plan fits (the same status as a simulate that does not fit).
+int sweeps_fit(const std::vector<NodeSweep>& sweeps) {
+    for (const NodeSweep& n : sweeps)
+        if (!n.result.ranking.empty()) return 0;
+    return 3;
+}
+
+/// One sweep split over the processes of an mpirun job: each rank simulates its shard on its
+/// --jobs threads, the shards' plans are gathered on every rank (MPI_Allgatherv of export_plans
+/// texts, exec/executor.hpp), the best plans are refined flow-level split the same way, and
+/// gathered again. Every rank then holds the whole result, ranked as one process ranks it.
+SweepResult sweep_over_ranks(const Model& model, const topo::Cluster& cluster, SweepOptions o, exec::Session& session) {
+    o.shard_index = session.rank();
+    o.shard_count = session.size();
+    SweepResult r = sweep(model, cluster, o);
+    // Every rank takes over every text, its own included, so all hold the same figures.
+    const auto gather = [&](const std::vector<std::size_t>& mine) {
+        for (const std::string& text : exec::all_gather_text(session, export_plans(r, mine))) import_plans(r, text);
+    };
+    gather(shard_plans(r, o));
+    gather(refine(model, cluster, r, o));   // nothing to refine: an empty gather on every rank
+    r.ranking = ranking(r.plans, o.objective);
+    return r;
+}
+
+/// `session`: the MPI job when mpirun started this process (rank 0 prints, the others are quiet).
+int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     // Everything that can be refused is refused before the first simulation.
     check_trace_target(f.csv, f.force, "--csv");
     check_trace_target(f.json, f.force, "--json");
@@ -307,7 +336,9 @@ int run_sweep(const SweepFlags& f, const Io& io) {
     o.min_headroom = f.min_headroom;
     if (f.jobs && (*f.jobs < 1 || *f.jobs > 1024))
         fail_input("--jobs between 1 and 1024 (leave it out for the machine's cores)", std::to_string(*f.jobs), flag("--jobs"));
-    o.jobs = f.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    // Under mpirun the ranks of one host share its cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    o.jobs = f.jobs.value_or(std::max(1, cores / (session ? session->local_size() : 1)));
     o.refine = f.refine;
     for (const std::string& s : f.strategies) o.space.strategies.push_back(strategies::parse_data_parallel(s));
     o.space.tp = f.tp;
@@ -336,7 +367,7 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         ProgressBar bar(io.err, io.err_is_terminal && !f.quiet, "plans");
         SweepOptions mine = o;
         if (io.err_is_terminal && !f.quiet) mine.progress = [&bar](std::size_t done, std::size_t total) { bar.update(done, total); };
-        n.result = sweep(model, n.cluster, mine);
+        n.result = session ? sweep_over_ranks(model, n.cluster, mine, *session) : sweep(model, n.cluster, mine);
         bar.finish();
         if (&n != &sweeps.front()) io.out << "\n";
         print_sweep(io.out, model, n, o, f.top);
@@ -346,6 +377,8 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         scaling = scaling_rows(sweeps);
         print_scaling(io.out, scaling, sweeps);
     }
+    // Under mpirun every rank holds the whole result; rank 0 alone writes the files.
+    if (session && !session->root()) return sweeps_fit(sweeps);
     if (!f.csv.empty()) {
         write_text_file(f.csv, csv_text(model, sweeps), f.force, "--csv");
         io.out << "\n  every plan written to " << f.csv << "\n";
@@ -354,9 +387,7 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         write_text_file(f.json, json_text(model, o, sweeps, scaling), f.force, "--json");
         io.out << (f.csv.empty() ? "\n" : "") << "  every plan written to " << f.json << "\n";
     }
-    for (const NodeSweep& n : sweeps)
-        if (!n.result.ranking.empty()) return 0;
-    return 3;   // no plan fits: the same status as a simulate that does not fit
+    return sweeps_fit(sweeps);
 }
 
 }  // namespace
@@ -395,7 +426,17 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--json", f->json, "write every plan with its summary as JSON to FILE");
     app->add_flag("--force", f->force, "overwrite existing --csv / --json files");
     app->add_flag("--quiet", f->quiet, "no progress bar");
-    return {app, [f](const Io& io) { return run_sweep(*f, io); }};
+    return {app, [f](const Io& io) {
+                if (!exec::launched_by_mpirun()) return run_sweep(*f, io, nullptr);
+                exec::require_available("sweep under mpirun");
+                return in_session(io, [&](exec::Session& session) {
+                    // Rank 0 prints; the others' output (warnings included) goes nowhere. An error
+                    // is still printed by every rank that raises it (in_session), as `run` does.
+                    std::ostream nowhere(nullptr);
+                    const Io quiet{nowhere, nowhere, false, io.command_line, io.argv};
+                    return run_sweep(*f, session.root() ? io : quiet, &session);
+                });
+            }};
 }
 
 }  // namespace smol::tools

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "strategies/data_parallel.hpp"
 #include "tools/simulation.hpp"
 #include "topologies/topology.hpp"
@@ -324,8 +326,46 @@ bool better(const PlanResult& a, const PlanResult& b, Objective objective) {
     return a.index < b.index;
 }
 
-/// Ranked plans, best first; plans simulated flow-level (refined) before the analytic rest.
-std::vector<std::size_t> rank(const std::vector<PlanResult>& plans, Objective objective) {
+// ---- plans between processes ------------------------------------------------------------------
+
+Json double_bits(double v) { return std::bit_cast<std::uint64_t>(v); }
+double bits_double(const Json& j) { return std::bit_cast<double>(j.get<std::uint64_t>()); }
+
+Json outcome_json(const Outcome& o) {
+    return {{"network", sim::to_string(o.network)},
+            {"iteration_ps", o.iteration.count_ps()},
+            {"samples_per_s", double_bits(o.samples_per_s)},
+            {"tokens_per_s", double_bits(o.tokens_per_s)},
+            {"mfu", double_bits(o.mfu)},
+            {"bubble_fraction", double_bits(o.bubble_fraction)},
+            {"peak_memory", o.peak_memory.count()},
+            {"min_headroom", double_bits(o.min_headroom)},
+            {"exposed_comm_ps", o.exposed_comm.count_ps()},
+            {"fits", o.fits},
+            {"oom", o.oom},
+            {"events", o.events}};
+}
+
+Outcome outcome_from(const Json& j) {
+    Outcome o;
+    o.network = sim::parse_network_mode(j.at("network").get<std::string>());
+    o.iteration = Time::ps(j.at("iteration_ps").get<std::int64_t>());
+    o.samples_per_s = bits_double(j.at("samples_per_s"));
+    o.tokens_per_s = bits_double(j.at("tokens_per_s"));
+    o.mfu = bits_double(j.at("mfu"));
+    o.bubble_fraction = bits_double(j.at("bubble_fraction"));
+    o.peak_memory = Bytes(j.at("peak_memory").get<std::int64_t>());
+    o.min_headroom = bits_double(j.at("min_headroom"));
+    o.exposed_comm = Time::ps(j.at("exposed_comm_ps").get<std::int64_t>());
+    o.fits = j.at("fits").get<bool>();
+    o.oom = j.at("oom").get<std::string>();
+    o.events = j.at("events").get<std::uint64_t>();
+    return o;
+}
+
+}  // namespace
+
+std::vector<std::size_t> ranking(const std::vector<PlanResult>& plans, Objective objective) {
     std::vector<std::size_t> out;
     for (const PlanResult& p : plans)
         if (p.status == PlanStatus::ranked) out.push_back(p.index);
@@ -337,7 +377,60 @@ std::vector<std::size_t> rank(const std::vector<PlanResult>& plans, Objective ob
     return out;
 }
 
-}  // namespace
+std::vector<std::size_t> shard_plans(const SweepResult& r, const SweepOptions& o) {
+    std::vector<std::size_t> out;
+    for (const PlanResult& p : r.plans)
+        if (p.status != PlanStatus::pruned && static_cast<int>(p.index % static_cast<std::size_t>(o.shard_count)) == o.shard_index)
+            out.push_back(p.index);
+    return out;
+}
+
+std::string export_plans(const SweepResult& r, const std::vector<std::size_t>& which) {
+    Json list = Json::array();
+    for (std::size_t i : which) {
+        const PlanResult& p = r.plans.at(i);
+        Json j{{"index", p.index}, {"status", to_string(p.status)}, {"reason", p.reason}};
+        if (p.result) j["result"] = outcome_json(*p.result);
+        if (p.screen) j["screen"] = outcome_json(*p.screen);
+        list.push_back(std::move(j));
+    }
+    return list.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+void import_plans(SweepResult& into, const std::string& text) {
+    const Json list = Json::parse(text);
+    for (const Json& j : list) {
+        const auto i = j.at("index").get<std::size_t>();
+        if (i >= into.plans.size())
+            throw Error(ErrorKind::internal, "a shard's plan " + std::to_string(i) + " is not one of the sweep's " +
+                                                 std::to_string(into.plans.size()));
+        PlanResult& p = into.plans[i];
+        const std::string status = j.at("status").get<std::string>();
+        const PlanStatus all[] = {PlanStatus::pending,       PlanStatus::pruned,     PlanStatus::ranked,
+                                  PlanStatus::out_of_memory, PlanStatus::over_limit, PlanStatus::failed};
+        const auto* found = std::find_if(std::begin(all), std::end(all), [&](PlanStatus s) { return status == to_string(s); });
+        if (found == std::end(all)) throw Error(ErrorKind::internal, "a shard's plan has status '" + status + "'");
+        p.status = *found;
+        p.reason = j.at("reason").get<std::string>();
+        p.result = j.contains("result") ? std::optional<Outcome>(outcome_from(j["result"])) : std::nullopt;
+        p.screen = j.contains("screen") ? std::optional<Outcome>(outcome_from(j["screen"])) : std::nullopt;
+    }
+}
+
+std::vector<std::size_t> refine(const Model& model, const topo::Cluster& cluster, SweepResult& r, const SweepOptions& o) {
+    if (o.network != sim::NetworkMode::analytic || o.refine <= 0) return {};
+    std::vector<std::size_t> best = ranking(r.plans, o.objective);
+    best.resize(std::min<std::size_t>(best.size(), static_cast<std::size_t>(o.refine)));
+    std::sort(best.begin(), best.end());
+    r.refined = best.size();
+    std::vector<std::size_t> mine;
+    for (std::size_t k = 0; k < best.size(); ++k)
+        if (static_cast<int>(k % static_cast<std::size_t>(o.shard_count)) == o.shard_index) mine.push_back(best[k]);
+    SweepOptions quiet = o;
+    quiet.progress = nullptr;
+    simulate_all(model, cluster, r.plans, mine, quiet, sim::NetworkMode::flow);
+    return mine;
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -412,16 +505,9 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
     }
     simulate_all(model, cluster, out.plans, to_simulate, o, o.network);
 
-    if (o.network == sim::NetworkMode::analytic && o.refine > 0 && o.shard_count == 1) {
-        std::vector<std::size_t> best = rank(out.plans, o.objective);
-        best.resize(std::min<std::size_t>(best.size(), static_cast<std::size_t>(o.refine)));
-        std::sort(best.begin(), best.end());
-        SweepOptions quiet = o;
-        quiet.progress = nullptr;
-        simulate_all(model, cluster, out.plans, best, quiet, sim::NetworkMode::flow);
-        out.refined = best.size();
-    }
-    out.ranking = rank(out.plans, o.objective);
+    // Sharded, the best plans are known only once the shards are gathered: the caller refines.
+    if (o.shard_count == 1) refine(model, cluster, out, o);
+    out.ranking = ranking(out.plans, o.objective);
     return out;
 }
 
@@ -432,7 +518,7 @@ SweepResult merge_shards(std::vector<SweepResult> shards, const SweepOptions& o)
         SweepResult& from = shards[i % shards.size()];
         if (i % shards.size() != 0) out.plans[i] = std::move(from.plans[i]);
     }
-    out.ranking = rank(out.plans, o.objective);
+    out.ranking = ranking(out.plans, o.objective);
     return out;
 }
 

@@ -17,7 +17,8 @@
 //
 // Plans are numbered in enumeration order; `shard_index` / `shard_count` simulate the plans whose
 // number is shard_index modulo shard_count, so workers can split one sweep by index and the
-// results be gathered by number (merge_shards).
+// results be gathered by number (merge_shards in one process; export_plans / import_plans
+// between the processes of `mpirun smolcluster sweep`, tools/cmd_sweep.cpp).
 #pragma once
 
 #include <cstdint>
@@ -119,6 +120,30 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
                          const strategies::Layout& layout);
 
 SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepOptions& options);
+
+/// With the analytic network and options.refine > 0: the best options.refine ranked plans of
+/// `result`, simulated again flow-level (their analytic figures kept as `screen`). A shard
+/// re-simulates the ones at positions shard_index, shard_index + shard_count, … of that list taken
+/// in enumeration order; every shard sets `refined` to the whole list's size. Returns the plans
+/// this shard re-simulated. sweep() calls it itself when shard_count is 1.
+std::vector<std::size_t> refine(const Model& model, const topo::Cluster& cluster, SweepResult& result,
+                                const SweepOptions& options);
+
+/// The ranked plans of `plans`, best first: those simulated flow-level by refine before the
+/// analytic rest, each part by the objective, ties in enumeration order.
+std::vector<std::size_t> ranking(const std::vector<PlanResult>& plans, Objective objective);
+
+/// The plans a shard simulates: its indices (index % shard_count == shard_index) not pruned.
+std::vector<std::size_t> shard_plans(const SweepResult& result, const SweepOptions& options);
+
+/// What another process needs to take the plans `which` of `result` over: each one's index,
+/// status, reason and figures (result and screen), as JSON text; doubles as their bit patterns,
+/// so a plan taken over compares, ranks and prints exactly as where it was simulated.
+std::string export_plans(const SweepResult& result, const std::vector<std::size_t>& which);
+/// Takes over the plans of an export_plans text of the same sweep (same model, cluster and
+/// options, so the same enumeration): their status, reason and figures replace `into`'s.
+/// Does not rank (see ranking).
+void import_plans(SweepResult& into, const std::string& text);
 
 /// Gathers the shards of one sweep (each from sweep() with the same options but its own
 /// shard_index) into one result, ranked again: plan i comes from shard i % shards.size().
