@@ -96,14 +96,24 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         out << "\n  no plan fits\n";
         return;
     }
-    out << "\n  rank  strategy  tp  pp  dp   schedule      mb  recompute  sp  step time   tokens/s    MFU     peak memory  network\n";
-    for (std::size_t k = 0; k < std::min<std::size_t>(r.ranking.size(), static_cast<std::size_t>(top)); ++k) {
-        const PlanResult& p = r.plans[r.ranking[k]];
-        const Outcome& x = *p.result;
+    const std::size_t shown = std::min<std::size_t>(r.ranking.size(), static_cast<std::size_t>(top));
+    const auto schedule_of = [](const PlanResult& p) {
         std::string schedule = p.plan.pp > 1 ? strategies::to_string(p.plan.schedule) : "-";
         if (p.plan.schedule == strategies::Schedule::interleaved) schedule += " v" + std::to_string(p.plan.virtual_stages);
+        if (p.plan.partition) schedule += std::string("/") + strategies::to_string(*p.plan.partition);
+        return schedule;
+    };
+    // The schedule column widens for the partitions of mixed clusters ("interleaved v2/balanced").
+    std::size_t width = 13;
+    for (std::size_t k = 0; k < shown; ++k) width = std::max(width, schedule_of(r.plans[r.ranking[k]]).size());
+    out << "\n  rank  strategy  tp  pp  dp   " << pad("schedule", width + 1)
+        << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network\n";
+    for (std::size_t k = 0; k < shown; ++k) {
+        const PlanResult& p = r.plans[r.ranking[k]];
+        const Outcome& x = *p.result;
+        const std::string schedule = pad(schedule_of(p), width);
         char buf[320];
-        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %-4d %-13s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
+        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %-4d %s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
                       strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, p.layout.dp, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
@@ -175,6 +185,7 @@ Json plan_json(const PlanResult& p, std::optional<std::size_t> rank) {
            {"micro_batch", p.plan.micro_batch},
            {"recompute", to_string(p.plan.recompute)},
            {"sp", p.plan.sequence_parallel},
+           {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
            {"status", to_string(p.status)},
            {"reason", p.reason},
            {"rank", rank ? Json(*rank) : Json(nullptr)}};
@@ -210,7 +221,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,dp,schedule,virtual_stages,micro_batch,microbatches,"
-           "recompute,sp,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "recompute,sp,partition,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
@@ -227,7 +238,8 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
-                << (p.plan.sequence_parallel ? "true" : "false") << ',' << to_string(p.status) << ',';
+                << (p.plan.sequence_parallel ? "true" : "false") << ','
+                << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ',' << to_string(p.status) << ',';
             if (p.result) {
                 const Outcome& x = *p.result;
                 out << sim::to_string(x.network) << ',' << x.iteration.to_seconds() << ',' << x.samples_per_s << ','

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "strategies/parameter_server.hpp"
+#include "tools/pipeline_split.hpp"
 
 namespace smol::tools {
 
@@ -87,8 +88,9 @@ traces::Summary summarize_plan(const strategies::Built& built, const Timeline& t
     return summary;
 }
 
-Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
+Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& given,
                          const sim::SimOptions& options, const topo::Topology* topology) {
+    const strategies::Plan plan = with_pipeline_split(model, cluster, given);
     check_simulable(strategies::resolve(model, cluster, plan), plan);
     strategies::Built built = strategies::build(model, cluster, plan);
     Timeline tl = topology ? sim::simulate(built.graph, cluster, *topology, options)

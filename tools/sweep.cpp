@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "strategies/data_parallel.hpp"
+#include "tools/pipeline_split.hpp"
 #include "tools/simulation.hpp"
 #include "topologies/topology.hpp"
 
@@ -70,6 +71,7 @@ std::string describe_plan(const PlanResult& p) {
     if (x.schedule == Schedule::interleaved) s += " v " + std::to_string(x.virtual_stages);
     s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
     if (x.sequence_parallel) s += " sp";
+    if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
     return s;
 }
 
@@ -137,6 +139,14 @@ const Dimension kDimensions[] = {
          return vary(p, &Plan::pp, powers_of_two(c.cluster.num_devices() / p.tp, c.options.space.pp));
      }},
     // Up to the per-replica batch (one micro-batch per replica).
+    // On a pipeline whose stages sit on different device kinds: layers by FLOPs, or by each
+    // stage's time on its own devices within their memory (tools/pipeline_split.hpp).
+    {"partition", [](const Context& c, const Plan& p, const Layout& l) {
+         if (p.pp == 1 || !stages_on_mixed_devices(c.cluster, l)) return std::vector<Plan>{p};
+         return vary(p, &Plan::partition,
+                     std::vector<std::optional<strategies::Partition>>{strategies::Partition::balanced,
+                                                                       strategies::Partition::speed});
+     }},
     {"micro_batch", [](const Context& c, const Plan& p, const Layout& l) {
          return vary(p, &Plan::micro_batch,
                      powers_of_two(static_cast<int>(std::min<std::int64_t>(l.global_batch / l.dp, 1 << 20)),

@@ -2,7 +2,9 @@
 //
 //  1. Enumerate. The plan dimensions of strategies/plan.hpp are a table (sweep.cpp, kDimensions):
 //     each row expands a partial plan into its values for that dimension, in order strategy, tp,
-//     pp, micro-batch, schedule, virtual stages, recompute, sp. After every row each partial plan
+//     pp, partition (only where the pipeline's stages sit on different device kinds: balanced by
+//     FLOPs, or by speed, tools/pipeline_split.hpp), micro-batch, schedule, virtual stages,
+//     recompute, sp. After every row each partial plan
 //     is checked by strategies::resolve itself (later dimensions at their defaults, which are
 //     always valid), so an impossible choice is pruned once, with resolve's own message, before
 //     its later dimensions multiply it.
