@@ -3,6 +3,7 @@
 // --nodes 1,2,4,8 a scaling table per strategy. Under mpirun the plans are split over the ranks
 // and gathered with MPI (sweep_over_ranks); rank 0 prints what one process would.
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -106,8 +107,15 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     // The schedule column widens for the partitions of mixed clusters ("interleaved v2/balanced").
     std::size_t width = 13;
     for (std::size_t k = 0; k < shown; ++k) width = std::max(width, schedule_of(r.plans[r.ranking[k]]).size());
+    // Device orders (mixed clusters): a last column saying which group's devices come first.
+    const bool orders = r.orders.size() > 1;
+    if (orders) {
+        out << "  device orders tried for pipelines over mixed stages:";
+        for (const DeviceOrder& d : r.orders) out << " " << d.name << " (" << d.cluster.groups.front().name << " first)" << (&d == &r.orders.back() ? "" : ",");
+        out << "\n";
+    }
     out << "\n  rank  strategy  tp  pp  dp   " << pad("schedule", width + 1)
-        << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network\n";
+        << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
         const Outcome& x = *p.result;
@@ -118,7 +126,10 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string(x.peak_memory).c_str(), sim::to_string(x.network));
-        out << buf;
+        std::string line = buf;
+        if (orders) line.insert(line.size() - 1, std::string(std::max<std::size_t>(1, 9 - std::strlen(sim::to_string(x.network))), ' ') +
+                                                     r.orders[static_cast<std::size_t>(p.order)].name);
+        out << line;
     }
     if (r.ranking.size() > static_cast<std::size_t>(top))
         out << "  … " << with_commas(r.ranking.size() - static_cast<std::size_t>(top)) << " more ranked plans (--top, --csv, --json)\n";
@@ -175,7 +186,7 @@ void print_scaling(std::ostream& out, const std::vector<ScalingRow>& rows, const
     }
 }
 
-Json plan_json(const PlanResult& p, std::optional<std::size_t> rank) {
+Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::size_t> rank) {
     Json j{{"index", p.index},
            {"strategy", strategies::to_string(p.plan.strategy)},
            {"tp", p.plan.tp},
@@ -186,6 +197,7 @@ Json plan_json(const PlanResult& p, std::optional<std::size_t> rank) {
            {"recompute", to_string(p.plan.recompute)},
            {"sp", p.plan.sequence_parallel},
            {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
+           {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
            {"status", to_string(p.status)},
            {"reason", p.reason},
            {"rank", rank ? Json(*rank) : Json(nullptr)}};
@@ -221,7 +233,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,dp,schedule,virtual_stages,micro_batch,microbatches,"
-           "recompute,sp,partition,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "recompute,sp,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
@@ -239,7 +251,8 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
                 << (p.plan.sequence_parallel ? "true" : "false") << ','
-                << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ',' << to_string(p.status) << ',';
+                << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ','
+                << quoted(n.result.orders[static_cast<std::size_t>(p.order)].name) << ',' << to_string(p.status) << ',';
             if (p.result) {
                 const Outcome& x = *p.result;
                 out << sim::to_string(x.network) << ',' << x.iteration.to_seconds() << ',' << x.samples_per_s << ','
@@ -268,7 +281,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
         for (const auto& [key, entry] : r.pruned_by_reason()) pruned[key] = {{"count", entry.first}, {"example", entry.second}};
         Json plans = Json::array();
         const auto rank = ranks_of(r);
-        for (const PlanResult& p : r.plans) plans.push_back(plan_json(p, rank[p.index]));
+        for (const PlanResult& p : r.plans) plans.push_back(plan_json(r, p, rank[p.index]));
         list.push_back({{"cluster", n.cluster.name},
                         {"nodes", n.nodes ? Json(*n.nodes) : Json(nullptr)},
                         {"devices", n.cluster.num_devices()},

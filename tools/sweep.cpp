@@ -63,6 +63,27 @@ std::map<std::string, std::pair<std::size_t, std::string>> SweepResult::pruned_b
     return out;
 }
 
+std::vector<DeviceOrder> device_orders(const topo::Cluster& cluster) {
+    std::vector<DeviceOrder> out{{"as given", cluster}};
+    bool mixed = false;
+    for (const topo::NodeGroup& g : cluster.groups) mixed |= g.device.name != cluster.groups.front().device.name;
+    if (!mixed) return out;
+    // Stable sorts by device memory: ties keep the given order.
+    for (const char* name : {"memory first", "memory last"}) {
+        topo::Cluster c = cluster;
+        const bool first = std::string(name) == "memory first";
+        std::stable_sort(c.groups.begin(), c.groups.end(), [first](const topo::NodeGroup& a, const topo::NodeGroup& b) {
+            return first ? a.device.memory > b.device.memory : a.device.memory < b.device.memory;
+        });
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const DeviceOrder& o) {
+            return std::equal(o.cluster.groups.begin(), o.cluster.groups.end(), c.groups.begin(), c.groups.end(),
+                              [](const topo::NodeGroup& a, const topo::NodeGroup& b) { return a.name == b.name; });
+        });
+        if (!seen) out.push_back({name, std::move(c)});
+    }
+    return out;
+}
+
 std::string describe_plan(const PlanResult& p) {
     const Plan& x = p.plan;
     std::string s = std::string(strategies::to_string(x.strategy)) + " tp " + std::to_string(x.tp) + " pp " +
@@ -175,6 +196,7 @@ struct Candidate {
     Plan plan;
     std::optional<Layout> layout;   // unset: pruned by resolve
     std::string reason, reason_key;
+    int order = 0;                  // DeviceOrder
 };
 
 /// Expands the table dimension by dimension, resolving every partial plan.
@@ -273,7 +295,7 @@ void judge(PlanResult& p, const SweepOptions& o) {
 
 /// Simulates `plans[i]` for every i in `which` on `jobs` threads, each with its own Topology.
 /// `store(i, simulation)` runs on the worker; each i is one slot, so no two workers share one.
-void simulate_all(const Model& model, const topo::Cluster& cluster, std::vector<PlanResult>& plans,
+void simulate_all(const Model& model, const std::vector<DeviceOrder>& orders, std::vector<PlanResult>& plans,
                   const std::vector<std::size_t>& which, const SweepOptions& o, sim::NetworkMode network) {
     sim::SimOptions sim_options;
     sim_options.network = network;
@@ -282,11 +304,14 @@ void simulate_all(const Model& model, const topo::Cluster& cluster, std::vector<
     sim_options.record_links = false;
     std::atomic<std::size_t> next{0}, done{0};
     auto worker = [&] {
-        const topo::Topology topology(cluster);
+        std::vector<std::optional<topo::Topology>> topologies(orders.size());   // built when first needed
         for (std::size_t k; (k = next.fetch_add(1)) < which.size(); done.fetch_add(1)) {
             PlanResult& p = plans[which[k]];
             try {
-                const Simulation s = simulate_plan(model, cluster, p.plan, sim_options, &topology);
+                const topo::Cluster& cluster = orders[static_cast<std::size_t>(p.order)].cluster;
+                std::optional<topo::Topology>& topology = topologies[static_cast<std::size_t>(p.order)];
+                if (!topology) topology.emplace(cluster);
+                const Simulation s = simulate_plan(model, cluster, p.plan, sim_options, &*topology);
                 if (p.result && p.result->network != network) p.screen = p.result;
                 p.result = outcome_of(s, network);
                 judge(p, o);
@@ -427,7 +452,7 @@ void import_plans(SweepResult& into, const std::string& text) {
     }
 }
 
-std::vector<std::size_t> refine(const Model& model, const topo::Cluster& cluster, SweepResult& r, const SweepOptions& o) {
+std::vector<std::size_t> refine(const Model& model, const topo::Cluster&, SweepResult& r, const SweepOptions& o) {
     if (o.network != sim::NetworkMode::analytic || o.refine <= 0) return {};
     std::vector<std::size_t> best = ranking(r.plans, o.objective);
     best.resize(std::min<std::size_t>(best.size(), static_cast<std::size_t>(o.refine)));
@@ -438,7 +463,7 @@ std::vector<std::size_t> refine(const Model& model, const topo::Cluster& cluster
         if (static_cast<int>(k % static_cast<std::size_t>(o.shard_count)) == o.shard_index) mine.push_back(best[k]);
     SweepOptions quiet = o;
     quiet.progress = nullptr;
-    simulate_all(model, cluster, r.plans, mine, quiet, sim::NetworkMode::flow);
+    simulate_all(model, r.orders, r.plans, mine, quiet, sim::NetworkMode::flow);
     return mine;
 }
 
@@ -486,9 +511,20 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
         throw Error(ErrorKind::internal, "sweep shard " + std::to_string(o.shard_index) + " of " + std::to_string(o.shard_count));
 
     const Context context{model, cluster, o};
-    std::vector<Candidate> candidates = enumerate(context);
-    const double allowed = mean_allowed_bytes(cluster, o);
     SweepResult out;
+    out.orders = device_orders(cluster);
+    std::vector<Candidate> candidates;
+    for (Candidate& c : enumerate(context)) {
+        const bool mixed_pipeline = c.layout && stages_on_mixed_devices(cluster, *c.layout);
+        candidates.push_back(std::move(c));
+        if (!mixed_pipeline) continue;
+        for (int k = 1; k < static_cast<int>(out.orders.size()); ++k) {
+            Candidate other = candidates.back();
+            other.order = k;
+            candidates.push_back(std::move(other));
+        }
+    }
+    const double allowed = mean_allowed_bytes(cluster, o);
     out.plans.resize(candidates.size());
     std::vector<std::size_t> to_simulate;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -496,6 +532,7 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
         PlanResult& p = out.plans[i];
         p.index = i;
         p.plan = std::move(c.plan);
+        p.order = c.order;
         if (!c.layout) {
             p.status = PlanStatus::pruned;
             p.reason = std::move(c.reason);
@@ -513,7 +550,7 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
         }
         if (static_cast<int>(i % static_cast<std::size_t>(o.shard_count)) == o.shard_index) to_simulate.push_back(i);
     }
-    simulate_all(model, cluster, out.plans, to_simulate, o, o.network);
+    simulate_all(model, out.orders, out.plans, to_simulate, o, o.network);
 
     // Sharded, the best plans are known only once the shards are gathered: the caller refines.
     if (o.shard_count == 1) refine(model, cluster, out, o);

@@ -4,7 +4,8 @@
 //     each row expands a partial plan into its values for that dimension, in order strategy, tp,
 //     pp, partition (only where the pipeline's stages sit on different device kinds: balanced by
 //     FLOPs, or by speed, tools/pipeline_split.hpp), micro-batch, schedule, virtual stages,
-//     recompute, sp. After every row each partial plan
+//     recompute, sp; then, for each resolved pipeline over mixed stages, the same plan on the
+//     other device orders (device_orders), right after it. After every row each partial plan
 //     is checked by strategies::resolve itself (later dimensions at their defaults, which are
 //     always valid), so an impossible choice is pruned once, with resolve's own message, before
 //     its later dimensions multiply it.
@@ -88,9 +89,20 @@ struct Outcome {
     std::uint64_t events = 0;
 };
 
+/// An order of a mixed cluster's node groups, which sets the devices each pipeline stage gets
+/// (ranks are numbered group by group): the order given, and the orders that put the group with
+/// the most device memory first and last, where they differ.
+struct DeviceOrder {
+    std::string name;                   // "as given", "memory first", "memory last"
+    topo::Cluster cluster;              // the groups in that order
+};
+/// The orders a sweep tries on `cluster`: only "as given" unless its groups have different device kinds.
+std::vector<DeviceOrder> device_orders(const topo::Cluster& cluster);
+
 struct PlanResult {
     std::size_t index = 0;
     strategies::Plan plan;
+    int order = 0;                      // index into SweepResult::orders: the devices' order
     strategies::Layout layout;          // set unless pruned by resolve
     PlanStatus status = PlanStatus::pending;
     std::string reason;                 // pruned / over_limit / failed / out_of_memory: why
@@ -101,6 +113,7 @@ struct PlanResult {
 };
 
 struct SweepResult {
+    std::vector<DeviceOrder> orders;     // device_orders of the cluster; plans of pipelines over mixed stages try each
     std::vector<PlanResult> plans;       // enumeration order, pruned ones included
     std::vector<std::size_t> ranking;    // indices into plans of the ranked ones, best first
     std::size_t refined = 0;             // plans re-simulated flow-level

@@ -118,6 +118,15 @@ TEST_CASE("the sweep searches the split on a mixed cluster and its best beats th
     }
     CHECK(both);
     REQUIRE(best_balanced);
+    // The Jetsons (64 GB) come first as given; the other order puts the 4090s (24 GB) first.
+    REQUIRE(r.orders.size() == 2);
+    CHECK(r.orders[1].name == "memory last");
+    CHECK(r.orders[1].cluster.groups.front().device.name == "rtx-4090");
+    std::size_t reordered = 0;
+    for (const PlanResult& p : r.plans) reordered += p.order == 1 && p.status == PlanStatus::ranked;
+    CHECK(reordered > 0);
+    // One device kind: one order.
+    CHECK(device_orders(topo::cluster_preset("dgx-a100")).size() == 1);
     const PlanResult& best = r.plans[r.ranking.front()];
     CHECK(*best.plan.partition == Partition::speed);
     CHECK(best.result->iteration < *best_balanced * 0.75);
