@@ -328,7 +328,7 @@ SweepResult sweep_over_ranks(const Model& model, const topo::Cluster& cluster, S
         for (const std::string& text : exec::all_gather_text(session, export_plans(r, mine))) import_plans(r, text);
     };
     gather(shard_plans(r, o));
-    gather(refine(model, cluster, r, o));   // nothing to refine: an empty gather on every rank
+    gather(refine(model, r, o));   // nothing to refine: an empty gather on every rank
     r.ranking = ranking(r.plans, o.objective);
     return r;
 }

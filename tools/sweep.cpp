@@ -452,7 +452,7 @@ void import_plans(SweepResult& into, const std::string& text) {
     }
 }
 
-std::vector<std::size_t> refine(const Model& model, const topo::Cluster&, SweepResult& r, const SweepOptions& o) {
+std::vector<std::size_t> refine(const Model& model, SweepResult& r, const SweepOptions& o) {
     if (o.network != sim::NetworkMode::analytic || o.refine <= 0) return {};
     std::vector<std::size_t> best = ranking(r.plans, o.objective);
     best.resize(std::min<std::size_t>(best.size(), static_cast<std::size_t>(o.refine)));
@@ -553,7 +553,7 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
     simulate_all(model, out.orders, out.plans, to_simulate, o, o.network);
 
     // Sharded, the best plans are known only once the shards are gathered: the caller refines.
-    if (o.shard_count == 1) refine(model, cluster, out, o);
+    if (o.shard_count == 1) refine(model, out, o);
     out.ranking = ranking(out.plans, o.objective);
     return out;
 }

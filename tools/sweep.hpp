@@ -141,8 +141,8 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
 /// re-simulates the ones at positions shard_index, shard_index + shard_count, … of that list taken
 /// in enumeration order; every shard sets `refined` to the whole list's size. Returns the plans
 /// this shard re-simulated. sweep() calls it itself when shard_count is 1.
-std::vector<std::size_t> refine(const Model& model, const topo::Cluster& cluster, SweepResult& result,
-                                const SweepOptions& options);
+/// Each plan runs on its device order's cluster (result.orders).
+std::vector<std::size_t> refine(const Model& model, SweepResult& result, const SweepOptions& options);
 
 /// The ranked plans of `plans`, best first: those simulated flow-level by refine before the
 /// analytic rest, each part by the objective, ties in enumeration order.

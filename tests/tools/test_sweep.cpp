@@ -177,7 +177,7 @@ TEST_CASE("shards exchanged as text and refined split again equal the one-proces
     exchange(mine);
     std::size_t refined_here = 0;
     for (int k = 0; k < shards; ++k) {
-        mine[k] = refine(model, cluster, part[k], opts[k]);
+        mine[k] = refine(model, part[k], opts[k]);
         refined_here += mine[k].size();
         CHECK(part[k].refined == 5);
     }
