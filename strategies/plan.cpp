@@ -361,7 +361,7 @@ struct Estimate {
 
 Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
     const double pp = l.pp, v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
-    const double ranks = l.folded ? static_cast<double>(l.tp) * l.pp : static_cast<double>(l.devices);
+    const double ranks = l.folded ? static_cast<double>(l.folded_tp ? 1 : l.tp) * l.pp : static_cast<double>(l.devices);
     const double stage_blocks = std::ceil(static_cast<double>(blocks.size()) / pp) + 2;
     // Per block and micro-batch: activation alloc, forward, backward, free; recompute; the
     // zero-bubble schedule's split backward; tensor-parallel collectives (2 per pass, 4 with sp);
@@ -642,7 +642,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // replica's intra-node links carry only its own traffic, the same as its representative's.
     const int per_node = cluster.groups.front().devices_per_node;
     // Expert parallelism exchanges tokens between replicas: they are no longer mirrors.
-    const bool model_parallel = (l.tp > 1 || l.pp > 1) && l.tp % per_node == 0 && l.ep == 1;
+    // Without shared links (Plan::fold_unshared) they fold wherever they sit, and so do the tensor
+    // ranks of a stage, which run one program on their slices (Megatron's layers are symmetric
+    // in the tensor rank); mixtures of experts route tokens per rank, so they never fold.
+    const bool moe = model.is_transformer() && model.shape().is_moe();
+    const bool model_parallel = (l.tp > 1 || l.pp > 1) && (l.tp % per_node == 0 || plan.fold_unshared) && l.ep == 1 && !moe;
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
     // sit — unless a copy to host memory or NVMe, or a host optimizer step, shares a node's PCIe,
@@ -651,7 +655,9 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                l.optimizer_offload == Offload::none && !l.activation_offload &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
-    l.folded = plan.fold && l.dp > 1 && cluster.groups.size() == 1 && l.servers == 0 && (model_parallel || data_parallel);
+    l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && cluster.groups.size() == 1 && model_parallel;
+    l.folded = (plan.fold && l.dp > 1 && cluster.groups.size() == 1 && l.servers == 0 && (model_parallel || data_parallel)) ||
+               l.folded_tp;
     l.estimated_ops = estimated_ops(l, plan, blocks);
     if (l.estimated_ops > kMaxOps) {
         // Say what makes the ops: the gradient buckets (a tiny bucket size) or the passes.

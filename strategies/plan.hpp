@@ -93,7 +93,12 @@ struct Plan {
     std::vector<int> stage_layers;
     /// Unset: equal for transformers (Megatron's), balanced for layer lists.
     std::optional<Partition> partition;
-    bool fold = true;                 // fold identical data-parallel replicas where it is exact (--no-fold)    // layers per (virtual) pipeline stage; empty: balanced by cost
+    bool fold = true;                 // fold identical data-parallel replicas where it is exact (--no-fold)
+    /// The graph is for a network model that shares no links (sim's analytic network: every
+    /// transfer's time is its own route's latency and bandwidth). Folding is then exact wherever
+    /// ranks run the same program, so replicas fold whichever nodes they share, and so do the
+    /// tensor ranks of a stage. The tools set it with --network analytic.
+    bool fold_unshared = false;
     // Data-parallel family (strategies/parameter_server, horovod, zero, fsdp).
     int ps_servers = 1;               // parameter-server shards (--ps-servers)
     PsPlacement ps_placement = PsPlacement::dedicated;
@@ -137,8 +142,12 @@ struct Layout {
     /// Data-parallel replicas folded into one (see OpGraph::set_representatives), unless
     /// Plan::fold is off, on a homogeneous cluster: a tensor / pipeline plan whose nodes each hold
     /// ranks of one replica only (tp a multiple of the devices per node), or pure data
-    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid) without offload.
+    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid) without offload. With
+    /// Plan::fold_unshared, any tensor / pipeline plan without experts, whatever the nodes hold.
     bool folded = false;
+    /// Of a folded tensor / pipeline plan (Plan::fold_unshared only), the tensor ranks of each stage
+    /// too: every rank of stage s mirrors rank (t 0, replica 0, s).
+    bool folded_tp = false;
 
     /// The framework's behaviour, with the plan's overrides applied (grad_reduce, overlap_p2p).
     Framework framework;

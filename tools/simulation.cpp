@@ -76,6 +76,7 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.dtype = to_string(l.dtype);
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();
+    info.folded_tp = l.folded_tp;
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
     return info;
 }
@@ -87,8 +88,11 @@ traces::Summary summarize_plan(const strategies::Built& built, const Timeline& t
     return summary;
 }
 
-Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
+Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& asked,
                          const sim::SimOptions& options, const topo::Topology* topology) {
+    // The analytic network shares no links, so folding is exact wherever ranks run one program.
+    strategies::Plan plan = asked;
+    plan.fold_unshared = options.network == sim::NetworkMode::analytic;
     check_simulable(strategies::resolve(model, cluster, plan), plan);
     strategies::Built built = strategies::build(model, cluster, plan);
     Timeline tl = topology ? sim::simulate(built.graph, cluster, *topology, options)

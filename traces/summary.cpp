@@ -270,6 +270,20 @@ Json to_json(const Summary& s) {
 
 namespace {
 
+/// ", 8 data-parallel replicas folded into one" (or replicas and tensor ranks), or "".
+std::string fold_note(const StepInfo& i) {
+    if (!i.folded) return "";
+    std::string note = ", " + std::to_string(i.dp);
+    if (i.folded_tp) {
+        note += " replicas × ";
+        note += std::to_string(i.tp);
+        note += " tensor ranks folded into one per stage";
+    } else {
+        note += " data-parallel replicas folded into one";
+    }
+    return note;
+}
+
 /// "0-7,16-23": sorted ranks as ranges.
 std::string rank_ranges(const std::vector<int>& ranks) {
     std::string out;
@@ -318,7 +332,7 @@ void print_table(std::ostream& out, const Summary& s) {
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
         << (i.attention.empty() ? "" : ", " + i.attention + " attention") << ", "
         << (i.measured ? "measured" : i.network + " network") << (i.framework.empty() ? "" : ", as " + i.framework)
-        << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n";
+        << fold_note(i) << "\n";
     if (!i.seq_note.empty() && i.sequence) out << "  seq " << i.seq << ": " << i.seq_note << "\n";
     out << "\n";
     auto row = [&](const std::string& k, const std::string& v) {

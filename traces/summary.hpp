@@ -42,6 +42,7 @@ struct StepInfo {
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
     bool folded = false;                // data-parallel replicas simulated as one
+    bool folded_tp = false;             // and each stage's tensor ranks (analytic network)
     /// The timeline was measured by running the plan (smolcluster run), not simulated: the
     /// table says "executed" where it says "simulated"; the JSON keys are the same.
     bool measured = false;
