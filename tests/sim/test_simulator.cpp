@@ -119,7 +119,7 @@ TEST_CASE("a send and its receive move bytes at the route's rate after its laten
     CHECK(tl.makespan.to_seconds() == Approx(1.0 + 11e-6).epsilon(1e-6));
 }
 
-TEST_CASE("compute ops take their roofline time; streams run concurrently", "[sim][compute]") {
+TEST_CASE("compute ops take their roofline time, streams run concurrently", "[sim][compute]") {
     const topo::Cluster c = test::uniform_switch_cluster(2, 1.0, 0, 0);
     OpGraph g(2);
     // 100 GFLOP at 100 GFLOP/s with efficiency ~1: 1 s. Two in a row on one stream: 2 s.

@@ -31,7 +31,7 @@ test::DpRun ps_run(int workers, int servers, DataParallel s = DataParallel::ps, 
 
 }  // namespace
 
-TEST_CASE("dedicated servers are the last devices; workers the rest", "[strategies][ps]") {
+TEST_CASE("dedicated servers are the last devices, workers the rest", "[strategies][ps]") {
     const test::DpRun r = ps_run(4, 1);
     CHECK(r.built.layout.dp == 4);
     CHECK(r.built.layout.servers == 1);

@@ -304,7 +304,7 @@ TEST_CASE("a trace of some ranks shows only the links their traffic crosses", "[
     CHECK(node1_gpu0);
 }
 
-TEST_CASE("a cluster composed on the command line simulates; a bad one exits 2 naming it", "[tools][cli]") {
+TEST_CASE("a cluster composed on the command line simulates, a bad one exits 2 naming it", "[tools][cli]") {
     const Result ok = cli({"simulate", "--model", "gpt2-small", "--cluster", "jetson-agx-orin:4,workstation-4gpu:1",
                            "--pp", "2", "--global-batch", "8", "--json"});
     REQUIRE(ok.code == 0);
