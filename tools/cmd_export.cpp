@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "tools/commands.hpp"
 #include "tools/output_file.hpp"
@@ -18,6 +19,7 @@ struct ExportFlags {
     PlanFlags plan;
     std::string format, out, prefix = "smolcluster";
     bool force = false;
+    bool durations = false;
 };
 
 std::string trace_path(const ExportFlags& f, int rank) {
@@ -41,8 +43,15 @@ int run_export(const ExportFlags& f, const Io& io) {
     for (int r = 0; r < layout.devices; ++r) check_output_target(trace_path(f, r), f.force, "--out");
     check_output_target(group_path(f), f.force, "--out");
 
-    const strategies::Built built = strategies::build(model, cluster, plan);
-    const traces::ChakraWriter writer(built.graph);
+    // With --durations the plan is simulated, as `simulate` does, for each op's duration.
+    std::optional<Simulation> run;
+    std::optional<strategies::Built> graph_only;
+    if (f.durations)
+        run = simulate_plan(model, cluster, plan, resolve_sim_options(f.plan));
+    else
+        graph_only = strategies::build(model, cluster, plan);
+    const strategies::Built& built = run ? run->built : *graph_only;
+    const traces::ChakraWriter writer(built.graph, run ? &run->timeline : nullptr);
     traces::ChakraRankStats total;
     for (int r = 0; r < built.graph.ranks(); ++r) {
         OutputFile file(trace_path(f, r), f.force, "--out");
@@ -64,6 +73,7 @@ int run_export(const ExportFlags& f, const Io& io) {
            << ".0.et" << (ranks > 1 ? " … " + f.prefix + "." + std::to_string(ranks - 1) + ".et" : std::string()) << "\n"
            << "  " << total.nodes << " nodes, " << total.ctrl_deps << " ctrl deps (stream order), " << total.data_deps
            << " data deps (other edges)" << (built.graph.folded() ? "; folded replicas written out rank by rank" : "")
+           << (run ? "; durations simulated (" + to_string(run->summary.iteration) + " step)" : std::string())
            << "\n  " << writer.groups().size() << " process group" << (writer.groups().size() == 1 ? "" : "s") << " in "
            << group_path(f) << "\n";
     if (total.without_node > 0)
@@ -78,6 +88,13 @@ int run_export(const ExportFlags& f, const Io& io) {
     if (group_path(f).find("empty") != std::string::npos)
         io.err << "smolcluster: warning: ASTRA-sim ignores a --comm-group-configuration whose path contains \"empty\" ("
                << group_path(f) << "); choose another --out or --prefix\n";
+    if (run && run->timeline.oom) {
+        const OutOfMemory& oom = *run->timeline.oom;
+        io.err << "smolcluster: the plan does not fit: " << oom.device << " could not allocate " << to_string(oom.requested)
+               << " of " << to_string(oom.tier) << " memory with " << to_string(oom.free)
+               << " free; ops after that allocation have no duration in the traces\n";
+        return 3;
+    }
     return 0;
 }
 
@@ -91,6 +108,9 @@ Command add_export(CLI::App& parent) {
     app->add_option("--out", f->out, "the folder to write the traces into (created if missing)")->required();
     app->add_option("--prefix", f->prefix, "file names: PREFIX.RANK.et and PREFIX.comm_group.json (default smolcluster)");
     app->add_flag("--force", f->force, "overwrite existing files");
+    app->add_flag("--durations", f->durations,
+                  "simulate the plan and give every node its simulated duration (duration_micros), which ASTRA-sim "
+                  "replays when its roofline model is off");
     return {app, [f](const Io& io) { return run_export(*f, io); }};
 }
 

@@ -94,9 +94,11 @@ std::string name_without(const std::string& name, const char* tail) {
 
 }  // namespace
 
-ChakraWriter::ChakraWriter(const OpGraph& graph) : g_(graph) {
+ChakraWriter::ChakraWriter(const OpGraph& graph, const Timeline* timeline) : g_(graph), timeline_(timeline) {
     if (!g_.finalized()) fail_export("the graph is not finalized");
     const std::size_t n = g_.size();
+    if (timeline_ && (timeline_->start.size() != n || timeline_->end.size() != n))
+        fail_export("the timeline has " + std::to_string(timeline_->start.size()) + " ops, the graph " + std::to_string(n));
 
     // The stream predecessor, as OpGraph::add records it: the op added before on (rank, stream).
     stream_prev_.assign(n, OpGraph::kNoOp);
@@ -236,6 +238,8 @@ ChakraRankStats ChakraWriter::write_rank(std::ostream& out, int rank) const {
                 ++stats.data_deps;
             }
         }
+        if (timeline_ && timeline_->start[v] >= Time::zero() && timeline_->end[v] > timeline_->start[v])
+            node.set_duration_micros(static_cast<std::uint64_t>(std::llround((timeline_->end[v] - timeline_->start[v]).to_us())));
         const std::string name = g_.op_name(v);
         switch (o.kind) {
             case OpKind::compute:

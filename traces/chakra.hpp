@@ -34,6 +34,11 @@
 // its own rank numbers — its peers and communicators are those of its replica (the i-th mirror of
 // each rank of the representative's replica, OpGraph::mirrors) — so a folded and an unfolded
 // build of one plan export the same traces, up to node ids.
+//
+// Durations: given a Timeline of the graph (the simulator's), every node carries its op's
+// duration in `duration_micros` (rounded to the nearest microsecond, Chakra's unit), which
+// ASTRA-sim replays for compute nodes when its roofline model is off (Workload::issue_replay)
+// and for broadcasts; a mirror takes its representative's durations.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +47,7 @@
 #include <vector>
 
 #include "core/op_graph.hpp"
+#include "core/timeline.hpp"
 
 namespace smol::traces {
 
@@ -57,7 +63,8 @@ class ChakraWriter {
 public:
     /// Prepares the export of a finalized graph: its process groups, each op's stream
     /// predecessor and the ops of each materialized rank in topological order.
-    explicit ChakraWriter(const OpGraph& graph);
+    /// `timeline`, when given, a timeline of `graph` whose durations the nodes carry.
+    explicit ChakraWriter(const OpGraph& graph, const Timeline* timeline = nullptr);
 
     /// Writes rank `rank`'s trace (GlobalMetadata, then its nodes) to `out`, a binary stream.
     ChakraRankStats write_rank(std::ostream& out, int rank) const;
@@ -81,6 +88,7 @@ private:
     GroupKey group_key(std::int32_t communicator, int rank) const;
 
     const OpGraph& g_;
+    const Timeline* timeline_;
     std::vector<OpId> stream_prev_;               // per op: the op before it on its (rank, stream), or kNoOp
     std::vector<std::uint32_t> pred_begin_;       // per op, into preds_ (size ops + 1)
     std::vector<OpId> preds_;

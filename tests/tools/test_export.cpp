@@ -16,6 +16,7 @@
 #include "strategies/plan.hpp"
 #include "tools/cli_fixtures.hpp"
 #include "tools/plan_flags.hpp"
+#include "tools/simulation.hpp"
 #include "traces/chakra_reader.hpp"
 
 using namespace smol;
@@ -234,6 +235,34 @@ TEST_CASE("folded and unfolded builds of a plan export the same traces", "[tools
         CHECK(a.nodes.size() == b.nodes.size());
         CHECK(canonical(a) == canonical(b));
     }
+}
+
+TEST_CASE("export --durations gives each node its simulated duration", "[tools][export]") {
+    TempDir dir("smol_export_durations");
+    const Result r = cli(export_args(dir.str(), {"--model", "gpt2-small", "--cluster", "dgx-a100", "--devices", "2",
+                                                 "--tp", "2", "--durations"}));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("durations simulated") != std::string::npos);
+    // The same plan simulated here: the simulator is deterministic.
+    tools::PlanFlags f;
+    f.model = "gpt2-small";
+    f.cluster = "dgx-a100";
+    f.devices = 2;
+    f.tp = 2;
+    const tools::Simulation sim = tools::simulate_plan(load_model(f.model), tools::resolve_cluster(f),
+                                                       tools::resolve_plan(f), tools::resolve_sim_options(f));
+    int with_duration = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+        const ChakraTrace t = read_chakra(read(dir.path / ("smolcluster." + std::to_string(rank) + ".et")));
+        REQUIRE_FALSE(t.nodes.empty());
+        for (const auto& n : t.nodes) {
+            const Time d = sim.timeline.duration(static_cast<OpId>(n.id()));
+            CHECK(n.duration_micros() == static_cast<std::uint64_t>(std::llround(d.to_us())));
+            with_duration += n.duration_micros() > 0;
+        }
+    }
+    CHECK(with_duration > 50);
 }
 
 TEST_CASE("export: bad input exits 2 naming the flag", "[tools][export]") {

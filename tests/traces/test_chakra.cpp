@@ -322,6 +322,36 @@ TEST_CASE("a folded graph writes each mirror its representative's program with i
     CHECK(wf.counterpart(1, 1) == 1);
 }
 
+TEST_CASE("with a timeline every node carries its op's duration in microseconds", "[traces][chakra]") {
+    Fixture f;
+    Timeline tl;
+    tl.resize(f.g.size(), f.g.ranks());
+    constexpr std::int64_t us = 1'000'000;   // picoseconds
+    auto ran = [&](OpId id, std::int64_t start_ps, std::int64_t end_ps) {
+        tl.start[id] = Time::ps(start_ps);
+        tl.end[id] = Time::ps(end_ps);
+    };
+    ran(f.c0, 0, 2 * us + us * 4 / 10);               // 2.4 µs → 2
+    ran(f.copy0, 3 * us, 3 * us + us * 26 / 10);      // 2.6 µs → 3
+    ran(f.ar0, 10 * us, 110 * us);                    // 100 µs
+    ran(f.send0, 5 * us, 5 * us + us / 10);           // 0.1 µs → 0, written as 0
+    // host0 and c0b never ran (start = end = -1 ps): no duration.
+    const traces::ChakraWriter w(f.g, &tl);
+    const ChakraTrace t = read_chakra(written(w, 0));
+    CHECK(node(t, f.c0).duration_micros() == 2);
+    CHECK(node(t, f.copy0).duration_micros() == 3);
+    CHECK(node(t, f.ar0).duration_micros() == 100);
+    CHECK(node(t, f.send0).duration_micros() == 0);
+    CHECK(node(t, f.host0).duration_micros() == 0);
+    CHECK(node(t, f.c0b).duration_micros() == 0);
+    // Without a timeline the same graph carries none.
+    for (const auto& n : read_chakra(written(traces::ChakraWriter(f.g), 0)).nodes) CHECK(n.duration_micros() == 0);
+
+    Timeline short_tl;
+    short_tl.resize(3, 3);
+    CHECK_THROWS_WITH(traces::ChakraWriter(f.g, &short_tl), Catch::Contains("the timeline has 3 ops"));
+}
+
 TEST_CASE("the writer refuses what it cannot export", "[traces][chakra]") {
     SECTION("a graph not finalized") {
         OpGraph g(1);
