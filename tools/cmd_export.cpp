@@ -81,7 +81,7 @@ int run_export(const ExportFlags& f, const Io& io) {
     if (writer.cross_rank_edges() > 0)
         io.out << "  " << writer.cross_rank_edges()
                << " graph edges between ranks are not in the traces (a trace names only its own nodes)\n";
-    io.out << "  replay: astra-sim … --workload-configuration=" << (std::filesystem::path(f.out) / f.prefix).string()
+    io.out << "  ASTRA-sim flags: --workload-configuration=" << (std::filesystem::path(f.out) / f.prefix).string()
            << " --comm-group-configuration=" << group_path(f) << "\n";
     // Workload::initialize_comm_groups (astra-sim/workload/Workload.cc) skips a file whose path
     // contains "empty", taking it as "no groups given".

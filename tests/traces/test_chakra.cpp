@@ -352,6 +352,21 @@ TEST_CASE("with a timeline every node carries its op's duration in microseconds"
     CHECK_THROWS_WITH(traces::ChakraWriter(f.g, &short_tl), Catch::Contains("the timeline has 3 ops"));
 }
 
+TEST_CASE("process groups with the same members that the graph keeps apart stay apart", "[traces][chakra]") {
+    // Megatron's expert- and data-parallel groups may hold the same ranks (OpGraph::declare_collective's group).
+    OpGraph g(2);
+    for (int group : {0, 1}) {
+        const std::int32_t c = g.declare_collective(CollectiveKind::all_to_all, {0, 1}, Bytes(64), -1, group);
+        for (int r : {0, 1}) g.add_collective_op(c, r, group ? Stream::comm : Stream::p2p, Phase::fwd);
+    }
+    g.finalize();
+    const traces::ChakraWriter w(g);
+    CHECK(w.groups() == std::vector<std::vector<int>>{{0, 1}, {0, 1}});
+    std::vector<std::string> pgs;
+    for (const auto& n : read_chakra(written(w, 1)).nodes) pgs.push_back(attrs(n).at("pg_name").string_val());
+    CHECK(pgs == std::vector<std::string>{"1", "2"});
+}
+
 TEST_CASE("the writer refuses what it cannot export", "[traces][chakra]") {
     SECTION("a graph not finalized") {
         OpGraph g(1);
