@@ -263,6 +263,15 @@ TEST_CASE("export --durations gives each node its simulated duration", "[tools][
         }
     }
     CHECK(with_duration > 50);
+
+    SECTION("a plan that does not fit is written, exits 3 and says so") {
+        TempDir oom("smol_export_oom");
+        const Result o = cli(export_args(oom.str(), {"--model", "gpt2-xl", "--cluster", "pi5-1gbe", "--durations"}));
+        CHECK(o.code == 3);
+        CHECK(o.err.find("does not fit: node0/cpu0") != std::string::npos);
+        CHECK(fs::exists(oom.path / "smolcluster.0.et"));
+        CHECK(fs::exists(oom.path / "smolcluster.comm_group.json"));
+    }
 }
 
 TEST_CASE("export: bad input exits 2 naming the flag", "[tools][export]") {
