@@ -22,8 +22,9 @@
 //
 // Dependencies: a node's `ctrl_deps` hold the op before it on its (rank, stream) — the in-order
 // queue a stream is; its `data_deps` every other edge of the graph into it from the same rank.
-// ASTRA-sim's feeder (astra-sim/chakra feeder_v3, common.h RESOLVE_DATA_DEPS and
-// RESOLVE_CTRL_DEPS both true) waits for both lists. Edges between ranks cannot be written (a
+// ASTRA-sim's feeder (astra-sim/chakra, branch feederv3 at f37c2bb, src/feeder_v3/common.h:
+// RESOLVE_DATA_DEPS and RESOLVE_CTRL_DEPS both true; astra-sim 518bd51's Workload.cc uses it)
+// waits for both lists; Chakra's older ETFeeder (src/feeder/et_feeder.cpp) for data_deps only. Edges between ranks cannot be written (a
 // file names only its own nodes); sends, receives and collectives are what tie ranks together.
 //
 // Communicators: each distinct communicator is a process group numbered from 1 in the order of
