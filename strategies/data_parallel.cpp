@@ -4,6 +4,7 @@
 
 #include "strategies/fsdp.hpp"
 #include "strategies/horovod.hpp"
+#include "strategies/hybrid_cnn.hpp"
 #include "strategies/optimizer.hpp"
 #include "strategies/parameter_server.hpp"
 #include "strategies/zero.hpp"
@@ -276,6 +277,7 @@ OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, co
         case DataParallel::fsdp: return build_fsdp(model, layout, plan);
         case DataParallel::ps: return build_parameter_server(model, layout, plan);
         case DataParallel::ps_async: return build_parameter_server_async(model, layout, plan);
+        case DataParallel::hybrid_cnn: return build_hybrid_cnn(model, layout, plan);
     }
     return build_ddp(model, layout, plan);
 }

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/hybrid_cnn.hpp"
 #include "strategies/model_parallel.hpp"
 #include "strategies/moe.hpp"
 
@@ -44,6 +45,7 @@ const char* to_string(DataParallel s) {
         case DataParallel::zero2: return "zero2";
         case DataParallel::zero3: return "zero3";
         case DataParallel::fsdp: return "fsdp";
+        case DataParallel::hybrid_cnn: return "hybrid-cnn";
     }
     return "?";
 }
@@ -52,7 +54,7 @@ DataParallel parse_data_parallel(const std::string& text) {
     // Only the strategies that are built are accepted.
     static const DataParallel implemented[] = {DataParallel::ps,    DataParallel::ps_async, DataParallel::ring,
                                                DataParallel::ddp,   DataParallel::zero1,    DataParallel::zero2,
-                                               DataParallel::zero3, DataParallel::fsdp};
+                                               DataParallel::zero3, DataParallel::fsdp,     DataParallel::hybrid_cnn};
     return parse_name(text, implemented, "--strategy");
 }
 
@@ -512,6 +514,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        std::to_string(l.dp) + ")",
                    {"", "", "--micro-batch"});
     l.microbatches = static_cast<int>(per_replica / l.micro_batch);
+    if (plan.strategy == DataParallel::hybrid_cnn) check_hybrid_cnn(model, plan, l);
     if (!model.is_transformer()) {
         // A layer list's sizes are per sample: it has no sequence and no attention to recompute.
         if (plan.seq > 0)
@@ -539,7 +542,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool zero = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2 ||
                       plan.strategy == DataParallel::zero3;
     const bool pytorch_only = plan.strategy == DataParallel::ring || plan.strategy == DataParallel::ps ||
-                              plan.strategy == DataParallel::ps_async || plan.strategy == DataParallel::fsdp;
+                              plan.strategy == DataParallel::ps_async || plan.strategy == DataParallel::fsdp ||
+                              plan.strategy == DataParallel::hybrid_cnn;
     l.framework = !plan.framework.empty() ? parse_framework(plan.framework)
                   : pytorch_only         ? parse_framework("pytorch")
                                          : default_framework(l.tp > 1 || l.pp > 1, zero);
@@ -553,7 +557,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             case DataParallel::ring:
             case DataParallel::ps:
             case DataParallel::ps_async:
-            case DataParallel::fsdp: ok = f == FrameworkName::pytorch; break;
+            case DataParallel::fsdp:
+            case DataParallel::hybrid_cnn: ok = f == FrameworkName::pytorch; break;
             case DataParallel::zero1: ok = f != FrameworkName::pytorch; break;
             case DataParallel::zero2:
             case DataParallel::zero3: ok = f == FrameworkName::deepspeed || f == FrameworkName::megatron_deepspeed; break;
@@ -654,11 +659,13 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool data_parallel = l.tp == 1 && l.pp == 1 && l.ep == 1 && l.param_offload == Offload::none &&
                                l.optimizer_offload == Offload::none && !l.activation_offload &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
+                               plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
     l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && cluster.groups.size() == 1 && model_parallel;
     l.folded = (plan.fold && l.dp > 1 && cluster.groups.size() == 1 && l.servers == 0 && (model_parallel || data_parallel)) ||
                l.folded_tp;
     l.estimated_ops = estimated_ops(l, plan, blocks);
+    if (plan.strategy == DataParallel::hybrid_cnn) l.estimated_ops += hybrid_extra_ops(model, l, plan);
     if (l.estimated_ops > kMaxOps) {
         // Say what makes the ops: the gradient buckets (a tiny bucket size) or the passes.
         const Estimate e = estimate(l, plan, blocks);

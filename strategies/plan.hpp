@@ -14,14 +14,22 @@
 
 namespace smol::strategies {
 
-/// The data-parallel flavour (--strategy).
-enum class DataParallel { ps, ps_async, ring, ddp, zero1, zero2, zero3, fsdp };
+/// The data-parallel flavour (--strategy). hybrid_cnn is Krizhevsky's "one weird trick"
+/// (strategies/hybrid_cnn.hpp): data parallelism for the convolutional layers, model parallelism
+/// for the fully connected ones.
+enum class DataParallel { ps, ps_async, ring, ddp, zero1, zero2, zero3, fsdp, hybrid_cnn };
 const char* to_string(DataParallel s);
 DataParallel parse_data_parallel(const std::string& text);   // bad_input lists the valid names
 
 enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1 };
 const char* to_string(Schedule s);
 Schedule parse_schedule(const std::string& text);
+
+/// How hybrid-cnn exchanges the last convolutional activations (--hybrid-variant): Krizhevsky
+/// 2014's schemes (a), (b) and (c) (strategies/hybrid_cnn.hpp).
+enum class HybridVariant { all_gather, broadcast, chunked };
+const char* to_string(HybridVariant v);
+HybridVariant parse_hybrid_variant(const std::string& text);
 
 /// Where parameter-server shards run (--ps-placement): on extra devices after the workers, or
 /// on the first S workers.
@@ -107,6 +115,7 @@ struct Plan {
     double cycle_ms = 5;              // Horovod background cycle time (HOROVOD_CYCLE_TIME)
     FsdpSharding fsdp_sharding = FsdpSharding::full;
     int fsdp_group = 0;               // hybrid: devices per shard group; 0: the devices of a node
+    HybridVariant hybrid_variant = HybridVariant::all_gather;   // hybrid-cnn (--hybrid-variant)
     // The framework whose behaviour the graph follows (strategies/framework.hpp).
     std::string framework;            // "megatron@2.5"; empty: the plan's default
     bool overlap_grad_reduce = false; // Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm

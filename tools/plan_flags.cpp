@@ -25,7 +25,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "network joining a composed cluster's groups: switch or fat-tree (default: one switch)");
     app.add_option("--nodes", f.nodes, "scale the cluster to N nodes");
     app.add_option("--devices", f.devices, "use the first N devices of the cluster (default: all)");
-    app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp")->capture_default_str();
+    app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp, hybrid-cnn")->capture_default_str();
     app.add_option("--tp", f.tp, "tensor-parallel degree")->capture_default_str();
     app.add_option("--pp", f.pp, "pipeline-parallel degree")->capture_default_str();
     app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · pp))");
@@ -71,6 +71,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--cycle-ms", f.cycle_ms, "ring (Horovod): background cycle time in ms")->capture_default_str();
     app.add_option("--fsdp-sharding", f.fsdp_sharding, "fsdp: full, grad-op, hybrid or none")->capture_default_str();
     app.add_option("--fsdp-group", f.fsdp_group, "fsdp hybrid: devices per shard group (default: a node)");
+    app.add_option("--hybrid-variant", f.hybrid_variant,
+                   "hybrid-cnn: how the last conv activations reach the FC shards (Krizhevsky 2014's a, b, c): "
+                   "all-gather, broadcast or chunked")
+        ->capture_default_str();
     app.add_option("--network", f.network, "flow (max-min fair sharing) or analytic (alpha-beta)")->capture_default_str();
     app.add_option("--collective-algo", f.collective_algo,
                    "auto, ring, tree, halving-doubling, hierarchical, direct, nvls, pat")
@@ -328,6 +332,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.fsdp_sharding = strategies::parse_fsdp_sharding(f.fsdp_sharding);
     check_at_least(f.fsdp_group, 1, "--fsdp-group", "leave it out for the devices of a node");
     p.fsdp_group = f.fsdp_group.value_or(0);
+    p.hybrid_variant = strategies::parse_hybrid_variant(f.hybrid_variant);
     p.ep = f.ep;
     p.expert_imbalance = f.expert_imbalance;
     p.capacity_factor = f.capacity_factor;
@@ -351,13 +356,17 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--bucket-mb") && (s == DataParallel::ring || s == DataParallel::zero3 || s == DataParallel::fsdp))
         no_effect("--bucket-mb", strategy + (s == DataParallel::ring ? " fuses gradients by --fusion-mb"
                                                                    : " reduces each block's gradients on their own"));
-    if (given("--first-bucket-mb") && !(s == DataParallel::ddp || (model_parallel && s == DataParallel::zero1)))
-        no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp, or zero1 with --tp / --pp) has a smaller first bucket");
+    if (given("--first-bucket-mb") && !(s == DataParallel::ddp || s == DataParallel::hybrid_cnn ||
+                                        (model_parallel && s == DataParallel::zero1)))
+        no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp or hybrid-cnn, or zero1 with --tp / --pp) has a "
+                                       "smaller first bucket");
     for (const char* name : {"--fusion-mb", "--cycle-ms"})
         if (given(name) && s != DataParallel::ring) no_effect(name, std::string("it is Horovod's (--strategy ring), not ") + strategies::to_string(s) + "'s");
     for (const char* name : {"--ps-servers", "--ps-placement"})
         if (given(name) && !ps) no_effect(name, "parameter servers are --strategy ps and ps-async");
     if (given("--staleness") && s != DataParallel::ps_async) no_effect("--staleness", "only --strategy ps-async runs ahead of its slowest worker");
+    if (given("--hybrid-variant") && s != DataParallel::hybrid_cnn)
+        no_effect("--hybrid-variant", "it is the activation exchange of --strategy hybrid-cnn");
     if (given("--fsdp-sharding") && s != DataParallel::fsdp) no_effect("--fsdp-sharding", "it is FSDP's sharding strategy (--strategy fsdp)");
     if (given("--fsdp-group") && !(s == DataParallel::fsdp && p.fsdp_sharding == strategies::FsdpSharding::hybrid))
         no_effect("--fsdp-group", "shard groups are FSDP's hybrid sharding (--strategy fsdp --fsdp-sharding hybrid)");

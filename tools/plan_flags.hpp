@@ -48,6 +48,7 @@ struct PlanFlags {
     int ps_servers = 1, staleness = 4;
     std::optional<int> fsdp_group;       // unset: the devices of a node
     std::string ps_placement = "dedicated", fsdp_sharding = "full";
+    std::string hybrid_variant = "all-gather";
     double fusion_mb = 64, cycle_ms = 5;
     std::string network = "flow", collective_algo = "auto";
     std::string framework;

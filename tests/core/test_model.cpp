@@ -493,7 +493,7 @@ TEST_CASE("smolcluster's own model JSON", "[core][model]") {
 TEST_CASE("presets and load_model", "[core][model]") {
     const auto names = model_preset_names();
     CHECK(std::is_sorted(names.begin(), names.end()));
-    CHECK(names.size() == 9 + 6);  // transformers + the layer-list presets of core/cnn_presets.cpp
+    CHECK(names.size() == 9 + 7);  // transformers + the layer-list presets of core/cnn_presets.cpp
     for (const auto& n : names) CHECK(load_model(n).name() == n);
     CHECK(model_preset("gpt2-small").default_seq() == 1024);
 }
@@ -571,7 +571,7 @@ TEST_CASE("bad model inputs", "[core][model]") {
     }
     SECTION("unknown model suggests the nearest preset") {
         const std::string m = bad_input_message([] { load_model("gpt2-smal"); });
-        CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: gpt-mini, gpt-tiny, gpt2-large"));
+        CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: alexnet, gpt-mini, gpt-tiny, gpt2-large"));
         CHECK_THAT(m, Contains("or give a path to a JSON file"));
     }
     SECTION("unknown preset") {

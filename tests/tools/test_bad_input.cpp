@@ -236,6 +236,9 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--strategy", "ps", "--staleness", "2"}), {"--staleness", "ps-async"});
         refused(simulate({"--fsdp-sharding", "grad-op"}), {"--fsdp-sharding", "fsdp"});
         refused(simulate({"--strategy", "fsdp", "--fsdp-group", "2"}), {"--fsdp-group", "hybrid"});
+        refused(simulate({"--hybrid-variant", "broadcast"}), {"--hybrid-variant", "hybrid-cnn"});
+        refused(simulate({"--strategy", "hybrid-cnn", "--hybrid-variant", "ring"}, "vgg16", "dgx-a100"),
+                {"--hybrid-variant", "all-gather, broadcast, chunked"});
         refused(simulate({"--strategy", "ring", "--bucket-mb", "10"}), {"--bucket-mb", "--fusion-mb"});
         refused(simulate({"--strategy", "zero2", "--first-bucket-mb", "2"}), {"--first-bucket-mb", "DDP"});
         refused(simulate({"--seq", "128"}, "resnet50"), {"--seq", "layer list"});
