@@ -74,6 +74,7 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.ep = l.ep;
     info.attention = to_string(l.attention);
     info.dtype = to_string(l.dtype);
+    info.compression = strategies::to_string(plan.compress);
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
