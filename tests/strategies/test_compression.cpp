@@ -48,7 +48,7 @@ topo::Cluster pis() { return topo::cluster_preset("pi5-1gbe").with_nodes(8); }
 
 }  // namespace
 
-TEST_CASE("--compress parses 1bit and topk:RATIO", "[strategies][compression]") {
+TEST_CASE("the compression flag parses 1bit and topk:RATIO", "[strategies][compression]") {
     CHECK(parse_compression("none").method == CompressionMethod::none);
     CHECK(parse_compression("1bit").method == CompressionMethod::onebit);
     const Compression t = parse_compression("topk:0.01");
@@ -58,7 +58,7 @@ TEST_CASE("--compress parses 1bit and topk:RATIO", "[strategies][compression]") 
     CHECK(to_string(parse_compression("1bit")) == "1bit");
 }
 
-TEST_CASE("--compress refuses what it does not model", "[strategies][compression]") {
+TEST_CASE("the compression flag refuses what it does not model", "[strategies][compression]") {
     const auto refused = [](const std::string& text, const std::string& says) {
         try {
             (void)parse_compression(text);
@@ -181,6 +181,11 @@ TEST_CASE("1-bit compression pays on eight Pis over 1 GbE and not on a DGX A100"
         INFO(to_string(s) << ": exposed " << plain.exposed_comm.to_seconds() << " s -> " << onebit.exposed_comm.to_seconds()
                           << " s, step " << plain.iteration.to_seconds() << " s -> " << onebit.iteration.to_seconds() << " s");
         CHECK(plain.exposed_comm > onebit.exposed_comm * std::int64_t{4});
+        // The summary says what was compressed, and the residuals' memory by label.
+        const Json j = traces::to_json(onebit);
+        CHECK(j["compression"] == "1bit");
+        CHECK(traces::to_json(plain)["compression"] == "none");
+        CHECK(j["memory"]["device"]["error_feedback"].get<std::int64_t>() > 0);
         // The step shrinks by the exposed communication saved, less the compression's own passes,
         // plus at most what transfers no longer take from the compute they overlapped (the Pi's
         // comm_slowdown 1.25 in pi5-1gbe.json: one of four cores runs the network stack).
