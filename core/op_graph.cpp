@@ -102,6 +102,7 @@ const char* to_string(BufferLabel b) {
         case BufferLabel::workspace: return "workspace";
         case BufferLabel::bucket: return "bucket";
         case BufferLabel::staging: return "staging";
+        case BufferLabel::error_feedback: return "error_feedback";
     }
     return "?";
 }
@@ -115,6 +116,7 @@ const char* describe(BufferLabel b) {
         case BufferLabel::workspace: return "workspace";
         case BufferLabel::bucket: return "gradient buckets";
         case BufferLabel::staging: return "staging buffers";
+        case BufferLabel::error_feedback: return "error-feedback residuals";
     }
     return "?";
 }

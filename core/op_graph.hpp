@@ -104,8 +104,9 @@ struct Buffer {
 /// What a buffer holds, for people reading a trace or an out-of-memory message.
 /// `bucket`: transient gradient buffers (DDP and ZeRO buckets, a unit's full gradient);
 /// `staging`: gathered parameters and pinned transfer buffers.
-enum class BufferLabel : std::int32_t { parameters, gradients, optimizer_state, activations, workspace, bucket, staging };
-inline constexpr int kBufferLabels = 7;
+/// error_feedback: gradient compression's residuals (strategies/compression.hpp).
+enum class BufferLabel : std::int32_t { parameters, gradients, optimizer_state, activations, workspace, bucket, staging, error_feedback };
+inline constexpr int kBufferLabels = 8;
 const char* to_string(BufferLabel b);
 /// What a buffer holds, for people: "optimizer state", "gathered parameters", "gradient buckets".
 const char* describe(BufferLabel b);

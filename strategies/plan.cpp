@@ -336,6 +336,20 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                            "Adam or SGD on the host",
                        {"", "", "--optimizer"});
     }
+    if (plan.compress.method != CompressionMethod::none) {
+        // Compression replaces the all-reduce of whole gradient buckets; the sharded flavours
+        // reduce-scatter shards and parameter servers push to servers, which it does not model.
+        const ErrorContext cf{"", "", "--compress"};
+        const std::string what = "--compress " + to_string(plan.compress);
+        if (l.tp > 1 || l.pp > 1)
+            fail_input(what + " is modelled for data parallelism (tp = pp = 1): it compresses the gradients replicas "
+                           "all-reduce; leave out --tp and --pp",
+                       cf);
+        if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::ring)
+            fail_input(what + " compresses the full-gradient all-reduce of --strategy ddp and ring (Horovod); --strategy " +
+                           to_string(plan.strategy) + " exchanges gradients another way; use --strategy ddp or ring",
+                       cf);
+    }
     if (plan.optimizer != Optimizer::adam) {
         const ErrorContext opt{"", "", "--optimizer"};
         if (plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async)
@@ -389,8 +403,10 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const double buckets = bucketed ? std::ceil(params / pp * 4 / std::max(1.0, cap)) + 2 : 2;
     const double per_microbatch = stage_blocks * per_block + (l.pp > 1 ? 4 * v : 0);
     // Parameter servers push and pull every bucket of every update, and the servers update per push.
+    // A compressed bucket is up to 7 ops per rank (strategies/compression.hpp), not 1.
+    const double per_bucket = plan.compress.method == CompressionMethod::none ? 4 : 10;
     const double bucket_ops =
-        ranks * 4 * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
+        ranks * per_bucket * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
     const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16) + bucket_ops;
     return {ops, buckets, bucket_ops};
 }

@@ -9,6 +9,7 @@
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
+#include "strategies/compression.hpp"
 #include "strategies/framework.hpp"
 #include "topologies/cluster.hpp"
 
@@ -92,6 +93,7 @@ struct Plan {
     Offload offload_activations = Offload::none; // --offload-activations cpu: DeepSpeed's cpu_checkpointing
     FineTune finetune;                          // --finetune
     Optimizer optimizer = Optimizer::adam;      // --optimizer
+    Compression compress;                       // --compress: gradient compression (ddp, ring)
     std::int64_t global_batch = 0;    // 0: dp · micro_batch (one micro-batch per replica)
     int micro_batch = 1;
     int seq = 0;                      // 0: the model's default

@@ -55,6 +55,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS] (TARGETS from qkv,attn_proj,mlp_up,mlp_down; default all)")
         ->capture_default_str();
     app.add_option("--optimizer", f.optimizer, "adam, adamw-8bit, sgd or lamb")->capture_default_str();
+    app.add_option("--compress", f.compress,
+                   "gradient compression for ddp and ring: none, 1bit (1-bit SGD with error feedback) or topk:RATIO "
+                   "(sparse top-k with error feedback, e.g. topk:0.01)")
+        ->capture_default_str();
     app.add_option("--global-batch", f.global_batch, "samples per step (default: dp × micro-batch)");
     app.add_option("--micro-batch", f.micro_batch, "samples per micro-batch")->capture_default_str();
     app.add_option("--seq", f.seq, "sequence length (default: the model's)");
@@ -150,6 +154,7 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     if (plan.schedule == strategies::Schedule::interleaved) p += ", virtual stages " + std::to_string(plan.virtual_stages);
     if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
     if (plan.sequence_parallel) p += ", sp";
+    if (plan.compress.method != strategies::CompressionMethod::none) p += ", compress " + strategies::to_string(plan.compress);
     std::vector<std::pair<std::string, std::string>> out{{"smolcluster-version", SMOL_VERSION},
                                                          {"command-line", command_line},
                                                          {"model", model.name()},
@@ -305,6 +310,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.offload_activations = strategies::parse_offload(f.offload_activations, "--offload-activations");
     p.finetune = strategies::parse_finetune(f.finetune);
     p.optimizer = strategies::parse_optimizer(f.optimizer);
+    p.compress = strategies::parse_compression(f.compress);
     check_at_least(f.global_batch, std::int64_t{1}, "--global-batch", "leave it out for dp × micro-batch");
     p.global_batch = f.global_batch.value_or(0);
     p.micro_batch = f.micro_batch;

@@ -40,6 +40,7 @@ struct PlanFlags {
     bool delayed_update = false;
     std::string offload_activations = "none";
     std::string finetune = "full", optimizer = "adam";
+    std::string compress = "none";       // --compress: gradient compression (strategies/compression.hpp)
     std::optional<std::int64_t> global_batch;   // unset: dp × micro-batch
     int micro_batch = 1;
     std::optional<int> seq;              // unset: the model's

@@ -199,6 +199,7 @@ Json to_json(const Summary& s) {
     j["ep"] = s.info.ep;
     j["attention"] = s.info.attention;
     j["dtype"] = s.info.dtype;
+    j["compression"] = s.info.compression;
     j["folded"] = s.info.folded;
     j["measured"] = s.info.measured;
     j["iteration_time_s"] = s.iteration.to_seconds();
@@ -326,7 +327,8 @@ std::vector<RankGroup> group_ranks(const std::vector<DeviceSummary>& devices) {
 void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
     out << i.model << " on " << i.cluster << " (" << i.devices << " devices): "
-        << (i.strategy == "none" ? "no data parallelism" : i.strategy) << ", tp " << i.tp << " · pp " << i.pp << " · dp "
+        << (i.strategy == "none" ? "no data parallelism" : i.strategy)
+        << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression") << ", tp " << i.tp << " · pp " << i.pp << " · dp "
         << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype

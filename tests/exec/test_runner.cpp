@@ -222,6 +222,16 @@ using strategies::Schedule;
 
 TEST_CASE("exec runs ddp: every op once, in graph order", "[exec][mpi][plan-ddp]") { run_and_check(data_parallel(DataParallel::ddp)); }
 TEST_CASE("exec runs ring (Horovod, cycle timers)", "[exec][mpi][plan-ring]") { run_and_check(data_parallel(DataParallel::ring)); }
+TEST_CASE("exec runs ddp with 1-bit compression: its kernels and its all-to-all and all-gathers", "[exec][mpi][plan-ddp-1bit]") {
+    strategies::Plan p = data_parallel(DataParallel::ddp);
+    p.compress = strategies::parse_compression("1bit");
+    run_and_check(p);
+}
+TEST_CASE("exec runs ring with top-k compression", "[exec][mpi][plan-ring-topk]") {
+    strategies::Plan p = data_parallel(DataParallel::ring);
+    p.compress = strategies::parse_compression("topk:0.01");
+    run_and_check(p);
+}
 TEST_CASE("exec runs ps", "[exec][mpi][plan-ps]") { run_and_check(data_parallel(DataParallel::ps)); }
 TEST_CASE("exec runs ps-async: edges between ranks (bounded staleness)", "[exec][mpi][plan-ps-async]") {
     strategies::Plan p = data_parallel(DataParallel::ps_async);

@@ -277,6 +277,12 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--cluster-network", "switch"}), {"--cluster-network", "composed"});
     }
     SECTION("too many nodes") { refused(simulate({"--nodes", "100000000"}), {"--nodes", "10 million devices"}); }
+    SECTION("gradient compression: a method it knows, on a strategy that all-reduces whole gradients") {
+        refused(simulate({"--compress", "2bit"}), {"--compress:", "1bit or topk:RATIO"});
+        refused(simulate({"--compress", "topk:0"}), {"--compress:", "(0, 1]"});
+        refused(simulate({"--compress", "1bit", "--strategy", "zero1"}), {"--compress:", "use --strategy ddp or ring"});
+        CHECK(cli(simulate({"--compress", "topk:0.01", "--strategy", "ring"})).code == 0);
+    }
 }
 
 TEST_CASE("bad input: plans too large to represent or to simulate", "[tools][bad_input]") {
