@@ -166,6 +166,18 @@ public:
     OpId add_alloc(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
     OpId add_free(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
 
+    /// (Added.) A server's queue: ops added on (rank, stream) from now on are not chained to the
+    /// op before them. The simulator runs them one at a time in the order they become ready — a
+    /// send or receive when both its sides are (the rendezvous) — ties by id: first come, first
+    /// served, as a parameter server serves workers of unequal speed. Executors run a stream's ops
+    /// in id order (exec/runner.cpp), the order the strategy added them. Call it before any op is
+    /// added on the stream; at most one side of a send / receive may be arrival-ordered.
+    void serve_in_arrival_order(int rank, Stream stream);
+    bool has_arrival_order() const { return !arrival_order_.empty(); }
+    bool arrival_ordered(int rank, Stream stream) const {
+        return !arrival_order_.empty() && arrival_order_[static_cast<std::size_t>(rank) * kStreams + static_cast<int>(stream)];
+    }
+
     /// Folding: where data-parallel replicas run identical programs, a strategy may emit ops for
     /// one replica only. `representative[r]` is the rank whose program rank r mirrors (r itself
     /// for ranks that have ops). A mirror rank has no ops; it joins its representative's
@@ -248,6 +260,7 @@ private:
     std::vector<KernelClass> recipe_class_;
     std::unordered_multimap<std::uint64_t, std::int32_t> recipe_index_;   // content hash → recipe
     std::vector<int> representative_;                    // empty unless folded
+    std::vector<bool> arrival_order_;                    // rank * kStreams + stream; empty: none
     std::vector<std::uint32_t> mirror_begin_;            // per rank, into mirror_list_ (size ranks + 1)
     std::vector<int> mirror_list_;
 };

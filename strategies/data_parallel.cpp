@@ -324,7 +324,8 @@ OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, co
         case DataParallel::zero3: return build_zero(model, layout, plan, 3);
         case DataParallel::fsdp: return build_fsdp(model, layout, plan);
         case DataParallel::ps: return build_parameter_server(model, layout, plan);
-        case DataParallel::ps_async: return build_parameter_server_async(model, layout, plan);
+        case DataParallel::ps_async:
+            return plan.hogwild ? build_hogwild(model, layout, plan) : build_parameter_server_async(model, layout, plan);
         case DataParallel::hybrid_cnn: return build_hybrid_cnn(model, layout, plan);
     }
     return build_ddp(model, layout, plan);

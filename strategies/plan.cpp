@@ -418,6 +418,44 @@ std::int64_t estimated_ops(const Layout& l, const Plan& plan, const std::vector<
     return ops >= 9.2e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(ops);
 }
 
+namespace {
+
+/// Hogwild! (Niu et al. 2011) is a shared-memory method: every worker writes the one parameter
+/// store without locks, so the workers must be processes of one node, and the simulator must
+/// model that node's DRAM as one resource the updates share (a node with a PCIe root: the host
+/// ops of its ranks are flows over its DRAM links, sim/simulator.cpp HostCpu). A CPU board or a
+/// node of CPU ranks (intra none or shm) prices each rank's DRAM alone, so the contention
+/// Hogwild! is about would not show: it gets one worker or none.
+void check_hogwild(const topo::Cluster& cluster, const Plan& plan) {
+    const ErrorContext at{"", "", "--hogwild"};
+    if (plan.strategy != DataParallel::ps_async)
+        fail_input(std::string("--hogwild is an asynchronous update rule: it needs --strategy ps-async, not ") +
+                       to_string(plan.strategy),
+                   at);
+    const int devices = cluster.num_devices();
+    const topo::DeviceRef first = cluster.device(0), last = cluster.device(devices - 1);
+    if (first.node != last.node)
+        fail_input("--hogwild updates a parameter store in the shared memory of one node without locks, but the " +
+                       std::to_string(devices) + " workers span " + std::to_string(last.node - first.node + 1) +
+                       " nodes of " + cluster.name +
+                       ", which share no memory; take one node's devices (--devices, --nodes 1) or use ps-async without "
+                       "--hogwild (parameter servers over the network)",
+                   at);
+    const topo::NodeGroup& g = cluster.group_of(0);
+    const bool soc = (g.intra == topo::IntraKind::none || g.intra == topo::IntraKind::shm) &&
+                     (g.device.is_cpu || g.device.unified_memory);
+    if (soc && devices > 1)
+        fail_input("--hogwild on " + std::to_string(devices) + " " + g.device.name +
+                       " ranks of one board: the simulator prices each CPU rank's DRAM traffic alone there, so the "
+                       "contention of lock-free updates on the board's memory would not show; Hogwild! is modelled on "
+                       "nodes whose host DRAM the devices share through a PCIe root (GPU nodes such as workstation-4gpu)",
+                   at);
+    if (plan.tp > 1 || plan.pp > 1)
+        fail_input("--hogwild runs whole replicas (data parallelism only); leave out --tp and --pp", at);
+}
+
+}  // namespace
+
 Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     Layout l;
     l.devices = cluster.num_devices();
@@ -443,7 +481,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // devices of the cluster and the workers the first devices − S (pi5-1gbe × 5 with one server:
     // dp = 4); colocated servers live on the first S workers, so S ≤ dp.
     const bool ps = plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async;
-    if (ps) {
+    if (plan.hogwild) check_hogwild(cluster, plan);
+    if (ps && !plan.hogwild) {
         if (plan.ps_servers < 1)
             fail_input("--ps-servers must be at least 1, found " + std::to_string(plan.ps_servers),
                        {"", "", "--ps-servers"});
@@ -481,7 +520,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                       : std::string()) +
                        " (use --devices to take fewer)",
                    {"", "", "--dp"});
-    if (ps && plan.ps_placement == PsPlacement::colocated && plan.ps_servers > l.dp)
+    if (ps && !plan.hogwild && plan.ps_placement == PsPlacement::colocated && plan.ps_servers > l.dp)
         fail_input(std::to_string(plan.ps_servers) + " colocated parameter servers need as many workers, but dp = " +
                        std::to_string(l.dp),
                    {"", "", "--ps-servers"});
@@ -677,9 +716,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
-    l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && cluster.groups.size() == 1 && model_parallel;
-    l.folded = (plan.fold && l.dp > 1 && cluster.groups.size() == 1 && l.servers == 0 && (model_parallel || data_parallel)) ||
-               l.folded_tp;
+    // A slow device or jitter (--slow, --jitter) makes replicas differ: not mirrors either.
+    const bool alike = cluster.groups.size() == 1 && cluster.uniform_speed();
+    l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;
+    l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel)) || l.folded_tp;
     l.estimated_ops = estimated_ops(l, plan, blocks);
     if (plan.strategy == DataParallel::hybrid_cnn) l.estimated_ops += hybrid_extra_ops(model, l, plan);
     if (l.estimated_ops > kMaxOps) {

@@ -113,6 +113,7 @@ struct Plan {
     int ps_servers = 1;               // parameter-server shards (--ps-servers)
     PsPlacement ps_placement = PsPlacement::dedicated;
     int staleness = 4;                // ps-async: a worker runs at most K updates ahead of the slowest
+    bool hogwild = false;             // ps-async --hogwild: lock-free updates in one node's shared memory (parameter_server.hpp)
     double fusion_mb = 64;            // Horovod tensor fusion buffer in MiB (HOROVOD_FUSION_THRESHOLD)
     double cycle_ms = 5;              // Horovod background cycle time (HOROVOD_CYCLE_TIME)
     FsdpSharding fsdp_sharding = FsdpSharding::full;

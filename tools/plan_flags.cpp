@@ -107,6 +107,14 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "8.0 or later, eager elsewhere");
     app.add_option("--profile", f.profile,
                    "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
+    app.add_option("--slow", f.slow,
+                   "slow devices, RANK:FACTOR[:nic=FACTOR],… (3:0.5: rank 3 computes at half its rates; nic=0.5: its NIC at "
+                   "half its bandwidth)");
+    app.add_option("--jitter", f.jitter, "vary every compute op's time within ±PCT % (0 <= PCT < 100), seeded by --seed")
+        ->capture_default_str();
+    app.add_option("--seed", f.seed, "seed of --jitter (the same seed gives the same times)")->capture_default_str();
+    app.add_flag("--hogwild", f.hogwild,
+                 "ps-async: Hogwild! (Niu et al. 2011), lock-free updates of a parameter store in the shared memory of one node");
     app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas are folded into one where that is exact)");
 }
 
@@ -165,6 +173,19 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     return out;
 }
 
+namespace {
+bool given(const PlanFlags& f, const char* name) { return f.app && f.app->count(name) > 0; }
+}  // namespace
+
+void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
+    for (const char* name : {"--slow", "--jitter", "--seed", "--hogwild"})
+        if (given(f, name))
+            fail_input(std::string("has no effect here: smolcluster ") + command +
+                           " runs the plan on the real devices, at their own speed; " + name +
+                           " is the simulator's (smolcluster simulate)",
+                       flag(name));
+}
+
 topo::Cluster resolve_cluster(const PlanFlags& f) {
     topo::Cluster c;
     if (f.cluster_network.empty()) {
@@ -180,12 +201,14 @@ topo::Cluster resolve_cluster(const PlanFlags& f) {
     if (f.nodes) c = c.with_nodes(*f.nodes);
     if (f.devices) c = c.first_devices(*f.devices);
     if (!f.profile.empty()) c = topo::apply_profile(c, topo::load_profile(f.profile), f.profile);
+    if (given(f, "--slow") || !f.slow.empty()) c = c.with_slow_devices(f.slow);
+    if (given(f, "--seed") && !(f.jitter > 0))
+        fail_input("has no effect here: --seed seeds --jitter; give --jitter PCT above 0", flag("--seed"));
+    if (given(f, "--jitter") || f.jitter != 0) c = c.with_jitter(f.jitter, f.seed);
     return c;
 }
 
 namespace {
-
-bool given(const PlanFlags& f, const char* name) { return f.app && f.app->count(name) > 0; }
 
 /// Applies a ds_config.json to the plan: what it sets fills the flags left unset, a flag given
 /// with another value is an error naming both.
@@ -373,6 +396,14 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--staleness") && s != DataParallel::ps_async) no_effect("--staleness", "only --strategy ps-async runs ahead of its slowest worker");
     if (given("--hybrid-variant") && s != DataParallel::hybrid_cnn)
         no_effect("--hybrid-variant", "it is the activation exchange of --strategy hybrid-cnn");
+    p.hogwild = f.hogwild;
+    if (f.hogwild && s != DataParallel::ps_async)
+        no_effect("--hogwild", "Hogwild! is an asynchronous update rule: it needs --strategy ps-async, not " + strategy.substr(11));
+    if (f.hogwild && given("--staleness"))
+        no_effect("--staleness", "Hogwild!'s lock-free updates have no staleness bound (Niu et al. 2011): leave out --staleness or --hogwild");
+    for (const char* name : {"--ps-servers", "--ps-placement"})
+        if (f.hogwild && given(name))
+            no_effect(name, "Hogwild! has no server: every worker updates the node's shared parameter store itself");
     if (given("--fsdp-sharding") && s != DataParallel::fsdp) no_effect("--fsdp-sharding", "it is FSDP's sharding strategy (--strategy fsdp)");
     if (given("--fsdp-group") && !(s == DataParallel::fsdp && p.fsdp_sharding == strategies::FsdpSharding::hybrid))
         no_effect("--fsdp-group", "shard groups are FSDP's hybrid sharding (--strategy fsdp --fsdp-sharding hybrid)");

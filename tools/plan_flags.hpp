@@ -63,6 +63,10 @@ struct PlanFlags {
     double expert_imbalance = 1, capacity_factor = 0;
     std::string attention;               // empty: flash on GPUs of compute capability ≥ 8.0, else eager
     std::string profile;                 // --profile: a calibration profile applied to the cluster
+    std::string slow;                    // --slow RANK:FACTOR[:nic=FACTOR],… (topo::Cluster::with_slow_devices)
+    double jitter = 0;                   // --jitter PCT: seeded per-op variation of compute times
+    std::uint64_t seed = 1;              // --seed N: the jitter's seed
+    bool hogwild = false;                // --hogwild: ps-async's lock-free shared-memory updates
 };
 
 /// The model a --model names (core/model.hpp load_model), its reader's warnings written to `err`
@@ -82,6 +86,9 @@ strategies::Plan resolve_plan(const PlanFlags& f);
 /// Prints f.warnings to `err` as "smolcluster: warning: …".
 void print_warnings(const PlanFlags& f, std::ostream& err);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);
+/// `run` and `validate` execute on real devices: --slow, --jitter, --seed and --hogwild (which
+/// only the simulator models) are refused, naming the flag.
+void refuse_simulation_only_flags(const PlanFlags& f, const char* command);
 
 inline ErrorContext flag(const char* name) { return {"", "", name}; }
 

@@ -201,6 +201,7 @@ Json to_json(const Summary& s) {
     j["dtype"] = s.info.dtype;
     j["compression"] = s.info.compression;
     j["folded"] = s.info.folded;
+    if (!s.info.notes.empty()) j["notes"] = s.info.notes;
     j["measured"] = s.info.measured;
     j["iteration_time_s"] = s.iteration.to_seconds();
     j["samples_per_s"] = s.samples_per_s;
@@ -260,6 +261,7 @@ Json to_json(const Summary& s) {
     j["events"] = s.events;
     j["sim_wall_s"] = s.sim_wall_s;
     if (s.mean_staleness) j["mean_staleness"] = *s.mean_staleness;
+    if (s.update_rate) j["update_rate_per_s"] = *s.update_rate;
     if (s.info.async_updates) {
         // ps-async's step is microbatches rounds, each one update per worker (see print_table).
         j["updates_per_worker"] = s.info.microbatches;
@@ -336,6 +338,7 @@ void print_table(std::ostream& out, const Summary& s) {
         << (i.measured ? "measured" : i.network + " network") << (i.framework.empty() ? "" : ", as " + i.framework)
         << fold_note(i) << "\n";
     if (!i.seq_note.empty() && i.sequence) out << "  seq " << i.seq << ": " << i.seq_note << "\n";
+    for (const std::string& note : i.notes) out << "  " << note << "\n";
     out << "\n";
     auto row = [&](const std::string& k, const std::string& v) {
         out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';
@@ -348,6 +351,7 @@ void print_table(std::ostream& out, const Summary& s) {
                         fmt("%.0f", updates) + " updates)");
         row("per round", to_string(s.iteration * (1.0 / rounds)) + " (every worker's update)");
         row("per update", to_string(s.iteration * (1.0 / updates)) + " (server side, all workers together)");
+        if (s.update_rate) row("update rate", fmt("%.4g updates/s", *s.update_rate) + " (each worker at its own pace, summed)");
     } else {
         row("step time", to_string(s.iteration));
     }
