@@ -166,7 +166,7 @@ public:
     OpId add_alloc(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
     OpId add_free(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
 
-    /// (Added.) A server's queue: ops added on (rank, stream) from now on are not chained to the
+    /// A server's queue: ops added on (rank, stream) from now on are not chained to the
     /// op before them. The simulator runs them one at a time in the order they become ready — a
     /// send or receive when both its sides are (the rendezvous) — ties by id: first come, first
     /// served, as a parameter server serves workers of unequal speed. Executors run a stream's ops

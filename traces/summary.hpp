@@ -44,7 +44,7 @@ struct StepInfo {
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
     bool folded = false;                // data-parallel replicas simulated as one
     bool folded_tp = false;             // and each stage's tensor ranks (analytic network)
-    /// (Added.) What the run assumed beyond the plan, for people: slow devices and jitter (and
+    /// What the run assumed beyond the plan, for people: slow devices and jitter (and
     /// that they keep replicas unfolded), Hogwild! updates. In to_json as "notes" when not empty.
     std::vector<std::string> notes;
     /// The timeline was measured by running the plan (smolcluster run), not simulated: the
@@ -106,7 +106,7 @@ struct Summary {
     /// ps-async only: mean staleness of the updates (strategies::mean_staleness); in to_json
     /// as "mean_staleness" when set.
     std::optional<double> mean_staleness;
-    /// (Added.) ps-async only: updates per second, each worker at its own pace, summed
+    /// ps-async only: updates per second, each worker at its own pace, summed
     /// (strategies::update_rate); in to_json as "update_rate_per_s" when set.
     std::optional<double> update_rate;
 

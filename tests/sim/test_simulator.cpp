@@ -300,7 +300,7 @@ TEST_CASE("host steps share the node's cores", "[sim][host]") {
     CHECK(run(2) == Approx(2.0).epsilon(1e-3));
 }
 
-TEST_CASE("a slow device computes at its speed; a slow NIC moves its share of the bandwidth", "[sim][speed]") {
+TEST_CASE("a slow device computes at its speed, a slow NIC moves its share of the bandwidth", "[sim][speed]") {
     // Boards of 100 GFLOP/s: an op of 1e9 FLOPs takes 10 ms; at speed 0.5, 20 ms; in a group of
     // speed 0.5 with --slow 0.5 on top, 40 ms.
     topo::Cluster c = test::uniform_switch_cluster(2, 1, 0, 0);
