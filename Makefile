@@ -14,7 +14,8 @@ SAN_BUILD ?= build-asan
 JOBS  ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 DEB_PACKAGES := cmake g++ make nlohmann-json3-dev libboost-graph-dev catch2 libcli11-dev zlib1g-dev nodejs python3 \
-                python3-matplotlib libopenmpi-dev openmpi-bin libopenblas-dev pkg-config
+                python3-matplotlib libopenmpi-dev openmpi-bin libopenblas-dev pkg-config \
+                protobuf-compiler libprotobuf-dev
 # What the sanitizer suite and the fuzzers need besides: clang, its sanitizer and libFuzzer
 # runtimes, and llvm-symbolizer for readable reports.
 DEB_TEST_PACKAGES := clang libclang-rt-dev llvm

@@ -8,7 +8,8 @@
 #
 # The list: the build's headers (nlohmann-json, Boost.Graph's headers and CMake files, Catch2,
 # CLI11, zlib), pkg-config, Open MPI 4.1 (compiler wrappers, mpirun, its libraries and theirs),
-# OpenBLAS (and the gfortran runtime it needs). Run on Debian 12 or a system with its package
+# OpenBLAS (and the gfortran runtime it needs), protobuf's compiler and library (the Chakra export's
+# generated classes, traces/CMakeLists.txt). Run on Debian 12 or a system with its package
 # lists (apt-get update first).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +24,7 @@ packages=(
   libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1 ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1
   libnl-3-200 libnl-route-3-200 libnuma1 libmunge2 libltdl7 libpciaccess0
   libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread libgfortran5
+  protobuf-compiler libprotoc32 libprotobuf-dev libprotobuf32 libprotobuf-lite32
 )
 apt-get download "${packages[@]}"
 du -sh "$dest"

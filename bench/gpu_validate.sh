@@ -20,7 +20,8 @@
 # Exit status: 0 when every step ran and passed, 1 when a check failed, 2 when it cannot build.
 #
 # Build dependencies (Debian/Ubuntu names): cmake g++ nlohmann-json3-dev libboost-graph-dev
-# catch2 libcli11-dev zlib1g-dev libopenmpi-dev openmpi-bin libopenblas-dev pkg-config, the CUDA
+# catch2 libcli11-dev zlib1g-dev libopenmpi-dev openmpi-bin libopenblas-dev pkg-config
+# protobuf-compiler libprotobuf-dev, the CUDA
 # toolkit and NCCL (system, or the pip wheel nvidia-nccl-cu13). A machine that has not got them
 # and cannot install them uses the Debian packages bench/gpu_deps.sh downloads into .gpu-deps/
 # (carry that folder): they are unpacked under /tmp and used from there.
@@ -93,11 +94,12 @@ use_carried_deps() {
 # Build dependencies: the machine's, else the carried Debian packages.
 missing=()
 for h in /usr/include/nlohmann/json.hpp /usr/include/boost/graph/compressed_sparse_row_graph.hpp \
-         /usr/include/CLI/CLI.hpp /usr/include/catch2/catch.hpp; do
+         /usr/include/CLI/CLI.hpp /usr/include/catch2/catch.hpp /usr/include/google/protobuf/message.h; do
     [ -f "$h" ] || missing+=("$h")
 done
 command -v mpicxx >/dev/null || missing+=(mpicxx)
 command -v mpirun >/dev/null || missing+=(mpirun)
+command -v protoc >/dev/null || missing+=(protoc)
 pkg-config --exists openblas 2>/dev/null || missing+=(openblas)
 # SMOL_GPU_DEPS=carried uses the carried packages even where the machine has its own.
 if [ ${#missing[@]} -gt 0 ] || [ "${SMOL_GPU_DEPS:-}" = carried ]; then

@@ -131,6 +131,31 @@ Model vgg16() {
     return Model::layer_list("vgg16", std::move(b.layers), static_cast<int>(3 * 224 * 224 * kFloatBytes));
 }
 
+// ---- AlexNet, the one-tower variant of Krizhevsky 2014 ("One weird trick for parallelizing
+// convolutional neural networks", arXiv:1404.5997), as torchvision builds it (pytorch/vision
+// torchvision/models/alexnet.py, whose docstring names that paper as the architecture's source):
+// conv 64 11×11/4, 192 5×5, 384, 256, 256 3×3, with biases and no batch norm, three 3×3/2
+// max-pools, the 6×6 adaptive average pool (an identity at 224×224), and the classifier of
+// Krizhevsky et al. 2012, 9216 → 4096 → 4096 → 1000. 61,100,840 parameters, 96 % of them in fc6-fc8.
+
+Model alexnet() {
+    Builder b{3, 224, 224};
+    b.bn = false;
+    b.conv_bias = true;
+    b.conv("conv1", 64, 11, 4, 2);
+    b.pool("pool1", 3, 2);
+    b.conv("conv2", 192, 5, 1, 2);
+    b.pool("pool2", 3, 2);
+    b.conv("conv3", 384, 3, 1, 1);
+    b.conv("conv4", 256, 3, 1, 1);
+    b.conv("conv5", 256, 3, 1, 1);
+    b.pool("pool5", 3, 2);
+    b.fc("fc6", 4096);
+    b.fc("fc7", 4096);
+    b.fc("fc8", 1000);
+    return Model::layer_list("alexnet", std::move(b.layers), static_cast<int>(3 * 224 * 224 * kFloatBytes));
+}
+
 // ---- Inception-v3 (Szegedy et al. 2016; torchvision inception_v3, aux_logits=False) ------------
 // Each branch starts from the module's input map; the module's output is the concatenation.
 
@@ -286,6 +311,7 @@ Model mlp(const std::string& name, const std::vector<std::int64_t>& hidden) {
 
 const std::map<std::string, std::function<Model()>>& presets() {
     static const std::map<std::string, std::function<Model()>> all{
+        {"alexnet", alexnet},
         {"inception-v3", inception_v3},
         {"mlp-large", [] { return mlp("mlp-large", {8192, 8192, 8192}); }},
         {"mlp-small", [] { return mlp("mlp-small", {1024, 1024}); }},

@@ -1,6 +1,7 @@
 // CNN and MLP presets as layer lists, generated from their architectures (not tables of totals):
 // resnet50, resnet101 (He et al. 2016, torchvision v1.5: stride on the 3×3), vgg16 (Simonyan &
-// Zisserman 2015, configuration D), inception-v3 (Szegedy et al. 2016, torchvision without the
+// Zisserman 2015, configuration D), alexnet (Krizhevsky 2014's one-tower AlexNet, torchvision's),
+// inception-v3 (Szegedy et al. 2016, torchvision without the
 // auxiliary classifier), and a small MLP family (mlp-small, mlp-large) on 28×28 inputs.
 #pragma once
 

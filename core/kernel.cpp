@@ -59,6 +59,12 @@ const char* to_string(KernelName k) {
         case KernelName::loss: return "loss";
         case KernelName::optimizer: return "optimizer";
         case KernelName::layer: return "layer";
+        case KernelName::onebit_compress: return "onebit_compress";
+        case KernelName::onebit_server: return "onebit_server";
+        case KernelName::onebit_decompress: return "onebit_decompress";
+        case KernelName::topk_compress: return "topk_compress";
+        case KernelName::topk_decompress: return "topk_decompress";
+        case KernelName::powersgd: return "powersgd";
     }
     return "?";
 }

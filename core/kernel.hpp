@@ -39,6 +39,10 @@ enum class KernelOp : std::uint8_t {
 enum class KernelName : std::uint8_t {
     other, embedding, norm, qkv, scores, softmax, context, attn_proj, bias_dropout_residual, mlp_up, activation,
     mlp_down, logits, loss, optimizer, layer,
+    // Gradient compression (strategies/compression.hpp): 1-bit SGD's worker compression, server
+    // step and decompression; top-k's selection and scatter-add; PowerSGD's factor products and
+    // orthogonalisation.
+    onebit_compress, onebit_server, onebit_decompress, topk_compress, topk_decompress, powersgd,
 };
 
 const char* to_string(KernelClass k);

@@ -102,6 +102,7 @@ const char* to_string(BufferLabel b) {
         case BufferLabel::workspace: return "workspace";
         case BufferLabel::bucket: return "bucket";
         case BufferLabel::staging: return "staging";
+        case BufferLabel::error_feedback: return "error_feedback";
     }
     return "?";
 }
@@ -115,6 +116,7 @@ const char* describe(BufferLabel b) {
         case BufferLabel::workspace: return "workspace";
         case BufferLabel::bucket: return "gradient buckets";
         case BufferLabel::staging: return "staging buffers";
+        case BufferLabel::error_feedback: return "error-feedback residuals";
     }
     return "?";
 }
@@ -131,9 +133,20 @@ OpId OpGraph::add(const Op& op) {
     const OpId id = static_cast<OpId>(ops_.size());
     ops_.push_back(op);
     OpId& last = last_on_stream_[static_cast<std::size_t>(op.rank) * kStreams + static_cast<int>(op.stream)];
-    if (last != kNone) pending_edges_.emplace_back(last, id);
+    if (last != kNone && !arrival_ordered(op.rank, op.stream)) pending_edges_.emplace_back(last, id);
     last = id;
     return id;
+}
+
+void OpGraph::serve_in_arrival_order(int rank, Stream stream) {
+    if (finalized_) fail_graph("cannot change a stream after finalize()");
+    if (rank < 0 || rank >= ranks_) fail_graph("stream on rank " + std::to_string(rank) + " outside 0.." + std::to_string(ranks_ - 1));
+    const std::size_t key = static_cast<std::size_t>(rank) * kStreams + static_cast<int>(stream);
+    if (last_on_stream_[key] != kNone)
+        fail_graph(std::string("stream ") + to_string(stream) + " of rank " + std::to_string(rank) +
+                   " already has ops: serve it in arrival order before adding any");
+    if (arrival_order_.empty()) arrival_order_.assign(static_cast<std::size_t>(ranks_) * kStreams, false);
+    arrival_order_[key] = true;
 }
 
 void OpGraph::depend(OpId before, OpId after) {
@@ -374,6 +387,10 @@ std::span<const int> OpGraph::mirrors(int rank) const {
 
 void OpGraph::finalize() {
     if (finalized_) return;
+    if (!arrival_order_.empty())
+        for (const P2P& p : p2ps_)
+            if (arrival_ordered(p.src, ops_[p.send].stream) && arrival_ordered(p.dst, ops_[p.recv].stream))
+                fail_graph(describe(p.send) + ": both sides of a send / receive are served in arrival order");
     std::sort(pending_edges_.begin(), pending_edges_.end());
     pending_edges_.erase(std::unique(pending_edges_.begin(), pending_edges_.end()), pending_edges_.end());
     csr_ = Csr(boost::edges_are_sorted, pending_edges_.begin(), pending_edges_.end(), static_cast<OpId>(ops_.size()));

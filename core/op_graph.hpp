@@ -104,8 +104,9 @@ struct Buffer {
 /// What a buffer holds, for people reading a trace or an out-of-memory message.
 /// `bucket`: transient gradient buffers (DDP and ZeRO buckets, a unit's full gradient);
 /// `staging`: gathered parameters and pinned transfer buffers.
-enum class BufferLabel : std::int32_t { parameters, gradients, optimizer_state, activations, workspace, bucket, staging };
-inline constexpr int kBufferLabels = 7;
+/// error_feedback: gradient compression's residuals (strategies/compression.hpp).
+enum class BufferLabel : std::int32_t { parameters, gradients, optimizer_state, activations, workspace, bucket, staging, error_feedback };
+inline constexpr int kBufferLabels = 8;
 const char* to_string(BufferLabel b);
 /// What a buffer holds, for people: "optimizer state", "gathered parameters", "gradient buckets".
 const char* describe(BufferLabel b);
@@ -164,6 +165,18 @@ public:
     std::int32_t add_buffer(int rank, Tier tier, Bytes bytes, BufferLabel label);
     OpId add_alloc(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
     OpId add_free(std::int32_t buffer, Stream stream, int layer = -1, int microbatch = -1);
+
+    /// A server's queue: ops added on (rank, stream) from now on are not chained to the
+    /// op before them. The simulator runs them one at a time in the order they become ready — a
+    /// send or receive when both its sides are (the rendezvous) — ties by id: first come, first
+    /// served, as a parameter server serves workers of unequal speed. Executors run a stream's ops
+    /// in id order (exec/runner.cpp), the order the strategy added them. Call it before any op is
+    /// added on the stream; at most one side of a send / receive may be arrival-ordered.
+    void serve_in_arrival_order(int rank, Stream stream);
+    bool has_arrival_order() const { return !arrival_order_.empty(); }
+    bool arrival_ordered(int rank, Stream stream) const {
+        return !arrival_order_.empty() && arrival_order_[static_cast<std::size_t>(rank) * kStreams + static_cast<int>(stream)];
+    }
 
     /// Folding: where data-parallel replicas run identical programs, a strategy may emit ops for
     /// one replica only. `representative[r]` is the rank whose program rank r mirrors (r itself
@@ -247,6 +260,7 @@ private:
     std::vector<KernelClass> recipe_class_;
     std::unordered_multimap<std::uint64_t, std::int32_t> recipe_index_;   // content hash → recipe
     std::vector<int> representative_;                    // empty unless folded
+    std::vector<bool> arrival_order_;                    // rank * kStreams + stream; empty: none
     std::vector<std::uint32_t> mirror_begin_;            // per rank, into mirror_list_ (size ranks + 1)
     std::vector<int> mirror_list_;
 };

@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                            "dgx-h100"};
     static const DataParallel strategies[] = {DataParallel::ps,    DataParallel::ps_async, DataParallel::ring,
                                               DataParallel::ddp,   DataParallel::zero1,    DataParallel::zero2,
-                                              DataParallel::zero3, DataParallel::fsdp};
+                                              DataParallel::zero3, DataParallel::fsdp,     DataParallel::hybrid_cnn};
     static const Schedule schedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1};
     static const Recompute recomputes[] = {Recompute::none, Recompute::selective, Recompute::full};
     static const DType dtypes[] = {DType::bf16, DType::fp16, DType::fp32};

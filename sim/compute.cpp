@@ -131,4 +131,15 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
     return done(total);
 }
 
+double jitter_factor(const topo::ComputeJitter& jitter, OpId id) {
+    // SplitMix64 over the seed advanced by the op id (splitmix64.c: x += 0x9e3779b97f4a7c15, then
+    // the two xor-shift-multiply rounds and a final xor-shift).
+    std::uint64_t z = jitter.seed + (static_cast<std::uint64_t>(id) + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const double u = static_cast<double>(z >> 11) * 0x1.0p-53;   // [0, 1), 53 random bits
+    return 1.0 + jitter.percent / 100.0 * (2.0 * u - 1.0);
+}
+
 }  // namespace smol::sim

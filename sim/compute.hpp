@@ -24,6 +24,9 @@
 // passes and Adam over the rate measured at their size; a pass's arithmetic beyond the two FLOPs
 // per element its streaming loop does runs at the measured arithmetic rate. On a CPU board the
 // host is the device, so host kernels are priced the same way.
+//
+// Slow devices and jitter (topologies/cluster.hpp DeviceSpeed, ComputeJitter) are applied by the
+// simulator on top of these times (sim/simulator.cpp device_time): time / speed × jitter_factor.
 #pragma once
 
 #include <array>
@@ -45,5 +48,11 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
 /// outlast the kernels, the launch-bound time is shared in proportion to the kernels' times).
 Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group,
                   std::array<Time, kKernelClasses>* by_class = nullptr);
+
+/// --jitter: the factor on compute op `id`'s time, 1 + percent/100 · u with u uniform in [−1, 1)
+/// drawn by SplitMix64 (Steele, Lea & Flood 2014; Vigna's splitmix64.c, prng.di.unimi.it) from
+/// the seed and the op id: a pure function of the two, so the same graph and seed give the same
+/// times whatever order the events run in, and a sweep's --jobs cannot change them.
+double jitter_factor(const topo::ComputeJitter& jitter, OpId id);
 
 }  // namespace smol::sim

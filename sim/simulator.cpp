@@ -155,9 +155,11 @@ public:
             throw Error(ErrorKind::internal, "the graph has " + std::to_string(ranks) + " ranks but the cluster has " +
                                                  std::to_string(c.num_devices()) + " devices");
         group_.reserve(ranks);
+        speed_.reserve(static_cast<std::size_t>(ranks));
         gpu_ = false;
         for (int r = 0; r < ranks; ++r) {
             group_.push_back(&c.group_of(r));
+            speed_.push_back(c.compute_speed(r));
             group_index_.push_back(static_cast<std::uint32_t>(group_.back() - c.groups.data()));
             gpu_ = gpu_ || !group_.back()->device.is_cpu;
         }
@@ -195,6 +197,7 @@ public:
                     break;
                 }
         }
+        any_served_ = g.has_arrival_order();
         active_comm_.assign(ranks, 0);
         running_.resize(static_cast<std::size_t>(ranks));
         remaining_.resize(g.size());
@@ -301,6 +304,7 @@ private:
 
     void finish(OpId id) {
         tl_.end[id] = engine_.now();
+        if (any_served_) release(id);
         if (options_.record_kernel_classes && graph_.op(id).kind == OpKind::compute) record_classes(id);
         for (OpId s : graph_.successors(id))
             if (--remaining_[s] == 0) ready_.push_back(s);
@@ -310,24 +314,10 @@ private:
         const Op& op = graph_.op(id);
         tl_.start[id] = engine_.now();
         switch (op.kind) {
-            case OpKind::compute: {
-                if (op.on_host() && options_.network == NetworkMode::flow && host_links(op.rank)) {
-                    start_host(id, op);
-                    break;
-                }
-                const Time d = op_time(id, op);
-                const double k = group_[op.rank]->device.comm_slowdown;
-                if (k == 1.0) {
-                    engine_.schedule(engine_.now() + d, op_done, id);
-                } else {
-                    // Track it: its rate changes whenever communication starts or stops on the rank.
-                    Running run{id, static_cast<double>(d.count_ps()), engine_.now(), active_comm_[op.rank] > 0, Time()};
-                    run.end = engine_.now() + ps_truncated(run.remaining_ps * (run.slowed ? k : 1.0));
-                    running_[static_cast<std::size_t>(op.rank)].push_back(run);
-                    engine_.schedule(run.end, op_done, id);
-                }
+            case OpKind::compute:
+                if (served(op) && !admit(id)) break;
+                run_compute(id, op);
                 break;
-            }
             case OpKind::alloc:
             case OpKind::free:
                 memory_->apply(id, op, engine_.now());
@@ -348,13 +338,19 @@ private:
                 std::uint8_t& bits = p2p_ready_[static_cast<std::size_t>(op.ref)];
                 bits |= op.kind == OpKind::send ? 1 : 2;
                 if (bits == 3) {
-                    comm_changed(p.src, +1);
-                    comm_changed(p.dst, +1);
-                    begin(p2p_plan(p), p.send);
+                    // A server's side is admitted at the rendezvous: that is when the worker's
+                    // message arrives (OpGraph::serve_in_arrival_order).
+                    const OpId side = served(graph_.op(p.send)) ? p.send : served(graph_.op(p.recv)) ? p.recv : OpGraph::kNoOp;
+                    if (side != OpGraph::kNoOp) {
+                        if (!admit(side)) break;
+                        tl_.start[side] = engine_.now();   // the served side runs from its turn
+                    }
+                    begin_p2p(p);
                 }
                 break;
             }
             case OpKind::copy:
+                if (served(op) && !admit(id)) break;
                 begin(copy_plan(op), id);
                 break;
             case OpKind::timer: {
@@ -364,6 +360,62 @@ private:
                 engine_.schedule(Time::ps(checked_mul(ticks, period, "a timer's next tick")), op_done, id);
                 break;
             }
+        }
+    }
+
+    void begin_p2p(const P2P& p) {
+        comm_changed(p.src, +1);
+        comm_changed(p.dst, +1);
+        begin(p2p_plan(p), p.send);
+    }
+
+    // ---- streams served in arrival order (OpGraph::serve_in_arrival_order) ----------------------
+
+    bool served(const Op& op) const { return any_served_ && graph_.arrival_ordered(op.rank, op.stream); }
+
+    static std::size_t stream_key(const Op& op) { return static_cast<std::size_t>(op.rank) * kStreams + static_cast<int>(op.stream); }
+
+    /// True when `id` may run now on its stream (it is free, or `id` was served from the queue);
+    /// else it queues behind the op running there.
+    bool admit(OpId id) {
+        Served& s = served_[stream_key(graph_.op(id))];
+        if (s.holder == OpGraph::kNoOp) s.holder = id;
+        if (s.holder == id) return true;
+        s.queue.push_back(id);
+        return false;
+    }
+
+    /// `id` finished: the first op queued on its stream is served next — started again from the
+    /// ready list, so it starts (and its slice begins) now, outside the callback that finished `id`.
+    void release(OpId id) {
+        const Op& op = graph_.op(id);
+        if (!served(op)) return;
+        Served& s = served_[stream_key(op)];
+        if (s.holder != id) return;
+        s.holder = OpGraph::kNoOp;
+        if (s.queue.empty()) return;
+        s.holder = s.queue.front();
+        s.queue.pop_front();
+        ready_.push_back(s.holder);
+    }
+
+    /// A compute op runs: on the host's DRAM and cores (GPU nodes' host ops), else for its
+    /// device time, slowed while its rank communicates where the device says so.
+    void run_compute(OpId id, const Op& op) {
+        if (op.on_host() && options_.network == NetworkMode::flow && host_links(op.rank)) {
+            start_host(id, op);
+            return;
+        }
+        const Time d = device_time(id, op);
+        const double k = group_[op.rank]->device.comm_slowdown;
+        if (k == 1.0) {
+            engine_.schedule(engine_.now() + d, op_done, id);
+        } else {
+            // Track it: its rate changes whenever communication starts or stops on the rank.
+            Running run{id, static_cast<double>(d.count_ps()), engine_.now(), active_comm_[op.rank] > 0, Time()};
+            run.end = engine_.now() + ps_truncated(run.remaining_ps * (run.slowed ? k : 1.0));
+            running_[static_cast<std::size_t>(op.rank)].push_back(run);
+            engine_.schedule(run.end, op_done, id);
         }
     }
 
@@ -394,6 +446,18 @@ private:
         if (key >= recipe_time_.size()) recipe_time_.resize(key + 1, Time::ps(-1));
         Time& t = recipe_time_[key];
         if (t < Time::zero()) t = compute_time(op, graph_.kernels_of(id), *group_[op.rank]);
+        return t;
+    }
+
+    /// The op's time on its own device: its priced time (op_time) over the device's speed
+    /// (Cluster::compute_speed: a node group's "speed", --slow), times its jitter factor. Host ops
+    /// of a GPU node run on the host CPU and are priced by start_host instead: a slow GPU does
+    /// not slow its host.
+    Time device_time(OpId id, const Op& op) {
+        Time t = op_time(id, op);
+        const double speed = speed_[static_cast<std::size_t>(op.rank)];
+        if (speed != 1.0) t = t * (1.0 / speed);
+        if (cluster_.jitter.percent > 0) t = t * jitter_factor(cluster_.jitter, id);
         return t;
     }
 
@@ -788,6 +852,14 @@ private:
     std::vector<std::vector<Running>> running_;
     std::optional<MemoryModel> memory_;
     std::vector<HostCpu> host_;   // per node
+    std::vector<double> speed_;   // per rank: Cluster::compute_speed
+    /// A stream served in arrival order: the op running on it and those waiting, in arrival order.
+    struct Served {
+        OpId holder = OpGraph::kNoOp;
+        std::deque<OpId> queue;
+    };
+    std::unordered_map<std::size_t, Served> served_;   // by stream_key
+    bool any_served_ = false;                          // the graph has streams served in arrival order
     std::vector<Transfer> transfers_;
     std::vector<std::uint32_t> free_transfers_;
     std::deque<Plan> plans_;

@@ -12,6 +12,12 @@
 // When no event is pending and ops remain, simulate() throws a deadlock Error listing the stuck
 // ops per rank and what each waits for.
 //
+// Devices slowed by the cluster (a node group's "speed", --slow) compute their ops in time / speed,
+// and --jitter multiplies each compute op's time by a factor drawn from (seed, op id)
+// (sim/compute.hpp jitter_factor); slowed NICs are slower links of the topology. A stream the
+// graph serves in arrival order (OpGraph::serve_in_arrival_order: a parameter server's queue)
+// runs its ops one at a time as they become ready, not in the order they were added.
+//
 // With a calibration profile on the cluster, a collective or send whose kind, group size and host
 // span were measured takes the measured time (sim/measured.hpp) instead of the flow model's.
 #pragma once

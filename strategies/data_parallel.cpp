@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "strategies/compression.hpp"
 #include "strategies/fsdp.hpp"
 #include "strategies/horovod.hpp"
+#include "strategies/hybrid_cnn.hpp"
 #include "strategies/optimizer.hpp"
 #include "strategies/parameter_server.hpp"
 #include "strategies/zero.hpp"
@@ -219,13 +221,62 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
 
     OpGraph g(layout.devices);
     const std::size_t emit = static_cast<std::size_t>(emitted_replicas(layout));
+    const int last_mb = layout.microbatches - 1;
+    std::vector<OpId> last_sync(replicas.size(), static_cast<OpId>(-1));
+    // Compressed buckets (strategies/compression.hpp) are emitted as backward fills them: the
+    // worker's compression on the compute stream right after the backward that completes the
+    // bucket (where a DDP comm hook runs), the exchange and the work chained on it on the comm
+    // stream. The residuals live for the whole run.
+    const bool compressed = plan.compress.method != CompressionMethod::none && replicas.size() > 1;
+    std::vector<CompressedExchange> exchanges;
+    std::vector<std::vector<std::int32_t>> step_ids;   // [bucket][step]: collective id, or recipe id
+    Bytes error_feedback;
+    if (compressed)
+        for (const Bucket& b : buckets) {
+            exchanges.push_back(compressed_exchange(plan.compress, b.bytes.count() / sb.grads, sb.grads, static_cast<int>(replicas.size())));
+            error_feedback += exchanges.back().error_feedback;
+            std::vector<std::int32_t> ids;
+            for (const ExchangeStep& st : exchanges.back().steps)
+                ids.push_back(st.collective() ? g.declare_collective(st.kind, replicas, st.bytes) : g.intern_recipe(st.kernels));
+            step_ids.push_back(std::move(ids));
+        }
     std::vector<Passes> passes;
     for (std::size_t d = 0; d < emit; ++d) {
         const int r = replicas[d];
         // Model states live for the whole step.
         alloc_model_states(g, r, Bytes(params) * std::int64_t{sb.params} + training.frozen, Bytes(params) * std::int64_t{sb.grads},
                            optimizer_state_bytes(layout, params));
-        passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype, {}, {}, &training.kernels));
+        if (compressed) alloc_state(g, r, error_feedback, BufferLabel::error_feedback);
+        const auto exchange = [&, d, r](int mb, const Block& block, OpId bwd) {
+            if (mb != last_mb) return;
+            for (std::size_t k = 0; k < exchanges.size(); ++k) {
+                if ((after ? 0 : buckets[k].ready_after_block) != block.index) continue;
+                OpId prev = bwd;
+                for (std::size_t i = 0; i < exchanges[k].steps.size(); ++i) {
+                    const ExchangeStep& st = exchanges[k].steps[i];
+                    OpId op;
+                    if (st.collective()) {
+                        op = g.add_collective_op(step_ids[k][i], r, Stream::comm, Phase::comm, -1, -1, static_cast<int>(k));
+                    } else {
+                        op = g.add_kernels(r, Phase::comm, -1, -1, step_ids[k][i], layout.dtype, false,
+                                           st.after_comm ? Stream::comm : Stream::compute);
+                        g.set_index(op, static_cast<int>(k));
+                    }
+                    if (i == 1 && cycle > Time::zero()) {
+                        // Horovod: the compressed buffer goes out on the next cycle tick.
+                        const OpId tick = g.add_timer(r, cycle, Stream::host, Phase::comm, static_cast<int>(k));
+                        g.depend(prev, tick);
+                        prev = tick;
+                    }
+                    g.depend(prev, op);
+                    prev = op;
+                }
+                last_sync[d] = prev;
+            }
+        };
+        passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype, {},
+                                    compressed ? std::function<void(int, const Block&, OpId)>(exchange) : nullptr,
+                                    &training.kernels));
     }
 
     // Gradient synchronisation in the last micro-batch only (the earlier ones run under no_sync):
@@ -233,9 +284,7 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     // the next tick of the framework's background thread after that (a timer on the host
     // stream), so buckets that fill within one cycle share its tick and go out back to back. The
     // comm stream keeps the buckets in order, so the optimizer step waits for the last one.
-    const int last_mb = layout.microbatches - 1;
-    std::vector<OpId> last_sync(replicas.size(), static_cast<OpId>(-1));
-    if (replicas.size() > 1)
+    if (replicas.size() > 1 && !compressed)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
             const auto cid = g.declare_collective(CollectiveKind::all_reduce, replicas, buckets[k].bytes);
             for (std::size_t d = 0; d < emit; ++d) {
@@ -275,7 +324,9 @@ OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, co
         case DataParallel::zero3: return build_zero(model, layout, plan, 3);
         case DataParallel::fsdp: return build_fsdp(model, layout, plan);
         case DataParallel::ps: return build_parameter_server(model, layout, plan);
-        case DataParallel::ps_async: return build_parameter_server_async(model, layout, plan);
+        case DataParallel::ps_async:
+            return plan.hogwild ? build_hogwild(model, layout, plan) : build_parameter_server_async(model, layout, plan);
+        case DataParallel::hybrid_cnn: return build_hybrid_cnn(model, layout, plan);
     }
     return build_ddp(model, layout, plan);
 }

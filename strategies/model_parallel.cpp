@@ -177,6 +177,7 @@ public:
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
         emit_dp_ = l_.folded ? 1 : l_.dp;
+        emit_tp_ = l_.folded_tp ? 1 : l_.tp;
         split_ = plan.schedule == Schedule::zb_h1;
         schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
                                   plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
@@ -187,7 +188,7 @@ public:
         // Model states live for the whole step.
         for (int s = 0; s < l_.pp; ++s)
             for (int d = 0; d < emit_dp_; ++d)
-                for (int t = 0; t < l_.tp; ++t) {
+                for (int t = 0; t < emit_tp_; ++t) {
                     const int r = l_.rank(t, d, s);
                     const std::int64_t p = device_params(s);
                     const std::int64_t state = optimizer_state_bytes(l_, p).count();
@@ -203,11 +204,13 @@ public:
         emit_pipeline();
         emit_optimizer();
         if (l_.folded) {
-            // Replica d of every (t, stage) mirrors replica 0.
+            // Replica d of every (t, stage) mirrors replica 0; with tensor ranks folded too, every
+            // rank of a stage mirrors its tensor rank 0 of replica 0.
             std::vector<int> rep(static_cast<std::size_t>(l_.devices));
             for (int s = 0; s < l_.pp; ++s)
                 for (int d = 0; d < l_.dp; ++d)
-                    for (int t = 0; t < l_.tp; ++t) rep[static_cast<std::size_t>(l_.rank(t, d, s))] = l_.rank(t, 0, s);
+                    for (int t = 0; t < l_.tp; ++t)
+                        rep[static_cast<std::size_t>(l_.rank(t, d, s))] = l_.rank(l_.folded_tp ? 0 : t, 0, s);
             g_.set_representatives(std::move(rep));
         }
         return std::move(g_);
@@ -286,7 +289,7 @@ private:
             for (int j = 0; j < n; ++j) {
                 const auto cid = g_.declare_collective(sp_ ? kinds[j] : CollectiveKind::all_reduce, group,
                                                        blk.tp_bytes_per_collective);
-                for (int t = 0; t < l_.tp; ++t)
+                for (int t = 0; t < emit_tp_; ++t)
                     last[static_cast<std::size_t>(t)] =
                         g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], Stream::compute, phase, blk.index, mb, k);
             }
@@ -296,7 +299,7 @@ private:
     /// One block's compute op on each tensor rank of (d, s), running `recipe`.
     void compute(const Block& blk, int d, int s, Phase phase, int mb, std::int32_t recipe, std::vector<OpId>& last) {
         if (moe_.runs(blk, phase)) return moe_.pass(blk, d, s, phase, mb, last);  // its all-to-alls (strategies/moe.hpp)
-        for (int t = 0; t < l_.tp; ++t)
+        for (int t = 0; t < emit_tp_; ++t)
             last[static_cast<std::size_t>(t)] = g_.add_kernels(l_.rank(t, d, s), phase, blk.index, mb, recipe, l_.dtype);
     }
 
@@ -311,7 +314,7 @@ private:
             // The activation buffer of this (chunk, micro-batch), one per rank.
             auto& bufs = act_[static_cast<std::size_t>(vs)];
             if (st.pass == Pass::fwd)
-                for (int t = 0; t < l_.tp; ++t) {
+                for (int t = 0; t < emit_tp_; ++t) {
                     const std::int32_t buf = g_.add_buffer(l_.rank(t, d, s), Tier::device, c.activations, BufferLabel::activations);
                     bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))] = buf;
                     const OpId a = g_.add_alloc(buf, Stream::compute, c.first, mb);
@@ -335,7 +338,7 @@ private:
                     case Pass::bwd_input: {
                         if (recipes_[static_cast<std::size_t>(i)].recompute >= 0) {
                             compute(blk, d, s, Phase::recompute, mb, recipes_[static_cast<std::size_t>(i)].recompute, last);
-                            if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
+                            if (first) for (int t = 0; t < emit_tp_; ++t) waited(t, last[static_cast<std::size_t>(t)]);
                             first = false;
                             // Full recompute redoes the forward, its collectives included.
                             if (plan_.recompute == Recompute::full) tp_collectives(blk, d, s, Phase::recompute, mb, last);
@@ -344,27 +347,27 @@ private:
                         const bool split = st.pass == Pass::bwd_input;
                         compute(blk, d, s, split ? Phase::bwd_input : Phase::bwd, mb,
                                 split ? recipes_[static_cast<std::size_t>(i)].bwd_input : recipes_[static_cast<std::size_t>(i)].bwd, last);
-                        if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
+                        if (first) for (int t = 0; t < emit_tp_; ++t) waited(t, last[static_cast<std::size_t>(t)]);
                         first = false;
                         tp_collectives(blk, d, s, st.pass == Pass::bwd ? Phase::bwd : Phase::bwd_input, mb, last);
                         break;
                     }
                     case Pass::bwd_weight:
                         compute(blk, d, s, Phase::bwd_weight, mb, recipes_[static_cast<std::size_t>(i)].bwd_weight, last);
-                        if (first) for (int t = 0; t < l_.tp; ++t) waited(t, last[static_cast<std::size_t>(t)]);
+                        if (first) for (int t = 0; t < emit_tp_; ++t) waited(t, last[static_cast<std::size_t>(t)]);
                         first = false;
                         break;
                 }
                 if (last_of_chunk && st.pass == (split_ ? Pass::bwd_weight : Pass::bwd))
-                    for (int t = 0; t < l_.tp; ++t)
+                    for (int t = 0; t < emit_tp_; ++t)
                         grad_ready_[static_cast<std::size_t>(slot(t, d))][static_cast<std::size_t>(i)] = last[static_cast<std::size_t>(t)];
             }
             if (st.pass == (split_ ? Pass::bwd_weight : Pass::bwd))
-                for (int t = 0; t < l_.tp; ++t)
+                for (int t = 0; t < emit_tp_; ++t)
                     last[static_cast<std::size_t>(t)] = g_.add_free(
                         bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))],
                         Stream::compute, c.first, mb);
-            for (int t = 0; t < l_.tp; ++t) {
+            for (int t = 0; t < emit_tp_; ++t) {
                 last_out[static_cast<std::size_t>(slot(t, d))] = last[static_cast<std::size_t>(t)];
                 final_compute_[static_cast<std::size_t>(l_.rank(t, d, s))] = last[static_cast<std::size_t>(t)];
             }
@@ -386,7 +389,7 @@ private:
         const std::vector<Bucket> buckets =
             make_buckets(chunk_blocks, sb_.grads, cap, std::min(cap, Bytes::mib(plan_.first_bucket_mb)));
         const bool zero1 = plan_.strategy == DataParallel::zero1;
-        for (int t = 0; t < l_.tp; ++t) {
+        for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
             for (std::size_t k = 0; k < buckets.size(); ++k) {
                 const auto cid = g_.declare_collective(zero1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
@@ -511,7 +514,7 @@ private:
             const Stream send_stream = !batched ? Stream::p2p : grad ? Stream::send_prev : Stream::send_next;
             const Stream recv_stream = !batched ? Stream::p2p : grad ? Stream::recv_next : Stream::recv_prev;
             for (int d = 0; d < emit_dp_; ++d)
-                for (int t = 0; t < l_.tp; ++t) {
+                for (int t = 0; t < emit_tp_; ++t) {
                     const auto [snd, rcv] = g_.add_send_recv(l_.rank(t, d, s), l_.rank(t, d, ds), bytes,
                                                              grad ? Phase::bwd : Phase::fwd, layer, st.microbatch,
                                                              send_stream, recv_stream);
@@ -531,7 +534,7 @@ private:
         for (const auto& [s, vs] : deferred_syncs_) {
             const Chunk& c = chunks_[static_cast<std::size_t>(vs)];
             for (int d = 0; d < emit_dp_; ++d)
-                for (int t = 0; t < l_.tp; ++t)
+                for (int t = 0; t < emit_tp_; ++t)
                     for (int i = c.first; i < c.last; ++i)
                         grad_ready_[static_cast<std::size_t>(slot(t, d))][static_cast<std::size_t>(i)] =
                             final_compute_[static_cast<std::size_t>(l_.rank(t, d, s))];
@@ -544,7 +547,7 @@ private:
         const bool zero1 = plan_.strategy == DataParallel::zero1;
         if (tied_bytes_ > 0 && l_.pp > 1)
             for (int d = 0; d < emit_dp_; ++d)
-                for (int t = 0; t < l_.tp; ++t) {
+                for (int t = 0; t < emit_tp_; ++t) {
                     const auto ops = g_.add_collective(CollectiveKind::all_reduce, {l_.rank(t, d, 0), l_.rank(t, d, l_.pp - 1)},
                                                        Bytes(tied_bytes_ * sb_.grads), Stream::comm, Phase::comm);
                     last_comm_[static_cast<std::size_t>(l_.rank(t, d, 0))] = ops[0];
@@ -555,7 +558,7 @@ private:
             const std::int64_t shard = zero1 ? zero1_shard(p, device_expert_params(s), l_) : p;
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
             for (int d = 0; d < emit_dp_; ++d)
-                for (int t = 0; t < l_.tp; ++t) {
+                for (int t = 0; t < emit_tp_; ++t) {
                     const int r = l_.rank(t, d, s);
                     // Adam, 8-bit AdamW or SGD (LAMB is refused with tp or pp: its norms span groups).
                     const OpId o = add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {}, false, {}).front();
@@ -565,7 +568,7 @@ private:
                     opt[static_cast<std::size_t>(slot(t, d))] = o;
                 }
             if (zero1 && l_.dp > 1)
-                for (int t = 0; t < l_.tp; ++t) {
+                for (int t = 0; t < emit_tp_; ++t) {
                     const std::vector<int> group = dp_group(t, s);
                     for (Bytes b : gathers_[static_cast<std::size_t>(s)]) {
                         // Each bucket's parameters (sb.params bytes per gradient's sb.grads).
@@ -591,6 +594,7 @@ private:
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
     int emit_dp_ = 1;                                   // replicas with ops: 1 when folded
+    int emit_tp_ = 1;                                   // tensor ranks with ops: 1 when they fold too
     PipelineSchedule schedule_;
     std::vector<Chunk> chunks_;
     std::int64_t tied_bytes_ = 0;

@@ -137,6 +137,17 @@ OpGraph build_parameter_server_async(const Model& model, const Layout& layout, c
     const auto nk = buckets.size();
 
     OpGraph g(layout.devices);
+    // A server serves whichever worker's push comes first (OpGraph::serve_in_arrival_order): with
+    // a slow worker the others' updates do not queue behind its turn. A dedicated server's pushes
+    // in, updates and pulls out; a colocated one's updates (its p2p and comm streams carry its
+    // own worker's transfers too, in program order).
+    for (int server : p.servers) {
+        g.serve_in_arrival_order(server, p.update_stream);
+        if (!p.colocated) {
+            g.serve_in_arrival_order(server, Stream::p2p);
+            g.serve_in_arrival_order(server, Stream::comm);
+        }
+    }
     const std::vector<Passes> passes = add_programs(g, p, blocks, params, layout);
     auto slice_of = [&](std::size_t k) { return shard(buckets[k].bytes.count() / sb.grads, S); };
     // update[j][w][k][s], and the last pull of (j, w) per worker.
@@ -198,7 +209,63 @@ OpGraph build_parameter_server_async(const Model& model, const Layout& layout, c
     return g;
 }
 
-std::optional<double> mean_staleness(const OpGraph& graph, const Timeline& tl) {
+OpGraph build_hogwild(const Model& model, const Layout& layout, const Plan& plan) {
+    const std::vector<Block> blocks = replica_blocks(model, layout, plan);
+    const StateBytes sb = state_bytes(layout.dtype);
+    const std::int64_t params = total_params(blocks);
+    const std::vector<int> workers = replica_ranks(layout);
+    const int J = layout.microbatches;  // iterations per worker
+    const Bytes cap = Bytes::mib(plan.bucket_mb);
+    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
+    // On unified memory (a CPU board, a Jetson) the store is the memory the device computes in:
+    // no copies. On a GPU node it is in host DRAM, reached over PCIe.
+    const bool unified = layout.unified_memory;
+
+    OpGraph g(layout.devices);
+    // The shared store, once for the node: fp32 master weights and Adam's two moments (4 + 8 bytes
+    // per parameter), in host memory; each worker keeps its working copy and its gradients.
+    alloc_state(g, workers.front(), Bytes(params * 4), BufferLabel::parameters, Tier::host);
+    alloc_state(g, workers.front(), Bytes(params * 8), BufferLabel::optimizer_state, Tier::host);
+    std::vector<Passes> passes;
+    for (int w : workers) {
+        if (!unified) alloc_state(g, w, Bytes(params * sb.params), BufferLabel::parameters);
+        alloc_state(g, w, Bytes(params * sb.grads), BufferLabel::gradients);
+        passes.push_back(add_passes(g, w, blocks, J, layout.dtype));
+    }
+    // Each worker, as backward fills a bucket, applies it to the store itself on its host stream
+    // (its own thread): no lock, no server, no edge to any other worker — the workers' updates
+    // overlap and share the node's DRAM (the simulator's host model). Its next iteration reads
+    // the store as it is then (copies it back to the device first on a GPU node).
+    for (std::size_t wi = 0; wi < workers.size(); ++wi) {
+        const int w = workers[wi];
+        for (int j = 0; j < J; ++j) {
+            std::vector<OpId> read;
+            for (std::size_t k = 0; k < buckets.size(); ++k) {
+                const std::int64_t n = buckets[k].bytes.count() / sb.grads;
+                OpId last = passes[wi].bwd[static_cast<std::size_t>(j)][static_cast<std::size_t>(buckets[k].ready_after_block)];
+                if (!unified) {
+                    const OpId down = g.add_copy(w, Tier::device, Tier::host, Bytes(n * sb.grads), Phase::bwd, static_cast<int>(k), j);
+                    g.depend(last, down);
+                    last = down;
+                }
+                const OpId u = add_update(g, w, Stream::host, n, 1, sb.grads, layout.dtype, static_cast<int>(k), j, w);
+                g.depend(last, u);
+                last = u;
+                if (!unified) {
+                    const OpId up = g.add_copy(w, Tier::host, Tier::device, Bytes(n * sb.params), Phase::fwd, static_cast<int>(k), j);
+                    g.depend(last, up);
+                    last = up;
+                }
+                read.push_back(last);
+            }
+            if (j + 1 < J)
+                for (OpId r : read) g.depend(r, passes[wi].fwd[static_cast<std::size_t>(j + 1)][0]);
+        }
+    }
+    return g;
+}
+
+std::optional<double> mean_staleness(const OpGraph& graph, const Timeline& tl, bool shared_store) {
     // Updates: (server, bucket) → (end, start, worker, iteration).
     struct Update {
         Time start, end;
@@ -209,7 +276,7 @@ std::optional<double> mean_staleness(const OpGraph& graph, const Timeline& tl) {
         const Op& op = graph.op(id);
         if (op.kind != OpKind::compute || op.phase != Phase::opt || op.index < 0 || op.layer < 0 || tl.start[id] < Time::zero())
             continue;
-        updates[{op.rank, op.layer}].push_back({tl.start[id], tl.end[id], op.index, op.microbatch});
+        updates[{shared_store ? 0 : op.rank, op.layer}].push_back({tl.start[id], tl.end[id], op.index, op.microbatch});
     }
     if (updates.empty()) return std::nullopt;
     // Reads: (server, bucket, worker, iteration) → when the pull after that update started.
@@ -244,6 +311,24 @@ std::optional<double> mean_staleness(const OpGraph& graph, const Timeline& tl) {
         }
     }
     return sum / static_cast<double>(n);
+}
+
+std::optional<double> update_rate(const OpGraph& graph, const Timeline& tl) {
+    // Per worker: the iterations it updated and when its last update ended.
+    std::map<int, std::pair<int, Time>> workers;
+    for (OpId id = 0; id < graph.size(); ++id) {
+        const Op& op = graph.op(id);
+        if (op.kind != OpKind::compute || op.phase != Phase::opt || op.index < 0 || op.microbatch < 0 || tl.end[id] < Time::zero())
+            continue;
+        auto& [iterations, last] = workers[op.index];
+        iterations = std::max(iterations, op.microbatch + 1);
+        last = std::max(last, tl.end[id]);
+    }
+    if (workers.empty()) return std::nullopt;
+    double rate = 0;
+    for (const auto& [_, w] : workers)
+        if (w.second > Time::zero()) rate += w.first / w.second.to_seconds();
+    return rate;
 }
 
 }  // namespace smol::strategies

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/hybrid_cnn.hpp"
 #include "strategies/model_parallel.hpp"
 #include "strategies/moe.hpp"
 
@@ -44,6 +45,7 @@ const char* to_string(DataParallel s) {
         case DataParallel::zero2: return "zero2";
         case DataParallel::zero3: return "zero3";
         case DataParallel::fsdp: return "fsdp";
+        case DataParallel::hybrid_cnn: return "hybrid-cnn";
     }
     return "?";
 }
@@ -52,7 +54,7 @@ DataParallel parse_data_parallel(const std::string& text) {
     // Only the strategies that are built are accepted.
     static const DataParallel implemented[] = {DataParallel::ps,    DataParallel::ps_async, DataParallel::ring,
                                                DataParallel::ddp,   DataParallel::zero1,    DataParallel::zero2,
-                                               DataParallel::zero3, DataParallel::fsdp};
+                                               DataParallel::zero3, DataParallel::fsdp,     DataParallel::hybrid_cnn};
     return parse_name(text, implemented, "--strategy");
 }
 
@@ -341,6 +343,20 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                            "Adam or SGD on the host",
                        {"", "", "--optimizer"});
     }
+    if (plan.compress.method != CompressionMethod::none) {
+        // Compression replaces the all-reduce of whole gradient buckets; the sharded flavours
+        // reduce-scatter shards and parameter servers push to servers, which it does not model.
+        const ErrorContext cf{"", "", "--compress"};
+        const std::string what = "--compress " + to_string(plan.compress);
+        if (l.tp > 1 || l.pp > 1)
+            fail_input(what + " is modelled for data parallelism (tp = pp = 1): it compresses the gradients replicas "
+                           "all-reduce; leave out --tp and --pp",
+                       cf);
+        if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::ring)
+            fail_input(what + " compresses the full-gradient all-reduce of --strategy ddp and ring (Horovod); --strategy " +
+                           to_string(plan.strategy) + " exchanges gradients another way; use --strategy ddp or ring",
+                       cf);
+    }
     if (plan.optimizer != Optimizer::adam) {
         const ErrorContext opt{"", "", "--optimizer"};
         if (plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async)
@@ -368,7 +384,7 @@ struct Estimate {
 
 Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
     const double pp = l.pp, v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
-    const double ranks = l.folded ? static_cast<double>(l.tp) * l.pp : static_cast<double>(l.devices);
+    const double ranks = l.folded ? static_cast<double>(l.folded_tp ? 1 : l.tp) * l.pp : static_cast<double>(l.devices);
     const double stage_blocks = std::ceil(static_cast<double>(blocks.size()) / pp) + 2;
     // Per block and micro-batch: activation alloc, forward, backward, free; recompute; the
     // zero-bubble schedule's split backward; tensor-parallel collectives (2 per pass, 4 with sp);
@@ -394,8 +410,10 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const double buckets = bucketed ? std::ceil(params / pp * 4 / std::max(1.0, cap)) + 2 : 2;
     const double per_microbatch = stage_blocks * per_block + (l.pp > 1 ? 4 * v : 0);
     // Parameter servers push and pull every bucket of every update, and the servers update per push.
+    // A compressed bucket is up to 7 ops per rank (strategies/compression.hpp), not 1.
+    const double per_bucket = plan.compress.method == CompressionMethod::none ? 4 : 10;
     const double bucket_ops =
-        ranks * 4 * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
+        ranks * per_bucket * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
     const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16) + bucket_ops;
     return {ops, buckets, bucket_ops};
 }
@@ -406,6 +424,44 @@ std::int64_t estimated_ops(const Layout& l, const Plan& plan, const std::vector<
     const double ops = estimate(l, plan, blocks).ops;
     return ops >= 9.2e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(ops);
 }
+
+namespace {
+
+/// Hogwild! (Niu et al. 2011) is a shared-memory method: every worker writes the one parameter
+/// store without locks, so the workers must be processes of one node, and the simulator must
+/// model that node's DRAM as one resource the updates share (a node with a PCIe root: the host
+/// ops of its ranks are flows over its DRAM links, sim/simulator.cpp HostCpu). A CPU board or a
+/// node of CPU ranks (intra none or shm) prices each rank's DRAM alone, so the contention
+/// Hogwild! is about would not show: it gets one worker or none.
+void check_hogwild(const topo::Cluster& cluster, const Plan& plan) {
+    const ErrorContext at{"", "", "--hogwild"};
+    if (plan.strategy != DataParallel::ps_async)
+        fail_input(std::string("--hogwild is an asynchronous update rule: it needs --strategy ps-async, not ") +
+                       to_string(plan.strategy),
+                   at);
+    const int devices = cluster.num_devices();
+    const topo::DeviceRef first = cluster.device(0), last = cluster.device(devices - 1);
+    if (first.node != last.node)
+        fail_input("--hogwild updates a parameter store in the shared memory of one node without locks, but the " +
+                       std::to_string(devices) + " workers span " + std::to_string(last.node - first.node + 1) +
+                       " nodes of " + cluster.name +
+                       ", which share no memory; take one node's devices (--devices, --nodes 1) or use ps-async without "
+                       "--hogwild (parameter servers over the network)",
+                   at);
+    const topo::NodeGroup& g = cluster.group_of(0);
+    const bool soc = (g.intra == topo::IntraKind::none || g.intra == topo::IntraKind::shm) &&
+                     (g.device.is_cpu || g.device.unified_memory);
+    if (soc && devices > 1)
+        fail_input("--hogwild on " + std::to_string(devices) + " " + g.device.name +
+                       " ranks of one board: the simulator prices each CPU rank's DRAM traffic alone there, so the "
+                       "contention of lock-free updates on the board's memory would not show; Hogwild! is modelled on "
+                       "nodes whose host DRAM the devices share through a PCIe root (GPU nodes such as workstation-4gpu)",
+                   at);
+    if (plan.tp > 1 || plan.pp > 1)
+        fail_input("--hogwild runs whole replicas (data parallelism only); leave out --tp and --pp", at);
+}
+
+}  // namespace
 
 Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     Layout l;
@@ -432,7 +488,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // devices of the cluster and the workers the first devices − S (pi5-1gbe × 5 with one server:
     // dp = 4); colocated servers live on the first S workers, so S ≤ dp.
     const bool ps = plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async;
-    if (ps) {
+    if (plan.hogwild) check_hogwild(cluster, plan);
+    if (ps && !plan.hogwild) {
         if (plan.ps_servers < 1)
             fail_input("--ps-servers must be at least 1, found " + std::to_string(plan.ps_servers),
                        {"", "", "--ps-servers"});
@@ -470,7 +527,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                       : std::string()) +
                        " (use --devices to take fewer)",
                    {"", "", "--dp"});
-    if (ps && plan.ps_placement == PsPlacement::colocated && plan.ps_servers > l.dp)
+    if (ps && !plan.hogwild && plan.ps_placement == PsPlacement::colocated && plan.ps_servers > l.dp)
         fail_input(std::to_string(plan.ps_servers) + " colocated parameter servers need as many workers, but dp = " +
                        std::to_string(l.dp),
                    {"", "", "--ps-servers"});
@@ -519,6 +576,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        std::to_string(l.dp) + ")",
                    {"", "", "--micro-batch"});
     l.microbatches = static_cast<int>(per_replica / l.micro_batch);
+    if (plan.strategy == DataParallel::hybrid_cnn) check_hybrid_cnn(model, plan, l);
     if (!model.is_transformer()) {
         // A layer list's sizes are per sample: it has no sequence and no attention to recompute.
         if (plan.seq > 0)
@@ -546,7 +604,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool zero = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2 ||
                       plan.strategy == DataParallel::zero3;
     const bool pytorch_only = plan.strategy == DataParallel::ring || plan.strategy == DataParallel::ps ||
-                              plan.strategy == DataParallel::ps_async || plan.strategy == DataParallel::fsdp;
+                              plan.strategy == DataParallel::ps_async || plan.strategy == DataParallel::fsdp ||
+                              plan.strategy == DataParallel::hybrid_cnn;
     l.framework = !plan.framework.empty() ? parse_framework(plan.framework)
                   : pytorch_only         ? parse_framework("pytorch")
                                          : default_framework(l.tp > 1 || l.pp > 1, zero);
@@ -560,7 +619,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             case DataParallel::ring:
             case DataParallel::ps:
             case DataParallel::ps_async:
-            case DataParallel::fsdp: ok = f == FrameworkName::pytorch; break;
+            case DataParallel::fsdp:
+            case DataParallel::hybrid_cnn: ok = f == FrameworkName::pytorch; break;
             case DataParallel::zero1: ok = f != FrameworkName::pytorch; break;
             case DataParallel::zero2:
             case DataParallel::zero3: ok = f == FrameworkName::deepspeed || f == FrameworkName::megatron_deepspeed; break;
@@ -649,7 +709,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // replica's intra-node links carry only its own traffic, the same as its representative's.
     const int per_node = cluster.groups.front().devices_per_node;
     // Expert parallelism exchanges tokens between replicas: they are no longer mirrors.
-    const bool model_parallel = (l.tp > 1 || l.pp > 1) && l.tp % per_node == 0 && l.ep == 1;
+    // Without shared links (Plan::fold_unshared) they fold wherever they sit, and so do the tensor
+    // ranks of a stage, which run one program on their slices (Megatron's layers are symmetric
+    // in the tensor rank); mixtures of experts route tokens per rank, so they never fold.
+    const bool moe = model.is_transformer() && model.shape().is_moe();
+    const bool model_parallel = (l.tp > 1 || l.pp > 1) && (l.tp % per_node == 0 || plan.fold_unshared) && l.ep == 1 && !moe;
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
     // sit — unless a copy to host memory or NVMe, or a host optimizer step, shares a node's PCIe,
@@ -657,9 +721,14 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool data_parallel = l.tp == 1 && l.pp == 1 && l.ep == 1 && l.param_offload == Offload::none &&
                                l.optimizer_offload == Offload::none && !l.activation_offload &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
+                               plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
-    l.folded = plan.fold && l.dp > 1 && cluster.groups.size() == 1 && l.servers == 0 && (model_parallel || data_parallel);
+    // A slow device or jitter (--slow, --jitter) makes replicas differ: not mirrors either.
+    const bool alike = cluster.groups.size() == 1 && cluster.uniform_speed();
+    l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;
+    l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel)) || l.folded_tp;
     l.estimated_ops = estimated_ops(l, plan, blocks);
+    if (plan.strategy == DataParallel::hybrid_cnn) l.estimated_ops += hybrid_extra_ops(model, l, plan);
     if (l.estimated_ops > kMaxOps) {
         // Say what makes the ops: the gradient buckets (a tiny bucket size) or the passes.
         const Estimate e = estimate(l, plan, blocks);

@@ -9,19 +9,28 @@
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
+#include "strategies/compression.hpp"
 #include "strategies/framework.hpp"
 #include "topologies/cluster.hpp"
 
 namespace smol::strategies {
 
-/// The data-parallel flavour (--strategy).
-enum class DataParallel { ps, ps_async, ring, ddp, zero1, zero2, zero3, fsdp };
+/// The data-parallel flavour (--strategy). hybrid_cnn is Krizhevsky's "one weird trick"
+/// (strategies/hybrid_cnn.hpp): data parallelism for the convolutional layers, model parallelism
+/// for the fully connected ones.
+enum class DataParallel { ps, ps_async, ring, ddp, zero1, zero2, zero3, fsdp, hybrid_cnn };
 const char* to_string(DataParallel s);
 DataParallel parse_data_parallel(const std::string& text);   // bad_input lists the valid names
 
 enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1 };
 const char* to_string(Schedule s);
 Schedule parse_schedule(const std::string& text);
+
+/// How hybrid-cnn exchanges the last convolutional activations (--hybrid-variant): Krizhevsky
+/// 2014's schemes (a), (b) and (c) (strategies/hybrid_cnn.hpp).
+enum class HybridVariant { all_gather, broadcast, chunked };
+const char* to_string(HybridVariant v);
+HybridVariant parse_hybrid_variant(const std::string& text);
 
 /// Where parameter-server shards run (--ps-placement): on extra devices after the workers, or
 /// on the first S workers.
@@ -87,6 +96,7 @@ struct Plan {
     Offload offload_activations = Offload::none; // --offload-activations cpu: DeepSpeed's cpu_checkpointing
     FineTune finetune;                          // --finetune
     Optimizer optimizer = Optimizer::adam;      // --optimizer
+    Compression compress;                       // --compress: gradient compression (ddp, ring)
     std::int64_t global_batch = 0;    // 0: dp · micro_batch (one micro-batch per replica)
     int micro_batch = 1;
     int seq = 0;                      // 0: the model's default
@@ -97,15 +107,22 @@ struct Plan {
     /// Unset: equal for transformers (Megatron's), balanced for layer lists; speed where the
     /// stages sit on different device kinds (tools/pipeline_split.hpp).
     std::optional<Partition> partition;
-    bool fold = true;                 // fold identical data-parallel replicas where it is exact (--no-fold)    // layers per (virtual) pipeline stage; empty: balanced by cost
+    bool fold = true;                 // fold identical data-parallel replicas where it is exact (--no-fold)
+    /// The graph is for a network model that shares no links (sim's analytic network: every
+    /// transfer's time is its own route's latency and bandwidth). Folding is then exact wherever
+    /// ranks run the same program, so replicas fold whichever nodes they share, and so do the
+    /// tensor ranks of a stage. The tools set it with --network analytic.
+    bool fold_unshared = false;
     // Data-parallel family (strategies/parameter_server, horovod, zero, fsdp).
     int ps_servers = 1;               // parameter-server shards (--ps-servers)
     PsPlacement ps_placement = PsPlacement::dedicated;
     int staleness = 4;                // ps-async: a worker runs at most K updates ahead of the slowest
+    bool hogwild = false;             // ps-async --hogwild: lock-free updates in one node's shared memory (parameter_server.hpp)
     double fusion_mb = 64;            // Horovod tensor fusion buffer in MiB (HOROVOD_FUSION_THRESHOLD)
     double cycle_ms = 5;              // Horovod background cycle time (HOROVOD_CYCLE_TIME)
     FsdpSharding fsdp_sharding = FsdpSharding::full;
     int fsdp_group = 0;               // hybrid: devices per shard group; 0: the devices of a node
+    HybridVariant hybrid_variant = HybridVariant::all_gather;   // hybrid-cnn (--hybrid-variant)
     // The framework whose behaviour the graph follows (strategies/framework.hpp).
     std::string framework;            // "megatron@2.5"; empty: the plan's default
     bool overlap_grad_reduce = false; // Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm
@@ -141,8 +158,12 @@ struct Layout {
     /// Data-parallel replicas folded into one (see OpGraph::set_representatives), unless
     /// Plan::fold is off, on a homogeneous cluster: a tensor / pipeline plan whose nodes each hold
     /// ranks of one replica only (tp a multiple of the devices per node), or pure data
-    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid) without offload.
+    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid) without offload. With
+    /// Plan::fold_unshared, any tensor / pipeline plan without experts, whatever the nodes hold.
     bool folded = false;
+    /// Of a folded tensor / pipeline plan (Plan::fold_unshared only), the tensor ranks of each stage
+    /// too: every rank of stage s mirrors rank (t 0, replica 0, s).
+    bool folded_tp = false;
 
     /// The framework's behaviour, with the plan's overrides applied (grad_reduce, overlap_p2p).
     Framework framework;

@@ -53,7 +53,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     app.require_subcommand(1);
     const std::vector<Command> commands{add_simulate(app), add_run(app),      add_validate(app), add_calibrate(app),
                                         add_sweep(app),    add_plot(app),     add_describe(app), add_models(app),
-                                        add_clusters(app)};
+                                        add_clusters(app), add_export(app)};
 
     // An unknown subcommand, before CLI11 answers it with "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {

@@ -20,6 +20,7 @@ struct RunFlags {
 int run_in_session(const RunFlags& f, const topo::Cluster& cluster, exec::Session& session, const Io& io);
 
 int run_run(const RunFlags& f, const Io& io) {
+    refuse_simulation_only_flags(f.plan, "run");
     const topo::Cluster cluster = resolve_cluster(f.plan);
     if (auto refused = refuse_without_mpirun(io, "run", cluster.num_devices())) return *refused;
     check_trace_flags(f.trace, cluster.num_devices());

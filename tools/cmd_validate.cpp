@@ -67,6 +67,7 @@ int validate_in_session(const ValidateFlags& f, const topo::Cluster& cluster, ex
 
 int run_validate(const ValidateFlags& f, const Io& io) {
     if (!(f.tolerance >= 0)) fail_input("--tolerance must be a fraction of at least 0, such as 0.10", flag("--tolerance"));
+    refuse_simulation_only_flags(f.plan, "validate");
     const topo::Cluster cluster = resolve_cluster(f.plan);
     if (auto refused = refuse_without_mpirun(io, "validate", cluster.num_devices())) return *refused;
     check_trace_target(f.trace_sim, f.force, "--trace-sim");

@@ -36,5 +36,6 @@ Command add_clusters(CLI::App& parent);
 Command add_run(CLI::App& parent);
 Command add_validate(CLI::App& parent);
 Command add_calibrate(CLI::App& parent);
+Command add_export(CLI::App& parent);
 
 }  // namespace smol::tools

@@ -65,10 +65,11 @@ std::vector<std::vector<int>> in_flight(const strategies::PipelineSchedule& sche
 
 bool stages_on_mixed_devices(const topo::Cluster& cluster, const Layout& l) {
     if (l.pp < 2) return false;
-    const topo::DeviceKind* first = &cluster.device_kind(l.rank(0, 0, 0));
+    const int r0 = l.rank(0, 0, 0);
+    const topo::DeviceKind* first = &cluster.device_kind(r0);
     for (int s = 0; s < l.pp; ++s)
         for (int r : stage_ranks(l, s))
-            if (cluster.device_kind(r).name != first->name) return true;
+            if (cluster.device_kind(r).name != first->name || cluster.compute_speed(r) != cluster.compute_speed(r0)) return true;
     return false;
 }
 
@@ -87,6 +88,7 @@ std::vector<int> split_within(const Model& model, const topo::Cluster& cluster, 
     // Seconds per block are computed once per distinct group.
     std::map<const topo::NodeGroup*, std::vector<double>> seconds_on;
     std::vector<const std::vector<double>*> seconds(static_cast<std::size_t>(l.pp));
+    std::vector<double> slowdown(static_cast<std::size_t>(l.pp), 1.0);   // 1 / the device's speed (--slow, a group's speed)
     std::vector<double> memory(static_cast<std::size_t>(l.pp), std::numeric_limits<double>::infinity());
     for (int s = 0; s < l.pp; ++s) {
         double slowest = -1;
@@ -95,11 +97,14 @@ std::vector<int> split_within(const Model& model, const topo::Cluster& cluster, 
             auto [it, fresh] = seconds_on.try_emplace(&g);
             if (fresh)
                 for (const Block& b : blocks) it->second.push_back(block_seconds(b, l.dtype, g));
+            // The simulator divides a device's compute time by its speed (sim/simulator.cpp device_time).
+            const double k = 1.0 / cluster.compute_speed(r);
             double total = 0;
-            for (double t : it->second) total += t;
+            for (double t : it->second) total += t * k;
             if (total > slowest) {
                 slowest = total;
                 seconds[static_cast<std::size_t>(s)] = &it->second;
+                slowdown[static_cast<std::size_t>(s)] = k;
             }
             memory[static_cast<std::size_t>(s)] =
                 std::min(memory[static_cast<std::size_t>(s)], static_cast<double>(cluster.device_kind(r).memory.count()));
@@ -132,7 +137,7 @@ std::vector<int> split_within(const Model& model, const topo::Cluster& cluster, 
         double t = 0, params = 0, activations = 0;
         for (int i = from; i < to; ++i) {
             const Block& blk = blocks[static_cast<std::size_t>(i)];
-            t += (*seconds[static_cast<std::size_t>(device)])[static_cast<std::size_t>(i)];
+            t += (*seconds[static_cast<std::size_t>(device)])[static_cast<std::size_t>(i)] * slowdown[static_cast<std::size_t>(device)];
             params += static_cast<double>(blk.params);
             activations += static_cast<double>(blk.activations.count());
         }

@@ -24,7 +24,8 @@
 
 namespace smol::tools {
 
-/// Whether the pipeline stages of a resolved plan (pp > 1) sit on more than one device kind.
+/// Whether the pipeline stages of a resolved plan (pp > 1) sit on more than one device kind, or on
+/// devices of different speeds (a group's speed, --slow).
 bool stages_on_mixed_devices(const topo::Cluster& cluster, const strategies::Layout& layout);
 
 /// Layers per virtual stage (pp × virtual stages entries) evening each stage's time on its own

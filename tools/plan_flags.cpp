@@ -25,7 +25,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "network joining a composed cluster's groups: switch or fat-tree (default: one switch)");
     app.add_option("--nodes", f.nodes, "scale the cluster to N nodes");
     app.add_option("--devices", f.devices, "use the first N devices of the cluster (default: all)");
-    app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp")->capture_default_str();
+    app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp, hybrid-cnn")->capture_default_str();
     app.add_option("--tp", f.tp, "tensor-parallel degree")->capture_default_str();
     app.add_option("--pp", f.pp, "pipeline-parallel degree")->capture_default_str();
     app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · pp))");
@@ -57,6 +57,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS] (TARGETS from qkv,attn_proj,mlp_up,mlp_down; default all)")
         ->capture_default_str();
     app.add_option("--optimizer", f.optimizer, "adam, adamw-8bit, sgd or lamb")->capture_default_str();
+    app.add_option("--compress", f.compress,
+                   "gradient compression for ddp and ring: none, 1bit (1-bit SGD with error feedback) or topk:RATIO "
+                   "(sparse top-k with error feedback, e.g. topk:0.01)")
+        ->capture_default_str();
     app.add_option("--global-batch", f.global_batch, "samples per step (default: dp × micro-batch)");
     app.add_option("--micro-batch", f.micro_batch, "samples per micro-batch")->capture_default_str();
     app.add_option("--seq", f.seq, "sequence length (default: the model's)");
@@ -73,6 +77,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--cycle-ms", f.cycle_ms, "ring (Horovod): background cycle time in ms")->capture_default_str();
     app.add_option("--fsdp-sharding", f.fsdp_sharding, "fsdp: full, grad-op, hybrid or none")->capture_default_str();
     app.add_option("--fsdp-group", f.fsdp_group, "fsdp hybrid: devices per shard group (default: a node)");
+    app.add_option("--hybrid-variant", f.hybrid_variant,
+                   "hybrid-cnn: how the last conv activations reach the FC shards (Krizhevsky 2014's a, b, c): "
+                   "all-gather, broadcast or chunked")
+        ->capture_default_str();
     app.add_option("--network", f.network, "flow (max-min fair sharing) or analytic (alpha-beta)")->capture_default_str();
     app.add_option("--collective-algo", f.collective_algo,
                    "auto, ring, tree, halving-doubling, hierarchical, direct, nvls, pat")
@@ -101,6 +109,14 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "8.0 or later, eager elsewhere");
     app.add_option("--profile", f.profile,
                    "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
+    app.add_option("--slow", f.slow,
+                   "slow devices, RANK:FACTOR[:nic=FACTOR],… (3:0.5: rank 3 computes at half its rates; nic=0.5: its NIC at "
+                   "half its bandwidth)");
+    app.add_option("--jitter", f.jitter, "vary every compute op's time within ±PCT % (0 <= PCT < 100), seeded by --seed")
+        ->capture_default_str();
+    app.add_option("--seed", f.seed, "seed of --jitter (the same seed gives the same times)")->capture_default_str();
+    app.add_flag("--hogwild", f.hogwild,
+                 "ps-async: Hogwild! (Niu et al. 2011), lock-free updates of a parameter store in the shared memory of one node");
     app.add_flag("--no-fold", f.no_fold, "simulate every data-parallel replica (by default identical replicas are folded into one where that is exact)");
 }
 
@@ -148,6 +164,7 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     if (plan.schedule == strategies::Schedule::interleaved) p += ", virtual stages " + std::to_string(plan.virtual_stages);
     if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
     if (plan.sequence_parallel) p += ", sp";
+    if (plan.compress.method != strategies::CompressionMethod::none) p += ", compress " + strategies::to_string(plan.compress);
     std::vector<std::pair<std::string, std::string>> out{{"smolcluster-version", SMOL_VERSION},
                                                          {"command-line", command_line},
                                                          {"model", model.name()},
@@ -156,6 +173,19 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
                                                          {"plan", p}};
     if (cluster.groups.size() > 1 && !cluster.description.empty()) out.emplace_back("cluster-description", cluster.description);
     return out;
+}
+
+namespace {
+bool given(const PlanFlags& f, const char* name) { return f.app && f.app->count(name) > 0; }
+}  // namespace
+
+void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
+    for (const char* name : {"--slow", "--jitter", "--seed", "--hogwild"})
+        if (given(f, name))
+            fail_input(std::string("has no effect here: smolcluster ") + command +
+                           " runs the plan on the real devices, at their own speed; " + name +
+                           " is the simulator's (smolcluster simulate)",
+                       flag(name));
 }
 
 topo::Cluster resolve_cluster(const PlanFlags& f) {
@@ -173,12 +203,14 @@ topo::Cluster resolve_cluster(const PlanFlags& f) {
     if (f.nodes) c = c.with_nodes(*f.nodes);
     if (f.devices) c = c.first_devices(*f.devices);
     if (!f.profile.empty()) c = topo::apply_profile(c, topo::load_profile(f.profile), f.profile);
+    if (given(f, "--slow") || !f.slow.empty()) c = c.with_slow_devices(f.slow);
+    if (given(f, "--seed") && !(f.jitter > 0))
+        fail_input("has no effect here: --seed seeds --jitter; give --jitter PCT above 0", flag("--seed"));
+    if (given(f, "--jitter") || f.jitter != 0) c = c.with_jitter(f.jitter, f.seed);
     return c;
 }
 
 namespace {
-
-bool given(const PlanFlags& f, const char* name) { return f.app && f.app->count(name) > 0; }
 
 /// Applies a ds_config.json to the plan: what it sets fills the flags left unset, a flag given
 /// with another value is an error naming both.
@@ -303,6 +335,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.offload_activations = strategies::parse_offload(f.offload_activations, "--offload-activations");
     p.finetune = strategies::parse_finetune(f.finetune);
     p.optimizer = strategies::parse_optimizer(f.optimizer);
+    p.compress = strategies::parse_compression(f.compress);
     check_at_least(f.global_batch, std::int64_t{1}, "--global-batch", "leave it out for dp × micro-batch");
     p.global_batch = f.global_batch.value_or(0);
     p.micro_batch = f.micro_batch;
@@ -330,6 +363,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.fsdp_sharding = strategies::parse_fsdp_sharding(f.fsdp_sharding);
     check_at_least(f.fsdp_group, 1, "--fsdp-group", "leave it out for the devices of a node");
     p.fsdp_group = f.fsdp_group.value_or(0);
+    p.hybrid_variant = strategies::parse_hybrid_variant(f.hybrid_variant);
     p.ep = f.ep;
     p.expert_imbalance = f.expert_imbalance;
     p.capacity_factor = f.capacity_factor;
@@ -353,13 +387,25 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--bucket-mb") && (s == DataParallel::ring || s == DataParallel::zero3 || s == DataParallel::fsdp))
         no_effect("--bucket-mb", strategy + (s == DataParallel::ring ? " fuses gradients by --fusion-mb"
                                                                    : " reduces each block's gradients on their own"));
-    if (given("--first-bucket-mb") && !(s == DataParallel::ddp || (model_parallel && s == DataParallel::zero1)))
-        no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp, or zero1 with --tp / --pp) has a smaller first bucket");
+    if (given("--first-bucket-mb") && !(s == DataParallel::ddp || s == DataParallel::hybrid_cnn ||
+                                        (model_parallel && s == DataParallel::zero1)))
+        no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp or hybrid-cnn, or zero1 with --tp / --pp) has a "
+                                       "smaller first bucket");
     for (const char* name : {"--fusion-mb", "--cycle-ms"})
         if (given(name) && s != DataParallel::ring) no_effect(name, std::string("it is Horovod's (--strategy ring), not ") + strategies::to_string(s) + "'s");
     for (const char* name : {"--ps-servers", "--ps-placement"})
         if (given(name) && !ps) no_effect(name, "parameter servers are --strategy ps and ps-async");
     if (given("--staleness") && s != DataParallel::ps_async) no_effect("--staleness", "only --strategy ps-async runs ahead of its slowest worker");
+    if (given("--hybrid-variant") && s != DataParallel::hybrid_cnn)
+        no_effect("--hybrid-variant", "it is the activation exchange of --strategy hybrid-cnn");
+    p.hogwild = f.hogwild;
+    if (f.hogwild && s != DataParallel::ps_async)
+        no_effect("--hogwild", "Hogwild! is an asynchronous update rule: it needs --strategy ps-async, not " + strategy.substr(11));
+    if (f.hogwild && given("--staleness"))
+        no_effect("--staleness", "Hogwild!'s lock-free updates have no staleness bound (Niu et al. 2011): leave out --staleness or --hogwild");
+    for (const char* name : {"--ps-servers", "--ps-placement"})
+        if (f.hogwild && given(name))
+            no_effect(name, "Hogwild! has no server: every worker updates the node's shared parameter store itself");
     if (given("--fsdp-sharding") && s != DataParallel::fsdp) no_effect("--fsdp-sharding", "it is FSDP's sharding strategy (--strategy fsdp)");
     if (given("--fsdp-group") && !(s == DataParallel::fsdp && p.fsdp_sharding == strategies::FsdpSharding::hybrid))
         no_effect("--fsdp-group", "shard groups are FSDP's hybrid sharding (--strategy fsdp --fsdp-sharding hybrid)");

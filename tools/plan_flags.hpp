@@ -40,6 +40,7 @@ struct PlanFlags {
     bool delayed_update = false;
     std::string offload_activations = "none";
     std::string finetune = "full", optimizer = "adam";
+    std::string compress = "none";       // --compress: gradient compression (strategies/compression.hpp)
     std::optional<std::int64_t> global_batch;   // unset: dp × micro-batch
     int micro_batch = 1;
     std::optional<int> seq;              // unset: the model's
@@ -48,6 +49,7 @@ struct PlanFlags {
     int ps_servers = 1, staleness = 4;
     std::optional<int> fsdp_group;       // unset: the devices of a node
     std::string ps_placement = "dedicated", fsdp_sharding = "full";
+    std::string hybrid_variant = "all-gather";
     double fusion_mb = 64, cycle_ms = 5;
     std::string network = "flow", collective_algo = "auto";
     std::string framework;
@@ -61,6 +63,10 @@ struct PlanFlags {
     double expert_imbalance = 1, capacity_factor = 0;
     std::string attention;               // empty: flash on GPUs of compute capability ≥ 8.0, else eager
     std::string profile;                 // --profile: a calibration profile applied to the cluster
+    std::string slow;                    // --slow RANK:FACTOR[:nic=FACTOR],… (topo::Cluster::with_slow_devices)
+    double jitter = 0;                   // --jitter PCT: seeded per-op variation of compute times
+    std::uint64_t seed = 1;              // --seed N: the jitter's seed
+    bool hogwild = false;                // --hogwild: ps-async's lock-free shared-memory updates
 };
 
 /// The model a --model names (core/model.hpp load_model), its reader's warnings written to `err`
@@ -80,6 +86,9 @@ strategies::Plan resolve_plan(const PlanFlags& f);
 /// Prints f.warnings to `err` as "smolcluster: warning: …".
 void print_warnings(const PlanFlags& f, std::ostream& err);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);
+/// `run` and `validate` execute on real devices: --slow, --jitter, --seed and --hogwild (which
+/// only the simulator models) are refused, naming the flag.
+void refuse_simulation_only_flags(const PlanFlags& f, const char* command);
 
 inline ErrorContext flag(const char* name) { return {"", "", name}; }
 

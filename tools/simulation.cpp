@@ -32,6 +32,45 @@ std::string figure(double v) {
     return buf;
 }
 
+/// "0.5" or "0.125": a factor for people.
+std::string factor(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+/// What the summary says about slow devices, jitter and Hogwild!.
+std::vector<std::string> speed_notes(const Model& model, const topo::Cluster& cluster, const strategies::Layout& layout,
+                                     const strategies::Plan& plan) {
+    std::vector<std::string> notes;
+    std::string slow;
+    for (std::size_t gi = 0; gi < cluster.groups.size(); ++gi) {
+        const topo::NodeGroup& g = cluster.groups[gi];
+        if (g.speed != 1.0 || g.nic_speed != 1.0)
+            slow += (slow.empty() ? "" : "; ") + std::string("group ") + g.name + " at " + factor(g.speed) + "× compute" +
+                    (g.nic_speed != 1.0 ? ", " + factor(g.nic_speed) + "× NIC" : "");
+    }
+    for (const auto& [rank, s] : cluster.slow_devices)
+        slow += (slow.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " (" + cluster.device_name(rank) +
+                ") at " + factor(s.compute) + "× compute" + (s.nic != 1.0 ? ", " + factor(s.nic) + "× NIC" : "");
+    if (!slow.empty()) notes.push_back("slow devices: " + slow);
+    if (cluster.jitter.percent > 0)
+        notes.push_back("jitter: every compute op within ±" + factor(cluster.jitter.percent) + " % of its time (seed " +
+                        std::to_string(cluster.jitter.seed) + ")");
+    if (!cluster.uniform_speed() && !layout.folded && plan.fold) {
+        // Said only where the same plan on devices of equal speed would fold.
+        topo::Cluster uniform = cluster;
+        uniform.slow_devices.clear();
+        uniform.jitter = {};
+        if (strategies::resolve(model, uniform, plan).folded)
+            notes.push_back("replicas not folded: the devices differ in speed (--slow, --jitter), so replicas are not mirrors");
+    }
+    if (plan.hogwild)
+        notes.push_back("Hogwild!: " + std::to_string(layout.dp) +
+                        " workers update one shared parameter store without locks, no staleness bound");
+    return notes;
+}
+
 }  // namespace
 
 void check_simulable(const strategies::Layout& layout, const strategies::Plan& plan) {
@@ -75,8 +114,11 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.ep = l.ep;
     info.attention = to_string(l.attention);
     info.dtype = to_string(l.dtype);
+    info.compression = strategies::to_string(plan.compress);
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();
+    info.folded_tp = l.folded_tp;
+    info.notes = speed_notes(model, cluster, built.layout, plan);
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
     return info;
 }
@@ -84,13 +126,18 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
 traces::Summary summarize_plan(const strategies::Built& built, const Timeline& timeline, const traces::StepInfo& info,
                                const strategies::Plan& plan) {
     traces::Summary summary = traces::summarize(built.graph, timeline, info);
-    if (plan.strategy == strategies::DataParallel::ps_async) summary.mean_staleness = strategies::mean_staleness(built.graph, timeline);
+    if (plan.strategy == strategies::DataParallel::ps_async) {
+        summary.mean_staleness = strategies::mean_staleness(built.graph, timeline, plan.hogwild);
+        summary.update_rate = strategies::update_rate(built.graph, timeline);
+    }
     return summary;
 }
 
 Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& given,
                          const sim::SimOptions& options, const topo::Topology* topology) {
-    const strategies::Plan plan = with_pipeline_split(model, cluster, given);
+    strategies::Plan plan = with_pipeline_split(model, cluster, given);
+    // The analytic network shares no links, so folding is exact wherever ranks run one program.
+    plan.fold_unshared = options.network == sim::NetworkMode::analytic;
     check_simulable(strategies::resolve(model, cluster, plan), plan);
     strategies::Built built = strategies::build(model, cluster, plan);
     Timeline tl = topology ? sim::simulate(built.graph, cluster, *topology, options)

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/hybrid_cnn.hpp"
 #include "tools/pipeline_split.hpp"
 #include "tools/simulation.hpp"
 #include "topologies/topology.hpp"
@@ -491,6 +492,15 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
         case DataParallel::fsdp: states = params * (sb.params + sb.grads + sb.optimizer) / n; break;
         case DataParallel::ps:
         case DataParallel::ps_async: break;
+        case DataParallel::hybrid_cnn: {
+            // The convolutional states replicated, the FC layers' split over the dp workers
+            // (strategies/hybrid_cnn.hpp); its FC activations only grow, so DDP's stay a bound.
+            double fc = 0;
+            for (auto i = static_cast<std::size_t>(strategies::hybrid_first_fc(model)); i < model.layers().size(); ++i)
+                fc += static_cast<double>(model.layers()[i].params);
+            states = (params - fc + fc / n) * (sb.params + sb.grads + sb.optimizer);
+            break;
+        }
     }
     const int chunks = l.pp * (plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
     (void)cluster;

@@ -6,6 +6,7 @@
 #include "topologies/cluster.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -27,6 +28,17 @@ namespace {
 constexpr std::array<DType, 3> all_dtypes{DType::bf16, DType::fp16, DType::fp32};
 
 std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
+
+/// The largest speed factor (node group "speed", "nic_speed", --slow): a device 100× its kind's
+/// datasheet rates is another device kind, not a faster copy of this one.
+constexpr double kMaxSpeed = 100;
+
+/// "0.5", "2", "1e-06": a factor as the user would type it.
+std::string factor_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
 
 std::string join_items(const std::vector<std::string>& items, const char* separator = ", ") {
     std::string out;
@@ -141,7 +153,7 @@ IntraKind parse_intra_kind(const JsonView& j, const std::string& key) {
 
 NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, DeviceKind>& kinds) {
     j.expect_only({"name", "count", "device", "devices_per_node", "cpu_vendor", "host_cpu", "host_memory",
-                   "host_memory_bandwidth", "nvme", "intra", "host_link", "nics", "notes"});
+                   "host_memory_bandwidth", "nvme", "intra", "host_link", "nics", "speed", "nic_speed", "notes"});
     string_list(j, "notes");
     NodeGroup g;
     g.name = j.string("name");
@@ -173,6 +185,13 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         string_list(*cpu, "notes");
         if (cpu->has("peak")) g.host_peak = cpu->flop_rate("peak");
         g.host_memory_efficiency = cpu->fraction_or("memory_efficiency", g.host_memory_efficiency);
+    }
+    for (const auto& [key, into] : {std::pair<const char*, double*>{"speed", &g.speed}, std::pair<const char*, double*>{"nic_speed", &g.nic_speed}}) {
+        if (!j.has(key)) continue;
+        const double v = j.number(key);
+        if (!(v > 0 && v <= kMaxSpeed))
+            j.fail_member(key, "a factor on the group's rates above 0 and at most 100 (1: as the datasheet says)", factor_text(v));
+        *into = v;
     }
     g.host_memory = positive_bytes(j, "host_memory");
     g.host_memory_bandwidth = j.bandwidth("host_memory_bandwidth");
@@ -405,6 +424,83 @@ Cluster Cluster::first_devices(int n) const {
             left = 0;
         }
     }
+    return out;
+}
+
+double Cluster::compute_speed(int rank) const {
+    const double group = group_of(rank).speed;
+    const auto it = slow_devices.find(rank);
+    return it == slow_devices.end() ? group : group * it->second.compute;
+}
+
+double Cluster::nic_speed(int node, int nic) const {
+    const int first = first_rank_of_node(node);
+    const NodeGroup& g = group_of(first);
+    double slowest = 1.0;
+    // The NIC is one piece of hardware: the slowest factor any of its ranks was given.
+    for (auto it = slow_devices.lower_bound(first); it != slow_devices.end() && it->first < first + g.devices_per_node; ++it)
+        if (g.nic_of(it->first - first) == nic) slowest = std::min(slowest, it->second.nic);
+    return g.nic_speed * slowest;
+}
+
+Cluster Cluster::with_slow_devices(const std::string& spec) const {
+    const ErrorContext at{"", "", "--slow"};
+    const int devices = num_devices();
+    const std::string expected = "RANK:FACTOR or RANK:FACTOR:nic=FACTOR items separated by commas (such as 3:0.5,5:0.8:nic=0.5), "
+                                 "ranks from 0 to " + std::to_string(devices - 1) + ", factors above 0 and at most 100";
+    const auto number = [&](const std::string& text, const std::string& item) {
+        std::size_t used = 0;
+        double v = 0;
+        try {
+            v = std::stod(text, &used);
+        } catch (const std::exception&) {
+            fail_input(expected, in_quotes(item), at);
+        }
+        if (used != text.size()) fail_input(expected, in_quotes(item), at);
+        return v;
+    };
+    Cluster out = *this;
+    std::size_t begin = 0;
+    while (begin <= spec.size()) {
+        const std::size_t end = std::min(spec.find(',', begin), spec.size());
+        const std::string item = spec.substr(begin, end - begin);
+        begin = end + 1;
+        std::vector<std::string> parts;
+        for (std::size_t b = 0;;) {
+            const std::size_t e = item.find(':', b);
+            parts.push_back(item.substr(b, e == std::string::npos ? std::string::npos : e - b));
+            if (e == std::string::npos) break;
+            b = e + 1;
+        }
+        if (parts.size() < 2 || parts.size() > 3 || parts[0].empty() ||
+            parts[0].find_first_not_of("0123456789") != std::string::npos || parts[0].size() > 9)
+            fail_input(expected, in_quotes(item), at);
+        const int rank = std::stoi(parts[0]);
+        if (rank >= devices)
+            fail_input("a rank from 0 to " + std::to_string(devices - 1) + " (the devices of cluster " + in_quotes(name) + ")",
+                       in_quotes(item), at);
+        DeviceSpeed speed;
+        speed.compute = number(parts[1], item);
+        if (parts.size() == 3) {
+            if (!parts[2].starts_with("nic=")) fail_input(expected, in_quotes(item), at);
+            speed.nic = number(parts[2].substr(4), item);
+        }
+        for (const double f : {speed.compute, speed.nic})
+            if (!(f > 0 && f <= kMaxSpeed))
+                fail_input("a factor above 0 and at most 100 (0.5: half the device's rates)",
+                           factor_text(f) + " in " + in_quotes(item), at);
+        if (!out.slow_devices.emplace(rank, speed).second)
+            fail_input("each rank once", "rank " + std::to_string(rank) + " twice in " + in_quotes(spec), at);
+    }
+    return out;
+}
+
+Cluster Cluster::with_jitter(double percent, std::uint64_t seed) const {
+    if (!(percent >= 0 && percent < 100))
+        fail_input("a percentage from 0 to below 100 (each compute op runs within ±PCT % of its time)", factor_text(percent),
+                   {"", "", "--jitter"});
+    Cluster out = *this;
+    out.jitter = {percent, seed};
     return out;
 }
 

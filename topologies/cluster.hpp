@@ -10,6 +10,8 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,14 +87,19 @@ struct NodeGroup {
     IntraKind intra = IntraKind::none;
     LinkSpec intra_link;              // device ↔ NVSwitch / peer / PCIe switch, per device
     LinkSpec host_link;               // PCIe root link shared by the node's devices and NICs
+    /// Every device of the group computes at `speed` × its kind's rates, and every NIC
+    /// of the group moves `nic_speed` × its bandwidth (a thermally throttled or older board; 1 by
+    /// default; from 0 exclusive to 100). The simulator applies them (sim/simulator.cpp).
+    double speed = 1.0;
+    double nic_speed = 1.0;
     // Out of the node.
     int nics = 1;                     // 1: shared by all devices; devices_per_node: one per device
     LinkSpec nic_link;                // NIC ↔ first switch
-    // (Added.) Any NIC count that divides devices_per_node is allowed: each NIC serves
+    // Any NIC count that divides devices_per_node is allowed: each NIC serves
     // devices_per_node / nics consecutive devices (a DGX-2 has 8 NICs for 16 GPUs). A node cut
     // short by Cluster::first_devices keeps its original sharing through devices_per_nic.
     int devices_per_nic = 0;          // consecutive devices per NIC; 0: ceil(devices_per_node / nics)
-    /// (Added.) The NIC, counted from 0 within the node, that local device `local` uses.
+    /// The NIC, counted from 0 within the node, that local device `local` uses.
     int nic_of(int local) const;
 };
 
@@ -105,6 +112,20 @@ struct Network {
     // Fat tree (leaf/spine), rail-optimized when nodes have one NIC per device:
     int nodes_per_leaf = 0;           // 0: one leaf per rail holding every node (two levels only if needed)
     double oversubscription = 1.0;    // leaf downlink : uplink bandwidth ratio (1 = non-blocking)
+};
+
+/// One device slowed on the command line (--slow RANK:FACTOR[:nic=FACTOR]): its compute
+/// at `compute` × its group's speed, the NIC it uses at `nic` × its group's NIC speed.
+struct DeviceSpeed {
+    double compute = 1.0;
+    double nic = 1.0;
+};
+
+/// --jitter PCT --seed N: every compute op's time is multiplied by 1 + PCT/100 · u, u
+/// uniform in [−1, 1), a pure function of (seed, op id) (sim/simulator.cpp jitter_factor).
+struct ComputeJitter {
+    double percent = 0;
+    std::uint64_t seed = 1;
 };
 
 struct DeviceRef {
@@ -123,6 +144,18 @@ public:
     /// Collectives and point-to-point transfers timed by a profile, or null.
     std::shared_ptr<const MeasuredNetwork> measured_network;
     std::string profile;              // the profile applied, for messages ("" when none)
+    /// Devices slowed by --slow, by rank (empty: every device at its group's speed).
+    std::map<int, DeviceSpeed> slow_devices;
+    ComputeJitter jitter;
+
+    /// The factor on rank's compute rates: its group's speed × its --slow factor.
+    double compute_speed(int rank) const;
+    /// The factor on the bandwidth of NIC `nic` of global node `node`: the group's
+    /// nic_speed × the smallest --slow nic factor of the ranks that use it.
+    double nic_speed(int node, int nic) const;
+    /// True when no device differs from its group's others and no jitter is on:
+    /// what folding identical replicas needs (strategies::resolve).
+    bool uniform_speed() const { return slow_devices.empty() && jitter.percent == 0; }
 
     int num_nodes() const;
     int num_devices() const;
@@ -137,6 +170,11 @@ public:
     Cluster with_nodes(int n) const;
     /// --devices N: the first N devices (whole groups and nodes trimmed); bad_input if N is out of range.
     Cluster first_devices(int n) const;
+    /// --slow "RANK:FACTOR[:nic=FACTOR],…": the same cluster with those devices slowed
+    /// (factors from 0 exclusive to 100, ranks of this cluster, each once); bad_input names --slow.
+    Cluster with_slow_devices(const std::string& spec) const;
+    /// --jitter PCT (0 ≤ PCT < 100) with --seed; bad_input names --jitter.
+    Cluster with_jitter(double percent, std::uint64_t seed) const;
 };
 
 std::vector<std::string> cluster_preset_names();

@@ -299,10 +299,18 @@ Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.swi
 
     const Network& net = cluster.network;
     const int nodes = node;
+    // A NIC slowed by its group's nic_speed or by --slow RANK:F:nic=F moves that fraction of its
+    // bandwidth; its latency stays (the wire is the same, the host side feeds it slower).
+    const auto nic_spec = [&](int n, std::size_t j) {
+        LinkSpec spec = group_of_node[n]->nic_link;
+        const double speed = cluster.nic_speed(n, static_cast<int>(j));
+        if (speed != 1.0) spec.bandwidth = spec.bandwidth * speed;
+        return spec;
+    };
     if (net.fabric == FabricKind::single_switch) {
         const VertexId sw = add_vertex(VertexKind::network_switch, "switch");
         for (int n = 0; n < nodes; ++n) {
-            for (VertexId nic : nics_of_node[n]) add_duplex(nic, sw, group_of_node[n]->nic_link);
+            for (std::size_t j = 0; j < nics_of_node[n].size(); ++j) add_duplex(nics_of_node[n][j], sw, nic_spec(n, j));
         }
         return;
     }
@@ -321,7 +329,7 @@ Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.swi
     for (int n = 0; n < nodes; ++n) {
         const int pod = n / per_leaf;
         for (std::size_t j = 0; j < nics_of_node[n].size(); ++j) {
-            add_duplex(nics_of_node[n][j], leaves[static_cast<std::size_t>(pod * rails) + j], group_of_node[n]->nic_link);
+            add_duplex(nics_of_node[n][j], leaves[static_cast<std::size_t>(pod * rails) + j], nic_spec(n, j));
         }
     }
     if (pods > 1) {

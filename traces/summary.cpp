@@ -199,7 +199,9 @@ Json to_json(const Summary& s) {
     j["ep"] = s.info.ep;
     j["attention"] = s.info.attention;
     j["dtype"] = s.info.dtype;
+    j["compression"] = s.info.compression;
     j["folded"] = s.info.folded;
+    if (!s.info.notes.empty()) j["notes"] = s.info.notes;
     j["measured"] = s.info.measured;
     j["iteration_time_s"] = s.iteration.to_seconds();
     j["samples_per_s"] = s.samples_per_s;
@@ -259,6 +261,7 @@ Json to_json(const Summary& s) {
     j["events"] = s.events;
     j["sim_wall_s"] = s.sim_wall_s;
     if (s.mean_staleness) j["mean_staleness"] = *s.mean_staleness;
+    if (s.update_rate) j["update_rate_per_s"] = *s.update_rate;
     if (s.info.async_updates) {
         // ps-async's step is microbatches rounds, each one update per worker (see print_table).
         j["updates_per_worker"] = s.info.microbatches;
@@ -269,6 +272,20 @@ Json to_json(const Summary& s) {
 }
 
 namespace {
+
+/// ", 8 data-parallel replicas folded into one" (or replicas and tensor ranks), or "".
+std::string fold_note(const StepInfo& i) {
+    if (!i.folded) return "";
+    std::string note = ", " + std::to_string(i.dp);
+    if (i.folded_tp) {
+        note += " replicas × ";
+        note += std::to_string(i.tp);
+        note += " tensor ranks folded into one per stage";
+    } else {
+        note += " data-parallel replicas folded into one";
+    }
+    return note;
+}
 
 /// "0-7,16-23": sorted ranks as ranges.
 std::string rank_ranges(const std::vector<int>& ranks) {
@@ -312,14 +329,16 @@ std::vector<RankGroup> group_ranks(const std::vector<DeviceSummary>& devices) {
 void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
     out << i.model << " on " << i.cluster << " (" << i.devices << " devices): "
-        << (i.strategy == "none" ? "no data parallelism" : i.strategy) << ", tp " << i.tp << " · pp " << i.pp << " · dp "
+        << (i.strategy == "none" ? "no data parallelism" : i.strategy)
+        << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression") << ", tp " << i.tp << " · pp " << i.pp << " · dp "
         << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
         << (i.attention.empty() ? "" : ", " + i.attention + " attention") << ", "
         << (i.measured ? "measured" : i.network + " network") << (i.framework.empty() ? "" : ", as " + i.framework)
-        << (i.folded ? ", " + std::to_string(i.dp) + " data-parallel replicas folded into one" : "") << "\n";
+        << fold_note(i) << "\n";
     if (!i.seq_note.empty() && i.sequence) out << "  seq " << i.seq << ": " << i.seq_note << "\n";
+    for (const std::string& note : i.notes) out << "  " << note << "\n";
     out << "\n";
     auto row = [&](const std::string& k, const std::string& v) {
         out << "  " << k << std::string(k.size() < 22 ? 22 - k.size() : 1, ' ') << v << '\n';
@@ -332,6 +351,7 @@ void print_table(std::ostream& out, const Summary& s) {
                         fmt("%.0f", updates) + " updates)");
         row("per round", to_string(s.iteration * (1.0 / rounds)) + " (every worker's update)");
         row("per update", to_string(s.iteration * (1.0 / updates)) + " (server side, all workers together)");
+        if (s.update_rate) row("update rate", fmt("%.4g updates/s", *s.update_rate) + " (each worker at its own pace, summed)");
     } else {
         row("step time", to_string(s.iteration));
     }

@@ -39,9 +39,14 @@ struct StepInfo {
     bool sequence = true;               // false for layer lists (CNN / MLP): no seq, no tokens/s
     bool async_updates = false;         // ps-async: the step is `microbatches` rounds of updates per worker
     std::string dtype;
+    std::string compression = "none";   // --compress: "none", "1bit", "topk:0.01"
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
     bool folded = false;                // data-parallel replicas simulated as one
+    bool folded_tp = false;             // and each stage's tensor ranks (analytic network)
+    /// What the run assumed beyond the plan, for people: slow devices and jitter (and
+    /// that they keep replicas unfolded), Hogwild! updates. In to_json as "notes" when not empty.
+    std::vector<std::string> notes;
     /// The timeline was measured by running the plan (smolcluster run), not simulated: the
     /// table says "executed" where it says "simulated"; the JSON keys are the same.
     bool measured = false;
@@ -101,6 +106,9 @@ struct Summary {
     /// ps-async only: mean staleness of the updates (strategies::mean_staleness); in to_json
     /// as "mean_staleness" when set.
     std::optional<double> mean_staleness;
+    /// ps-async only: updates per second, each worker at its own pace, summed
+    /// (strategies::update_rate); in to_json as "update_rate_per_s" when set.
+    std::optional<double> update_rate;
 
     bool fits() const { return !oom.has_value(); }
 };

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "exec/cpu/comm.hpp"
+#include "exec/cpu/compression.hpp"
 #include "exec/cpu/kernels.hpp"
 
 namespace smol::exec::cpu {
@@ -76,7 +77,7 @@ std::int64_t kernel_floats(const Kernel& k) {
             // Forward: Q, O (q×d), K, V (kv×d), lse (q); backward adds dO, dQ, dK, dV and delta.
             return batch * (k.backward ? 4 * k.m * k.k + 4 * k.n * k.k + k.m : 2 * k.m * k.k + 2 * k.n * k.k + k.m) +
                    flash_scratch_floats(k.k) + (k.backward ? k.m : 0);
-        case KernelOp::stream: return 2 * ((k.bytes + 7) / 8);
+        case KernelOp::stream: return is_compression_kernel(k) ? compression_floats(k) : 2 * ((k.bytes + 7) / 8);
         case KernelOp::adam: return 4 * k.elements;
     }
     return 0;
@@ -160,6 +161,10 @@ void run_kernel(const Kernel& k, float* w, int& adam_step) {
             break;
         }
         case KernelOp::stream: {
+            if (is_compression_kernel(k)) {   // gradient compression's own passes (compression.hpp)
+                run_compression_kernel(k, w);
+                break;
+            }
             const std::int64_t n = (k.bytes + 7) / 8;   // read n floats, write n floats
             if (n > 0) cpu::stream(w, w + n, n, 1.0001f, 1e-6f);
             if (k.flops > 2.0 * static_cast<double>(n)) arithmetic(k.flops - 2.0 * static_cast<double>(n));

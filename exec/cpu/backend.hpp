@@ -3,6 +3,7 @@
 //   compute      every kernel of the op's recipe at its own shape, in fp32 (kernels.hpp), on a
 //                per-stream workspace sized to the stream's largest kernel and filled once with
 //                small values (operands are real memory, not a pointer to nothing)
+//                gradient compression's passes run their real code (compression.hpp)
 //   collectives  MPI on real buffers of the op's size, on the op-graph communicator's MPI
 //                communicator (comm.hpp)
 //   send / recv  MPI point to point on the p2p communicator, tag = the graph's p2p id

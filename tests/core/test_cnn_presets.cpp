@@ -22,6 +22,7 @@ TEST_CASE("CNN presets have the published parameter counts", "[core][cnn]") {
     const auto [name, published] = GENERATE(table<std::string, double>({{"resnet50", 25.557032e6},
                                                                         {"resnet101", 44.549160e6},
                                                                         {"vgg16", 138.357544e6},
+                                                                        {"alexnet", 61.100840e6},
                                                                         {"inception-v3", 23.834568e6}}));
     const Model m = model_preset(name);
     INFO(name << ": " << m.parameters());
@@ -55,6 +56,23 @@ TEST_CASE("VGG-16 and Inception-v3 run at their input sizes", "[core][cnn]") {
     CHECK(inc.layers().back().activations == Bytes(2048 * 4));
 }
 
+TEST_CASE("AlexNet (one-tower, torchvision) has its exact parameters and 0.71 GMACs", "[core][cnn]") {
+    // torchvision's AlexNet_Weights.IMAGENET1K_V1 lists num_params 61,100,840 and 0.71 GFLOPS
+    // (multiply-adds). By hand: conv1 11·11·3·64 + 64 at 55×55, conv2 5·5·64·192 + 192 at 27×27,
+    // conv3-5 3×3 at 13×13, then 256·6·6 = 9216 inputs to fc6.
+    const Model m = model_preset("alexnet");
+    CHECK(m.parameters() == 61'100'840);
+    CHECK(fwd_flops(m) == Approx(2 * 0.714e9).epsilon(0.01));
+    const LayerSpec& conv1 = m.layers().front();
+    CHECK(conv1.params == 11 * 11 * 3 * 64 + 64);
+    CHECK(conv1.output == Bytes(64 * 55 * 55 * 4));
+    std::int64_t fc = 0;
+    for (const auto& l : m.layers())
+        if (l.kind == "fc") fc += l.params;
+    CHECK(fc == (9216 * 4096 + 4096) + (4096 * 4096 + 4096) + (4096 * 1000 + 1000));
+    CHECK(m.layers()[m.layers().size() - 3].activations == Bytes(9216 * 4));
+}
+
 TEST_CASE("MLP presets are fully connected stacks", "[core][cnn]") {
     const Model s = model_preset("mlp-small");
     CHECK(s.parameters() == (784 * 1024 + 1024) + (1024 * 1024 + 1024) + (1024 * 10 + 10));
@@ -65,7 +83,7 @@ TEST_CASE("MLP presets are fully connected stacks", "[core][cnn]") {
 
 TEST_CASE("layer-list presets are listed and blocks scale with the micro-batch", "[core][cnn]") {
     const auto names = model_preset_names();
-    for (const char* n : {"resnet50", "resnet101", "vgg16", "inception-v3", "mlp-small", "mlp-large"})
+    for (const char* n : {"alexnet", "resnet50", "resnet101", "vgg16", "inception-v3", "mlp-small", "mlp-large"})
         CHECK(std::find(names.begin(), names.end(), n) != names.end());
     CHECK(std::is_sorted(names.begin(), names.end()));
     CHECK_FALSE(cnn_preset("gpt2-small").has_value());

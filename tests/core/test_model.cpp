@@ -74,7 +74,7 @@ TEST_CASE("GPT parameter counts follow Narayanan et al. eq. 2", "[core][model]")
           Approx(narayanan_params(s.layers, s.hidden, s.vocab, s.max_seq)).epsilon(1e-12));
 }
 
-TEST_CASE("blocks: embedding, layers, head; parameters add up", "[core][model]") {
+TEST_CASE("blocks: embedding, layers, head, parameters add up", "[core][model]") {
     for (const std::string name : {"gpt2-small", "llama2-7b", "llama3-8b"}) {
         CAPTURE(name);
         const Model m = model_preset(name);
@@ -238,7 +238,7 @@ TEST_CASE("Llama 3 8B at sequence 8,192: 387 GB of eager activations per sample,
           Approx(32 * (5.0 * 32 * 8192 * 8192 - 4.0 * 32 * 8192)));
 }
 
-TEST_CASE("sliding windows cap flash attention's scores; eager keeps the whole matrix", "[core][model]") {
+TEST_CASE("sliding windows cap flash attention's scores, eager keeps the whole matrix", "[core][model]") {
     // A Mistral-shaped layer (window 4,096) at s = 8,192: flash computes Σ min(i + 1, w) pairs per
     // head; the eager path multiplies all s² and masks (HuggingFace's eager_attention_forward).
     const Model m = from_text(R"({"kind": "transformer", "layers": 2, "hidden": 4096, "heads": 32, "kv_heads": 8,
@@ -493,7 +493,7 @@ TEST_CASE("smolcluster's own model JSON", "[core][model]") {
 TEST_CASE("presets and load_model", "[core][model]") {
     const auto names = model_preset_names();
     CHECK(std::is_sorted(names.begin(), names.end()));
-    CHECK(names.size() == 9 + 6);  // transformers + the layer-list presets of core/cnn_presets.cpp
+    CHECK(names.size() == 9 + 7);  // transformers + the layer-list presets of core/cnn_presets.cpp
     for (const auto& n : names) CHECK(load_model(n).name() == n);
     CHECK(model_preset("gpt2-small").default_seq() == 1024);
 }
@@ -571,7 +571,7 @@ TEST_CASE("bad model inputs", "[core][model]") {
     }
     SECTION("unknown model suggests the nearest preset") {
         const std::string m = bad_input_message([] { load_model("gpt2-smal"); });
-        CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: gpt-mini, gpt-tiny, gpt2-large"));
+        CHECK_THAT(m, Contains("unknown model 'gpt2-smal' (did you mean 'gpt2-small'?); presets: alexnet, gpt-mini, gpt-tiny, gpt2-large"));
         CHECK_THAT(m, Contains("or give a path to a JSON file"));
     }
     SECTION("unknown preset") {

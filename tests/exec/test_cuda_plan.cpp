@@ -64,7 +64,7 @@ strategies::Built build(strategies::Plan p, int devices) {
 
 }  // namespace
 
-TEST_CASE("one GPU per rank of a host; two ranks on one GPU are refused as NCCL refuses them", "[exec][cuda_plan]") {
+TEST_CASE("one GPU per rank of a host, two ranks on one GPU are refused as NCCL refuses them", "[exec][cuda_plan]") {
     CHECK(device_for_rank(0, 1, 1, "h") == 0);
     CHECK(device_for_rank(3, 4, 8, "h") == 3);
     SECTION("more ranks than GPUs") {

@@ -221,7 +221,7 @@ TEST_CASE("validate under mpirun compares the simulated and measured steps, exit
     CHECK_THAT(strict.output, Contains("FAILED: |step error|"));
 }
 
-TEST_CASE("the backend follows the cluster's devices; --backend and --tf32 are checked", "[exec][cli]") {
+TEST_CASE("the backend follows the cluster's devices, --backend and --tf32 are checked", "[exec][cli]") {
     using tools::BackendKind;
     CHECK(tools::pick_backend("auto", topo::cluster_preset("pi5-1gbe")) == BackendKind::cpu);
     CHECK(tools::pick_backend("auto", topo::cluster_preset("hgx-h200")) == BackendKind::cuda);

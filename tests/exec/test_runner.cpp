@@ -189,6 +189,17 @@ void run_and_check(strategies::Plan plan, bool between_ranks = false) {
     run_and_check(built.graph, cluster);
 }
 
+/// A small CNN for hybrid-cnn, per sample in fp32: a 3×3 convolution of 3 → 16 channels at
+/// 16×16, a 2×2 pool, then fc 1024 → 64 → 10 (10 neurons split 3, 3, 3, 3 over 4 ranks).
+Model tiny_cnn() {
+    const LayerSpec conv{"conv1", "conv", 3 * 3 * 3 * 16 + 16, Flops(2.0 * 3 * 3 * 3 * 16 * 16 * 16), Bytes(16 * 16 * 16 * 4),
+                         Bytes(16 * 16 * 16 * 4)};
+    const LayerSpec pool{"pool1", "pool", 0, Flops(0), Bytes(16 * 16 * 16 * 4), Bytes(16 * 8 * 8 * 4)};
+    const LayerSpec fc1{"fc1", "fc", 1024 * 64 + 64, Flops(2.0 * 1024 * 64), Bytes(1024 * 4), Bytes(64 * 4)};
+    const LayerSpec fc2{"fc2", "fc", 64 * 10 + 10, Flops(2.0 * 64 * 10), Bytes(64 * 4), Bytes(10 * 4)};
+    return Model::layer_list("tiny-cnn", {conv, pool, fc1, fc2}, 3 * 16 * 16 * 4);
+}
+
 strategies::Plan data_parallel(strategies::DataParallel s) {
     strategies::Plan p;
     p.strategy = s;
@@ -211,6 +222,16 @@ using strategies::Schedule;
 
 TEST_CASE("exec runs ddp: every op once, in graph order", "[exec][mpi][plan-ddp]") { run_and_check(data_parallel(DataParallel::ddp)); }
 TEST_CASE("exec runs ring (Horovod, cycle timers)", "[exec][mpi][plan-ring]") { run_and_check(data_parallel(DataParallel::ring)); }
+TEST_CASE("exec runs ddp with 1-bit compression: its kernels and its all-to-all and all-gathers", "[exec][mpi][plan-ddp-1bit]") {
+    strategies::Plan p = data_parallel(DataParallel::ddp);
+    p.compress = strategies::parse_compression("1bit");
+    run_and_check(p);
+}
+TEST_CASE("exec runs ring with top-k compression", "[exec][mpi][plan-ring-topk]") {
+    strategies::Plan p = data_parallel(DataParallel::ring);
+    p.compress = strategies::parse_compression("topk:0.01");
+    run_and_check(p);
+}
 TEST_CASE("exec runs ps", "[exec][mpi][plan-ps]") { run_and_check(data_parallel(DataParallel::ps)); }
 TEST_CASE("exec runs ps-async: edges between ranks (bounded staleness)", "[exec][mpi][plan-ps-async]") {
     strategies::Plan p = data_parallel(DataParallel::ps_async);
@@ -221,6 +242,18 @@ TEST_CASE("exec runs zero1", "[exec][mpi][plan-zero1]") { run_and_check(data_par
 TEST_CASE("exec runs zero2", "[exec][mpi][plan-zero2]") { run_and_check(data_parallel(DataParallel::zero2)); }
 TEST_CASE("exec runs zero3", "[exec][mpi][plan-zero3]") { run_and_check(data_parallel(DataParallel::zero3)); }
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }
+TEST_CASE("exec runs hybrid-cnn: broadcasts, reduces to a root and a second communicator", "[exec][mpi][plan-hybrid-cnn]") {
+    const topo::Cluster cluster = topo::localhost_cluster();
+    REQUIRE(cluster.num_devices() == test::session().size());
+    for (auto v : {strategies::HybridVariant::all_gather, strategies::HybridVariant::broadcast,
+                   strategies::HybridVariant::chunked}) {
+        INFO(strategies::to_string(v));
+        strategies::Plan p = data_parallel(DataParallel::hybrid_cnn);
+        p.hybrid_variant = v;
+        p.micro_batch = 4;   // chunked: a multiple of the ranks
+        run_and_check(strategies::build(tiny_cnn(), cluster, p).graph, cluster);
+    }
+}
 TEST_CASE("exec runs tp 2", "[exec][mpi][plan-tp2]") {
     strategies::Plan p;
     p.tp = 2;

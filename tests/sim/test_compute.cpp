@@ -48,7 +48,7 @@ TEST_CASE("an op without kernels is priced as one kernel of its class", "[sim][c
     CHECK(compute_time(op, {}, g).to_seconds() == Approx(1e9 / (400e9 * g.host_memory_efficiency) + 5e-6).epsilon(1e-6));
 }
 
-TEST_CASE("every kernel on its own roofline; a GPU hides launches behind long kernels", "[sim][compute]") {
+TEST_CASE("every kernel on its own roofline, a GPU hides launches behind long kernels", "[sim][compute]") {
     const topo::NodeGroup g = a100_like();
     Op op;
     op.kind = OpKind::compute;

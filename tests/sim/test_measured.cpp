@@ -101,7 +101,7 @@ TEST_CASE("fp32 kernels are priced from the measured tables, with the measured d
     CHECK(sim::kernel_time(pass, DType::bf16, false, g) != Time::seconds(1e6 / 50e9));
 }
 
-TEST_CASE("measured collectives and sends take the measured time; other group sizes the model", "[sim][measured]") {
+TEST_CASE("measured collectives and sends take the measured time, other group sizes the model", "[sim][measured]") {
     const topo::Cluster c = measured_cluster(3);
     OpGraph g(3);
     const auto measured = g.add_collective(CollectiveKind::all_reduce, {0, 1}, Bytes(1'000'000), Stream::comm, Phase::bwd);

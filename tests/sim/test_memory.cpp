@@ -54,7 +54,7 @@ TEST_CASE("a GPU's device tier holds the runtime's memory before the step's firs
     CHECK(m.total() == Bytes(kCudaContextBytes + channels * kNcclBytesPerChannel + (12 << 20)));
 }
 
-TEST_CASE("CPU boards have no runtime reserve; unified memory is one pool", "[sim][memory]") {
+TEST_CASE("CPU boards have no runtime reserve, unified memory is one pool", "[sim][memory]") {
     const topo::Cluster c = test::uniform_switch_cluster(1, 1.0, 0, 0);   // unified, 8 GB
     OpGraph g(1);
     const auto d = g.add_buffer(0, Tier::device, Bytes::gb(3), BufferLabel::parameters);

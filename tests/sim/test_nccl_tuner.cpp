@@ -113,7 +113,7 @@ TEST_CASE("NCCL latencies and bandwidths, computed by hand from tuning.cc", "[si
     }
 }
 
-TEST_CASE("an uncontended collective takes NCCL's predicted time; a ring leaves a node on every rail",
+TEST_CASE("an uncontended collective takes NCCL's predicted time, a ring leaves a node on every rail",
           "[sim][nccl][collectives]") {
     SECTION("one DGX A100, 1 GiB all-reduce") {
         const topo::Cluster c = topo::cluster_preset("dgx-a100");

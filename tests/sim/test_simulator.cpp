@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "sim/compute.hpp"
 #include "sim/simulator.hpp"
 #include "sim_fixtures.hpp"
 
@@ -119,7 +120,7 @@ TEST_CASE("a send and its receive move bytes at the route's rate after its laten
     CHECK(tl.makespan.to_seconds() == Approx(1.0 + 11e-6).epsilon(1e-6));
 }
 
-TEST_CASE("compute ops take their roofline time; streams run concurrently", "[sim][compute]") {
+TEST_CASE("compute ops take their roofline time, streams run concurrently", "[sim][compute]") {
     const topo::Cluster c = test::uniform_switch_cluster(2, 1.0, 0, 0);
     OpGraph g(2);
     // 100 GFLOP at 100 GFLOP/s with efficiency ~1: 1 s. Two in a row on one stream: 2 s.
@@ -297,4 +298,103 @@ TEST_CASE("host steps share the node's cores", "[sim][host]") {
     };
     CHECK(run(1) == Approx(1.0).epsilon(1e-3));
     CHECK(run(2) == Approx(2.0).epsilon(1e-3));
+}
+
+TEST_CASE("a slow device computes at its speed, a slow NIC moves its share of the bandwidth", "[sim][speed]") {
+    // Boards of 100 GFLOP/s: an op of 1e9 FLOPs takes 10 ms; at speed 0.5, 20 ms; in a group of
+    // speed 0.5 with --slow 0.5 on top, 40 ms.
+    topo::Cluster c = test::uniform_switch_cluster(2, 1, 0, 0);
+    auto run = [](const topo::Cluster& cluster) {
+        OpGraph g(2);
+        const OpId a = g.add_compute(0, Phase::fwd, 0, 0, Flops(1e9), Bytes(0), KernelClass::elementwise, DType::fp32);
+        const OpId b = g.add_compute(1, Phase::fwd, 0, 0, Flops(1e9), Bytes(0), KernelClass::elementwise, DType::fp32);
+        g.finalize();
+        const Timeline t = simulate(g, cluster);
+        return std::pair{(t.end[a] - t.start[a]).to_seconds(), (t.end[b] - t.start[b]).to_seconds()};
+    };
+    CHECK(run(c).first == Approx(0.010).epsilon(1e-9));
+    const auto [fast, slow] = run(c.with_slow_devices("1:0.5"));
+    CHECK(fast == Approx(0.010).epsilon(1e-9));
+    CHECK(slow == Approx(0.020).epsilon(1e-9));
+    c.groups[0].speed = 0.5;
+    CHECK(run(c).first == Approx(0.020).epsilon(1e-9));
+    CHECK(run(c.with_slow_devices("1:0.5")).second == Approx(0.040).epsilon(1e-9));
+
+    // 100 MB from rank 0 to rank 1 over 1 GB/s NICs without latency: 0.1 s; rank 1's NIC at a
+    // quarter of its bandwidth: 0.4 s, whatever its compute speed.
+    const topo::Cluster net = test::uniform_switch_cluster(2, 1, 0, 0);
+    auto transfer = [](const topo::Cluster& cluster) {
+        OpGraph g(2);
+        g.add_send_recv(0, 1, Bytes(100'000'000), Phase::fwd, 0, 0);
+        g.finalize();
+        return simulate(g, cluster).makespan.to_seconds();
+    };
+    CHECK(transfer(net) == Approx(0.1).epsilon(1e-6));
+    CHECK(transfer(net.with_slow_devices("1:1:nic=0.25")) == Approx(0.4).epsilon(1e-6));
+    CHECK(transfer(net.with_slow_devices("1:0.5")) == Approx(0.1).epsilon(1e-6));
+}
+
+TEST_CASE("jitter is a pure function of the seed and the op", "[sim][speed]") {
+    const topo::ComputeJitter j{10, 42};
+    double sum = 0, lo = 2, hi = 0;
+    for (OpId id = 0; id < 20000; ++id) {
+        const double f = jitter_factor(j, id);
+        CHECK(f == jitter_factor(j, id));
+        sum += f;
+        lo = std::min(lo, f);
+        hi = std::max(hi, f);
+    }
+    // Uniform in [0.9, 1.1): the mean of 20,000 draws is 1 within 4 standard errors
+    // (0.1 / √3 / √20000 = 0.0004), and the draws reach close to both ends.
+    CHECK(sum / 20000 == Approx(1.0).margin(0.0017));
+    CHECK(lo >= 0.9);
+    CHECK(lo < 0.901);
+    CHECK(hi < 1.1);
+    CHECK(hi > 1.099);
+    CHECK(jitter_factor({10, 43}, 7) != jitter_factor(j, 7));
+    CHECK(jitter_factor({0, 42}, 7) == 1.0);
+
+    // In a run: each op's time is its priced time (10 ms) times its own factor, whatever ran
+    // before it; the same seed gives the same timeline, another seed another one.
+    const topo::Cluster c = test::uniform_switch_cluster(2, 1, 0, 0);
+    auto run = [&](std::uint64_t seed) {
+        OpGraph g(2);
+        for (int i = 0; i < 40; ++i)
+            g.add_compute(i % 2, Phase::fwd, i, 0, Flops(1e9), Bytes(0), KernelClass::elementwise, DType::fp32);
+        g.finalize();
+        return std::pair{simulate(g, c.with_jitter(10, seed)), std::move(g)};
+    };
+    const auto [t1, g1] = run(42);
+    for (OpId id = 0; id < g1.size(); ++id)
+        CHECK((t1.end[id] - t1.start[id]).to_seconds() == Approx(0.010 * jitter_factor(j, id)).epsilon(1e-9));
+    const auto [t2, g2] = run(42);
+    CHECK(t2.start == t1.start);
+    CHECK(t2.end == t1.end);
+    CHECK(run(43).first.makespan != t1.makespan);
+}
+
+TEST_CASE("a stream served in arrival order runs its ops as they become ready, one at a time", "[sim][speed]") {
+    // Rank 1 computes for 50 ms, then rank 0's op A (added first) may run; B, C have no
+    // dependency. In program order B and C would wait behind A (ending at 80 ms); served in arrival
+    // order they run at once, one after the other, and A when it is ready.
+    const topo::Cluster c = test::uniform_switch_cluster(2, 1, 0, 0);
+    OpGraph g(2);
+    g.serve_in_arrival_order(0, Stream::compute);
+    const OpId l = g.add_compute(1, Phase::fwd, 0, 0, Flops(5e9), Bytes(0), KernelClass::elementwise, DType::fp32);
+    const OpId a = g.add_compute(0, Phase::fwd, 0, 0, Flops(1e9), Bytes(0), KernelClass::elementwise, DType::fp32);
+    const OpId b = g.add_compute(0, Phase::fwd, 1, 0, Flops(1e9), Bytes(0), KernelClass::elementwise, DType::fp32);
+    const OpId d = g.add_compute(0, Phase::fwd, 2, 0, Flops(1e9), Bytes(0), KernelClass::elementwise, DType::fp32);
+    g.depend(l, a);
+    g.finalize();
+    const Timeline t = simulate(g, c);
+    CHECK(t.start[b].to_seconds() == Approx(0.0).margin(1e-12));
+    CHECK(t.start[d].to_seconds() == Approx(0.010).epsilon(1e-9));   // after B: one at a time
+    CHECK(t.start[a].to_seconds() == Approx(0.050).epsilon(1e-9));
+    CHECK(t.makespan.to_seconds() == Approx(0.060).epsilon(1e-9));
+
+    SECTION("a stream must be served in arrival order before it has ops") {
+        OpGraph h(1);
+        h.add_compute(0, Phase::fwd, 0, 0, Flops(1), Bytes(0), KernelClass::elementwise, DType::fp32);
+        CHECK_THROWS_WITH(h.serve_in_arrival_order(0, Stream::compute), Catch::Contains("already has ops"));
+    }
 }

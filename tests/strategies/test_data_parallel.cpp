@@ -62,7 +62,7 @@ TEST_CASE("DDP all-reduces every gradient byte once per step", "[strategies][ddp
     CHECK(r.built.layout.microbatches == 2);
 }
 
-TEST_CASE("DDP hides communication behind backward; one giant bucket hides nothing", "[strategies][ddp]") {
+TEST_CASE("DDP hides communication behind backward, one giant bucket hides nothing", "[strategies][ddp]") {
     const topo::Cluster c = topo::cluster_preset("pi5-1gbe").with_nodes(4);
     const tools::Simulation small = run("gpt2-small", c, Plan{});
     INFO("exposed " << to_string(small.summary.exposed_comm) << " of " << to_string(small.summary.total_comm));

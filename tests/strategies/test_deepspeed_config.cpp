@@ -15,7 +15,7 @@ DeepSpeedConfig read(const std::string& text) {
 }
 }  // namespace
 
-TEST_CASE("a DeepSpeed config's modelled keys are read; the others are reported", "[strategies][deepspeed]") {
+TEST_CASE("a DeepSpeed config's modelled keys are read, the others are reported", "[strategies][deepspeed]") {
     const DeepSpeedConfig c = read(R"({
         "train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
         "bf16": {"enabled": true},

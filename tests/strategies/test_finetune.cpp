@@ -121,7 +121,7 @@ TEST_CASE("LoRA's backward computes the frozen weights' input gradients only", "
     CHECK(bwd_flops(full) - bwd_flops(adapted) == Approx(gemm - adapters).epsilon(1e-6));
 }
 
-TEST_CASE("Llama 3 8B on four RTX 4090s: LoRA fits; full fine-tuning only with zero3 and CPU offload", "[strategies][finetune]") {
+TEST_CASE("Llama 3 8B on four RTX 4090s: LoRA fits, full fine-tuning only with zero3 and CPU offload", "[strategies][finetune]") {
     const Model m = model_preset("llama3-8b");
     const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
     sim::SimOptions o;

@@ -87,6 +87,55 @@ TEST_CASE("folded data-parallel replicas simulate to the same step as the full e
     }
 }
 
+TEST_CASE("with the analytic network, replicas sharing nodes and tensor ranks fold exactly", "[strategies][folding]") {
+    // The analytic network shares no links, so ranks running one program are mirrors wherever
+    // they sit: the folded graph (one rank per stage) must give what every rank gives.
+    const auto [tp, pp, strategy, schedule, sp, recompute] = GENERATE(
+        std::make_tuple(2, 2, DataParallel::ddp, Schedule::one_f_one_b, false, Recompute::none),
+        std::make_tuple(4, 2, DataParallel::zero1, Schedule::one_f_one_b, true, Recompute::selective),
+        std::make_tuple(8, 2, DataParallel::ddp, Schedule::interleaved, false, Recompute::full),
+        std::make_tuple(2, 4, DataParallel::zero1, Schedule::zb_h1, false, Recompute::none),
+        std::make_tuple(4, 1, DataParallel::ddp, Schedule::one_f_one_b, true, Recompute::none),   // no pipeline
+        std::make_tuple(8, 4, DataParallel::ddp, Schedule::gpipe, false, Recompute::none));     // dp 1
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
+    Plan p;
+    p.tp = tp;
+    p.pp = pp;
+    p.strategy = strategy;
+    p.schedule = schedule;
+    p.sequence_parallel = sp;
+    p.recompute = recompute;
+    if (schedule == Schedule::interleaved) p.virtual_stages = 2;
+    const int dp = c.num_devices() / (tp * pp);
+    p.global_batch = 4 * dp;
+    sim::SimOptions analytic;
+    analytic.network = sim::NetworkMode::analytic;
+    const Model m = model_preset("gpt2-medium");   // tied embeddings: an all-reduce between the end stages
+    Plan unfolded = p;
+    unfolded.fold = false;
+    const tools::Simulation folded = tools::simulate_plan(m, c, p, analytic), full = tools::simulate_plan(m, c, unfolded, analytic);
+    INFO("tp " << tp << " pp " << pp << " dp " << dp << " " << to_string(strategy) << " " << to_string(schedule));
+    CHECK(folded.built.layout.folded_tp);
+    CHECK_FALSE(full.built.graph.folded());
+    // One materialized rank per stage.
+    for (int r = 0; r < c.num_devices(); ++r)
+        CHECK(folded.built.graph.materialized(r) == (r % (tp * dp) == 0));
+    CHECK(folded.built.graph.size() * static_cast<std::size_t>(dp * tp) < full.built.graph.size() + 2000);
+    CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-6));
+    CHECK(folded.summary.bubble_fraction == Approx(full.summary.bubble_fraction).epsilon(1e-4));
+    REQUIRE(folded.summary.per_device.size() == full.summary.per_device.size());
+    for (std::size_t r = 0; r < full.summary.per_device.size(); ++r) {
+        const auto& a = folded.summary.per_device[r];
+        const auto& b = full.summary.per_device[r];
+        CHECK(a.peak_memory == b.peak_memory);
+        CHECK(a.busy.to_seconds() == Approx(b.busy.to_seconds()).epsilon(1e-6));
+        CHECK(a.comm.to_seconds() == Approx(b.comm.to_seconds()).epsilon(1e-6));
+        CHECK(a.exposed_comm.to_seconds() == Approx(b.exposed_comm.to_seconds()).epsilon(1e-6));
+    }
+    // The flow network shares links: there a node holding two replicas does not fold.
+    if (tp < 8) CHECK_FALSE(tools::simulate_plan(m, c, p).built.graph.folded());
+}
+
 TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
     const Model m = model_preset("gpt2-medium");
     Plan p;

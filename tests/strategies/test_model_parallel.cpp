@@ -88,6 +88,8 @@ int run_cli(const std::string& args, std::string& err) {
     std::stringstream ss;
     ss << in.rdbuf();
     err = ss.str();
+    in.close();
+    std::remove(log.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

@@ -79,7 +79,7 @@ TEST_CASE("ZeRO-3 releases gathered parameters by DeepSpeed's reuse-distance rul
     }
 }
 
-TEST_CASE("ZeRO-3's recompute waits for its gather; deepspeed@0.5 gathers per tensor, blocking", "[strategies][zero]") {
+TEST_CASE("ZeRO-3's recompute waits for its gather, deepspeed@0.5 gathers per tensor, blocking", "[strategies][zero]") {
     const Model m = model_preset("gpt2-small");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     Plan p;

@@ -236,6 +236,9 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--strategy", "ps", "--staleness", "2"}), {"--staleness", "ps-async"});
         refused(simulate({"--fsdp-sharding", "grad-op"}), {"--fsdp-sharding", "fsdp"});
         refused(simulate({"--strategy", "fsdp", "--fsdp-group", "2"}), {"--fsdp-group", "hybrid"});
+        refused(simulate({"--hybrid-variant", "broadcast"}), {"--hybrid-variant", "hybrid-cnn"});
+        refused(simulate({"--strategy", "hybrid-cnn", "--hybrid-variant", "ring"}, "vgg16", "dgx-a100"),
+                {"--hybrid-variant", "all-gather, broadcast, chunked"});
         refused(simulate({"--strategy", "ring", "--bucket-mb", "10"}), {"--bucket-mb", "--fusion-mb"});
         refused(simulate({"--strategy", "zero2", "--first-bucket-mb", "2"}), {"--first-bucket-mb", "DDP"});
         refused(simulate({"--seq", "128"}, "resnet50"), {"--seq", "layer list"});
@@ -274,6 +277,12 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--cluster-network", "switch"}), {"--cluster-network", "composed"});
     }
     SECTION("too many nodes") { refused(simulate({"--nodes", "100000000"}), {"--nodes", "10 million devices"}); }
+    SECTION("gradient compression: a method it knows, on a strategy that all-reduces whole gradients") {
+        refused(simulate({"--compress", "2bit"}), {"--compress:", "1bit or topk:RATIO"});
+        refused(simulate({"--compress", "topk:0"}), {"--compress:", "(0, 1]"});
+        refused(simulate({"--compress", "1bit", "--strategy", "zero1"}), {"--compress:", "use --strategy ddp or ring"});
+        CHECK(cli(simulate({"--compress", "topk:0.01", "--strategy", "ring"})).code == 0);
+    }
 }
 
 TEST_CASE("bad input: plans too large to represent or to simulate", "[tools][bad_input]") {
@@ -359,5 +368,40 @@ TEST_CASE("bad input: fuzz findings stay fixed", "[tools][bad_input]") {
         CHECK(r.code == 3);
         // With replicas, so many buckets are refused before building, naming the bucket flag.
         refused(simulate({"--bucket-mb", "0.001"}, "gpt3-175b", "pi5-1gbe"), {"--bucket-mb:", "gradient buckets need a larger --bucket-mb"});
+    }
+}
+
+TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") {
+    SECTION("--slow: a rank beyond the cluster") { refused(simulate({"--slow", "4:0.5"}), {"--slow", "a rank from 0 to 3"}); }
+    SECTION("--slow: a factor of 0 or below") {
+        refused(simulate({"--slow", "1:0"}), {"--slow", "above 0"});
+        refused(simulate({"--slow", "1:-2"}), {"--slow", "above 0"});
+        refused(simulate({"--slow", "1:0.5:nic=0"}), {"--slow", "above 0"});
+    }
+    SECTION("--slow: not RANK:FACTOR") { refused(simulate({"--slow", "fast"}), {"--slow", "RANK:FACTOR"}); }
+    SECTION("--jitter below 0, or 100 % and more") {
+        refused(simulate({"--jitter", "-1"}), {"--jitter", "below 100"});
+        refused(simulate({"--jitter", "100"}), {"--jitter", "below 100"});
+        refused(simulate({"--jitter", "nan"}), {"--jitter"});
+    }
+    SECTION("--seed without --jitter") { refused(simulate({"--seed", "3"}), {"--seed", "--jitter"}); }
+    SECTION("--hogwild without ps-async") {
+        refused(simulate({"--hogwild"}), {"--hogwild", "--strategy ps-async"});
+        refused(simulate({"--strategy", "ps", "--hogwild"}), {"--hogwild", "ps-async"});
+    }
+    SECTION("--hogwild across nodes") {
+        refused(simulate({"--strategy", "ps-async", "--hogwild"}), {"--hogwild", "span 4 nodes", "share no memory"});
+        refused(simulate({"--strategy", "ps-async", "--hogwild", "--nodes", "2"}, "gpt2-small", "dgx-a100"),
+                {"--hogwild", "span 2 nodes"});
+    }
+    SECTION("--hogwild with a staleness bound or servers") {
+        refused(simulate({"--strategy", "ps-async", "--hogwild", "--staleness", "2"}, "gpt2-small", "workstation-4gpu"),
+                {"--staleness", "no staleness bound"});
+        refused(simulate({"--strategy", "ps-async", "--hogwild", "--ps-servers", "2"}, "gpt2-small", "workstation-4gpu"),
+                {"--ps-servers", "no server"});
+    }
+    SECTION("run and validate measure real devices") {
+        refused({"run", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--slow", "1:0.5"}, {"--slow", "real devices"});
+        refused({"validate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--jitter", "5"}, {"--jitter", "real devices"});
     }
 }

@@ -304,7 +304,7 @@ TEST_CASE("a trace of some ranks shows only the links their traffic crosses", "[
     CHECK(node1_gpu0);
 }
 
-TEST_CASE("a cluster composed on the command line simulates; a bad one exits 2 naming it", "[tools][cli]") {
+TEST_CASE("a cluster composed on the command line simulates, a bad one exits 2 naming it", "[tools][cli]") {
     const Result ok = cli({"simulate", "--model", "gpt2-small", "--cluster", "jetson-agx-orin:4,workstation-4gpu:1",
                            "--pp", "2", "--global-batch", "8", "--json"});
     REQUIRE(ok.code == 0);
@@ -392,4 +392,63 @@ TEST_CASE("run, validate and calibrate say how to start them, or that MPI was no
         }
     }
     if (!exec::available()) CHECK_THAT(cli({"calibrate", "--out", "x.json"}).err, Catch::Contains("built without MPI"));
+}
+
+TEST_CASE("stragglers: --slow, a cluster file's speed and seeded --jitter", "[tools][cli][speed]") {
+    const std::vector<std::string> ddp{"simulate", "--model", "resnet50", "--cluster", "pi5-1gbe", "--nodes", "8", "--json"};
+    auto with = [&](std::initializer_list<std::string> extra) {
+        auto v = ddp;
+        v.insert(v.end(), extra);
+        return v;
+    };
+    auto step = [](const Result& r) {
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        return Json::parse(r.out)["iteration_time_s"].get<double>();
+    };
+    SECTION("a node group's speed in a cluster file is the same as --slow") {
+        // Seven Pis, then one at half speed in a group of its own: rank 7 either way.
+        Json doc = load_json_file(std::string(SMOL_SOURCE_DIR) + "/topologies/presets/pi5-1gbe.json");
+        doc["node_groups"][0]["count"] = 7;
+        Json slow_group = doc["node_groups"][0];
+        slow_group["name"] = "pi5-throttled";
+        slow_group["count"] = 1;
+        slow_group["speed"] = 0.5;
+        doc["node_groups"].push_back(slow_group);
+        const TempFile file("smol-pi5-throttled.json", doc.dump());
+        const Result by_file = cli({"simulate", "--model", "resnet50", "--cluster", file.path.string(), "--json"});
+        const Result by_flag = cli(with({"--slow", "7:0.5"}));
+        CHECK(step(by_file) == step(by_flag));
+        const Json j = Json::parse(by_flag.out);
+        CHECK(j["folded"] == false);   // a slow replica is no mirror of the others
+        CHECK(Json::parse(cli(ddp).out)["folded"] == true);
+        REQUIRE(j.contains("notes"));
+        CHECK_THAT(j["notes"].dump(), Catch::Contains("rank 7 (node7/cpu0) at 0.5× compute"));
+        CHECK_THAT(j["notes"].dump(), Catch::Contains("replicas not folded"));
+    }
+    SECTION("the same seed gives a byte-identical trace; another seed another step") {
+        const fs::path a = fs::temp_directory_path() / "smol-jitter-a.json";
+        const fs::path b = fs::temp_directory_path() / "smol-jitter-b.json";
+        fs::remove(a);
+        fs::remove(b);
+        const auto jittered = [&](const std::string& seed) {
+            return with({"--jitter", "5", "--seed", seed, "--trace", a.string()});
+        };
+        const Result first = cli(jittered("7"));
+        fs::rename(a, b);
+        const Result second = cli(jittered("7"));
+        CHECK(read(a) == read(b));
+        // The summaries too, but for the simulator's own wall time.
+        Json j1 = Json::parse(first.out), j2 = Json::parse(second.out);
+        j1.erase("sim_wall_s");
+        j2.erase("sim_wall_s");
+        CHECK(j1 == j2);
+        fs::remove(a);
+        const double other = step(cli(jittered("8")));
+        CHECK(other != step(first));
+        // ±5 % per op: the step moves by less than 5 % from the unjittered one.
+        CHECK(other == Approx(step(cli(ddp))).epsilon(0.05));
+        fs::remove(a);
+        fs::remove(b);
+    }
 }

@@ -57,7 +57,7 @@ const char* kGpt10b = R"({"kind": "transformer", "layers": 50, "hidden": 4096, "
 
 }  // namespace
 
-TEST_CASE("a 10 B GPT on one V100: ddp exits 3 naming the buffer; zero2 with CPU offload fits", "[tools][fit_advice]") {
+TEST_CASE("a 10 B GPT on one V100: ddp exits 3 naming the buffer, zero2 with CPU offload fits", "[tools][fit_advice]") {
     TempFile model("gpt-10b-test.json", kGpt10b);
     const std::vector<std::string> base{"simulate", "--model", model.path.string(), "--cluster", "dgx2-v100",
                                         "--devices", "1", "--recompute", "full", "--network", "analytic", "--json"};

@@ -131,3 +131,28 @@ TEST_CASE("the sweep searches the split on a mixed cluster and its best beats th
     CHECK(*best.plan.partition == Partition::speed);
     CHECK(best.result->iteration < *best_balanced * 0.75);
 }
+
+TEST_CASE("a slow device's stage gets fewer layers, and the step beats the equal split", "[tools][pipeline_split]") {
+    // GPT-2 medium (24 layers) over 4 Pis in a pipeline, the last at half speed (--slow 3:0.5):
+    // equal stages of 6 layers wait for the slow one's 12 layers' worth of time; the speed split
+    // hands it about half as many layers as the others (a stage's time is its layers' time over
+    // its device's speed, sim/simulator.cpp device_time).
+    const Model model = model_preset("gpt2-medium");
+    const topo::Cluster pis = topo::cluster_preset("pi5-1gbe").with_nodes(4).with_slow_devices("3:0.5");
+    strategies::Plan plan;
+    plan.pp = 4;
+    plan.global_batch = 8;
+    CHECK(stages_on_mixed_devices(pis, strategies::resolve(model, pis, plan)));
+    const std::vector<int> split = with_pipeline_split(model, pis, plan).stage_layers;
+    REQUIRE(split.size() == 4);
+    CHECK(split[3] < split[1]);
+    CHECK(split[3] <= 4);
+    strategies::Plan equal = plan;
+    equal.partition = Partition::equal;
+    const Time balanced = simulate_plan(model, pis, plan).summary.iteration;
+    const Time even = simulate_plan(model, pis, equal).summary.iteration;
+    CHECK(balanced.to_seconds() < 0.85 * even.to_seconds());
+    // The same cluster without the straggler keeps Megatron's equal split.
+    CHECK_FALSE(stages_on_mixed_devices(topo::cluster_preset("pi5-1gbe").with_nodes(4),
+                                        strategies::resolve(model, topo::cluster_preset("pi5-1gbe").with_nodes(4), plan)));
+}

@@ -295,3 +295,27 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         CHECK(r.out.find("no plan fits") != std::string::npos);
     }
 }
+
+TEST_CASE("a sweep of jittered devices gives the same figures on one thread and on two", "[tools][sweep][speed]") {
+    // Jitter is a function of (seed, op), not of the order plans or events run in.
+    SweepOptions o;
+    o.global_batch = 8;
+    o.space.strategies = {strategies::DataParallel::ddp, strategies::DataParallel::zero1};
+    o.space.micro_batch = {1, 2};
+    const topo::Cluster pis = topo::cluster_preset("pi5-1gbe").with_slow_devices("1:0.7").with_jitter(10, 5);
+    auto run = [&](int jobs) {
+        o.jobs = jobs;
+        return sweep(model_preset("gpt2-small"), pis, o);
+    };
+    const SweepResult one = run(1), two = run(2);
+    REQUIRE(one.plans.size() == two.plans.size());
+    CHECK(one.ranking == two.ranking);
+    std::size_t compared = 0;
+    for (std::size_t i = 0; i < one.plans.size(); ++i) {
+        REQUIRE(one.plans[i].result.has_value() == two.plans[i].result.has_value());
+        if (!one.plans[i].result) continue;
+        CHECK(one.plans[i].result->iteration == two.plans[i].result->iteration);
+        ++compared;
+    }
+    CHECK(compared >= 2);
+}

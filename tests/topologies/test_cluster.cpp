@@ -510,3 +510,84 @@ TEST_CASE("a bad composed cluster names the item", "[topologies][cluster]") {
         CHECK_THAT(bad_input_message([] { parse_join_network("ring"); }), Contains("--cluster-network"));
     }
 }
+
+TEST_CASE("slow devices: a group's speed, --slow per rank, the NIC they use", "[topologies][cluster]") {
+    const Cluster pis = cluster_preset("pi5-1gbe").with_nodes(8);
+    CHECK(pis.uniform_speed());
+    CHECK(pis.compute_speed(3) == 1.0);
+    const Cluster slow = pis.with_slow_devices("3:0.5,5:0.8:nic=0.25");
+    CHECK_FALSE(slow.uniform_speed());
+    CHECK(slow.compute_speed(3) == 0.5);
+    CHECK(slow.nic_speed(3, 0) == 1.0);      // rank 3's NIC is left as it is
+    CHECK(slow.compute_speed(5) == 0.8);
+    CHECK(slow.nic_speed(5, 0) == 0.25);     // one Pi per node: node 5's NIC is rank 5's
+    CHECK(slow.compute_speed(0) == 1.0);
+    // A DGX A100 has one NIC per GPU: slowing GPU 2's NIC leaves GPU 3's.
+    const Cluster dgx = cluster_preset("dgx-a100").with_slow_devices("2:1:nic=0.5");
+    CHECK(dgx.nic_speed(0, 2) == 0.5);
+    CHECK(dgx.nic_speed(0, 3) == 1.0);
+    CHECK(dgx.compute_speed(2) == 1.0);
+    // The workstation's four GPUs share one NIC: the slowest factor given to any of them.
+    const Cluster ws = cluster_preset("workstation-4gpu").with_slow_devices("1:1:nic=0.5,2:1:nic=0.8");
+    CHECK(ws.nic_speed(0, 0) == 0.5);
+
+    // A node group's "speed" and "nic_speed" multiply with --slow's factors.
+    Json doc = load_json_file(std::string(SMOL_SOURCE_DIR) + "/topologies/presets/pi5-1gbe.json");
+    doc["node_groups"][0]["speed"] = 0.5;
+    doc["node_groups"][0]["nic_speed"] = 0.5;
+    const Cluster file = cluster_from_json(JsonView(doc, "cluster.json")).with_slow_devices("1:0.5:nic=0.5");
+    CHECK(file.groups[0].speed == 0.5);
+    CHECK(file.compute_speed(0) == 0.5);
+    CHECK(file.compute_speed(1) == 0.25);
+    CHECK(file.nic_speed(1, 0) == 0.25);
+    // A group speed alone keeps the group uniform (its replicas still mirror one another).
+    CHECK(cluster_from_json(JsonView(doc, "cluster.json")).uniform_speed());
+    CHECK_FALSE(pis.with_jitter(5, 1).uniform_speed());
+    CHECK(pis.with_jitter(0, 1).uniform_speed());
+}
+
+TEST_CASE("bad slow devices and jitter are bad_input naming the flag or the JSON path", "[topologies][cluster]") {
+    const Cluster pis = cluster_preset("pi5-1gbe").with_nodes(8);
+    const auto slow_error = [&](const std::string& spec) { return bad_input_message([&] { pis.with_slow_devices(spec); }); };
+    SECTION("rank out of range") {
+        const std::string m = slow_error("8:0.5");
+        CHECK_THAT(m, Contains("--slow"));
+        CHECK_THAT(m, Contains("a rank from 0 to 7"));
+    }
+    SECTION("factor zero") { CHECK_THAT(slow_error("3:0"), Contains("--slow")); }
+    SECTION("factor negative") { CHECK_THAT(slow_error("3:-0.5"), Contains("above 0 and at most 100")); }
+    SECTION("factor above 100") { CHECK_THAT(slow_error("3:101"), Contains("above 0 and at most 100")); }
+    SECTION("NIC factor zero") { CHECK_THAT(slow_error("3:1:nic=0"), Contains("above 0 and at most 100")); }
+    SECTION("not a number") { CHECK_THAT(slow_error("3:half"), Contains("RANK:FACTOR")); }
+    SECTION("no factor") { CHECK_THAT(slow_error("3"), Contains("RANK:FACTOR")); }
+    SECTION("negative rank") { CHECK_THAT(slow_error("-1:0.5"), Contains("RANK:FACTOR")); }
+    SECTION("unknown third part") { CHECK_THAT(slow_error("3:0.5:disk=0.5"), Contains("nic=FACTOR")); }
+    SECTION("empty item") { CHECK_THAT(slow_error("3:0.5,"), Contains("--slow")); }
+    SECTION("a rank twice") { CHECK_THAT(slow_error("3:0.5,3:0.8"), Contains("rank 3 twice")); }
+    SECTION("jitter below 0") {
+        const std::string m = bad_input_message([&] { pis.with_jitter(-1, 1); });
+        CHECK_THAT(m, Contains("--jitter"));
+    }
+    SECTION("jitter of 100 % or more") {
+        const std::string m = bad_input_message([&] { pis.with_jitter(100, 1); });
+        CHECK_THAT(m, Contains("--jitter"));
+        CHECK_THAT(m, Contains("below 100"));
+    }
+    Json doc = load_json_file(std::string(SMOL_SOURCE_DIR) + "/topologies/presets/pi5-1gbe.json");
+    SECTION("a group speed of 0") {
+        doc["node_groups"][0]["speed"] = 0;
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/speed:"));
+    }
+    SECTION("a group speed above 100") {
+        doc["node_groups"][0]["speed"] = 250;
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/speed:"));
+    }
+    SECTION("a negative NIC speed") {
+        doc["node_groups"][0]["nic_speed"] = -1;
+        CHECK_THAT(load_error(doc), Contains("at /node_groups/0/nic_speed:"));
+    }
+    SECTION("a speed that is not a number") {
+        doc["node_groups"][0]["speed"] = "fast";
+        CHECK_THAT(load_error(doc), Contains("/node_groups/0/speed"));
+    }
+}

@@ -43,7 +43,7 @@ std::string table(const Summary& s) {
 
 }  // namespace
 
-TEST_CASE("summary: identical ranks share a row; the ones that differ are shown", "[traces][summary]") {
+TEST_CASE("summary: identical ranks share a row, the ones that differ are shown", "[traces][summary]") {
     SECTION("sixteen identical ranks are one row") {
         const std::string t = table(summary_of(16));
         CHECK_THAT(t, Contains("  0-15  16 devices        6.00 ms     3.00 ms     1.00 ms     1.00 GB\n"));
@@ -56,9 +56,9 @@ TEST_CASE("summary: identical ranks share a row; the ones that differ are shown"
         s.per_device[20].peak_memory = Bytes::gb(2);
         const std::string t = table(s);
         CHECK_THAT(t, Contains("  0-4,6-19,21-31 30 devices"));
-        CHECK_THAT(t, Contains("  5               node0/gpu5        8.00 ms"));
+        CHECK_THAT(t, Contains("  5              node0/gpu5        8.00 ms"));
         CHECK_THAT(t, Contains("(slowest)"));
-        CHECK_THAT(t, Contains("  20              node2/gpu4        6.00 ms     3.00 ms     1.00 ms     2.00 GB (most memory)"));
+        CHECK_THAT(t, Contains("  20             node2/gpu4        6.00 ms     3.00 ms     1.00 ms     2.00 GB (most memory)"));
     }
     SECTION("past sixteen groups the slowest and the fullest are still shown") {
         Summary s = summary_of(40);

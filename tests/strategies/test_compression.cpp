@@ -1,0 +1,221 @@
+// Gradient compression (--compress): the bytes each method puts on the wire, its residuals in
+// memory, its kernels' traffic, and when it pays (1 GbE) and when it does not (NVLink).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.hpp"
+#include "dp_fixtures.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+
+namespace {
+
+/// ResNet-50's parameters (torchvision resnet50: 25,557,032), fp32 on the Pis.
+constexpr std::int64_t kResnet50 = 25'557'032;
+
+/// One bucket for all of ResNet-50's gradients (100 MiB ≥ 102.2 MB of fp32 gradients).
+Plan one_bucket(const std::string& compress, DataParallel s = DataParallel::ddp) {
+    Plan p;
+    p.strategy = s;
+    p.bucket_mb = p.first_bucket_mb = p.fusion_mb = 100;
+    p.compress = parse_compression(compress);
+    return p;
+}
+
+/// Collectives of rank 0: (kind, bytes) in order.
+std::vector<std::pair<CollectiveKind, std::int64_t>> collectives(const OpGraph& g) {
+    std::vector<std::pair<CollectiveKind, std::int64_t>> out;
+    for (const Op& op : g.ops())
+        if (op.kind == OpKind::collective && op.rank == 0)
+            out.emplace_back(g.collectives()[static_cast<std::size_t>(op.ref)].kind, op.bytes);
+    return out;
+}
+
+/// The kernels named `name` on rank 0.
+std::vector<Kernel> kernels_named(const OpGraph& g, KernelName name) {
+    std::vector<Kernel> out;
+    for (OpId id = 0; id < g.size(); ++id)
+        if (g.op(id).kind == OpKind::compute && g.op(id).rank == 0)
+            for (const Kernel& k : g.kernels_of(id))
+                if (k.name == name) out.push_back(k);
+    return out;
+}
+
+topo::Cluster pis() { return topo::cluster_preset("pi5-1gbe").with_nodes(8); }
+
+}  // namespace
+
+TEST_CASE("the compression flag parses 1bit and topk:RATIO", "[strategies][compression]") {
+    CHECK(parse_compression("none").method == CompressionMethod::none);
+    CHECK(parse_compression("1bit").method == CompressionMethod::onebit);
+    const Compression t = parse_compression("topk:0.01");
+    CHECK(t.method == CompressionMethod::topk);
+    CHECK(t.ratio == 0.01);
+    CHECK(to_string(t) == "topk:0.01");
+    CHECK(to_string(parse_compression("1bit")) == "1bit");
+}
+
+TEST_CASE("the compression flag refuses what it does not model", "[strategies][compression]") {
+    const auto refused = [](const std::string& text, const std::string& says) {
+        try {
+            (void)parse_compression(text);
+            FAIL("accepted --compress " << text);
+        } catch (const Error& e) {
+            CHECK(e.kind() == ErrorKind::bad_input);
+            CHECK_THAT(e.what(), Catch::Contains("--compress") && Catch::Contains(says));
+        }
+    };
+    SECTION("an unknown method") { refused("2bit", "1bit or topk:RATIO"); }
+    SECTION("top-k without a ratio") { refused("topk", "ratio"); }
+    SECTION("a zero ratio") { refused("topk:0", "(0, 1]"); }
+    SECTION("a ratio above 1") { refused("topk:1.5", "(0, 1]"); }
+    SECTION("a ratio that is no number") { refused("topk:1%", "(0, 1]"); }
+    SECTION("a ratio that is not finite") { refused("topk:nan", "(0, 1]"); }
+    SECTION("PowerSGD, not built") { refused("powersgd:4", "PowerSGD is not built"); }
+
+    const Model m = model_preset("resnet50");
+    const auto plan_refused = [&](Plan p, const std::string& says) {
+        p.compress = parse_compression("1bit");
+        try {
+            (void)build(m, pis(), p);
+            FAIL("built a compressed " << to_string(p.strategy) << " plan");
+        } catch (const Error& e) {
+            CHECK(e.kind() == ErrorKind::bad_input);
+            CHECK_THAT(e.what(), Catch::Contains("--compress 1bit") && Catch::Contains(says));
+        }
+    };
+    for (DataParallel s : {DataParallel::zero1, DataParallel::zero2, DataParallel::zero3, DataParallel::fsdp, DataParallel::ps,
+                           DataParallel::ps_async}) {
+        SECTION(std::string("--strategy ") + to_string(s)) {
+            Plan p;
+            p.strategy = s;
+            plan_refused(p, "use --strategy ddp or ring");
+        }
+    }
+    SECTION("tensor parallelism") {
+        const Model gpt = model_preset("gpt2-small");
+        Plan p;
+        p.tp = 2;
+        p.compress = parse_compression("topk:0.01");
+        CHECK_THROWS_WITH(build(gpt, topo::cluster_preset("dgx-a100"), p), Catch::Contains("tp = pp = 1"));
+    }
+}
+
+TEST_CASE("1-bit SGD puts 32x fewer bytes on the wire, exchanged as DeepSpeed does", "[strategies][compression]") {
+    const Model m = model_preset("resnet50");
+    REQUIRE(m.parameters() == kResnet50);
+    const DataParallel s = GENERATE(DataParallel::ddp, DataParallel::ring);
+    const test::DpRun r = test::dp_run(m, pis(), one_bucket("1bit", s));
+    const Built& b = r.built;
+    // Hand calculation, p = 8: buckets padded to a multiple of p · lcm(p, 8) = 64 elements:
+    // ⌈25,557,032 / 64⌉ · 64 = 25,557,056 elements, 3,194,632 bytes of signs.
+    const auto c = collectives(b.graph);
+    const std::vector<std::pair<CollectiveKind, std::int64_t>> want{
+        {CollectiveKind::all_to_all, 3'194'632},  // phase 1: chunk j of the signs to rank j
+        {CollectiveKind::all_gather, 32},          // the 8 worker scales
+        {CollectiveKind::all_gather, 3'194'632},  // phase 2: every server chunk's signs
+        {CollectiveKind::all_gather, 32}};         // and the 8 server scales
+    CHECK(c == want);
+    // Bytes a rank sends: 7/8 of each (ring all-gather, pairwise all-to-all), against the fp32
+    // ring all-reduce's 2 · 7/8 · 4 · 25,557,032.
+    const double sent = 2 * 7.0 / 8 * (3'194'632 + 32), plain = 2 * 7.0 / 8 * 4 * kResnet50;
+    CHECK(plain / sent == Approx(32.0).epsilon(0.001));
+    // The residuals: fp32 worker error of the padded bucket plus one chunk of server error.
+    CHECK(test::peak_of_labels(b.graph, r.timeline, 0, {BufferLabel::error_feedback}) == Bytes(4 * 25'557'056 + 4 * 25'557'056 / 8));
+}
+
+TEST_CASE("top-k all-gathers values and indices", "[strategies][compression]") {
+    const Model m = model_preset("resnet50");
+    const test::DpRun r = test::dp_run(m, pis(), one_bucket("topk:0.01"));
+    const Built& b = r.built;
+    // k = ⌈0.01 · 25,557,032⌉ = 255,571 pairs of a fp32 value and an int32 index per rank; the
+    // all-gather's output holds the 8 ranks' pairs: 8 · 255,571 · 8 bytes.
+    const auto c = collectives(b.graph);
+    REQUIRE(c.size() == 1);
+    CHECK(c[0] == std::make_pair(CollectiveKind::all_gather, std::int64_t{16'356'544}));
+    CHECK(test::peak_of_labels(b.graph, r.timeline, 0, {BufferLabel::error_feedback}) == Bytes(4 * kResnet50));
+    // Selection: read gradient and residual, write c, read a 0.1 % sample (25,558 elements),
+    // read c, write the pairs, zero the sent residuals: 4n + 12n + 4·25,558 + 12k bytes.
+    const auto sel = kernels_named(b.graph, KernelName::topk_compress);
+    REQUIRE(sel.size() == 1);
+    CHECK(sel[0].bytes == 16 * kResnet50 + 4 * 25'558 + 12 * 255'571);
+    // Scatter-add: zero the gradient, then per pair read it and read and write its element.
+    const auto add = kernels_named(b.graph, KernelName::topk_decompress);
+    REQUIRE(add.size() == 1);
+    CHECK(add[0].bytes == 4 * kResnet50 + 8 * 255'571 * (8 + 8));
+}
+
+TEST_CASE("1-bit kernels move the bytes of their passes", "[strategies][compression]") {
+    // 1,000 bf16 gradients over 4 ranks: padded to a multiple of 4 · lcm(4, 8) = 32: 1,024
+    // elements, chunks of 256.
+    const CompressedExchange x = compressed_exchange(parse_compression("1bit"), 1000, 2, 4);
+    REQUIRE(x.steps.size() == 7);
+    // Worker: read 2·1000 of gradients, read + write 4·1024 of residual twice, write 128 of signs.
+    CHECK(x.steps[0].kernels.at(0).bytes == 2000 + 16 * 1024 + 128);
+    CHECK_FALSE(x.steps[0].after_comm);
+    // Server: read 128 of signs and 4 scales, two passes over its 256 fp32 residuals, 32 of signs.
+    CHECK(x.steps[3].kernels.at(0).bytes == 128 + 16 + 16 * 256 + 32);
+    // Decompression: read 128 of signs and 4 scales, write 2·1000 of gradients.
+    CHECK(x.steps[6].kernels.at(0).bytes == 128 + 16 + 2000);
+    CHECK(x.error_feedback == Bytes(4 * 1024 + 4 * 256));
+    // The compute is memory-bound: each pass's FLOPs are a few per element, far below any
+    // device's FLOPs per byte.
+    for (const ExchangeStep& st : x.steps)
+        if (!st.collective()) CHECK(st.kernels[0].flops < 2.0 * static_cast<double>(st.kernels[0].bytes));
+}
+
+TEST_CASE("1-bit compression pays on eight Pis over 1 GbE and not on a DGX A100", "[strategies][compression]") {
+    const Model m = model_preset("resnet50");
+    const auto run = [&](const topo::Cluster& c, const std::string& compress, DataParallel s) {
+        Plan p;
+        p.strategy = s;
+        p.compress = parse_compression(compress);
+        return test::dp_run(m, c, p).summary;
+    };
+    const DataParallel s = GENERATE(DataParallel::ddp, DataParallel::ring);
+    SECTION("8 × pi5-1gbe") {
+        const traces::Summary plain = run(pis(), "none", s), onebit = run(pis(), "1bit", s);
+        INFO(to_string(s) << ": exposed " << plain.exposed_comm.to_seconds() << " s -> " << onebit.exposed_comm.to_seconds()
+                          << " s, step " << plain.iteration.to_seconds() << " s -> " << onebit.iteration.to_seconds() << " s");
+        CHECK(plain.exposed_comm > onebit.exposed_comm * std::int64_t{4});
+        // The summary says what was compressed, and the residuals' memory by label.
+        const Json j = traces::to_json(onebit);
+        CHECK(j["compression"] == "1bit");
+        CHECK(traces::to_json(plain)["compression"] == "none");
+        CHECK(j["memory"]["device"]["error_feedback"].get<std::int64_t>() > 0);
+        // The step shrinks by the exposed communication saved, less the compression's own passes,
+        // plus at most what transfers no longer take from the compute they overlapped (the Pi's
+        // comm_slowdown 1.25 in pi5-1gbe.json: one of four cores runs the network stack).
+        const Time saved = plain.iteration - onebit.iteration, hidden = plain.exposed_comm - onebit.exposed_comm;
+        CHECK(saved > hidden * 0.8);
+        CHECK(saved <= hidden + (plain.total_comm - plain.exposed_comm) * 0.25);
+    }
+    SECTION("dgx-a100") {
+        const topo::Cluster dgx = topo::cluster_preset("dgx-a100");
+        const traces::Summary plain = run(dgx, "none", s), onebit = run(dgx, "1bit", s);
+        INFO(to_string(s) << ": step " << plain.iteration.to_seconds() << " s -> " << onebit.iteration.to_seconds() << " s");
+        // DDP hides NVLink's all-reduces behind backward: the compression passes only add. Horovod
+        // exposes the buffers launched on its last cycle tick, and compressing them wins a few
+        // percent at most (the Pis' step halves).
+        if (s == DataParallel::ddp)
+            CHECK(onebit.iteration > plain.iteration);
+        else
+            CHECK(onebit.iteration.to_seconds() > 0.9 * plain.iteration.to_seconds());
+    }
+}
+
+TEST_CASE("a folded compressed plan matches its expansion", "[strategies][compression]") {
+    const Model m = model_preset("resnet50");
+    const std::string method = GENERATE(std::string("1bit"), std::string("topk:0.01"));
+    Plan p;
+    p.compress = parse_compression(method);
+    const topo::Cluster c = topo::cluster_preset("pi5-1gbe");
+    const test::DpRun folded = test::dp_run(m, c, p);
+    p.fold = false;
+    const test::DpRun full = test::dp_run(m, c, p);
+    REQUIRE(folded.built.graph.folded());
+    CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-9));
+}
