@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 #include <fstream>
+#include <limits>
 
 #include "core/error.hpp"
 #include "exec/cpu/backend.hpp"
@@ -46,6 +47,30 @@ void Session::leave_with_error(int code, Time grace) {
 }
 
 void check_same_graph(Session& session, const OpGraph& graph) { check_same_graph(session.mpi(), graph); }
+
+std::vector<std::string> all_gather_text(Session& session, const std::string& mine) {
+    Mpi& mpi = session.mpi();
+    const auto ranks = static_cast<std::size_t>(mpi.size());
+    const std::int64_t length = static_cast<std::int64_t>(mine.size());
+    std::vector<std::int64_t> lengths(ranks);
+    MPI_Allgather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, mpi.world());
+    std::vector<int> counts(ranks), offsets(ranks);
+    std::int64_t total = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+        if (total + lengths[r] > std::numeric_limits<int>::max())
+            fail_input("the ranks' results add up to more than 2 GiB, past what one MPI_Allgatherv carries: split "
+                       "the job (fewer plans per command, e.g. --strategies or --tp lists)");
+        offsets[r] = static_cast<int>(total);
+        counts[r] = static_cast<int>(lengths[r]);
+        total += lengths[r];
+    }
+    std::string all(static_cast<std::size_t>(total), '\0');
+    MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(), counts.data(), offsets.data(), MPI_CHAR,
+                   mpi.world());
+    std::vector<std::string> out(ranks);
+    for (std::size_t r = 0; r < ranks; ++r) out[r] = all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(counts[r]));
+    return out;
+}
 
 Bytes cpu_workspace(const OpGraph& graph, int rank) {
     std::int64_t total = 0;

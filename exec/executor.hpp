@@ -193,6 +193,10 @@ private:
     std::unique_ptr<Mpi> mpi_;
 };
 
+/// Every rank's `mine`, in rank order, on every rank (MPI_Allgatherv of the lengths, then of the
+/// bytes, over the world). bad_input when the texts together pass MPI's int count (2 GiB).
+std::vector<std::string> all_gather_text(Session& session, const std::string& mine);
+
 /// Every rank must build the same graph: compares a hash of each rank's graph; on a mismatch
 /// throws bad_input (on every rank) naming the first op that differs and what each side has.
 void check_same_graph(Session& session, const OpGraph& graph);

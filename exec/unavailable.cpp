@@ -25,6 +25,7 @@ int Session::local_size() const { unavailable("mpi"); }
 Mpi& Session::mpi() { unavailable("mpi"); }
 void Session::leave_with_error(int, Time) { unavailable("mpi"); }
 void check_same_graph(Session&, const OpGraph&) { unavailable("run"); }
+std::vector<std::string> all_gather_text(Session&, const std::string&) { unavailable("mpi"); }
 Bytes cpu_workspace(const OpGraph&, int) { unavailable("run"); }
 HostMemory host_memory(Session&, Bytes) { unavailable("run"); }
 Measured run_cpu(Session&, const OpGraph&, const topo::Cluster&, const ExecOptions&) { unavailable("run"); }

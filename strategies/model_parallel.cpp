@@ -72,18 +72,21 @@ std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, 
                        {"", "", "--pp"});
         return std::vector<int>(static_cast<std::size_t>(stages), n / stages);
     }
-    // best[k][i]: the smallest possible costliest stage when the first i layers fill k + 1 stages.
     std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0);
     for (int i = 0; i < n; ++i) prefix[static_cast<std::size_t>(i) + 1] = prefix[static_cast<std::size_t>(i)] + layer_cost[static_cast<std::size_t>(i)];
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<std::vector<double>> best(static_cast<std::size_t>(stages), std::vector<double>(static_cast<std::size_t>(n) + 1, inf));
-    std::vector<std::vector<int>> cut(static_cast<std::size_t>(stages), std::vector<int>(static_cast<std::size_t>(n) + 1, 0));
-    auto stage_cost = [&](int k, int from, int to) {
+    return min_max_split(n, stages, [&](int k, int from, int to) {
         double c = prefix[static_cast<std::size_t>(to)] - prefix[static_cast<std::size_t>(from)];
         if (k == 0) c += first;
         if (k == stages - 1) c += head;
         return c;
-    };
+    });
+}
+
+std::vector<int> min_max_split(int n, int stages, const std::function<double(int, int, int)>& stage_cost) {
+    // best[k][i]: the smallest possible costliest stage when the first i layers fill k + 1 stages.
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> best(static_cast<std::size_t>(stages), std::vector<double>(static_cast<std::size_t>(n) + 1, inf));
+    std::vector<std::vector<int>> cut(static_cast<std::size_t>(stages), std::vector<int>(static_cast<std::size_t>(n) + 1, 0));
     for (int i = 1; i <= n; ++i) best[0][static_cast<std::size_t>(i)] = stage_cost(0, 0, i);
     for (int k = 1; k < stages; ++k)
         for (int i = k + 1; i <= n; ++i)
@@ -91,11 +94,12 @@ std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, 
                 const double c = std::max(best[static_cast<std::size_t>(k) - 1][static_cast<std::size_t>(j)], stage_cost(k, j, i));
                 // Ties go to the later cut: earlier stages hold more in-flight activations, so
                 // they get no more layers than they need.
-                if (c <= best[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] * (1 + 1e-12)) {
+                if (c < inf && c <= best[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] * (1 + 1e-12)) {
                     best[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = c;
                     cut[static_cast<std::size_t>(k)][static_cast<std::size_t>(i)] = j;
                 }
             }
+    if (best[static_cast<std::size_t>(stages) - 1][static_cast<std::size_t>(n)] == inf) return {};
     std::vector<int> sizes(static_cast<std::size_t>(stages));
     int end = n;
     for (int k = stages - 1; k >= 0; --k) {

@@ -27,6 +27,7 @@
 //    head, and the two copies' gradients are all-reduced between first and last stage.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/model.hpp"
@@ -41,9 +42,14 @@ namespace smol::strategies {
 /// do not divide: megatron/core/transformer/transformer_block.py asserts it), and `balanced`
 /// cuts contiguous stages minimising the costliest stage's FLOPs (forward + backward +
 /// recompute), the embedding counted with the first stage and the head with the last, at least
-/// one layer each.
+/// one layer each. `speed` splits as `balanced` here (the caller gives its split as `by_hand`).
 std::vector<int> partition_layers(const std::vector<Block>& blocks, int stages, const std::vector<int>& by_hand,
                                   Partition rule = Partition::balanced);
+/// The contiguous split of `layers` layers into `stages` stages (at least one layer each) whose
+/// costliest stage is least, `stage_cost(stage, first, end)` pricing layers [first, end) on that
+/// stage (infinity: not allowed there); ties go to the later cut. Empty when every split has a
+/// stage of infinite cost.
+std::vector<int> min_max_split(int layers, int stages, const std::function<double(int, int, int)>& stage_cost);
 /// The rule a plan uses: its --partition, else equal for transformers and balanced for layer lists.
 Partition partition_rule(const Model& model, const Plan& plan);
 

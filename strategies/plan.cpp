@@ -96,10 +96,17 @@ Schedule parse_schedule(const std::string& text) {
     return parse_name(text, all, "--schedule");
 }
 
-const char* to_string(Partition p) { return p == Partition::equal ? "equal" : "balanced"; }
+const char* to_string(Partition p) {
+    switch (p) {
+        case Partition::equal: return "equal";
+        case Partition::balanced: return "balanced";
+        case Partition::speed: return "speed";
+    }
+    return "?";
+}
 
 Partition parse_partition(const std::string& text) {
-    static const Partition all[] = {Partition::equal, Partition::balanced};
+    static const Partition all[] = {Partition::equal, Partition::balanced, Partition::speed};
     return parse_name(text, all, "--partition");
 }
 

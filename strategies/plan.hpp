@@ -44,8 +44,11 @@ const char* to_string(FsdpSharding f);
 FsdpSharding parse_fsdp_sharding(const std::string& text);
 
 /// How layers are cut into pipeline stages (--partition): `equal` layers per stage, as Megatron
-/// does (it requires the layers to divide); `balanced` by FLOPs, embedding and head included.
-enum class Partition { equal, balanced };
+/// does (it requires the layers to divide); `balanced` by FLOPs, embedding and head included;
+/// `speed` by each stage's time on its own devices, within their memory (tools/pipeline_split.*
+/// computes it with the simulator's compute model and passes it on as stage_layers; here,
+/// without the devices, FLOPs stand in, which is the same split on one device kind).
+enum class Partition { equal, balanced, speed };
 const char* to_string(Partition p);
 Partition parse_partition(const std::string& text);
 
@@ -101,7 +104,8 @@ struct Plan {
     double bucket_mb = 25;            // DDP gradient bucket in MiB (PyTorch's bucket_cap_mb)
     double first_bucket_mb = 1;       // DDP's first bucket in MiB (PyTorch's _DEFAULT_FIRST_BUCKET_BYTES)
     std::vector<int> stage_layers;
-    /// Unset: equal for transformers (Megatron's), balanced for layer lists.
+    /// Unset: equal for transformers (Megatron's), balanced for layer lists; speed where the
+    /// stages sit on different device kinds (tools/pipeline_split.hpp).
     std::optional<Partition> partition;
     bool fold = true;                 // fold identical data-parallel replicas where it is exact (--no-fold)
     /// The graph is for a network model that shares no links (sim's analytic network: every

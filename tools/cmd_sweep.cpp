@@ -1,12 +1,16 @@
 // `smolcluster sweep`: every valid plan of a model on a cluster, simulated and ranked (the search
 // itself is tools/sweep.*); the table, the pruning and fitting counts, --csv and --json, and with
-// --nodes 1,2,4,8 a scaling table per strategy.
+// --nodes 1,2,4,8 a scaling table per strategy. Under mpirun the plans are split over the ranks
+// and gathered with MPI (sweep_over_ranks); rank 0 prints what one process would.
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <thread>
 
 #include "core/error.hpp"
+#include "exec/executor.hpp"
+#include "tools/execution.hpp"
 #include "tools/commands.hpp"
 #include "tools/output_file.hpp"
 #include "tools/plan_flags.hpp"
@@ -93,19 +97,39 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         out << "\n  no plan fits\n";
         return;
     }
-    out << "\n  rank  strategy  tp  pp  dp   schedule      mb  recompute  sp  step time   tokens/s    MFU     peak memory  network\n";
-    for (std::size_t k = 0; k < std::min<std::size_t>(r.ranking.size(), static_cast<std::size_t>(top)); ++k) {
-        const PlanResult& p = r.plans[r.ranking[k]];
-        const Outcome& x = *p.result;
+    const std::size_t shown = std::min<std::size_t>(r.ranking.size(), static_cast<std::size_t>(top));
+    const auto schedule_of = [](const PlanResult& p) {
         std::string schedule = p.plan.pp > 1 ? strategies::to_string(p.plan.schedule) : "-";
         if (p.plan.schedule == strategies::Schedule::interleaved) schedule += " v" + std::to_string(p.plan.virtual_stages);
+        if (p.plan.partition) schedule += std::string("/") + strategies::to_string(*p.plan.partition);
+        return schedule;
+    };
+    // The schedule column widens for the partitions of mixed clusters ("interleaved v2/balanced").
+    std::size_t width = 13;
+    for (std::size_t k = 0; k < shown; ++k) width = std::max(width, schedule_of(r.plans[r.ranking[k]]).size());
+    // Device orders (mixed clusters): a last column saying which group's devices come first.
+    const bool orders = r.orders.size() > 1;
+    if (orders) {
+        out << "  device orders tried for pipelines over mixed stages:";
+        for (const DeviceOrder& d : r.orders) out << " " << d.name << " (" << d.cluster.groups.front().name << " first)" << (&d == &r.orders.back() ? "" : ",");
+        out << "\n";
+    }
+    out << "\n  rank  strategy  tp  pp  dp   " << pad("schedule", width + 1)
+        << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
+    for (std::size_t k = 0; k < shown; ++k) {
+        const PlanResult& p = r.plans[r.ranking[k]];
+        const Outcome& x = *p.result;
+        const std::string schedule = pad(schedule_of(p), width);
         char buf[320];
-        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %-4d %-13s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
+        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %-4d %s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
                       strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, p.layout.dp, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string(x.peak_memory).c_str(), sim::to_string(x.network));
-        out << buf;
+        std::string line = buf;
+        if (orders) line.insert(line.size() - 1, std::string(std::max<std::size_t>(1, 9 - std::strlen(sim::to_string(x.network))), ' ') +
+                                                     r.orders[static_cast<std::size_t>(p.order)].name);
+        out << line;
     }
     if (r.ranking.size() > static_cast<std::size_t>(top))
         out << "  … " << with_commas(r.ranking.size() - static_cast<std::size_t>(top)) << " more ranked plans (--top, --csv, --json)\n";
@@ -162,7 +186,7 @@ void print_scaling(std::ostream& out, const std::vector<ScalingRow>& rows, const
     }
 }
 
-Json plan_json(const PlanResult& p, std::optional<std::size_t> rank) {
+Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::size_t> rank) {
     Json j{{"index", p.index},
            {"strategy", strategies::to_string(p.plan.strategy)},
            {"tp", p.plan.tp},
@@ -172,6 +196,8 @@ Json plan_json(const PlanResult& p, std::optional<std::size_t> rank) {
            {"micro_batch", p.plan.micro_batch},
            {"recompute", to_string(p.plan.recompute)},
            {"sp", p.plan.sequence_parallel},
+           {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
+           {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
            {"status", to_string(p.status)},
            {"reason", p.reason},
            {"rank", rank ? Json(*rank) : Json(nullptr)}};
@@ -207,7 +233,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,dp,schedule,virtual_stages,micro_batch,microbatches,"
-           "recompute,sp,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "recompute,sp,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
@@ -224,7 +250,9 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
-                << (p.plan.sequence_parallel ? "true" : "false") << ',' << to_string(p.status) << ',';
+                << (p.plan.sequence_parallel ? "true" : "false") << ','
+                << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ','
+                << quoted(n.result.orders[static_cast<std::size_t>(p.order)].name) << ',' << to_string(p.status) << ',';
             if (p.result) {
                 const Outcome& x = *p.result;
                 out << sim::to_string(x.network) << ',' << x.iteration.to_seconds() << ',' << x.samples_per_s << ','
@@ -253,7 +281,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
         for (const auto& [key, entry] : r.pruned_by_reason()) pruned[key] = {{"count", entry.first}, {"example", entry.second}};
         Json plans = Json::array();
         const auto rank = ranks_of(r);
-        for (const PlanResult& p : r.plans) plans.push_back(plan_json(p, rank[p.index]));
+        for (const PlanResult& p : r.plans) plans.push_back(plan_json(r, p, rank[p.index]));
         list.push_back({{"cluster", n.cluster.name},
                         {"nodes", n.nodes ? Json(*n.nodes) : Json(nullptr)},
                         {"devices", n.cluster.num_devices()},
@@ -280,7 +308,33 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
     return j.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
-int run_sweep(const SweepFlags& f, const Io& io) {
+/// The exit status: 0, or 3 when no plan fits (the same status as a simulate that does not fit).
+int sweeps_fit(const std::vector<NodeSweep>& sweeps) {
+    for (const NodeSweep& n : sweeps)
+        if (!n.result.ranking.empty()) return 0;
+    return 3;
+}
+
+/// One sweep split over the processes of an mpirun job: each rank simulates its shard on its
+/// --jobs threads, the shards' plans are gathered on every rank (MPI_Allgatherv of export_plans
+/// texts, exec/executor.hpp), the best plans are refined flow-level split the same way, and
+/// gathered again. Every rank then holds the whole result, ranked as one process ranks it.
+SweepResult sweep_over_ranks(const Model& model, const topo::Cluster& cluster, SweepOptions o, exec::Session& session) {
+    o.shard_index = session.rank();
+    o.shard_count = session.size();
+    SweepResult r = sweep(model, cluster, o);
+    // Every rank takes over every text, its own included, so all hold the same figures.
+    const auto gather = [&](const std::vector<std::size_t>& mine) {
+        for (const std::string& text : exec::all_gather_text(session, export_plans(r, mine))) import_plans(r, text);
+    };
+    gather(shard_plans(r, o));
+    gather(refine(model, r, o));   // nothing to refine: an empty gather on every rank
+    r.ranking = ranking(r.plans, o.objective);
+    return r;
+}
+
+/// `session`: the MPI job when mpirun started this process (rank 0 prints, the others are quiet).
+int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     // Everything that can be refused is refused before the first simulation.
     check_trace_target(f.csv, f.force, "--csv");
     check_trace_target(f.json, f.force, "--json");
@@ -307,7 +361,9 @@ int run_sweep(const SweepFlags& f, const Io& io) {
     o.min_headroom = f.min_headroom;
     if (f.jobs && (*f.jobs < 1 || *f.jobs > 1024))
         fail_input("--jobs between 1 and 1024 (leave it out for the machine's cores)", std::to_string(*f.jobs), flag("--jobs"));
-    o.jobs = f.jobs.value_or(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    // Under mpirun the ranks of one host share its cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    o.jobs = f.jobs.value_or(std::max(1, cores / (session ? session->local_size() : 1)));
     o.refine = f.refine;
     for (const std::string& s : f.strategies) o.space.strategies.push_back(strategies::parse_data_parallel(s));
     o.space.tp = f.tp;
@@ -336,7 +392,7 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         ProgressBar bar(io.err, io.err_is_terminal && !f.quiet, "plans");
         SweepOptions mine = o;
         if (io.err_is_terminal && !f.quiet) mine.progress = [&bar](std::size_t done, std::size_t total) { bar.update(done, total); };
-        n.result = sweep(model, n.cluster, mine);
+        n.result = session ? sweep_over_ranks(model, n.cluster, mine, *session) : sweep(model, n.cluster, mine);
         bar.finish();
         if (&n != &sweeps.front()) io.out << "\n";
         print_sweep(io.out, model, n, o, f.top);
@@ -346,6 +402,8 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         scaling = scaling_rows(sweeps);
         print_scaling(io.out, scaling, sweeps);
     }
+    // Under mpirun every rank holds the whole result; rank 0 alone writes the files.
+    if (session && !session->root()) return sweeps_fit(sweeps);
     if (!f.csv.empty()) {
         write_text_file(f.csv, csv_text(model, sweeps), f.force, "--csv");
         io.out << "\n  every plan written to " << f.csv << "\n";
@@ -354,9 +412,7 @@ int run_sweep(const SweepFlags& f, const Io& io) {
         write_text_file(f.json, json_text(model, o, sweeps, scaling), f.force, "--json");
         io.out << (f.csv.empty() ? "\n" : "") << "  every plan written to " << f.json << "\n";
     }
-    for (const NodeSweep& n : sweeps)
-        if (!n.result.ranking.empty()) return 0;
-    return 3;   // no plan fits: the same status as a simulate that does not fit
+    return sweeps_fit(sweeps);
 }
 
 }  // namespace
@@ -395,7 +451,17 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--json", f->json, "write every plan with its summary as JSON to FILE");
     app->add_flag("--force", f->force, "overwrite existing --csv / --json files");
     app->add_flag("--quiet", f->quiet, "no progress bar");
-    return {app, [f](const Io& io) { return run_sweep(*f, io); }};
+    return {app, [f](const Io& io) {
+                if (!exec::launched_by_mpirun()) return run_sweep(*f, io, nullptr);
+                exec::require_available("sweep under mpirun");
+                return in_session(io, [&](exec::Session& session) {
+                    // Rank 0 prints; the others' output (warnings included) goes nowhere. An error
+                    // is still printed by every rank that raises it (in_session), as `run` does.
+                    std::ostream nowhere(nullptr);
+                    const Io quiet{nowhere, nowhere, false, io.command_line, io.argv};
+                    return run_sweep(*f, session.root() ? io : quiet, &session);
+                });
+            }};
 }
 
 }  // namespace smol::tools

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "sim/simulator.hpp"
+#include "tools/pipeline_split.hpp"
 #include "tools/simulation.hpp"
 
 namespace smol::tools {
@@ -104,7 +105,8 @@ int execute_plan(exec::Session& session, const PlanFlags& plan_flags, const Exec
     if (exec_flags.tf32 && backend != BackendKind::cuda)
         fail_input("--tf32 puts fp32 GEMMs on a GPU's TF32 tensor cores, and this run uses the CPU backend", flag("--tf32"));
     Model model = load_model(plan_flags.model);
-    strategies::Plan plan = resolve_plan(plan_flags);
+    // The pipeline split `simulate` uses (speed-balanced on stages of mixed device kinds).
+    strategies::Plan plan = with_pipeline_split(model, cluster, resolve_plan(plan_flags));
     plan.fold = false;   // the executor runs every rank's own ops
     strategies::Built built = strategies::build(model, cluster, plan);
     exec::check_same_graph(session, built.graph);

@@ -35,7 +35,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "layers per pipeline stage, e.g. 5,6,6,5 (pp × virtual stages entries; default: --partition)")
         ->delimiter(',');
     app.add_option("--partition", f.partition,
-                   "pipeline stages: equal (Megatron's: layers must divide; default for transformers) or balanced (by FLOPs)");
+                   "pipeline stages: equal (Megatron's: layers must divide; default for transformers), balanced (by FLOPs) or "
+                   "speed (by each stage's time on its devices, within their memory; default where stages sit on "
+                   "different device kinds)");
     app.add_flag("--sp", f.sp, "sequence parallelism (with --tp)");
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
     app.add_option("--offload", f.offload,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "strategies/parameter_server.hpp"
+#include "tools/pipeline_split.hpp"
 
 namespace smol::tools {
 
@@ -132,10 +133,10 @@ traces::Summary summarize_plan(const strategies::Built& built, const Timeline& t
     return summary;
 }
 
-Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& asked,
+Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& given,
                          const sim::SimOptions& options, const topo::Topology* topology) {
+    strategies::Plan plan = with_pipeline_split(model, cluster, given);
     // The analytic network shares no links, so folding is exact wherever ranks run one program.
-    strategies::Plan plan = asked;
     plan.fold_unshared = options.network == sim::NetworkMode::analytic;
     check_simulable(strategies::resolve(model, cluster, plan), plan);
     strategies::Built built = strategies::build(model, cluster, plan);

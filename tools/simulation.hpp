@@ -34,7 +34,9 @@ inline constexpr double kBytesPerOp = 128;
 /// estimated ops (Layout::estimated_ops) need more memory than this machine has available.
 void check_simulable(const strategies::Layout& layout, const strategies::Plan& plan);
 
-/// Checks the plan fits this machine (check_simulable), builds, simulates and summarises it.
+/// Checks the plan fits this machine (check_simulable), builds, simulates and summarises it;
+/// on stages of different device kinds (or with --partition speed) the pipeline split is the
+/// speed-balanced one (tools/pipeline_split.hpp).
 /// `topology` may be null: it is then built from the cluster (pass one to reuse its routes).
 Simulation simulate_plan(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
                          const sim::SimOptions& options = {}, const topo::Topology* topology = nullptr);

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/hybrid_cnn.hpp"
+#include "tools/pipeline_split.hpp"
 #include "tools/simulation.hpp"
 #include "topologies/topology.hpp"
 
@@ -61,6 +64,27 @@ std::map<std::string, std::pair<std::size_t, std::string>> SweepResult::pruned_b
     return out;
 }
 
+std::vector<DeviceOrder> device_orders(const topo::Cluster& cluster) {
+    std::vector<DeviceOrder> out{{"as given", cluster}};
+    bool mixed = false;
+    for (const topo::NodeGroup& g : cluster.groups) mixed |= g.device.name != cluster.groups.front().device.name;
+    if (!mixed) return out;
+    // Stable sorts by device memory: ties keep the given order.
+    for (const char* name : {"memory first", "memory last"}) {
+        topo::Cluster c = cluster;
+        const bool first = std::string(name) == "memory first";
+        std::stable_sort(c.groups.begin(), c.groups.end(), [first](const topo::NodeGroup& a, const topo::NodeGroup& b) {
+            return first ? a.device.memory > b.device.memory : a.device.memory < b.device.memory;
+        });
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const DeviceOrder& o) {
+            return std::equal(o.cluster.groups.begin(), o.cluster.groups.end(), c.groups.begin(), c.groups.end(),
+                              [](const topo::NodeGroup& a, const topo::NodeGroup& b) { return a.name == b.name; });
+        });
+        if (!seen) out.push_back({name, std::move(c)});
+    }
+    return out;
+}
+
 std::string describe_plan(const PlanResult& p) {
     const Plan& x = p.plan;
     std::string s = std::string(strategies::to_string(x.strategy)) + " tp " + std::to_string(x.tp) + " pp " +
@@ -69,6 +93,7 @@ std::string describe_plan(const PlanResult& p) {
     if (x.schedule == Schedule::interleaved) s += " v " + std::to_string(x.virtual_stages);
     s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
     if (x.sequence_parallel) s += " sp";
+    if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
     return s;
 }
 
@@ -136,6 +161,14 @@ const Dimension kDimensions[] = {
          return vary(p, &Plan::pp, powers_of_two(c.cluster.num_devices() / p.tp, c.options.space.pp));
      }},
     // Up to the per-replica batch (one micro-batch per replica).
+    // On a pipeline whose stages sit on different device kinds: layers by FLOPs, or by each
+    // stage's time on its own devices within their memory (tools/pipeline_split.hpp).
+    {"partition", [](const Context& c, const Plan& p, const Layout& l) {
+         if (p.pp == 1 || !stages_on_mixed_devices(c.cluster, l)) return std::vector<Plan>{p};
+         return vary(p, &Plan::partition,
+                     std::vector<std::optional<strategies::Partition>>{strategies::Partition::balanced,
+                                                                       strategies::Partition::speed});
+     }},
     {"micro_batch", [](const Context& c, const Plan& p, const Layout& l) {
          return vary(p, &Plan::micro_batch,
                      powers_of_two(static_cast<int>(std::min<std::int64_t>(l.global_batch / l.dp, 1 << 20)),
@@ -164,6 +197,7 @@ struct Candidate {
     Plan plan;
     std::optional<Layout> layout;   // unset: pruned by resolve
     std::string reason, reason_key;
+    int order = 0;                  // DeviceOrder
 };
 
 /// Expands the table dimension by dimension, resolving every partial plan.
@@ -262,7 +296,7 @@ void judge(PlanResult& p, const SweepOptions& o) {
 
 /// Simulates `plans[i]` for every i in `which` on `jobs` threads, each with its own Topology.
 /// `store(i, simulation)` runs on the worker; each i is one slot, so no two workers share one.
-void simulate_all(const Model& model, const topo::Cluster& cluster, std::vector<PlanResult>& plans,
+void simulate_all(const Model& model, const std::vector<DeviceOrder>& orders, std::vector<PlanResult>& plans,
                   const std::vector<std::size_t>& which, const SweepOptions& o, sim::NetworkMode network) {
     sim::SimOptions sim_options;
     sim_options.network = network;
@@ -271,11 +305,14 @@ void simulate_all(const Model& model, const topo::Cluster& cluster, std::vector<
     sim_options.record_links = false;
     std::atomic<std::size_t> next{0}, done{0};
     auto worker = [&] {
-        const topo::Topology topology(cluster);
+        std::vector<std::optional<topo::Topology>> topologies(orders.size());   // built when first needed
         for (std::size_t k; (k = next.fetch_add(1)) < which.size(); done.fetch_add(1)) {
             PlanResult& p = plans[which[k]];
             try {
-                const Simulation s = simulate_plan(model, cluster, p.plan, sim_options, &topology);
+                const topo::Cluster& cluster = orders[static_cast<std::size_t>(p.order)].cluster;
+                std::optional<topo::Topology>& topology = topologies[static_cast<std::size_t>(p.order)];
+                if (!topology) topology.emplace(cluster);
+                const Simulation s = simulate_plan(model, cluster, p.plan, sim_options, &*topology);
                 if (p.result && p.result->network != network) p.screen = p.result;
                 p.result = outcome_of(s, network);
                 judge(p, o);
@@ -325,8 +362,46 @@ bool better(const PlanResult& a, const PlanResult& b, Objective objective) {
     return a.index < b.index;
 }
 
-/// Ranked plans, best first; plans simulated flow-level (refined) before the analytic rest.
-std::vector<std::size_t> rank(const std::vector<PlanResult>& plans, Objective objective) {
+// ---- plans between processes ------------------------------------------------------------------
+
+Json double_bits(double v) { return std::bit_cast<std::uint64_t>(v); }
+double bits_double(const Json& j) { return std::bit_cast<double>(j.get<std::uint64_t>()); }
+
+Json outcome_json(const Outcome& o) {
+    return {{"network", sim::to_string(o.network)},
+            {"iteration_ps", o.iteration.count_ps()},
+            {"samples_per_s", double_bits(o.samples_per_s)},
+            {"tokens_per_s", double_bits(o.tokens_per_s)},
+            {"mfu", double_bits(o.mfu)},
+            {"bubble_fraction", double_bits(o.bubble_fraction)},
+            {"peak_memory", o.peak_memory.count()},
+            {"min_headroom", double_bits(o.min_headroom)},
+            {"exposed_comm_ps", o.exposed_comm.count_ps()},
+            {"fits", o.fits},
+            {"oom", o.oom},
+            {"events", o.events}};
+}
+
+Outcome outcome_from(const Json& j) {
+    Outcome o;
+    o.network = sim::parse_network_mode(j.at("network").get<std::string>());
+    o.iteration = Time::ps(j.at("iteration_ps").get<std::int64_t>());
+    o.samples_per_s = bits_double(j.at("samples_per_s"));
+    o.tokens_per_s = bits_double(j.at("tokens_per_s"));
+    o.mfu = bits_double(j.at("mfu"));
+    o.bubble_fraction = bits_double(j.at("bubble_fraction"));
+    o.peak_memory = Bytes(j.at("peak_memory").get<std::int64_t>());
+    o.min_headroom = bits_double(j.at("min_headroom"));
+    o.exposed_comm = Time::ps(j.at("exposed_comm_ps").get<std::int64_t>());
+    o.fits = j.at("fits").get<bool>();
+    o.oom = j.at("oom").get<std::string>();
+    o.events = j.at("events").get<std::uint64_t>();
+    return o;
+}
+
+}  // namespace
+
+std::vector<std::size_t> ranking(const std::vector<PlanResult>& plans, Objective objective) {
     std::vector<std::size_t> out;
     for (const PlanResult& p : plans)
         if (p.status == PlanStatus::ranked) out.push_back(p.index);
@@ -338,7 +413,60 @@ std::vector<std::size_t> rank(const std::vector<PlanResult>& plans, Objective ob
     return out;
 }
 
-}  // namespace
+std::vector<std::size_t> shard_plans(const SweepResult& r, const SweepOptions& o) {
+    std::vector<std::size_t> out;
+    for (const PlanResult& p : r.plans)
+        if (p.status != PlanStatus::pruned && static_cast<int>(p.index % static_cast<std::size_t>(o.shard_count)) == o.shard_index)
+            out.push_back(p.index);
+    return out;
+}
+
+std::string export_plans(const SweepResult& r, const std::vector<std::size_t>& which) {
+    Json list = Json::array();
+    for (std::size_t i : which) {
+        const PlanResult& p = r.plans.at(i);
+        Json j{{"index", p.index}, {"status", to_string(p.status)}, {"reason", p.reason}};
+        if (p.result) j["result"] = outcome_json(*p.result);
+        if (p.screen) j["screen"] = outcome_json(*p.screen);
+        list.push_back(std::move(j));
+    }
+    return list.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+void import_plans(SweepResult& into, const std::string& text) {
+    const Json list = Json::parse(text);
+    for (const Json& j : list) {
+        const auto i = j.at("index").get<std::size_t>();
+        if (i >= into.plans.size())
+            throw Error(ErrorKind::internal, "a shard's plan " + std::to_string(i) + " is not one of the sweep's " +
+                                                 std::to_string(into.plans.size()));
+        PlanResult& p = into.plans[i];
+        const std::string status = j.at("status").get<std::string>();
+        const PlanStatus all[] = {PlanStatus::pending,       PlanStatus::pruned,     PlanStatus::ranked,
+                                  PlanStatus::out_of_memory, PlanStatus::over_limit, PlanStatus::failed};
+        const auto* found = std::find_if(std::begin(all), std::end(all), [&](PlanStatus s) { return status == to_string(s); });
+        if (found == std::end(all)) throw Error(ErrorKind::internal, "a shard's plan has status '" + status + "'");
+        p.status = *found;
+        p.reason = j.at("reason").get<std::string>();
+        p.result = j.contains("result") ? std::optional<Outcome>(outcome_from(j["result"])) : std::nullopt;
+        p.screen = j.contains("screen") ? std::optional<Outcome>(outcome_from(j["screen"])) : std::nullopt;
+    }
+}
+
+std::vector<std::size_t> refine(const Model& model, SweepResult& r, const SweepOptions& o) {
+    if (o.network != sim::NetworkMode::analytic || o.refine <= 0) return {};
+    std::vector<std::size_t> best = ranking(r.plans, o.objective);
+    best.resize(std::min<std::size_t>(best.size(), static_cast<std::size_t>(o.refine)));
+    std::sort(best.begin(), best.end());
+    r.refined = best.size();
+    std::vector<std::size_t> mine;
+    for (std::size_t k = 0; k < best.size(); ++k)
+        if (static_cast<int>(k % static_cast<std::size_t>(o.shard_count)) == o.shard_index) mine.push_back(best[k]);
+    SweepOptions quiet = o;
+    quiet.progress = nullptr;
+    simulate_all(model, r.orders, r.plans, mine, quiet, sim::NetworkMode::flow);
+    return mine;
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -393,9 +521,20 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
         throw Error(ErrorKind::internal, "sweep shard " + std::to_string(o.shard_index) + " of " + std::to_string(o.shard_count));
 
     const Context context{model, cluster, o};
-    std::vector<Candidate> candidates = enumerate(context);
-    const double allowed = mean_allowed_bytes(cluster, o);
     SweepResult out;
+    out.orders = device_orders(cluster);
+    std::vector<Candidate> candidates;
+    for (Candidate& c : enumerate(context)) {
+        const bool mixed_pipeline = c.layout && stages_on_mixed_devices(cluster, *c.layout);
+        candidates.push_back(std::move(c));
+        if (!mixed_pipeline) continue;
+        for (int k = 1; k < static_cast<int>(out.orders.size()); ++k) {
+            Candidate other = candidates.back();
+            other.order = k;
+            candidates.push_back(std::move(other));
+        }
+    }
+    const double allowed = mean_allowed_bytes(cluster, o);
     out.plans.resize(candidates.size());
     std::vector<std::size_t> to_simulate;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -403,6 +542,7 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
         PlanResult& p = out.plans[i];
         p.index = i;
         p.plan = std::move(c.plan);
+        p.order = c.order;
         if (!c.layout) {
             p.status = PlanStatus::pruned;
             p.reason = std::move(c.reason);
@@ -420,18 +560,11 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
         }
         if (static_cast<int>(i % static_cast<std::size_t>(o.shard_count)) == o.shard_index) to_simulate.push_back(i);
     }
-    simulate_all(model, cluster, out.plans, to_simulate, o, o.network);
+    simulate_all(model, out.orders, out.plans, to_simulate, o, o.network);
 
-    if (o.network == sim::NetworkMode::analytic && o.refine > 0 && o.shard_count == 1) {
-        std::vector<std::size_t> best = rank(out.plans, o.objective);
-        best.resize(std::min<std::size_t>(best.size(), static_cast<std::size_t>(o.refine)));
-        std::sort(best.begin(), best.end());
-        SweepOptions quiet = o;
-        quiet.progress = nullptr;
-        simulate_all(model, cluster, out.plans, best, quiet, sim::NetworkMode::flow);
-        out.refined = best.size();
-    }
-    out.ranking = rank(out.plans, o.objective);
+    // Sharded, the best plans are known only once the shards are gathered: the caller refines.
+    if (o.shard_count == 1) refine(model, out, o);
+    out.ranking = ranking(out.plans, o.objective);
     return out;
 }
 
@@ -442,7 +575,7 @@ SweepResult merge_shards(std::vector<SweepResult> shards, const SweepOptions& o)
         SweepResult& from = shards[i % shards.size()];
         if (i % shards.size() != 0) out.plans[i] = std::move(from.plans[i]);
     }
-    out.ranking = rank(out.plans, o.objective);
+    out.ranking = ranking(out.plans, o.objective);
     return out;
 }
 

@@ -2,7 +2,10 @@
 //
 //  1. Enumerate. The plan dimensions of strategies/plan.hpp are a table (sweep.cpp, kDimensions):
 //     each row expands a partial plan into its values for that dimension, in order strategy, tp,
-//     pp, micro-batch, schedule, virtual stages, recompute, sp. After every row each partial plan
+//     pp, partition (only where the pipeline's stages sit on different device kinds: balanced by
+//     FLOPs, or by speed, tools/pipeline_split.hpp), micro-batch, schedule, virtual stages,
+//     recompute, sp; then, for each resolved pipeline over mixed stages, the same plan on the
+//     other device orders (device_orders), right after it. After every row each partial plan
 //     is checked by strategies::resolve itself (later dimensions at their defaults, which are
 //     always valid), so an impossible choice is pruned once, with resolve's own message, before
 //     its later dimensions multiply it.
@@ -17,7 +20,8 @@
 //
 // Plans are numbered in enumeration order; `shard_index` / `shard_count` simulate the plans whose
 // number is shard_index modulo shard_count, so workers can split one sweep by index and the
-// results be gathered by number (merge_shards).
+// results be gathered by number (merge_shards in one process; export_plans / import_plans
+// between the processes of `mpirun smolcluster sweep`, tools/cmd_sweep.cpp).
 #pragma once
 
 #include <cstdint>
@@ -85,9 +89,20 @@ struct Outcome {
     std::uint64_t events = 0;
 };
 
+/// An order of a mixed cluster's node groups, which sets the devices each pipeline stage gets
+/// (ranks are numbered group by group): the order given, and the orders that put the group with
+/// the most device memory first and last, where they differ.
+struct DeviceOrder {
+    std::string name;                   // "as given", "memory first", "memory last"
+    topo::Cluster cluster;              // the groups in that order
+};
+/// The orders a sweep tries on `cluster`: only "as given" unless its groups have different device kinds.
+std::vector<DeviceOrder> device_orders(const topo::Cluster& cluster);
+
 struct PlanResult {
     std::size_t index = 0;
     strategies::Plan plan;
+    int order = 0;                      // index into SweepResult::orders: the devices' order
     strategies::Layout layout;          // set unless pruned by resolve
     PlanStatus status = PlanStatus::pending;
     std::string reason;                 // pruned / over_limit / failed / out_of_memory: why
@@ -98,6 +113,7 @@ struct PlanResult {
 };
 
 struct SweepResult {
+    std::vector<DeviceOrder> orders;     // device_orders of the cluster; plans of pipelines over mixed stages try each
     std::vector<PlanResult> plans;       // enumeration order, pruned ones included
     std::vector<std::size_t> ranking;    // indices into plans of the ranked ones, best first
     std::size_t refined = 0;             // plans re-simulated flow-level
@@ -119,6 +135,30 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
                          const strategies::Layout& layout);
 
 SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepOptions& options);
+
+/// With the analytic network and options.refine > 0: the best options.refine ranked plans of
+/// `result`, simulated again flow-level (their analytic figures kept as `screen`). A shard
+/// re-simulates the ones at positions shard_index, shard_index + shard_count, … of that list taken
+/// in enumeration order; every shard sets `refined` to the whole list's size. Returns the plans
+/// this shard re-simulated. sweep() calls it itself when shard_count is 1.
+/// Each plan runs on its device order's cluster (result.orders).
+std::vector<std::size_t> refine(const Model& model, SweepResult& result, const SweepOptions& options);
+
+/// The ranked plans of `plans`, best first: those simulated flow-level by refine before the
+/// analytic rest, each part by the objective, ties in enumeration order.
+std::vector<std::size_t> ranking(const std::vector<PlanResult>& plans, Objective objective);
+
+/// The plans a shard simulates: its indices (index % shard_count == shard_index) not pruned.
+std::vector<std::size_t> shard_plans(const SweepResult& result, const SweepOptions& options);
+
+/// What another process needs to take the plans `which` of `result` over: each one's index,
+/// status, reason and figures (result and screen), as JSON text; doubles as their bit patterns,
+/// so a plan taken over compares, ranks and prints exactly as where it was simulated.
+std::string export_plans(const SweepResult& result, const std::vector<std::size_t>& which);
+/// Takes over the plans of an export_plans text of the same sweep (same model, cluster and
+/// options, so the same enumeration): their status, reason and figures replace `into`'s.
+/// Does not rank (see ranking).
+void import_plans(SweepResult& into, const std::string& text);
 
 /// Gathers the shards of one sweep (each from sweep() with the same options but its own
 /// shard_index) into one result, ranked again: plan i comes from shard i % shards.size().

@@ -259,3 +259,31 @@ TEST_CASE("the backend follows the cluster's devices, --backend and --tf32 are c
         }
     }
 }
+
+TEST_CASE("sweep under mpirun splits the plans over the ranks and prints what one process prints", "[exec][cli]") {
+    // gpt2-small on one dgx-a100, --tp 1,2 --pp 1,2: the same --json file, byte for byte, and the
+    // same table from rank 0 alone; analytic with --refine, the refinement split over 3 ranks.
+    const fs::path dir = fs::temp_directory_path() / ("smol-sweep-mpi-" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    const auto read = [](const fs::path& p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::string((std::istreambuf_iterator<char>(in)), {});
+    };
+    const std::string base = bin + " sweep --model gpt2-small --cluster dgx-a100 --global-batch 16 --tp 1,2 --pp 1,2 --jobs 1";
+    for (const auto& [extra, ranks] : {std::pair<std::string, int>{"", 2}, {" --network analytic --refine 7", 3}}) {
+        const fs::path one = dir / "one.json", many = dir / "many.json";
+        const Job single = shell(base + extra + " --json " + one.string() + " --force");
+        const Job split = shell(mpirun(ranks) + base + extra + " --json " + many.string() + " --force");
+        REQUIRE(single.code == 0);
+        REQUIRE(split.code == 0);
+        const std::string a = read(one), b = read(many);
+        CHECK(a.size() > 10000);
+        CHECK(a == b);
+        // The table once (rank 0's), the same as one process's but for the file's name.
+        std::string expected = single.output;
+        expected.replace(expected.find(one.string()), one.string().size(), many.string());
+        CHECK(split.output == expected);
+        CHECK(survivors_after_job() == 0);
+    }
+    fs::remove_all(dir);
+}

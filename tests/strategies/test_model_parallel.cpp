@@ -3,6 +3,8 @@
 // the graph, and bad plans.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <cstdio>
 #include <set>
 #include <numeric>
@@ -286,6 +288,19 @@ TEST_CASE("stages are balanced by cost, embedding first and head last", "[strate
     CHECK(parts[0] + parts[1] + parts[2] == 12);
     CHECK(parts[2] < parts[0]);
     CHECK(partition_layers(small, 3, {5, 5, 2}) == std::vector<int>{5, 5, 2});
+}
+
+TEST_CASE("the min-max split takes per-stage costs and leaves out what is not allowed", "[strategies][pipeline]") {
+    // Unit layers: stage 1 twice as slow. Best of 6 layers over 2 stages: 4 + 2 (max 4).
+    const auto slow_second = [](int k, int a, int b) { return (k == 1 ? 2.0 : 1.0) * (b - a); };
+    CHECK(min_max_split(6, 2, slow_second) == std::vector<int>{4, 2});
+    // Stage 0 may hold at most one layer (a memory limit): 1 + 5.
+    const auto small_first = [](int k, int a, int b) {
+        return k == 0 && b - a > 1 ? std::numeric_limits<double>::infinity() : double(b - a);
+    };
+    CHECK(min_max_split(6, 2, small_first) == std::vector<int>{1, 5});
+    // Nothing allowed: no split.
+    CHECK(min_max_split(6, 2, [](int, int, int) { return std::numeric_limits<double>::infinity(); }).empty());
 }
 
 TEST_CASE("bad model-parallel plans exit 2 with a reason", "[strategies][pipeline][cli]") {

@@ -3,6 +3,7 @@
 // shards that gather into the whole, and the files it writes.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -139,6 +140,69 @@ TEST_CASE("shards of a sweep gather into the whole sweep", "[tools][sweep]") {
     const SweepResult merged = merge_shards(std::move(shards), o);
     CHECK(merged.count(PlanStatus::pending) == 0);
     CHECK(merged.ranking == whole.ranking);
+}
+
+TEST_CASE("shards exchanged as text and refined split again equal the one-process sweep", "[tools][sweep]") {
+    // What `mpirun -np 3 smolcluster sweep --network analytic` does (tools/cmd_sweep.cpp), in one
+    // process: every shard takes over every shard's export, refines its part of the best plans,
+    // and takes over every refined export again.
+    SweepOptions o;
+    o.global_batch = 8;
+    o.jobs = 1;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 5;
+    o.space.tp = {1, 2};
+    o.space.micro_batch = {1};
+    const Model model = model_preset("gpt2-small");
+    const topo::Cluster cluster = topo::cluster_preset("dgx-a100");
+    const SweepResult whole = sweep(model, cluster, o);
+    REQUIRE(whole.refined == 5);
+    const int shards = 3;
+    std::vector<SweepOptions> opts(shards, o);
+    std::vector<SweepResult> part;
+    for (int k = 0; k < shards; ++k) {
+        opts[k].shard_index = k;
+        opts[k].shard_count = shards;
+        part.push_back(sweep(model, cluster, opts[k]));
+        CHECK(part.back().refined == 0);
+    }
+    const auto exchange = [&](const std::vector<std::vector<std::size_t>>& which) {
+        std::vector<std::string> texts;
+        for (int k = 0; k < shards; ++k) texts.push_back(export_plans(part[k], which[k]));
+        for (SweepResult& r : part)
+            for (const std::string& t : texts) import_plans(r, t);
+    };
+    std::vector<std::vector<std::size_t>> mine;
+    for (int k = 0; k < shards; ++k) mine.push_back(shard_plans(part[k], opts[k]));
+    exchange(mine);
+    std::size_t refined_here = 0;
+    for (int k = 0; k < shards; ++k) {
+        mine[k] = refine(model, part[k], opts[k]);
+        refined_here += mine[k].size();
+        CHECK(part[k].refined == 5);
+    }
+    CHECK(refined_here == 5);   // each of the best plans re-simulated by exactly one shard
+    exchange(mine);
+    for (const SweepResult& r : part) {
+        CHECK(r.count(PlanStatus::pending) == 0);
+        CHECK(ranking(r.plans, o.objective) == whole.ranking);
+        for (std::size_t i = 0; i < whole.plans.size(); ++i) {
+            const PlanResult &a = whole.plans[i], &b = r.plans[i];
+            CHECK(a.status == b.status);
+            CHECK(a.reason == b.reason);
+            REQUIRE(a.result.has_value() == b.result.has_value());
+            if (a.result) {
+                CHECK(a.result->iteration == b.result->iteration);
+                CHECK(a.result->network == b.result->network);
+                // Bit for bit, not approximately: the text carries the doubles' bit patterns.
+                CHECK(std::bit_cast<std::uint64_t>(a.result->mfu) == std::bit_cast<std::uint64_t>(b.result->mfu));
+                CHECK(std::bit_cast<std::uint64_t>(a.result->tokens_per_s) == std::bit_cast<std::uint64_t>(b.result->tokens_per_s));
+                CHECK(a.result->peak_memory == b.result->peak_memory);
+            }
+            REQUIRE(a.screen.has_value() == b.screen.has_value());
+            if (a.screen) CHECK(a.screen->iteration == b.screen->iteration);
+        }
+    }
 }
 
 TEST_CASE("the progress line shows done, total, rate and time left", "[tools][sweep]") {
