@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
                 if (!p.result || n == 8) continue;
                 ++n;
                 auto t = std::chrono::steady_clock::now();
-                const strategies::Built b = strategies::build(model, cluster, p.plan);
+                strategies::Plan plan = p.plan;
+                plan.fold_unshared = true;   // as tools::simulate_plan builds it for the analytic network
+                const strategies::Built b = strategies::build(model, cluster, plan);
                 build_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
                 t = std::chrono::steady_clock::now();
                 const Timeline tl = sim::simulate(b.graph, cluster, topology, so);

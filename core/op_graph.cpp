@@ -199,11 +199,22 @@ std::int32_t OpGraph::intern_recipe(std::span<const Kernel> kernels) {
 }
 
 std::int32_t OpGraph::intern_communicator(const std::vector<int>& members, int group) {
-    for (std::size_t i = communicators_.size(); i-- > 0;)
-        if (communicator_groups_[i] == group && communicators_[i] == members) return static_cast<std::int32_t>(i);
+    // FNV-1a over (group, members): a 3D plan declares each of its thousands of communicators
+    // again for every bucket and micro-batch, so finding it must not scan them all.
+    std::uint64_t h = 1469598103934665603ull;
+    const auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(group)));
+    for (int r : members) mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(r)));
+    const auto [first, last] = communicator_index_.equal_range(h);
+    for (auto it = first; it != last; ++it) {
+        const auto i = static_cast<std::size_t>(it->second);
+        if (communicator_groups_[i] == group && communicators_[i] == members) return it->second;
+    }
     communicators_.push_back(members);
     communicator_groups_.push_back(group);
-    return static_cast<std::int32_t>(communicators_.size() - 1);
+    const auto id = static_cast<std::int32_t>(communicators_.size() - 1);
+    communicator_index_.emplace(h, id);
+    return id;
 }
 
 OpId OpGraph::add_compute(int rank, Phase phase, int layer, int microbatch, Flops flops, Bytes traffic,

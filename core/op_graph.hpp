@@ -251,6 +251,7 @@ private:
     std::vector<OpId> member_ops_;                       // per collective, per member
     std::vector<std::vector<int>> communicators_;
     std::vector<int> communicator_groups_;               // per communicator: its declare_collective group
+    std::unordered_multimap<std::uint64_t, std::int32_t> communicator_index_;   // (group, members) hash → communicator
     std::vector<P2P> p2ps_;
     std::vector<Buffer> buffers_;
     std::vector<Kernel> kernels_;                        // every recipe's kernels, back to back

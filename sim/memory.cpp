@@ -13,21 +13,26 @@ std::int64_t allocator_size(std::int64_t bytes) {
     return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
 
-MemoryBreakdown runtime_reserve(const OpGraph& graph, const topo::Cluster& cluster, int rank, const CollectiveContext& ctx) {
-    MemoryBreakdown r;
-    if (cluster.device_kind(rank).is_cpu) return r;
-    r.cuda_context = Bytes(kCudaContextBytes);
-    // Communicators the rank is in, once each (every collective on one shares NCCL's buffers).
+std::vector<MemoryBreakdown> runtime_reserve(const OpGraph& graph, const topo::Cluster& cluster, const CollectiveContext& ctx) {
+    std::vector<MemoryBreakdown> out(static_cast<std::size_t>(graph.ranks()));
+    for (int r = 0; r < graph.ranks(); ++r)
+        if (!cluster.device_kind(r).is_cpu) out[static_cast<std::size_t>(r)].cuda_context = Bytes(kCudaContextBytes);
+    // Communicators with collectives, once each (every collective on one shares NCCL's buffers);
+    // each member on a GPU keeps its channels' buffers.
     std::vector<bool> used(graph.communicators().size(), false);
     for (const Collective& c : graph.collectives()) used[static_cast<std::size_t>(c.communicator)] = true;
     for (std::size_t i = 0; i < graph.communicators().size(); ++i) {
         const auto& members = graph.communicators()[i];
-        if (!used[i] || members.size() < 2 || std::find(members.begin(), members.end(), rank) == members.end()) continue;
+        if (!used[i] || members.size() < 2) continue;
+        bool any_gpu = false;
+        for (int r : members) any_gpu = any_gpu || !cluster.device_kind(r).is_cpu;
+        if (!any_gpu) continue;
         const nccl::Communicator comm = nccl_communicator(members, ctx);
-        const std::int64_t channels = std::min(64, 2 * comm.channels);
-        r.nccl += Bytes(channels * kNcclBytesPerChannel);
+        const Bytes buffers(static_cast<std::int64_t>(std::min(64, 2 * comm.channels)) * kNcclBytesPerChannel);
+        for (int r : members)
+            if (!cluster.device_kind(r).is_cpu) out[static_cast<std::size_t>(r)].nccl += buffers;
     }
-    return r;
+    return out;
 }
 
 MemoryModel::MemoryModel(const OpGraph& graph, const topo::Cluster& cluster, const CollectiveContext& ctx,
@@ -36,6 +41,7 @@ MemoryModel::MemoryModel(const OpGraph& graph, const topo::Cluster& cluster, con
     const int ranks = graph.ranks();
     use_.assign(static_cast<std::size_t>(ranks), {});
     tl_.peak_breakdown.assign(static_cast<std::size_t>(ranks), {});
+    const std::vector<MemoryBreakdown> reserve = runtime_reserve(graph, cluster, ctx);
     for (int r = 0; r < ranks; ++r) {
         const topo::NodeGroup& grp = cluster.group_of(r);
         gpu_.push_back(!grp.device.is_cpu);
@@ -47,7 +53,7 @@ MemoryModel::MemoryModel(const OpGraph& graph, const topo::Cluster& cluster, con
         if (grp.nvme_capacity) tl_.capacity[r][static_cast<int>(Tier::nvme)] = *grp.nvme_capacity / grp.devices_per_node;
         if (!graph.materialized(r) || !gpu_.back()) continue;
         Use& dev = use_[static_cast<std::size_t>(r)][static_cast<int>(Tier::device)];
-        dev.parts = runtime_reserve(graph, cluster, r, ctx);
+        dev.parts = reserve[static_cast<std::size_t>(r)];
         dev.total = dev.parts.runtime();
         tl_.peak[r][static_cast<int>(Tier::device)] = dev.total;
         tl_.peak_breakdown[static_cast<std::size_t>(r)][static_cast<int>(Tier::device)] = dev.parts;

@@ -36,8 +36,8 @@ namespace smol::sim {
 constexpr std::int64_t kCudaContextBytes = 1343ll << 20;
 constexpr std::int64_t kNcclBytesPerChannel = 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8 + (1 << 22);
 
-/// What the runtime keeps on `rank`'s device before the step's first allocation (zero on CPUs).
-MemoryBreakdown runtime_reserve(const OpGraph& graph, const topo::Cluster& cluster, int rank, const CollectiveContext& ctx);
+/// What the runtime keeps on each rank's device before the step's first allocation (zero on CPUs).
+std::vector<MemoryBreakdown> runtime_reserve(const OpGraph& graph, const topo::Cluster& cluster, const CollectiveContext& ctx);
 /// The bytes PyTorch's caching allocator hands out for a request of `bytes`.
 std::int64_t allocator_size(std::int64_t bytes);
 
