@@ -188,7 +188,6 @@ CompressedExchange powersgd_exchange(int rank, std::int64_t elements, const std:
     std::vector<Kernel> first, second, third;
     // The hook's first pass: input.add_(error) and the clone kept to compute the new residual.
     first.push_back(pass(KernelName::powersgd, 3 * g * n + 2 * g * n, static_cast<double>(n), n, 0, 0));
-    std::vector<Kernel> products;
     for (const GradMatrix& m : matrices) {
         const std::int64_t r = powersgd_rank(m, rank);
         if (r == 0) throw Error(ErrorKind::internal, "powersgd_exchange: a matrix not worth compressing");

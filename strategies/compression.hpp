@@ -37,7 +37,8 @@
 // what its passes read and write, priced by sim/compute.cpp on the device's memory roofline like
 // every other elementwise kernel; PowerSGD's factor products are GEMMs (gemm_kernel) priced like
 // every other GEMM. The CPU executor runs the 1-bit and top-k kernels for real
-// (exec/cpu/compression.hpp); it refuses powersgd (see exec/cpu/compression.hpp).
+// (exec/cpu/compression.hpp); `run` and `validate` refuse powersgd (tools/plan_flags.cpp,
+// refuse_simulation_only_flags): the executors do not run its factor GEMMs yet.
 #pragma once
 
 #include <cstdint>

@@ -107,12 +107,6 @@ int execute_plan(exec::Session& session, const PlanFlags& plan_flags, const Exec
     Model model = load_model(plan_flags.model);
     // The pipeline split `simulate` uses (speed-balanced on stages of mixed device kinds).
     strategies::Plan plan = with_pipeline_split(model, cluster, resolve_plan(plan_flags));
-    // The executors run 1bit's and topk's kernels and exchanges; PowerSGD's factor GEMMs and
-    // orthogonalisation are only simulated so far (strategies/compression.hpp).
-    if (plan.compress.method == strategies::CompressionMethod::powersgd)
-        fail_input("the executors do not run PowerSGD yet: 'simulate' models --compress " + strategies::to_string(plan.compress) +
-                       "; run a compressed plan with --compress 1bit or topk:RATIO",
-                   flag("--compress"));
     plan.fold = false;   // the executor runs every rank's own ops
     strategies::Built built = strategies::build(model, cluster, plan);
     exec::check_same_graph(session, built.graph);

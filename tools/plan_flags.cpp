@@ -187,6 +187,12 @@ void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
                            " runs the plan on the real devices, at their own speed; " + name +
                            " is the simulator's (smolcluster simulate)",
                        flag(name));
+    // The executors run 1bit's and topk's kernels and exchanges; PowerSGD's factor GEMMs and
+    // orthogonalisation are only simulated so far (strategies/compression.hpp).
+    if (strategies::parse_compression(f.compress).method == strategies::CompressionMethod::powersgd)
+        fail_input(std::string("1bit or topk:RATIO: smolcluster ") + command + " does not run PowerSGD yet ('smolcluster simulate' models " +
+                       f.compress + ")",
+                   "'" + f.compress + "'", flag("--compress"));
 }
 
 topo::Cluster resolve_cluster(const PlanFlags& f) {
