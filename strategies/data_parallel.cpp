@@ -231,15 +231,19 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     std::vector<CompressedExchange> exchanges;
     std::vector<std::vector<std::int32_t>> step_ids;   // [bucket][step]: collective id, or recipe id
     Bytes error_feedback;
-    if (compressed)
-        for (const Bucket& b : buckets) {
-            exchanges.push_back(compressed_exchange(plan.compress, b.bytes.count() / sb.grads, sb.grads, static_cast<int>(replicas.size())));
-            error_feedback += exchanges.back().error_feedback;
-            std::vector<std::int32_t> ids;
-            for (const ExchangeStep& st : exchanges.back().steps)
-                ids.push_back(st.collective() ? g.declare_collective(st.kind, replicas, st.bytes) : g.intern_recipe(st.kernels));
-            step_ids.push_back(std::move(ids));
-        }
+    if (compressed) {
+        std::vector<std::int64_t> elements;
+        for (const Bucket& b : buckets) elements.push_back(b.bytes.count() / sb.grads);
+        exchanges = compressed_exchanges(plan.compress, blocks, elements, sb.grads, static_cast<int>(dtype_bytes(layout.dtype)),
+                                         static_cast<int>(replicas.size()));
+    }
+    for (const CompressedExchange& x : exchanges) {
+        error_feedback += x.error_feedback;
+        std::vector<std::int32_t> ids;
+        for (const ExchangeStep& st : x.steps)
+            ids.push_back(st.collective() ? g.declare_collective(st.kind, replicas, st.bytes) : g.intern_recipe(st.kernels));
+        step_ids.push_back(std::move(ids));
+    }
     std::vector<Passes> passes;
     for (std::size_t d = 0; d < emit; ++d) {
         const int r = replicas[d];

@@ -87,7 +87,8 @@ strategies::Plan resolve_plan(const PlanFlags& f);
 void print_warnings(const PlanFlags& f, std::ostream& err);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);
 /// `run` and `validate` execute on real devices: --slow, --jitter, --seed and --hogwild (which
-/// only the simulator models) are refused, naming the flag.
+/// only the simulator models) are refused, naming the flag, and so is --compress powersgd:RANK
+/// (the executors do not run PowerSGD yet).
 void refuse_simulation_only_flags(const PlanFlags& f, const char* command);
 
 inline ErrorContext flag(const char* name) { return {"", "", name}; }

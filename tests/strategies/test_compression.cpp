@@ -2,8 +2,10 @@
 // memory, its kernels' traffic, and when it pays (1 GbE) and when it does not (NVLink).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "dp_fixtures.hpp"
@@ -56,6 +58,10 @@ TEST_CASE("the compression flag parses 1bit and topk:RATIO", "[strategies][compr
     CHECK(t.ratio == 0.01);
     CHECK(to_string(t) == "topk:0.01");
     CHECK(to_string(parse_compression("1bit")) == "1bit");
+    const Compression q = parse_compression("powersgd:4");
+    CHECK(q.method == CompressionMethod::powersgd);
+    CHECK(q.rank == 4);
+    CHECK(to_string(q) == "powersgd:4");
 }
 
 TEST_CASE("the compression flag refuses what it does not model", "[strategies][compression]") {
@@ -68,13 +74,17 @@ TEST_CASE("the compression flag refuses what it does not model", "[strategies][c
             CHECK_THAT(e.what(), Catch::Contains("--compress") && Catch::Contains(says));
         }
     };
-    SECTION("an unknown method") { refused("2bit", "1bit or topk:RATIO"); }
+    SECTION("an unknown method") { refused("2bit", "powersgd:RANK"); }
     SECTION("top-k without a ratio") { refused("topk", "ratio"); }
     SECTION("a zero ratio") { refused("topk:0", "(0, 1]"); }
     SECTION("a ratio above 1") { refused("topk:1.5", "(0, 1]"); }
     SECTION("a ratio that is no number") { refused("topk:1%", "(0, 1]"); }
     SECTION("a ratio that is not finite") { refused("topk:nan", "(0, 1]"); }
-    SECTION("PowerSGD, not built") { refused("powersgd:4", "PowerSGD is not built"); }
+    SECTION("PowerSGD without a rank") { refused("powersgd", "rank is required"); }
+    SECTION("a zero PowerSGD rank") { refused("powersgd:0", "at least 1"); }
+    SECTION("a negative PowerSGD rank") { refused("powersgd:-2", "at least 1"); }
+    SECTION("a fractional PowerSGD rank") { refused("powersgd:2.5", "whole rank"); }
+    SECTION("a PowerSGD rank that is no number") { refused("powersgd:four", "whole rank"); }
 
     const Model m = model_preset("resnet50");
     const auto plan_refused = [&](Plan p, const std::string& says) {
@@ -94,6 +104,18 @@ TEST_CASE("the compression flag refuses what it does not model", "[strategies][c
             p.strategy = s;
             plan_refused(p, "use --strategy ddp or ring");
         }
+    }
+    SECTION("a PowerSGD rank above every matrix's min(rows, cols)") {
+        // ResNet-50's widest matrix is layer4's downsample, 2048 × 1024.
+        Plan p;
+        p.compress = parse_compression("powersgd:1025");
+        CHECK_THROWS_WITH(build(m, pis(), p), Catch::Contains("--compress") && Catch::Contains("at most 1024") &&
+                                                   Catch::Contains("compresses no gradient"));
+    }
+    SECTION("a PowerSGD rank too high to pay on any matrix") {
+        Plan p;
+        p.compress = parse_compression("powersgd:600");
+        CHECK_THROWS_WITH(build(m, pis(), p), Catch::Contains("--compress") && Catch::Contains("min_compression_rate"));
     }
     SECTION("tensor parallelism") {
         const Model gpt = model_preset("gpt2-small");
@@ -209,7 +231,7 @@ TEST_CASE("1-bit compression pays on eight Pis over 1 GbE and not on a DGX A100"
 
 TEST_CASE("a folded compressed plan matches its expansion", "[strategies][compression]") {
     const Model m = model_preset("resnet50");
-    const std::string method = GENERATE(std::string("1bit"), std::string("topk:0.01"));
+    const std::string method = GENERATE(std::string("1bit"), std::string("topk:0.01"), std::string("powersgd:4"));
     Plan p;
     p.compress = parse_compression(method);
     const topo::Cluster c = topo::cluster_preset("pi5-1gbe");
@@ -218,4 +240,119 @@ TEST_CASE("a folded compressed plan matches its expansion", "[strategies][compre
     const test::DpRun full = test::dp_run(m, c, p);
     REQUIRE(folded.built.graph.folded());
     CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-9));
+}
+
+namespace {
+
+/// ResNet-50's weight matrices as PyTorch's PowerSGD hook views them (weight.view(c_out, -1)),
+/// written out from torchvision's resnet50 (v1.5): conv1 7×7, four stages of bottlenecks (1×1,
+/// 3×3, 1×1 ×4, a 1×1 downsample first), fc 1000 × 2048.
+std::vector<GradMatrix> resnet50_matrices() {
+    std::vector<GradMatrix> out{{64, 3 * 7 * 7}};
+    std::int64_t in = 64;
+    for (const auto& [width, blocks] : std::vector<std::pair<std::int64_t, int>>{{64, 3}, {128, 4}, {256, 6}, {512, 3}})
+        for (int b = 0; b < blocks; ++b) {
+            out.push_back({width, in});
+            out.push_back({width, width * 9});
+            out.push_back({4 * width, width});
+            if (b == 0) out.push_back({4 * width, in});
+            in = 4 * width;
+        }
+    out.push_back({1000, 2048});
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("PowerSGD views each block's weights as the matrices PyTorch compresses", "[strategies][compression]") {
+    SECTION("gpt2-small: the four linear layers of a transformer block, in backward order") {
+        Workload w;
+        const std::vector<Block> blocks = model_preset("gpt2-small").blocks(w);
+        const Block& layer = blocks.at(1);
+        REQUIRE(layer.kind == Block::Kind::transformer);
+        const BlockGradients g = block_gradients(layer, 2);
+        const std::vector<GradMatrix> want{{768, 3072}, {3072, 768}, {768, 768}, {2304, 768}};   // c_proj, c_fc, attn c_proj, c_attn
+        CHECK(g.matrices == want);
+        // Biases and the two layer norms: 2304 + 768 + 3072 + 768 + 4 · 768.
+        CHECK(g.vectors == 2304 + 768 + 3072 + 768 + 4 * 768);
+    }
+    SECTION("resnet50: every conv and the fc, from the layers' totals") {
+        Workload w;
+        w.dtype = DType::fp32;
+        std::vector<GradMatrix> got;
+        for (const Block& b : model_preset("resnet50").blocks(w))
+            for (const GradMatrix& m : block_gradients(b, 4).matrices) got.push_back(m);
+        std::vector<GradMatrix> want = resnet50_matrices();
+        const auto order = [](const GradMatrix& a, const GradMatrix& b) { return std::tie(a.rows, a.cols) < std::tie(b.rows, b.cols); };
+        std::sort(got.begin(), got.end(), order);
+        std::sort(want.begin(), want.end(), order);
+        CHECK(got == want);
+    }
+}
+
+TEST_CASE("PowerSGD all-reduces the flat buffer and the rank-r factors", "[strategies][compression]") {
+    const Model m = model_preset("resnet50");
+    // Hand calculation at rank 4: a matrix is compressed when (n + m)·4·2 < n·m; its P and Q
+    // are (n + m)·4 elements; everything else (BN scales and shifts, the fc bias, the matrices
+    // that do not pay) goes in the flat buffer. All fp32 on the Pis.
+    std::int64_t factors = 0, compressed = 0;
+    for (const GradMatrix& g : resnet50_matrices())
+        if ((g.rows + g.cols) * 4 * 2 < g.rows * g.cols) {
+            factors += (g.rows + g.cols) * 4;
+            compressed += g.rows * g.cols;
+        }
+    const std::int64_t flat = kResnet50 - compressed;
+    const DataParallel s = GENERATE(DataParallel::ddp, DataParallel::ring);
+    SECTION("one bucket") {
+        const test::DpRun r = test::dp_run(m, pis(), one_bucket("powersgd:4", s));
+        const auto c = collectives(r.built.graph);
+        std::int64_t total = 0;
+        for (const auto& [kind, bytes] : c) {
+            CHECK(kind == CollectiveKind::all_reduce);
+            total += bytes;
+        }
+        REQUIRE(c.size() == 3);   // the flat buffer, the Ps, the Qs
+        CHECK(c[0].second == 4 * flat);
+        CHECK(total == 4 * (flat + factors));
+        // Residuals: error_dict holds the whole bucket, and the warm-started P and Q stay.
+        CHECK(test::peak_of_labels(r.built.graph, r.timeline, 0, {BufferLabel::error_feedback}) == Bytes(4 * (kResnet50 + factors)));
+        // Each compressed matrix runs three GEMMs: P = M·Q, Q = Mᵀ·P, M̂ = P·Qᵀ, 2·n·m·r FLOPs each.
+        double gemm = 0;
+        for (const Kernel& k : kernels_named(r.built.graph, KernelName::powersgd))
+            if (k.op == KernelOp::gemm) gemm += k.flops;
+        CHECK(gemm == Approx(3.0 * 2 * 4 * static_cast<double>(compressed)));
+    }
+    SECTION("PyTorch's 25 MB buckets: the same bytes, whatever bucket a matrix lands in") {
+        Plan p;
+        p.strategy = s;
+        p.compress = parse_compression("powersgd:4");
+        const test::DpRun r = test::dp_run(m, pis(), p);
+        std::int64_t total = 0;
+        for (const auto& [kind, bytes] : collectives(r.built.graph)) total += bytes;
+        CHECK(total == 4 * (flat + factors));
+        CHECK(test::peak_of_labels(r.built.graph, r.timeline, 0, {BufferLabel::error_feedback}) == Bytes(4 * (kResnet50 + factors)));
+    }
+}
+
+TEST_CASE("PowerSGD pays on eight Pis over 1 GbE and not on a DGX A100", "[strategies][compression]") {
+    const Model m = model_preset("resnet50");
+    const auto run = [&](const topo::Cluster& c, const std::string& compress) {
+        Plan p;
+        p.compress = parse_compression(compress);
+        return test::dp_run(m, c, p).summary;
+    };
+    SECTION("8 × pi5-1gbe") {
+        const traces::Summary plain = run(pis(), "none"), low = run(pis(), "powersgd:4");
+        INFO("exposed " << plain.exposed_comm.to_seconds() << " s -> " << low.exposed_comm.to_seconds() << " s, step "
+                        << plain.iteration.to_seconds() << " s -> " << low.iteration.to_seconds() << " s");
+        CHECK(plain.exposed_comm > low.exposed_comm * std::int64_t{10});
+        CHECK(low.iteration < plain.iteration);
+        CHECK(traces::to_json(low)["compression"] == "powersgd:4");
+    }
+    SECTION("dgx-a100") {
+        const topo::Cluster dgx = topo::cluster_preset("dgx-a100");
+        const traces::Summary plain = run(dgx, "none"), low = run(dgx, "powersgd:4");
+        INFO("step " << plain.iteration.to_seconds() << " s -> " << low.iteration.to_seconds() << " s");
+        CHECK(low.iteration > plain.iteration);
+    }
 }

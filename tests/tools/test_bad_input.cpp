@@ -278,7 +278,9 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
     }
     SECTION("too many nodes") { refused(simulate({"--nodes", "100000000"}), {"--nodes", "10 million devices"}); }
     SECTION("gradient compression: a method it knows, on a strategy that all-reduces whole gradients") {
-        refused(simulate({"--compress", "2bit"}), {"--compress:", "1bit or topk:RATIO"});
+        refused(simulate({"--compress", "2bit"}), {"--compress:", "topk:RATIO", "powersgd:RANK"});
+        refused(simulate({"--compress", "powersgd"}), {"--compress:", "rank is required"});
+        refused(simulate({"--compress", "powersgd:0"}), {"--compress:", "at least 1"});
         refused(simulate({"--compress", "topk:0"}), {"--compress:", "(0, 1]"});
         refused(simulate({"--compress", "1bit", "--strategy", "zero1"}), {"--compress:", "use --strategy ddp or ring"});
         CHECK(cli(simulate({"--compress", "topk:0.01", "--strategy", "ring"})).code == 0);
@@ -403,5 +405,7 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
     SECTION("run and validate measure real devices") {
         refused({"run", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--slow", "1:0.5"}, {"--slow", "real devices"});
         refused({"validate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--jitter", "5"}, {"--jitter", "real devices"});
+        refused({"run", "--model", "resnet50", "--cluster", "pi5-1gbe", "--compress", "powersgd:4"},
+                {"--compress:", "does not run PowerSGD yet", "1bit or topk:RATIO"});
     }
 }
