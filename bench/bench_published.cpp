@@ -196,7 +196,9 @@ int main(int argc, char** argv) {
         const double wall = seconds_since(t0);
         const std::vector<SourceSummary> sources = summarize(outcomes);
 
-        std::printf("Published measurements (%s): %zu rows, %zu sources\n\n", validation.c_str(), selected.size(), sources.size());
+        const auto held_out = std::count_if(sources.begin(), sources.end(), [](const SourceSummary& s) { return s.source == kVtrainHeldOut; });
+        std::printf("Published measurements (%s): %zu rows, %zu sources\n\n", validation.c_str(), selected.size(),
+                    sources.size() - static_cast<std::size_t>(held_out));
         print_table(sources, outcomes);
         std::fflush(stdout);
         if (!csv.empty()) write_csv(csv, outcomes);

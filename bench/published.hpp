@@ -145,7 +145,12 @@ struct SourceSummary {
     std::vector<std::pair<std::string, std::vector<std::string>>> gaps;  // feature → row ids
     std::vector<std::string> compared;  // the metric descriptions of its simulated rows
 };
-/// Sources in the order they first appear.
+/// The vTrain rows that calibrated megatron-deepspeed's dispatch per kernel (tp = pp = 1,
+/// micro-batch 1, hidden 1024: strategies/framework.cpp kMegatronDeepSpeedDispatch).
+bool dispatch_calibration_row(const Row& r);
+/// The summary of vTrain's other rows, after the sources.
+inline constexpr const char* kVtrainHeldOut = "vtrain (held out)";
+/// Sources in the order they first appear, then vTrain's rows without the calibration rows.
 std::vector<SourceSummary> summarize(const std::vector<Outcome>& outcomes);
 
 }  // namespace smol::bench

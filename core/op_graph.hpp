@@ -190,6 +190,12 @@ public:
     bool materialized(int rank) const { return representative(rank) == rank; }
     std::span<const int> mirrors(int rank) const;
 
+    /// The framework's host time per GPU kernel before the driver's launch (Python, the
+    /// dispatcher, autograd: strategies/framework.hpp Framework::dispatch_per_kernel); the
+    /// simulator adds it to each kernel's issue on a GPU (sim/compute.hpp). Executors measure.
+    void set_dispatch_overhead(Time per_kernel) { dispatch_overhead_ = per_kernel; }
+    Time dispatch_overhead() const { return dispatch_overhead_; }
+
     /// Freezes the graph and checks the invariants; throws Error naming the offending ops.
     void finalize();
     bool finalized() const { return finalized_; }
@@ -261,6 +267,7 @@ private:
     std::vector<KernelClass> recipe_class_;
     std::unordered_multimap<std::uint64_t, std::int32_t> recipe_index_;   // content hash → recipe
     std::vector<int> representative_;                    // empty unless folded
+    Time dispatch_overhead_;
     std::vector<bool> arrival_order_;                    // rank * kStreams + stream; empty: none
     std::vector<std::uint32_t> mirror_begin_;            // per rank, into mirror_list_ (size ranks + 1)
     std::vector<int> mirror_list_;

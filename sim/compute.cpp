@@ -84,7 +84,7 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
     return Time::zero();
 }
 
-Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group,
+Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch,
                   std::array<Time, kKernelClasses>* by_class) {
     const topo::DeviceKind& dev = group.device;
     std::array<Time, kKernelClasses> split{};
@@ -117,15 +117,16 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
         }
         return done(t);
     }
-    // The host issues kernel i at i·launch; the device runs each when issued and free.
+    // The host issues kernel i at i·(launch + dispatch); the device runs each when issued and free.
+    const Time issue = launch + dispatch;
     Time device_free, busy;
     for (std::size_t i = 0; i < kernels.size(); ++i) {
         const Time run = kernel_time(kernels[i], op.dtype(), false, group);
         split[static_cast<std::size_t>(kernels[i].cls)] += run;
         busy += run;
-        device_free = std::max(device_free, launch * static_cast<std::int64_t>(i)) + run;
+        device_free = std::max(device_free, issue * static_cast<std::int64_t>(i)) + run;
     }
-    const Time total = std::max(device_free, launch * static_cast<std::int64_t>(kernels.size()));
+    const Time total = std::max(device_free, issue * static_cast<std::int64_t>(kernels.size()));
     if (by_class && busy > Time::zero())
         for (Time& c : split) c = c * (total / busy);
     return done(total);

@@ -11,7 +11,8 @@
 // same total work).
 //
 // Launches. A GPU runs kernels asynchronously: the host issues one every `launch_overhead` (the
-// framework's dispatch and the driver's launch), the device runs them in order as they arrive, so
+// driver's launch) plus the framework's dispatch (Python, the dispatcher, autograd:
+// OpGraph::dispatch_overhead, from strategies/framework.hpp), the device runs them in order as they arrive, so
 // an op of n kernels takes the longer of the device's chain and the host's n issues — large
 // kernels hide the launches, tiny ones are bound by them (small models). A CPU device runs the
 // dispatch and the kernel on the same cores: each kernel costs its dispatch plus its run time.
@@ -43,10 +44,12 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
 /// Run time of one kernel on the group's device (or its host CPU), launch excluded.
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group);
 /// Duration of a compute op running `kernels` (empty: the op's own totals as one kernel) on the
-/// group's device, with nothing else running on it. `by_class`, when given, receives the part of
-/// it spent in each kernel class (launches counted with their kernel; on a GPU whose launches
-/// outlast the kernels, the launch-bound time is shared in proportion to the kernels' times).
-Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group,
+/// group's device, with nothing else running on it. On a GPU the host issues each kernel in
+/// `dispatch` (the framework's, OpGraph::dispatch_overhead) plus the device's launch_overhead.
+/// `by_class`, when given, receives the part of it spent in each kernel class (launches counted
+/// with their kernel; on a GPU whose launches outlast the kernels, the launch-bound time is
+/// shared in proportion to the kernels' times).
+Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch = {},
                   std::array<Time, kKernelClasses>* by_class = nullptr);
 
 /// --jitter: the factor on compute op `id`'s time, 1 + percent/100 · u with u uniform in [−1, 1)

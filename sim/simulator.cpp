@@ -445,7 +445,7 @@ private:
         const std::size_t key = recipe_key(op);
         if (key >= recipe_time_.size()) recipe_time_.resize(key + 1, Time::ps(-1));
         Time& t = recipe_time_[key];
-        if (t < Time::zero()) t = compute_time(op, graph_.kernels_of(id), *group_[op.rank]);
+        if (t < Time::zero()) t = compute_time(op, graph_.kernels_of(id), *group_[op.rank], graph_.dispatch_overhead());
         return t;
     }
 
@@ -471,7 +471,7 @@ private:
     void record_classes(OpId id) {
         const Op& op = graph_.op(id);
         std::array<Time, kKernelClasses> split{};
-        const Time priced = compute_time(op, graph_.kernels_of(id), *group_[op.rank], &split);
+        const Time priced = compute_time(op, graph_.kernels_of(id), *group_[op.rank], graph_.dispatch_overhead(), &split);
         const Time took = tl_.end[id] - tl_.start[id];
         if (tl_.kernel_class_time.empty()) tl_.kernel_class_time.assign(graph_.size(), {});
         auto& out = tl_.kernel_class_time[id];

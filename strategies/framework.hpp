@@ -72,6 +72,11 @@ struct Framework {
     /// Bytes the optimizer step moves per parameter (mixed precision: Adam plus the framework's
     /// gradient unscale, norm and parameter copies).
     int optimizer_bytes_per_param = 28;
+    /// Host time per GPU kernel that the framework spends before the driver's launch (the
+    /// device's launch_overhead): Python, the dispatcher, autograd's bookkeeping. Zero where it was
+    /// not measured (give --dispatch-overhead); where it outlasts the kernels, the host sets the
+    /// pace of small models (sim/compute.hpp).
+    Time dispatch_per_kernel;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

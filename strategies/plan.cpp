@@ -646,6 +646,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         if (o.optimizer_swap_buffers) l.framework.optimizer_swap_buffers = *o.optimizer_swap_buffers;
         if (o.param_swap_buffers) l.framework.param_swap_buffers = *o.param_swap_buffers;
         if (o.param_swap_buffer_size) l.framework.param_swap_buffer_size = *o.param_swap_buffer_size;
+        if (o.dispatch_per_kernel) l.framework.dispatch_per_kernel = *o.dispatch_per_kernel;
         if (l.framework.overlap_comm && *l.framework.overlap_comm) l.framework.grad_reduce = GradReduce::overlapped;
     }
     if (plan.overlap_grad_reduce) {
@@ -755,6 +756,7 @@ Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan) 
                                              : build_data_parallel(model, cluster, layout, plan),
               layout,
               model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute)};
+    out.graph.set_dispatch_overhead(layout.framework.dispatch_per_kernel);
     out.graph.finalize();
     return out;
 }

@@ -133,6 +133,7 @@ struct Plan {
         std::optional<bool> overlap_comm;
         std::optional<std::int64_t> reduce_bucket, prefetch_bucket, max_live_parameters, max_reuse_distance,
             param_persistence_threshold, sub_group_size, optimizer_swap_buffers, param_swap_buffers, param_swap_buffer_size;
+        std::optional<Time> dispatch_per_kernel;   // --dispatch-overhead
     } framework_overrides;
     int gradient_accumulation = 0;
     // Mixture of experts (strategies/moe.hpp).

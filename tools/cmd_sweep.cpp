@@ -71,7 +71,7 @@ std::string pad(std::string s, std::size_t w) {
 
 void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, const SweepOptions& o, int top) {
     const SweepResult& r = n.result;
-    out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << " devices), global batch "
+    out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << (n.cluster.num_devices() == 1 ? " device" : " devices") << "), global batch "
         << o.global_batch << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
     const std::size_t pruned = r.count(PlanStatus::pruned);

@@ -50,7 +50,7 @@ int validate_in_session(const ValidateFlags& f, const topo::Cluster& cluster, ex
         io.out << j.dump(2) << '\n';
     } else {
         const traces::StepInfo& i = e->summary.info;
-        io.out << i.model << " on " << i.cluster << " (" << i.devices << " devices): " << i.strategy << ", tp " << i.tp
+        io.out << i.model << " on " << i.cluster << " (" << i.devices << (i.devices == 1 ? " device): " : " devices): ") << i.strategy << ", tp " << i.tp
                << " · pp " << i.pp << " · dp " << i.dp << ", " << i.microbatches << " micro-batches of " << i.micro_batch
                << ", seq " << i.seq << "; simulated "
                << (cluster.profile.empty() ? std::string("with the cluster's leads (no --profile)") : "with profile " + cluster.profile)

@@ -23,15 +23,16 @@ using strategies::Plan;
 bool is_layer(const Block& b) { return b.kind == Block::Kind::transformer || b.kind == Block::Kind::layer; }
 
 /// The seconds one micro-batch of `b` takes on `group` (forward, backward and recompute, each
-/// pass one op as the builders emit it), by the simulator's compute model.
-double block_seconds(const Block& b, DType dtype, const topo::NodeGroup& group) {
+/// pass one op as the builders emit it), by the simulator's compute model, the framework's
+/// dispatch included.
+double block_seconds(const Block& b, DType dtype, const topo::NodeGroup& group, Time dispatch) {
     Op op;
     op.ref = 0;   // priced from the kernel list given
     op.sub = static_cast<std::uint8_t>(static_cast<unsigned>(dtype) << 3);
     double s = 0;
     const std::vector<Kernel> bwd = backward_kernels(b.fwd_kernels);
     for (const std::vector<Kernel>* pass : {&b.fwd_kernels, &bwd, &b.recompute_kernels})
-        if (!pass->empty()) s += sim::compute_time(op, *pass, group).to_seconds();
+        if (!pass->empty()) s += sim::compute_time(op, *pass, group, dispatch).to_seconds();
     return s;
 }
 
@@ -96,7 +97,7 @@ std::vector<int> split_within(const Model& model, const topo::Cluster& cluster, 
             const topo::NodeGroup& g = cluster.group_of(r);
             auto [it, fresh] = seconds_on.try_emplace(&g);
             if (fresh)
-                for (const Block& b : blocks) it->second.push_back(block_seconds(b, l.dtype, g));
+                for (const Block& b : blocks) it->second.push_back(block_seconds(b, l.dtype, g, l.framework.dispatch_per_kernel));
             // The simulator divides a device's compute time by its speed (sim/simulator.cpp device_time).
             const double k = 1.0 / cluster.compute_speed(r);
             double total = 0;

@@ -119,6 +119,11 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.folded = built.graph.folded();
     info.folded_tp = l.folded_tp;
     info.notes = speed_notes(model, cluster, built.layout, plan);
+    if (const Time d = built.layout.framework.dispatch_per_kernel; d > Time::zero())
+        info.notes.push_back("host dispatch " + to_string(d) + " per GPU kernel before the driver's launch (" +
+                             (plan.framework_overrides.dispatch_per_kernel ? std::string("--dispatch-overhead")
+                                                                           : info.framework + "'s, calibrated on vTrain's host") +
+                             ")");
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
     return info;
 }

@@ -328,7 +328,7 @@ std::vector<RankGroup> group_ranks(const std::vector<DeviceSummary>& devices) {
 
 void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
-    out << i.model << " on " << i.cluster << " (" << i.devices << " devices): "
+    out << i.model << " on " << i.cluster << " (" << i.devices << (i.devices == 1 ? " device): " : " devices): ")
         << (i.strategy == "none" ? "no data parallelism" : i.strategy)
         << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression") << ", tp " << i.tp << " · pp " << i.pp << " · dp "
         << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "

@@ -41,6 +41,8 @@ bool high_priority(Stream s) {
         case Stream::recv_prev: return true;
         case Stream::compute:
         case Stream::copy:
+        case Stream::copy_in:
+        case Stream::io:
         case Stream::host: return false;
     }
     return false;

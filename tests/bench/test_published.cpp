@@ -220,9 +220,15 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
         std::size_t gaps = 0;
         for (const auto& [feature, ids] : s.gaps) gaps += ids.size();
         CHECK(s.simulated + s.failed + gaps == s.rows);
-        counted += s.rows;
+        if (s.source != kVtrainHeldOut) counted += s.rows;
     }
     CHECK(counted == quick.size());
+    // The held-out summary: vTrain's rows but the dispatch calibration's.
+    std::size_t held_out = 0;
+    for (const Row& r : quick) held_out += r.source == "vtrain" && !dispatch_calibration_row(r);
+    const auto h = std::find_if(summary.begin(), summary.end(), [](const SourceSummary& s) { return s.source == kVtrainHeldOut; });
+    REQUIRE(h != summary.end());
+    CHECK(h->rows == held_out);
 }
 
 TEST_CASE("the results do not depend on the number of threads", "[bench][published]") {
@@ -295,4 +301,10 @@ TEST_CASE("bad validation files are errors that name the file and line", "[bench
         TempFile f("smol-not-json.jsonl", "{\"id\": \n");
         CHECK_THAT(bad_input_message([&] { read_published_jsonl(f.path.string()); }), Contains("smol-not-json.jsonl:1"));
     }
+}
+
+TEST_CASE("the dispatch calibration rows are vTrain's 48 host-bound rows", "[bench][published]") {
+    std::size_t n = 0;
+    for (const Row& r : all_rows()) n += dispatch_calibration_row(r);
+    CHECK(n == 48);   // tests/strategies/test_framework.cpp recomputes the calibration from them
 }

@@ -72,3 +72,26 @@ TEST_CASE("every kernel on its own roofline, a GPU hides launches behind long ke
     cpu.device.is_cpu = true;
     CHECK(compute_time(op, two, cpu).to_seconds() == Approx(t_big + t_pass + 2 * 5e-6).epsilon(1e-6));
 }
+
+TEST_CASE("the framework's dispatch adds to each kernel's issue on a GPU, not on a CPU", "[sim][compute]") {
+    const topo::NodeGroup g = a100_like();
+    Op op;
+    op.kind = OpKind::compute;
+    op.ref = 0;
+    op.sub = static_cast<std::uint8_t>(static_cast<int>(KernelClass::elementwise) | static_cast<int>(DType::bf16) << 3);
+    const Kernel tiny = stream_kernel(KernelName::norm, KernelClass::elementwise, 1000);
+    const std::vector<Kernel> ten(10, tiny);
+    // Ten tiny kernels issued every 5 us (driver) + 50 us (framework): 550 us, host-bound.
+    CHECK(compute_time(op, ten, g, Time::us(50)).to_seconds() == Approx(10 * 55e-6).epsilon(1e-6));
+    // A long kernel hides the issue of the next ones: the 1 ms pass runs from 0 while the host
+    // issues the ten tiny ones by 11 · 55 = 605 us; they run back to back after it.
+    const Kernel pass = stream_kernel(KernelName::norm, KernelClass::elementwise, 1'600'000'000);  // 1 ms at 1.6 TB/s
+    std::vector<Kernel> mixed{pass};
+    mixed.insert(mixed.end(), ten.begin(), ten.end());
+    const double t_tiny = kernel_time(tiny, DType::bf16, false, g).to_seconds();
+    CHECK(compute_time(op, mixed, g, Time::us(50)).to_seconds() == Approx(1e-3 + 10 * t_tiny).epsilon(1e-6));
+    // A CPU board's launch_overhead is already its framework's dispatch; nothing is added.
+    topo::NodeGroup cpu = g;
+    cpu.device.is_cpu = true;
+    CHECK(compute_time(op, ten, cpu, Time::us(50)) == compute_time(op, ten, cpu));
+}

@@ -93,7 +93,7 @@ TEST_CASE("fp32 kernels are priced from the measured tables, with the measured d
     const OpId op = graph.add_kernels(0, Phase::fwd, 0, 0, graph.intern_recipe(ks), DType::fp32);
     graph.finalize();
     std::array<Time, kKernelClasses> split{};
-    const Time t = sim::compute_time(graph.op(op), graph.kernels_of(op), g, &split);
+    const Time t = sim::compute_time(graph.op(op), graph.kernels_of(op), g, Time::zero(), &split);
     CHECK(t == Time::us(3) + Time::seconds(big.flops / 80e9) + Time::seconds(1e6 / 50e9) + Time::seconds(1e6 / 1e9));
     CHECK(split[static_cast<int>(KernelClass::gemm)] == Time::us(1) + Time::seconds(big.flops / 80e9));
     CHECK(split[0] + split[1] + split[2] + split[3] == t);

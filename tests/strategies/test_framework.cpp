@@ -2,6 +2,12 @@
 // behaviours change the graph the way the frameworks' code does.
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <fstream>
+#include <sstream>
+
+#include "core/json.hpp"
+#include "core/model.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/framework.hpp"
 #include "strategies/plan.hpp"
@@ -110,4 +116,69 @@ TEST_CASE("the mixed-precision optimizer step moves the framework's bytes per pa
         }
     }
     CHECK(found);
+}
+
+TEST_CASE("megatron-deepspeed's dispatch per kernel is what vTrain's host-bound rows measure", "[strategies][framework]") {
+    // The calibration (strategies/framework.cpp kMegatronDeepSpeedDispatch), redone: the rows of
+    // validation/vtrain-single-node.csv with tp = pp = 1, micro-batch 1 and hidden 1024; least
+    // squares of t = a + n·b + n·L·c (n micro-batches per replica, L layers); c over the kernels
+    // smolcluster runs per layer and micro-batch, less the preset's driver launch.
+    std::ifstream in(std::string(SMOL_SOURCE_DIR) + "/validation/vtrain-single-node.csv");
+    REQUIRE(in);
+    std::string line;
+    std::getline(in, line);   // header
+    std::array<std::array<double, 4>, 3> normal{};   // [XᵀX | Xᵀy]
+    int rows = 0;
+    while (std::getline(in, line)) {
+        std::vector<double> v;
+        std::stringstream cells(line);
+        for (std::string cell; std::getline(cells, cell, ',');) v.push_back(std::stod(cell));
+        REQUIRE(v.size() == 11);
+        // GPUs, global batch, micro batch, hidden, heads, layers, seq, tp, dp, pp, iteration ms
+        if (v[2] != 1 || v[3] != 1024 || v[7] != 1 || v[9] != 1) continue;
+        const double n = v[1] / v[8], x[3] = {1, n, n * v[5]};
+        for (int i = 0; i < 3; ++i) {
+            for (int j = 0; j < 3; ++j) normal[i][j] += x[i] * x[j];
+            normal[i][3] += x[i] * v[10];
+        }
+        ++rows;
+    }
+    CHECK(rows == 48);
+    for (int i = 0; i < 3; ++i)   // Gauss-Jordan on the 3 × 3 normal equations
+        for (int k = 0; k < 3; ++k)
+            if (k != i) {
+                const double f = normal[k][i] / normal[i][i];
+                for (int j = 0; j < 4; ++j) normal[k][j] -= f * normal[i][j];
+            }
+    const double per_layer_ms = normal[2][3] / normal[2][2];
+    CHECK(per_layer_ms == Approx(3.034).margin(0.0005));
+
+    // Kernels of one layer and micro-batch: forward, recomputed forward and backward on rank 0.
+    const Model m = model_from_json(JsonView(parse_json_text(R"({"kind": "transformer", "name": "gpt-l24-h1024",
+        "layers": 24, "hidden": 1024, "heads": 16, "kv_heads": 16, "ffn_hidden": 4096, "vocab": 50304, "seq": 1024,
+        "norm": "layernorm", "positions": "learned", "biases": true, "gated_mlp": false, "tied_embeddings": true})",
+                                                                 "vtrain.json"),
+                                                 "vtrain.json"),
+                                        "gpt-l24-h1024");
+    const topo::Cluster c = topo::cluster_preset("hgx-a100-4hdr").first_devices(1);
+    Plan p;
+    p.framework = "megatron-deepspeed";
+    p.recompute = Recompute::full;
+    p.dtype = DType::fp16;
+    p.attention = Attention::eager;
+    p.global_batch = 1;
+    const Built b = build(m, c, p);
+    std::size_t kernels = 0;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.kind == OpKind::compute && op.layer == 12 && op.rank == 0) kernels += b.graph.kernels_of(id).size();
+    }
+    CHECK(kernels == 51);
+    const Time launch = c.groups[0].device.launch_overhead;
+    const Time dispatch = parse_framework("megatron-deepspeed").dispatch_per_kernel;
+    CHECK((dispatch + launch).to_seconds() == Approx(per_layer_ms * 1e-3 / static_cast<double>(kernels)).epsilon(0.005));
+    CHECK(b.graph.dispatch_overhead() == dispatch);
+    // Other frameworks were not measured: nothing beyond the driver's launch.
+    CHECK(parse_framework("megatron").dispatch_per_kernel == Time::zero());
+    CHECK(parse_framework("pytorch").dispatch_per_kernel == Time::zero());
 }

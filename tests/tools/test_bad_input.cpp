@@ -373,6 +373,11 @@ TEST_CASE("bad input: fuzz findings stay fixed", "[tools][bad_input]") {
     }
 }
 
+TEST_CASE("bad input: --dispatch-overhead", "[tools][bad_input]") {
+    SECTION("not a duration") { refused(simulate({"--dispatch-overhead", "20 parsecs"}), {"--dispatch-overhead", "a duration such as"}); }
+    SECTION("negative") { refused(simulate({"--dispatch-overhead", "-3 us"}), {"--dispatch-overhead", "from 0 to 100 ms"}); }
+}
+
 TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") {
     SECTION("--slow: a rank beyond the cluster") { refused(simulate({"--slow", "4:0.5"}), {"--slow", "a rank from 0 to 3"}); }
     SECTION("--slow: a factor of 0 or below") {

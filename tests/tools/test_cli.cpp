@@ -452,3 +452,24 @@ TEST_CASE("stragglers: --slow, a cluster file's speed and seeded --jitter", "[to
         fs::remove(b);
     }
 }
+
+TEST_CASE("the host time per kernel from --dispatch-overhead slows the step and is said in the summary", "[tools][cli]") {
+    auto step = [](std::vector<std::string> extra) {
+        std::vector<std::string> args{"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--devices", "1", "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const Result r = cli(args);
+        REQUIRE(r.code == 0);
+        return Json::parse(r.out);
+    };
+    const Json none = step({}), slow = step({"--dispatch-overhead", "1 ms"});
+    CHECK_FALSE(none.contains("notes"));
+    REQUIRE(slow.contains("notes"));
+    CHECK(slow["notes"][0].get<std::string>().find("host dispatch 1.00 ms per GPU kernel") != std::string::npos);
+    // At 1 ms a kernel every GEMM and pass of GPT-2 small waits for the host: its 12 layers issue
+    // 11 kernels forward (norm, QKV, QKV bias, flash attention, output projection, residual, norm,
+    // up, bias-GeLU, down, residual) and 15 backward (4 GEMMs × data and weight gradients, flash's
+    // backward, 6 passes), 312 ms, and the embedding, head, loss and optimizer a few more.
+    CHECK(slow["iteration_time_s"].get<double>() >= 12 * 26 * 1.005e-3);
+    CHECK(slow["iteration_time_s"].get<double>() <= (12 * 26 + 30) * 1.005e-3);
+    CHECK(none["iteration_time_s"].get<double>() < 0.1 * slow["iteration_time_s"].get<double>());
+}
