@@ -5,15 +5,18 @@
 //   3d     GPT-3 175B, tp 8 · pp 16 · dp GPUs/128, 1F1B, full recompute, micro-batch 1, global
 //          batch = GPUs (128 micro-batches per replica); data-parallel replicas folded
 //   dp     GPT-2 XL, PyTorch DDP over every GPU, micro-batch 1, global batch = GPUs; folded
-//   zero3  GPT-3 175B, DeepSpeed ZeRO-3 over every GPU, micro-batch 1, global batch = GPUs; folded
+//   zero3  GPT-3 175B, DeepSpeed ZeRO-3 over every GPU, full recompute (without it the activations
+//          of micro-batch 1 overflow an 80 GB A100), micro-batch 1, global batch = GPUs; folded
+//   dp-pi5 GPT-2 small, PyTorch DDP over one Raspberry Pi 5 per node (pi5-1gbe, MPI's algorithms
+//          over 1 GbE), micro-batch 1, global batch = boards; folded
 //
-// on dgx-a100 up to 16,384 GPUs and dgx-h100 beyond (the table: 131,072 GPUs are
+// the GPU plans on dgx-a100 up to 16,384 GPUs and dgx-h100 beyond (the table: 131,072 GPUs are
 // dgx-h100 × 16,384 nodes). Flow-level network, no trace recording (as `smolcluster simulate`
 // without --trace). Per run: wall time of the whole (topology, graph, simulation, summary) and of
 // each part, CPU time, peak resident memory, events and events per second; per plan the growth
 // exponent fitted (least squares of log wall time against log GPUs) across the sizes.
 //
-// Usage: bench_scale [--plans 3d,dp,zero3] [--sizes 1024,4096,16384,65536,131072] [--repeats R]
+// Usage: bench_scale [--plans 3d,dp,zero3,dp-pi5] [--sizes 1024,4096,16384,65536,131072] [--repeats R]
 //        bench_scale --child PLAN GPUS      (one run; prints one line of figures)
 #include <cmath>
 #include <cstdio>
@@ -43,7 +46,10 @@ std::vector<std::string> split(const std::string& s) {
     return out;
 }
 
-const char* cluster_for(int gpus) { return gpus <= 16384 ? "dgx-a100" : "dgx-h100"; }
+const char* cluster_for(const std::string& plan, int gpus) {
+    if (plan == "dp-pi5") return "pi5-1gbe";
+    return gpus <= 16384 ? "dgx-a100" : "dgx-h100";
+}
 
 Plan plan_for(const std::string& name, int gpus, std::string& model) {
     Plan p;
@@ -62,8 +68,12 @@ Plan plan_for(const std::string& name, int gpus, std::string& model) {
     } else if (name == "zero3") {
         model = "gpt3-175b";
         p.strategy = DataParallel::zero3;
+        p.recompute = Recompute::full;
+    } else if (name == "dp-pi5") {
+        model = "gpt2-small";
+        p.strategy = DataParallel::ddp;
     } else {
-        std::fprintf(stderr, "bench_scale: unknown plan '%s' (3d, dp, zero3)\n", name.c_str());
+        std::fprintf(stderr, "bench_scale: unknown plan '%s' (3d, dp, zero3, dp-pi5)\n", name.c_str());
         std::exit(2);
     }
     return p;
@@ -81,7 +91,8 @@ int child(const std::string& name, int gpus) {
     const Plan p = plan_for(name, gpus, model_name);
     const auto t0 = std::chrono::steady_clock::now();
     const Model model = model_preset(model_name);
-    const topo::Cluster cluster = topo::cluster_preset(cluster_for(gpus)).with_nodes(gpus / 8);
+    const topo::Cluster base = topo::cluster_preset(cluster_for(name, gpus));
+    const topo::Cluster cluster = base.with_nodes(gpus / base.groups.front().devices_per_node);
     const topo::Topology topology(cluster);
     const double topo_s = bench::seconds_since(t0);
     auto t = std::chrono::steady_clock::now();
@@ -138,7 +149,7 @@ double exponent(const std::vector<double>& x, const std::vector<double>& y) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::string> plans{"3d", "dp", "zero3"};
+    std::vector<std::string> plans{"3d", "dp", "zero3", "dp-pi5"};
     std::vector<int> sizes{1024, 4096, 16384, 65536, 131072};
     int repeats = 1;
     for (int i = 1; i < argc; ++i) {
@@ -152,7 +163,7 @@ int main(int argc, char** argv) {
         } else if (a == "--repeats" && i + 1 < argc) {
             repeats = std::max(1, std::atoi(argv[++i]));
         } else {
-            std::fprintf(stderr, "usage: bench_scale [--plans 3d,dp,zero3] [--sizes 1024,...] [--repeats R]\n");
+            std::fprintf(stderr, "usage: bench_scale [--plans 3d,dp,zero3,dp-pi5] [--sizes 1024,...] [--repeats R]\n");
             return 2;
         }
     }
@@ -173,7 +184,7 @@ int main(int argc, char** argv) {
             std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.wall < b.wall; });
             const Run& r = runs[runs.size() / 2];
             if (!r.ok) {
-                std::printf("| %s | %d | %s | failed | | | | | | | | | | |\n", name.c_str(), g, cluster_for(g));
+                std::printf("| %s | %d | %s | failed | | | | | | | | | | |\n", name.c_str(), g, cluster_for(name, g));
                 std::fflush(stdout);
                 continue;
             }
@@ -181,7 +192,7 @@ int main(int argc, char** argv) {
             walls.push_back(r.wall);
             cpus.push_back(r.cpu);
             std::printf("| %s | %d | %s × %d%s | %zu | %llu | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.2f |\n",
-                        name.c_str(), g, cluster_for(g), g / 8, r.folded ? ", folded" : "", r.ops, r.events, r.step, r.wall,
+                        name.c_str(), g, cluster_for(name, g), g / (name == "dp-pi5" ? 1 : 8), r.folded ? ", folded" : "", r.ops, r.events, r.step, r.wall,
                         r.cpu, r.topo, r.build, r.sim, r.summary, r.rss_mb, static_cast<double>(r.events) / r.sim * 1e-6);
             std::fflush(stdout);
         }

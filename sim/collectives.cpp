@@ -501,10 +501,48 @@ Time base_latency(CollectiveAlgo algo, Protocol p) {
     return algo == CollectiveAlgo::tree ? c.base_tree : c.base_ring;
 }
 
+const PhaseRouteCache::Routes& PhaseRouteCache::of(const CollectivePhase& phase, const RouteInfo& routes) {
+    // FNV-1a over the endpoints; a hit is confirmed by comparing them all.
+    std::uint64_t h = 1469598103934665603ull;
+    for (const auto& f : phase.flows) {
+        h = (h ^ static_cast<std::uint32_t>(f.src)) * 1099511628211ull;
+        h = (h ^ static_cast<std::uint32_t>(f.dst)) * 1099511628211ull;
+    }
+    auto& bucket = by_hash_[h];
+    const auto same = [&](const Stored& s) {
+        if (s.ends.size() != 2 * phase.flows.size()) return false;
+        for (std::size_t i = 0; i < phase.flows.size(); ++i)
+            if (s.ends[2 * i] != phase.flows[i].src || s.ends[2 * i + 1] != phase.flows[i].dst) return false;
+        return true;
+    };
+    for (const Stored& s : bucket)
+        if (same(s)) return s.routes;
+    Stored s;
+    s.ends.reserve(2 * phase.flows.size());
+    if (count_.size() < routes.link_bandwidth.size()) count_.resize(routes.link_bandwidth.size(), 0);
+    for (const auto& f : phase.flows) {
+        s.ends.push_back(f.src);
+        s.ends.push_back(f.dst);
+        s.routes.wire = std::max(s.routes.wire, routes.latency(f.src, f.dst));
+        for (std::int32_t l : routes.route(f.src, f.dst))
+            if (count_[static_cast<std::size_t>(l)]++ == 0) s.routes.links.emplace_back(l, 0);
+    }
+    for (auto& [l, n] : s.routes.links) {
+        n = count_[static_cast<std::size_t>(l)];
+        count_[static_cast<std::size_t>(l)] = 0;
+    }
+    bucket.push_back(std::move(s));
+    return bucket.back().routes;
+}
+
 Time step_latency(const CollectivePhase& phase, Protocol p, const RouteInfo& routes) {
     const ProtocolCosts& c = protocol_costs(p);
     Time wire;
-    for (const auto& f : phase.flows) wire = std::max(wire, routes.latency(f.src, f.dst));
+    if (routes.cache) {
+        wire = routes.cache->of(phase, routes).wire;
+    } else {
+        for (const auto& f : phase.flows) wire = std::max(wire, routes.latency(f.src, f.dst));
+    }
     return wire + (phase.crosses_network ? c.hop_net : c.hop_intra);
 }
 
@@ -514,6 +552,20 @@ namespace {
 Time link_bound(const CollectivePhase& ph, double eff, const RouteInfo& routes) {
     // Bytes per link, in scratch indexed by link (a phase of a collective over a whole cluster
     // crosses hundreds of thousands of links), cleared after.
+    // Flows of equal bytes (every algorithm's, but a chain's or a tree's uneven splits): each
+    // link's load is those bytes added once per flow crossing it, the same sum the loop below
+    // makes, from the routes the cache found once for these endpoints.
+    const bool even = std::all_of(ph.flows.begin(), ph.flows.end(), [&](const FlowSpec& f) { return f.bytes == ph.flows.front().bytes; });
+    if (routes.cache && even && !ph.flows.empty()) {
+        const double x = ph.flows.front().bytes.as_double() / eff;
+        double worst = 0;  // seconds
+        for (const auto& [l, n] : routes.cache->of(ph, routes).links) {
+            double b = 0;
+            for (std::uint32_t k = 0; k < n; ++k) b += x;
+            worst = std::max(worst, b / routes.link_bandwidth[static_cast<std::size_t>(l)].bytes_per_second());
+        }
+        return Time::seconds(worst);
+    }
     thread_local std::vector<double> load;
     thread_local std::vector<std::int32_t> touched;
     if (load.size() < routes.link_bandwidth.size()) load.resize(routes.link_bandwidth.size(), 0.0);

@@ -26,6 +26,8 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/op_graph.hpp"
@@ -76,11 +78,38 @@ struct CollectiveSchedule {
     Time bandwidth_time;
 };
 
+struct RouteInfo;
+
+/// What the routes of a phase's flows give whatever the bytes: the longest route latency and,
+/// per link, how many of the flows cross it. A collective over every rank of a cluster is priced
+/// once per distinct size (each gradient bucket) and, on CPUs, for every MPI algorithm the tuner
+/// tries: the endpoints repeat, only the bytes change, so the routes are looked up once per set of
+/// endpoints instead of once per flow of every prediction.
+class PhaseRouteCache {
+public:
+    struct Routes {
+        Time wire;                                                   // the longest route latency
+        std::vector<std::pair<std::int32_t, std::uint32_t>> links;   // (link, flows crossing it)
+    };
+    /// The routes of `phase`'s flows (found, the first time these endpoints are seen, by `routes`).
+    const Routes& of(const CollectivePhase& phase, const RouteInfo& routes);
+
+private:
+    struct Stored {
+        std::vector<std::int32_t> ends;   // src, dst of every flow, in order
+        Routes routes;
+    };
+    std::unordered_map<std::uint64_t, std::vector<Stored>> by_hash_;
+    std::vector<std::uint32_t> count_;    // scratch, per link
+};
+
 /// `route` gives the links between two ranks, `latency` the route latency between two ranks.
+/// `cache`, where given, keeps what the routes of each phase give (its owner outlives the calls).
 struct RouteInfo {
     std::function<std::span<const std::int32_t>(int, int)> route;
     std::function<Time(int, int)> latency;
     std::vector<Bandwidth> link_bandwidth;
+    PhaseRouteCache* cache = nullptr;
 };
 
 /// Where ranks sit, which the algorithms need: nodes, NICs (rails), the cluster's devices and

@@ -50,6 +50,7 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std:
                           Bandwidth max_rate, std::span<const std::uint32_t> weights) {
     if (!weights.empty() && weights.size() != links.size())
         throw Error(ErrorKind::internal, "network: a flow needs one weight per link");
+    if (detached_ != kNoFlow) attach();   // no longer alone
     FlowId f;
     if (!free_.empty()) {
         f = free_.back();
@@ -76,13 +77,57 @@ FlowId FlowNetwork::start(std::span<const std::int32_t> links, Bytes bytes, std:
         push_pending(f, now);
         return f;
     }
+    added_.push_back(f);
+    if (active_ == 1 && !samples_) {   // alone (link samples need every flow on its links)
+        fl.detached = true;
+        detached_ = f;
+        return f;
+    }
     for (std::uint32_t h = 0; h < fl.hops; ++h) {
         prefetch(fl.links, h + kAhead, fl.hops);
         add_to_link(fl.links[h], {f, fl.weight(h)});
         if (samples_) mark_dirty(fl.links[h]);
     }
-    added_.push_back(f);
     return f;
+}
+
+void FlowNetwork::attach() {
+    const FlowId f = detached_;
+    Flow& fl = flows_[f];
+    fl.detached = false;
+    detached_ = kNoFlow;
+    for (std::uint32_t h = 0; h < fl.hops; ++h) {
+        prefetch(fl.links, h + kAhead, fl.hops);
+        add_to_link(fl.links[h], {f, fl.weight(h)});
+    }
+}
+
+// What fill() gives a flow every link of which it has to itself, computed the same way: its cap,
+// lowered by capacity / weight of each link in route order (the first lowest is its bottleneck).
+void FlowNetwork::solve_alone(Time now) {
+    ++solves_;
+    const FlowId f = detached_;
+    Flow& fl = flows_[f];
+    const double elapsed = static_cast<double>((now - fl.updated).count_ps());
+    fl.remaining = std::max(0.0, fl.remaining - fl.rate * elapsed);
+    fl.updated = now;
+    ++refilled_;
+    double limit = fl.cap > 0 ? fl.cap : std::numeric_limits<double>::infinity();
+    std::int32_t bound = kCapBound;
+    for (std::uint32_t h = 0; h < fl.hops; ++h) {
+        prefetch(fl.links, h + kAhead, fl.hops);
+        const double own = link_[static_cast<std::size_t>(fl.links[h])].capacity / fl.weight(h);
+        if (own < limit) {
+            limit = own;
+            bound = fl.links[h];
+        }
+    }
+    fl.bottleneck = bound;
+    if (fl.rate == limit) return;   // its pending completion still holds
+    fl.rate = limit;
+    ++fl.version;
+    const Time left = fl.rate > 0 ? Time::ps_ceil(fl.remaining / fl.rate) : Time::zero();
+    push_pending(f, now + left);
 }
 
 void FlowNetwork::add_to_link(std::int32_t link, OnLink e) {
@@ -124,6 +169,7 @@ void FlowNetwork::set_cap(FlowId f, Bandwidth max_rate) {
     Flow& fl = flows_[f];
     const double cap = max_rate.bytes_per_second() * 1e-12;
     if (!fl.active || fl.hops == 0 || fl.cap == cap) return;
+    if (detached_ != kNoFlow) attach();
     fl.cap = cap;
     // Refilled at the next solve as a new flow is (its bytes brought up to date at the old rate
     // there), and the flows its links limit with it: its share of them changes.
@@ -311,6 +357,19 @@ void FlowNetwork::push_pending(FlowId f, Time t) {
 
 void FlowNetwork::solve(Time now) {
     if (dirty_.empty() && added_.empty()) return;
+    if (detached_ != kNoFlow) {
+        // Alone: what flows ended left no flow on their links to refill.
+        const bool alone = added_.size() == 1 && added_.front() == detached_ &&
+                           std::all_of(dirty_.begin(), dirty_.end(), [&](std::int32_t l) { return link_[static_cast<std::size_t>(l)].flows == 0; });
+        if (alone) {
+            for (std::int32_t l : dirty_) link_[static_cast<std::size_t>(l)].dirty = false;
+            dirty_.clear();
+            added_.clear();
+            solve_alone(now);
+            return;
+        }
+        attach();
+    }
     ++solves_;
     if (++stamp_ == 0) {   // wrapped: clear the marks
         for (Flow& fl : flows_) fl.stamp = 0;
@@ -399,6 +458,13 @@ void FlowNetwork::complete(Time now, std::vector<std::uint32_t>& tags) {
         fl.rate = 0;
         fl.bottleneck = kUnsolved;
         --active_;
+        if (fl.detached) {   // on no link
+            fl.detached = false;
+            detached_ = kNoFlow;
+            tags.push_back(fl.tag);
+            free_.push_back(f);
+            continue;
+        }
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
             prefetch(fl.links, h + kAhead, fl.hops);
             const std::int32_t l = fl.links[h];

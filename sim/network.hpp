@@ -20,6 +20,12 @@
 // on random flow sets). A fill grows to the connected component only when the change really
 // spreads that far.
 //
+// A flow alone in the network (a data-parallel step's collectives run one after another) is its
+// own bottleneck everywhere: it is solved from its links' capacities and cap without being
+// entered on them (detached), and entered only when another flow starts beside it — entered
+// first, as it would have been. A collective over every rank then costs one pass over its links
+// instead of an entry and a removal on each and a fill.
+//
 // Changes are batched: start() and complete() mark links dirty, solve(now) recomputes once for
 // everything that happened at `now`. The engine asks next_completion() for this model's next
 // event (SimGrid's "ask each resource model for its next event").
@@ -87,6 +93,7 @@ private:
         std::uint32_t slot = 0;    // its index in set_ during a fill
         bool active = false;
         bool frozen = false;
+        bool detached = false;     // alone, not entered on its links (see attach)
         std::uint32_t weight(std::uint32_t h) const { return weights ? weights[h] : 1u; }
     };
     struct OnLink {                // a flow crossing a link with `weight` members
@@ -130,6 +137,12 @@ private:
     void add_to_link(std::int32_t link, OnLink e);
     void remove_from_link(std::int32_t link, FlowId f);
 
+    static constexpr FlowId kNoFlow = 0xffffffffu;
+    /// Enters the detached flow on its links (another flow joins it, or its cap changes).
+    void attach();
+    /// Solves the detached flow alone: the smallest of its cap and its links' capacity per member.
+    void solve_alone(Time now);
+
     void mark_dirty(std::int32_t link);
     void enter(FlowId f, Time now);
     void fill();
@@ -163,6 +176,7 @@ private:
     std::uint32_t round_ = 0;                       // per fill: marks set_links_
     std::uint64_t solves_ = 0;
     std::uint64_t refilled_ = 0;
+    FlowId detached_ = kNoFlow;   // the flow running alone, not entered on its links
     std::vector<LinkSample>* samples_ = nullptr;
 };
 

@@ -168,6 +168,7 @@ public:
             return topo_.route_latency(topo_.device_vertex(a), topo_.device_vertex(b));
         };
         ctx_.routes.link_bandwidth = link_bandwidths(t);
+        ctx_.routes.cache = &phase_routes_;
         ctx_.node_of = [this](int r) { return cluster_.device(r).node; };
         ctx_.nic_of = [this](int r) {
             const topo::DeviceRef d = cluster_.device(r);
@@ -182,6 +183,10 @@ public:
         // Host DRAM links of GPU nodes (a PCIe root joins devices and host memory); SoC boards
         // price host ops alone, as their device is the host.
         host_.resize(static_cast<std::size_t>(c.num_nodes()));
+        // Each host memory vertex's node: that of the first rank on it (one pass over the ranks,
+        // not one per host link — 131,072 ranks have 32,768 such links).
+        std::vector<int> node_of_host(t.vertices().size(), -1);
+        for (int r = ranks - 1; r >= 0; --r) node_of_host[static_cast<std::size_t>(t.host_vertex(r))] = c.device(r).node;
         for (std::size_t l = 0; l < t.links().size(); ++l) {
             const topo::Link& link = t.links()[l];
             const auto& v = t.vertices();
@@ -190,12 +195,8 @@ public:
             const bool write = v[static_cast<std::size_t>(link.to)].kind == topo::VertexKind::host_memory &&
                                v[static_cast<std::size_t>(link.from)].kind == topo::VertexKind::pcie_switch;
             if (!read && !write) continue;
-            const topo::VertexId host = read ? link.from : link.to;
-            for (int r = 0; r < ranks; ++r)
-                if (t.host_vertex(r) == host) {
-                    host_[static_cast<std::size_t>(c.device(r).node)].links[read ? 0 : 1] = static_cast<LinkId>(l);
-                    break;
-                }
+            const int node = node_of_host[static_cast<std::size_t>(read ? link.from : link.to)];
+            if (node >= 0) host_[static_cast<std::size_t>(node)].links[read ? 0 : 1] = static_cast<LinkId>(l);
         }
         any_served_ = g.has_arrival_order();
         active_comm_.assign(ranks, 0);
@@ -839,6 +840,7 @@ private:
     std::vector<const topo::NodeGroup*> group_;
     std::vector<std::uint32_t> group_index_;   // per rank: its node group in the cluster
     std::vector<Time> recipe_time_;            // op_time's cache; -1 ps: not priced yet
+    PhaseRouteCache phase_routes_;            // what the routes of each collective phase give (sim/collectives.hpp)
     CollectiveContext ctx_;
 
     std::vector<std::uint32_t> remaining_;

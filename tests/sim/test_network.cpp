@@ -256,3 +256,97 @@ TEST_CASE("a start refills only the flows it can change", "[sim][network]") {
     CHECK(net.refilled() - before == 1);
     CHECK(gbps(net, f) == Approx(10));
 }
+
+TEST_CASE("a flow alone is solved off its links and entered on them when another joins", "[sim][network]") {
+    // A: 2 GB, two members on L0 (10 GB/s), one on L1 (4 GB/s): alone, min(10 / 2, 4 / 1) = 4 GB/s.
+    // At 0.25 s (1 GB left) B, 0.5 GB on L1, joins: L1 splits 2 + 2 (L0 then carries 2 × 2 ≤ 10),
+    // B ends at 0.5 s; A, 0.5 GB left, is alone again at 4 GB/s and ends at 0.625 s.
+    FlowNetwork net({Bandwidth::gb_per_s(10), Bandwidth::gb_per_s(4)});
+    const std::vector<std::int32_t> both{0, 1}, l1{1};
+    const std::vector<std::uint32_t> weights{2, 1};
+    const FlowId a = net.start(both, Bytes::gb(2), 0, Time::zero(), Bandwidth(), weights);
+    net.solve(Time::zero());
+    CHECK(gbps(net, a) == Approx(4));
+    CHECK(net.next_completion() == Time::ms(500));
+    const FlowId b = net.start(l1, Bytes::gb(0.5), 1, Time::ms(250));
+    net.solve(Time::ms(250));
+    CHECK(gbps(net, a) == Approx(2));
+    CHECK(gbps(net, b) == Approx(2));
+    std::vector<std::uint32_t> tags;
+    CHECK(net.next_completion() == Time::ms(500));
+    net.complete(Time::ms(500), tags);
+    CHECK(tags == std::vector<std::uint32_t>{1});
+    net.solve(Time::ms(500));
+    CHECK(gbps(net, a) == Approx(4));
+    CHECK(net.next_completion() == Time::ms(625));
+    net.complete(Time::ms(625), tags);
+    CHECK(net.active_flows() == 0);
+    // A flow capped below its links is bound by its cap alone too.
+    const FlowId c = net.start(both, Bytes::gb(1), 2, Time::ms(625), Bandwidth::gb_per_s(1), weights);
+    net.solve(Time::ms(625));
+    CHECK(gbps(net, c) == Approx(1));
+    CHECK(net.next_completion() == Time::ms(1625));
+}
+
+TEST_CASE("solving flows alone off their links changes no rate and no completion", "[sim][network]") {
+    // The same random sequences of starts and completions (alone, then joined, often) on two
+    // networks: one records link samples, which keeps every flow on its links (and refills the
+    // flows of every link a flow starts on, so its rates may differ in the last bits).
+    const int seed = GENERATE(range(1, 21));
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    const int links = uniform(2, 12);
+    std::vector<Bandwidth> bw;
+    for (int l = 0; l < links; ++l) bw.push_back(Bandwidth::gb_per_s(uniform(1, 8) * 5.0));
+    FlowNetwork fast(bw), kept(bw);
+    std::vector<LinkSample> samples;
+    kept.record_links(&samples);
+    std::deque<RefFlow> specs;
+    Time now = Time::zero();
+    std::uint32_t tag = 0;
+    int compared = 0;
+    std::map<std::uint32_t, FlowId> live;   // tag → flow
+    for (int event = 0; event < 80; ++event) {
+        const int starts = uniform(0, 3) == 0 ? 2 : 1;   // mostly one at a time: alone often
+        for (int k = 0; k < starts; ++k) {
+            RefFlow r;
+            const int hops = uniform(1, std::min(4, links));
+            std::vector<int> all(static_cast<std::size_t>(links));
+            std::iota(all.begin(), all.end(), 0);
+            std::shuffle(all.begin(), all.end(), rng);
+            for (int h = 0; h < hops; ++h) {
+                r.links.push_back(all[static_cast<std::size_t>(h)]);
+                r.weights.push_back(uniform(0, 2) == 0 ? static_cast<std::uint32_t>(uniform(2, 5)) : 1u);
+            }
+            r.cap = uniform(0, 2) == 0 ? uniform(1, 10) * 1.5 : 0;
+            specs.push_back(r);
+            const RefFlow& s = specs.back();
+            const Bytes bytes = Bytes::mb(uniform(1, 400));
+            const Bandwidth cap = s.cap > 0 ? Bandwidth::gb_per_s(s.cap) : Bandwidth();
+            const FlowId f = fast.start(s.links, bytes, tag, now, cap, s.weights);
+            REQUIRE(kept.start(s.links, bytes, tag, now, cap, s.weights) == f);
+            live[tag++] = f;
+        }
+        fast.solve(now);
+        kept.solve(now);
+        for (const auto& [t, f] : live) {
+            INFO("seed " << seed << " event " << event << " flow " << f);
+            CHECK(fast.rate(f).bytes_per_second() == Approx(kept.rate(f).bytes_per_second()).epsilon(1e-12));
+            ++compared;
+        }
+        const Time next = fast.next_completion();
+        REQUIRE(next.count_ps() == Approx(kept.next_completion().count_ps()).epsilon(1e-12).margin(1));
+        REQUIRE(next != Time::max());
+        if (uniform(0, 2) > 0) {   // run to the completion, usually: the survivor is alone
+            std::vector<std::uint32_t> a, b;
+            now = next;
+            fast.complete(now, a);
+            kept.complete(kept.next_completion(), b);
+            REQUIRE(a == b);
+            for (std::uint32_t t : a) live.erase(t);
+        } else {
+            now = Time::ps(now.count_ps() + (next - now).count_ps() / 2);
+        }
+    }
+    CHECK(compared > 80);
+}
