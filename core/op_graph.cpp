@@ -210,6 +210,14 @@ std::int32_t OpGraph::intern_communicator(const std::vector<int>& members, int g
         const auto i = static_cast<std::size_t>(it->second);
         if (communicator_groups_[i] == group && communicators_[i] == members) return it->second;
     }
+    // A new communicator: its ranks are checked once, not at every collective declared on it.
+    if (members.empty()) fail_graph("a collective needs at least one rank");
+    std::vector<int> sorted = members;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+        fail_graph("communicator " + list_ranks(members) + " names a rank twice");
+    if (sorted.front() < 0 || sorted.back() >= ranks_)
+        fail_graph("communicator " + list_ranks(members) + " names a rank outside 0.." + std::to_string(ranks_ - 1));
     communicators_.push_back(members);
     communicator_groups_.push_back(group);
     const auto id = static_cast<std::int32_t>(communicators_.size() - 1);
@@ -244,18 +252,11 @@ OpId OpGraph::add_kernels(int rank, Phase phase, int layer, int microbatch, std:
 
 std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<int>& communicator,
                                         Bytes bytes_per_rank, int root, int group) {
-    if (communicator.empty()) fail_graph("a collective needs at least one rank");
-    std::vector<int> sorted = communicator;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-        fail_graph("communicator " + list_ranks(communicator) + " names a rank twice");
-    if (sorted.front() < 0 || sorted.back() >= ranks_)
-        fail_graph("communicator " + list_ranks(communicator) + " names a rank outside 0.." + std::to_string(ranks_ - 1));
+    const std::int32_t comm = intern_communicator(communicator, group);   // checks a new communicator's ranks
     if ((kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) &&
         std::find(communicator.begin(), communicator.end(), root) == communicator.end())
         fail_graph(std::string(to_string(kind)) + " root " + std::to_string(root) + " is not in " + list_ranks(communicator));
-    collectives_.push_back({kind, intern_communicator(communicator, group), bytes_per_rank.count(), root,
-                            static_cast<std::uint32_t>(member_ops_.size())});
+    collectives_.push_back({kind, comm, bytes_per_rank.count(), root, static_cast<std::uint32_t>(member_ops_.size())});
     member_ops_.resize(member_ops_.size() + communicator.size(), kNone);
     return static_cast<std::int32_t>(collectives_.size() - 1);
 }
@@ -396,14 +397,35 @@ std::span<const int> OpGraph::mirrors(int rank) const {
 
 // ---- finalize ----------------------------------------------------------------------------------
 
+void OpGraph::sort_unique_edges() {
+    // What std::sort and std::unique give, in linear time: a counting sort by source (edges are
+    // about three per op, so a comparison sort of them dominated finalize), then each source's
+    // few targets sorted and duplicates dropped.
+    std::vector<std::uint32_t> start(ops_.size() + 1, 0);
+    for (const auto& e : pending_edges_) ++start[e.first + 1];
+    for (std::size_t v = 0; v < ops_.size(); ++v) start[v + 1] += start[v];
+    std::vector<OpId> targets(pending_edges_.size());
+    {
+        std::vector<std::uint32_t> next(start.begin(), start.end() - 1);
+        for (const auto& e : pending_edges_) targets[next[e.first]++] = e.second;
+    }
+    std::size_t n = 0;
+    for (OpId v = 0; v < ops_.size(); ++v) {
+        const auto first = targets.begin() + start[v], last = targets.begin() + start[v + 1];
+        std::sort(first, last);
+        for (auto it = first; it != last; ++it)
+            if (it == first || *it != *(it - 1)) pending_edges_[n++] = {v, *it};
+    }
+    pending_edges_.resize(n);
+}
+
 void OpGraph::finalize() {
     if (finalized_) return;
     if (!arrival_order_.empty())
         for (const P2P& p : p2ps_)
             if (arrival_ordered(p.src, ops_[p.send].stream) && arrival_ordered(p.dst, ops_[p.recv].stream))
                 fail_graph(describe(p.send) + ": both sides of a send / receive are served in arrival order");
-    std::sort(pending_edges_.begin(), pending_edges_.end());
-    pending_edges_.erase(std::unique(pending_edges_.begin(), pending_edges_.end()), pending_edges_.end());
+    sort_unique_edges();
     csr_ = Csr(boost::edges_are_sorted, pending_edges_.begin(), pending_edges_.end(), static_cast<OpId>(ops_.size()));
     in_degree_.assign(ops_.size(), 0);
     for (const auto& e : pending_edges_) ++in_degree_[e.second];

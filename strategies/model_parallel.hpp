@@ -57,7 +57,8 @@ Partition partition_rule(const Model& model, const Plan& plan);
 /// impossible: tp not dividing the heads or key-value heads (the model's own message), a
 /// data-parallel flavour that does not compose, pp above the layers, interleaved with layers not
 /// divisible by pp·v or micro-batches not a multiple of pp, --stage-layers not matching.
-void check_model_parallel(const Model& model, const Plan& plan, const Layout& layout);
+/// `blocks`: the replica's (detail::replica_blocks), which resolve has built and checked.
+void check_model_parallel(const Model& model, const Plan& plan, const Layout& layout, const std::vector<Block>& blocks);
 
 OpGraph build_model_parallel(const Model& model, const Layout& layout, const Plan& plan);
 
