@@ -4,8 +4,8 @@
 #include <array>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/error.hpp"
 
@@ -495,7 +495,11 @@ void OpGraph::check_collectives() const {
         int stream = -1;
         OpId first_op = 0;
     };
-    std::map<std::pair<std::int32_t, int>, Seen> per;  // (communicator, rank)
+    // (communicator, rank) → its collectives; only looked up, never walked in key order.
+    std::unordered_map<std::uint64_t, Seen> per;
+    const auto key = [](std::int32_t comm, int rank) {
+        return static_cast<std::uint64_t>(static_cast<std::uint32_t>(comm)) << 32 | static_cast<std::uint32_t>(rank);
+    };
     for (OpId id = 0; id < ops_.size(); ++id) {
         const Op& op = ops_[id];
         if (op.kind != OpKind::collective) continue;
@@ -507,7 +511,7 @@ void OpGraph::check_collectives() const {
         if (op.bytes != c.bytes)
             fail_graph(describe(id) + " has " + std::to_string(op.bytes) + " bytes but its collective has " +
                        std::to_string(c.bytes));
-        Seen& s = per[{c.communicator, op.rank}];
+        Seen& s = per[key(c.communicator, op.rank)];
         if (s.stream >= 0 && s.stream != static_cast<int>(op.stream))
             fail_graph(describe(s.first_op) + " and " + describe(id) + " use one communicator on two streams (" +
                        to_string(static_cast<Stream>(s.stream)) + ", " + to_string(op.stream) +
@@ -542,12 +546,12 @@ void OpGraph::check_collectives() const {
         std::size_t lead = 0;
         while (lead < members.size() && !materialized(members[lead])) ++lead;
         if (lead == members.size()) continue;
-        auto first = per.find({ci, members[lead]});
+        auto first = per.find(key(ci, members[lead]));
         if (first == per.end()) continue;
         for (std::size_t m = lead + 1; m < members.size(); ++m) {
             if (!materialized(members[m])) continue;
             const Seen& a = first->second;
-            const Seen& b = per.at({ci, members[m]});
+            const Seen& b = per.at(key(ci, members[m]));
             for (std::size_t i = 0; i < a.order.size(); ++i) {
                 if (a.order[i] == b.order[i]) continue;
                 const auto ops_a = collective_ops(a.order[i]);
