@@ -5,7 +5,6 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
-#include <unordered_map>
 
 #include "core/error.hpp"
 
@@ -495,23 +494,23 @@ void OpGraph::check_collectives() const {
         int stream = -1;
         OpId first_op = 0;
     };
-    // (communicator, rank) → its collectives; only looked up, never walked in key order.
-    std::unordered_map<std::uint64_t, Seen> per;
-    const auto key = [](std::int32_t comm, int rank) {
-        return static_cast<std::uint64_t>(static_cast<std::uint32_t>(comm)) << 32 | static_cast<std::uint32_t>(rank);
-    };
+    // One slot per (communicator, member position), communicators one after another.
+    std::vector<std::size_t> slot_of(communicators_.size() + 1, 0);
+    for (std::size_t c = 0; c < communicators_.size(); ++c) slot_of[c + 1] = slot_of[c] + communicators_[c].size();
+    std::vector<Seen> per(slot_of.back());
     for (OpId id = 0; id < ops_.size(); ++id) {
         const Op& op = ops_[id];
         if (op.kind != OpKind::collective) continue;
         const Collective& c = collectives_.at(static_cast<std::size_t>(op.ref));
         const std::vector<int>& members = communicators_[c.communicator];
         if (!materialized(op.rank)) fail_graph(describe(id) + " is on rank " + std::to_string(op.rank) + ", a mirror");
-        if (std::find(members.begin(), members.end(), op.rank) == members.end())
+        const auto at = std::find(members.begin(), members.end(), op.rank);
+        if (at == members.end())
             fail_graph(describe(id) + " runs on a rank outside its communicator " + list_ranks(members));
         if (op.bytes != c.bytes)
             fail_graph(describe(id) + " has " + std::to_string(op.bytes) + " bytes but its collective has " +
                        std::to_string(c.bytes));
-        Seen& s = per[key(c.communicator, op.rank)];
+        Seen& s = per[slot_of[static_cast<std::size_t>(c.communicator)] + static_cast<std::size_t>(at - members.begin())];
         if (s.stream >= 0 && s.stream != static_cast<int>(op.stream))
             fail_graph(describe(s.first_op) + " and " + describe(id) + " use one communicator on two streams (" +
                        to_string(static_cast<Stream>(s.stream)) + ", " + to_string(op.stream) +
@@ -520,12 +519,18 @@ void OpGraph::check_collectives() const {
         s.stream = static_cast<int>(op.stream);
         s.order.push_back(op.ref);
     }
+    // Whether a communicator's mirrors have passed the check below: it depends on the
+    // communicator only, so later collectives on it skip it (a folded communicator is mostly
+    // mirrors, and the check scans it for each).
+    std::vector<bool> mirrors_checked(communicators_.size(), false);
     for (std::size_t c = 0; c < collectives_.size(); ++c) {
-        const std::vector<int>& members = communicators_[collectives_[c].communicator];
+        const auto comm = static_cast<std::size_t>(collectives_[c].communicator);
+        const std::vector<int>& members = communicators_[comm];
         for (std::size_t i = 0; i < members.size(); ++i) {
             if (!materialized(members[i])) {
                 // A mirror arrives with its representative, which must take part too.
-                if (std::find(members.begin(), members.end(), representative(members[i])) == members.end())
+                if (!mirrors_checked[comm] &&
+                    std::find(members.begin(), members.end(), representative(members[i])) == members.end())
                     fail_graph("rank " + std::to_string(members[i]) + " of communicator " + list_ranks(members) +
                                " mirrors rank " + std::to_string(representative(members[i])) + ", which is not in it");
                 continue;
@@ -538,20 +543,19 @@ void OpGraph::check_collectives() const {
                            list_ranks(members));
             }
         }
+        mirrors_checked[comm] = true;
     }
     // The same order on every rank of each communicator.
     for (std::size_t comm = 0; comm < communicators_.size(); ++comm) {
         const std::vector<int>& members = communicators_[comm];
-        const auto ci = static_cast<std::int32_t>(comm);
         std::size_t lead = 0;
         while (lead < members.size() && !materialized(members[lead])) ++lead;
         if (lead == members.size()) continue;
-        auto first = per.find(key(ci, members[lead]));
-        if (first == per.end()) continue;
+        const Seen& a = per[slot_of[comm] + lead];
+        if (a.stream < 0) continue;   // no op on the lead: the communicator has no collective
         for (std::size_t m = lead + 1; m < members.size(); ++m) {
             if (!materialized(members[m])) continue;
-            const Seen& a = first->second;
-            const Seen& b = per.at(key(ci, members[m]));
+            const Seen& b = per[slot_of[comm] + m];
             for (std::size_t i = 0; i < a.order.size(); ++i) {
                 if (a.order[i] == b.order[i]) continue;
                 const auto ops_a = collective_ops(a.order[i]);
