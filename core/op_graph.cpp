@@ -4,7 +4,6 @@
 #include <array>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -210,6 +209,14 @@ std::int32_t OpGraph::intern_communicator(const std::vector<int>& members, int g
         const auto i = static_cast<std::size_t>(it->second);
         if (communicator_groups_[i] == group && communicators_[i] == members) return it->second;
     }
+    // A new communicator: its ranks are checked once, not at every collective declared on it.
+    if (members.empty()) fail_graph("a collective needs at least one rank");
+    std::vector<int> sorted = members;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+        fail_graph("communicator " + list_ranks(members) + " names a rank twice");
+    if (sorted.front() < 0 || sorted.back() >= ranks_)
+        fail_graph("communicator " + list_ranks(members) + " names a rank outside 0.." + std::to_string(ranks_ - 1));
     communicators_.push_back(members);
     communicator_groups_.push_back(group);
     const auto id = static_cast<std::int32_t>(communicators_.size() - 1);
@@ -244,18 +251,11 @@ OpId OpGraph::add_kernels(int rank, Phase phase, int layer, int microbatch, std:
 
 std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<int>& communicator,
                                         Bytes bytes_per_rank, int root, int group) {
-    if (communicator.empty()) fail_graph("a collective needs at least one rank");
-    std::vector<int> sorted = communicator;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-        fail_graph("communicator " + list_ranks(communicator) + " names a rank twice");
-    if (sorted.front() < 0 || sorted.back() >= ranks_)
-        fail_graph("communicator " + list_ranks(communicator) + " names a rank outside 0.." + std::to_string(ranks_ - 1));
+    const std::int32_t comm = intern_communicator(communicator, group);   // checks a new communicator's ranks
     if ((kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) &&
         std::find(communicator.begin(), communicator.end(), root) == communicator.end())
         fail_graph(std::string(to_string(kind)) + " root " + std::to_string(root) + " is not in " + list_ranks(communicator));
-    collectives_.push_back({kind, intern_communicator(communicator, group), bytes_per_rank.count(), root,
-                            static_cast<std::uint32_t>(member_ops_.size())});
+    collectives_.push_back({kind, comm, bytes_per_rank.count(), root, static_cast<std::uint32_t>(member_ops_.size())});
     member_ops_.resize(member_ops_.size() + communicator.size(), kNone);
     return static_cast<std::int32_t>(collectives_.size() - 1);
 }
@@ -396,14 +396,35 @@ std::span<const int> OpGraph::mirrors(int rank) const {
 
 // ---- finalize ----------------------------------------------------------------------------------
 
+void OpGraph::sort_unique_edges() {
+    // What std::sort and std::unique give, in linear time: a counting sort by source (edges are
+    // about three per op, so a comparison sort of them dominated finalize), then each source's
+    // few targets sorted and duplicates dropped.
+    std::vector<std::uint32_t> start(ops_.size() + 1, 0);
+    for (const auto& e : pending_edges_) ++start[e.first + 1];
+    for (std::size_t v = 0; v < ops_.size(); ++v) start[v + 1] += start[v];
+    std::vector<OpId> targets(pending_edges_.size());
+    {
+        std::vector<std::uint32_t> next(start.begin(), start.end() - 1);
+        for (const auto& e : pending_edges_) targets[next[e.first]++] = e.second;
+    }
+    std::size_t n = 0;
+    for (OpId v = 0; v < ops_.size(); ++v) {
+        const auto first = targets.begin() + start[v], last = targets.begin() + start[v + 1];
+        std::sort(first, last);
+        for (auto it = first; it != last; ++it)
+            if (it == first || *it != *(it - 1)) pending_edges_[n++] = {v, *it};
+    }
+    pending_edges_.resize(n);
+}
+
 void OpGraph::finalize() {
     if (finalized_) return;
     if (!arrival_order_.empty())
         for (const P2P& p : p2ps_)
             if (arrival_ordered(p.src, ops_[p.send].stream) && arrival_ordered(p.dst, ops_[p.recv].stream))
                 fail_graph(describe(p.send) + ": both sides of a send / receive are served in arrival order");
-    std::sort(pending_edges_.begin(), pending_edges_.end());
-    pending_edges_.erase(std::unique(pending_edges_.begin(), pending_edges_.end()), pending_edges_.end());
+    sort_unique_edges();
     csr_ = Csr(boost::edges_are_sorted, pending_edges_.begin(), pending_edges_.end(), static_cast<OpId>(ops_.size()));
     in_degree_.assign(ops_.size(), 0);
     for (const auto& e : pending_edges_) ++in_degree_[e.second];
@@ -473,19 +494,23 @@ void OpGraph::check_collectives() const {
         int stream = -1;
         OpId first_op = 0;
     };
-    std::map<std::pair<std::int32_t, int>, Seen> per;  // (communicator, rank)
+    // One slot per (communicator, member position), communicators one after another.
+    std::vector<std::size_t> slot_of(communicators_.size() + 1, 0);
+    for (std::size_t c = 0; c < communicators_.size(); ++c) slot_of[c + 1] = slot_of[c] + communicators_[c].size();
+    std::vector<Seen> per(slot_of.back());
     for (OpId id = 0; id < ops_.size(); ++id) {
         const Op& op = ops_[id];
         if (op.kind != OpKind::collective) continue;
         const Collective& c = collectives_.at(static_cast<std::size_t>(op.ref));
         const std::vector<int>& members = communicators_[c.communicator];
         if (!materialized(op.rank)) fail_graph(describe(id) + " is on rank " + std::to_string(op.rank) + ", a mirror");
-        if (std::find(members.begin(), members.end(), op.rank) == members.end())
+        const auto at = std::find(members.begin(), members.end(), op.rank);
+        if (at == members.end())
             fail_graph(describe(id) + " runs on a rank outside its communicator " + list_ranks(members));
         if (op.bytes != c.bytes)
             fail_graph(describe(id) + " has " + std::to_string(op.bytes) + " bytes but its collective has " +
                        std::to_string(c.bytes));
-        Seen& s = per[{c.communicator, op.rank}];
+        Seen& s = per[slot_of[static_cast<std::size_t>(c.communicator)] + static_cast<std::size_t>(at - members.begin())];
         if (s.stream >= 0 && s.stream != static_cast<int>(op.stream))
             fail_graph(describe(s.first_op) + " and " + describe(id) + " use one communicator on two streams (" +
                        to_string(static_cast<Stream>(s.stream)) + ", " + to_string(op.stream) +
@@ -494,12 +519,18 @@ void OpGraph::check_collectives() const {
         s.stream = static_cast<int>(op.stream);
         s.order.push_back(op.ref);
     }
+    // Whether a communicator's mirrors have passed the check below: it depends on the
+    // communicator only, so later collectives on it skip it (a folded communicator is mostly
+    // mirrors, and the check scans it for each).
+    std::vector<bool> mirrors_checked(communicators_.size(), false);
     for (std::size_t c = 0; c < collectives_.size(); ++c) {
-        const std::vector<int>& members = communicators_[collectives_[c].communicator];
+        const auto comm = static_cast<std::size_t>(collectives_[c].communicator);
+        const std::vector<int>& members = communicators_[comm];
         for (std::size_t i = 0; i < members.size(); ++i) {
             if (!materialized(members[i])) {
                 // A mirror arrives with its representative, which must take part too.
-                if (std::find(members.begin(), members.end(), representative(members[i])) == members.end())
+                if (!mirrors_checked[comm] &&
+                    std::find(members.begin(), members.end(), representative(members[i])) == members.end())
                     fail_graph("rank " + std::to_string(members[i]) + " of communicator " + list_ranks(members) +
                                " mirrors rank " + std::to_string(representative(members[i])) + ", which is not in it");
                 continue;
@@ -512,20 +543,19 @@ void OpGraph::check_collectives() const {
                            list_ranks(members));
             }
         }
+        mirrors_checked[comm] = true;
     }
     // The same order on every rank of each communicator.
     for (std::size_t comm = 0; comm < communicators_.size(); ++comm) {
         const std::vector<int>& members = communicators_[comm];
-        const auto ci = static_cast<std::int32_t>(comm);
         std::size_t lead = 0;
         while (lead < members.size() && !materialized(members[lead])) ++lead;
         if (lead == members.size()) continue;
-        auto first = per.find({ci, members[lead]});
-        if (first == per.end()) continue;
+        const Seen& a = per[slot_of[comm] + lead];
+        if (a.stream < 0) continue;   // no op on the lead: the communicator has no collective
         for (std::size_t m = lead + 1; m < members.size(); ++m) {
             if (!materialized(members[m])) continue;
-            const Seen& a = first->second;
-            const Seen& b = per.at({ci, members[m]});
+            const Seen& b = per[slot_of[comm] + m];
             for (std::size_t i = 0; i < a.order.size(); ++i) {
                 if (a.order[i] == b.order[i]) continue;
                 const auto ops_a = collective_ops(a.order[i]);

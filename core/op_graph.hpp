@@ -240,6 +240,8 @@ private:
                                                    boost::no_property, OpId, std::uint32_t>;
 
     std::int32_t intern_communicator(const std::vector<int>& members, int group);
+    /// Sorts pending_edges_ by (source, target) and drops duplicates (finalize).
+    void sort_unique_edges();
     void check_acyclic();
     void check_collectives() const;
     void check_buffers() const;

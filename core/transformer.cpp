@@ -442,6 +442,21 @@ Block embedding_block(const TransformerShape& m, const Dims& d) {
     return blk;
 }
 
+/// Everything layer_block reads of the layer index i, besides the block's index itself: the keys
+/// it attends (a sliding window or full attention), whether it is a decoder layer (causal
+/// attention and T5's cross-attention), whether it routes to experts, and whether it holds a
+/// stack's relative_attention_bias (layer_params). Layers of one variant have one block.
+struct LayerVariant {
+    int keys = 0;
+    bool decoder = false, moe = false, stack_first = false;
+    bool operator==(const LayerVariant&) const = default;
+};
+
+LayerVariant layer_variant(const TransformerShape& m, int i, int s) {
+    return {m.attended_keys(i, s), decoder_layer(m, i), m.moe_layer(i),
+            m.relative_attention_buckets > 0 && (i == 0 || i == m.encoder_layers)};
+}
+
 Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, int i) {
     LayerPlan lp{};
     lp.keys = m.attended_keys(i, static_cast<int>(d.s));
@@ -716,7 +731,20 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     std::vector<Block> out;
     out.reserve(static_cast<std::size_t>(m.layers) + 2);
     out.push_back(embedding_block(m, d));
-    for (int i = 0; i < m.layers; ++i) out.push_back(layer_block(m, d, w, i));
+    // Layers of one variant have the same block but for its index: build each variant once
+    // (a sweep builds GPT-3's 96 layers for every plan it resolves, bounds and simulates).
+    std::vector<std::pair<LayerVariant, std::size_t>> built;   // a variant and where its block is in `out`
+    for (int i = 0; i < m.layers; ++i) {
+        const LayerVariant v = layer_variant(m, i, static_cast<int>(d.s));
+        const auto same = std::find_if(built.begin(), built.end(), [&](const auto& b) { return b.first == v; });
+        if (same == built.end()) {
+            built.emplace_back(v, out.size());
+            out.push_back(layer_block(m, d, w, i));
+        } else {
+            out.push_back(out[same->second]);
+            out.back().index = i + 1;
+        }
+    }
     out.push_back(head_block(m, d, m.layers + 1));
     return out;
 }

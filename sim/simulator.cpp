@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
@@ -205,12 +206,17 @@ public:
         for (OpId id = 0; id < g.size(); ++id) remaining_[id] = g.in_degree(id);
         arrived_.assign(g.collectives().size(), 0);
         // A folded graph's mirror ranks arrive with their representatives.
-        needed_.reserve(g.collectives().size());
-        for (const Collective& c : g.collectives()) {
-            std::uint32_t n = 0;
-            for (int r : g.communicators()[static_cast<std::size_t>(c.communicator)]) n += g.materialized(r);
-            needed_.push_back(n);
+        // Per communicator, the positions of its materialized members: only they arrive, start
+        // and finish (a mirror has no ops, so nothing runs on it to slow down).
+        live_start_.reserve(g.communicators().size() + 1);
+        live_start_.push_back(0);
+        for (const std::vector<int>& members : g.communicators()) {
+            for (std::size_t i = 0; i < members.size(); ++i)
+                if (g.materialized(members[i])) live_pos_.push_back(static_cast<std::uint32_t>(i));
+            live_start_.push_back(static_cast<std::uint32_t>(live_pos_.size()));
         }
+        needed_.reserve(g.collectives().size());
+        for (const Collective& c : g.collectives()) needed_.push_back(static_cast<std::uint32_t>(live_members(c.communicator).size()));
         p2p_ready_.assign(g.p2ps().size(), 0);
         if (o.record_links) {
             network_.record_links(&tl_.links);
@@ -328,7 +334,7 @@ private:
                 const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
                 const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
                 if (++arrived_[static_cast<std::size_t>(op.ref)] == needed_[static_cast<std::size_t>(op.ref)]) {
-                    for (int r : members) comm_changed(r, +1);
+                    for (std::uint32_t i : live_members(c.communicator)) comm_changed(members[i], +1);
                     begin(collective_plan(c, members), id);
                 }
                 break;
@@ -425,9 +431,12 @@ private:
         const Op& op = graph_.op(owner);
         if (op.kind == OpKind::collective) {
             const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
-            for (int r : graph_.communicators()[static_cast<std::size_t>(c.communicator)]) comm_changed(r, -1);
-            for (OpId m : graph_.collective_ops(op.ref))
-                if (m != OpGraph::kNoOp) finish(m);
+            const std::vector<int>& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
+            const std::span<const std::uint32_t> live = live_members(c.communicator);
+            for (std::uint32_t i : live) comm_changed(members[i], -1);
+            const std::span<const OpId> ops = graph_.collective_ops(op.ref);
+            for (std::uint32_t i : live)
+                if (ops[i] != OpGraph::kNoOp) finish(ops[i]);
         } else if (op.kind == OpKind::send) {
             const P2P& p = graph_.p2ps()[static_cast<std::size_t>(op.ref)];
             comm_changed(p.src, -1);
@@ -849,6 +858,11 @@ private:
     OpId starting_ = OpGraph::kNoOp;   // the op start() is starting, for out-of-range messages
     std::vector<std::uint32_t> arrived_;
     std::vector<std::uint32_t> needed_;   // per collective: members with ops
+    std::vector<std::uint32_t> live_pos_, live_start_;   // per communicator: its materialized members' positions
+    std::span<const std::uint32_t> live_members(std::int32_t communicator) const {
+        const auto c = static_cast<std::size_t>(communicator);
+        return {live_pos_.data() + live_start_[c], live_start_[c + 1] - live_start_[c]};
+    }
     std::vector<std::uint8_t> p2p_ready_;
     std::vector<std::uint32_t> active_comm_;
     std::vector<std::vector<Running>> running_;

@@ -110,8 +110,8 @@ std::vector<int> min_max_split(int n, int stages, const std::function<double(int
     return sizes;
 }
 
-void check_model_parallel(const Model& model, const Plan& plan, const Layout& l) {
-    const ErrorContext tp_flag{"", "", "--tp"}, pp_flag{"", "", "--pp"}, strategy_flag{"", "", "--strategy"};
+void check_model_parallel(const Model& model, const Plan& plan, const Layout& l, const std::vector<Block>& blocks) {
+    const ErrorContext pp_flag{"", "", "--pp"}, strategy_flag{"", "", "--strategy"};
     switch (plan.strategy) {
         case DataParallel::ddp:
         case DataParallel::zero1: break;
@@ -128,13 +128,6 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l)
                            " is not modelled with tensor or pipeline parallelism; with --tp or --pp use ddp or zero1 "
                            "(Megatron's distributed optimizer)",
                        strategy_flag);
-    }
-    // The model checks that tp divides heads, key-value heads and the ffn width.
-    std::vector<Block> blocks;
-    try {
-        blocks = detail::replica_blocks(model, l, plan);
-    } catch (const Error& e) {
-        throw e.with_context(tp_flag);
     }
     int layers = 0;
     for (const Block& b : blocks) layers += is_layer(b);
@@ -282,7 +275,10 @@ private:
     /// The tensor-parallel collectives after one block's pass, for every rank of the group.
     void tp_collectives(const Block& blk, int d, int s, Phase phase, int mb, std::vector<OpId>& last) {
         if (l_.tp == 1) return;
-        const std::vector<int> group = tp_group(d, s);
+        // Every block of every pass asks for its group: make each once.
+        if (tp_groups_.empty()) tp_groups_.resize(static_cast<std::size_t>(l_.pp) * static_cast<std::size_t>(l_.dp));
+        std::vector<int>& group = tp_groups_[static_cast<std::size_t>(s) * static_cast<std::size_t>(l_.dp) + static_cast<std::size_t>(d)];
+        if (group.empty()) group = tp_group(d, s);
         for (int k = 0; k < blk.tp_collectives_fwd; ++k) {
             const CollectiveKind kinds[2] = {CollectiveKind::all_gather, CollectiveKind::reduce_scatter};
             const int n = sp_ ? 2 : 1;
@@ -604,6 +600,7 @@ private:
     std::vector<OpId> last_comm_;                       // per rank: its last gradient collective
     std::vector<OpId> final_compute_;                   // per rank: its latest compute-stream op
     std::vector<std::pair<int, int>> deferred_syncs_;   // (device, virtual stage) reduced after backward
+    std::vector<std::vector<int>> tp_groups_;           // per (stage, replica): tp_group, made when first used
 };
 
 }  // namespace

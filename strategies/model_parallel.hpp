@@ -54,10 +54,11 @@ std::vector<int> min_max_split(int layers, int stages, const std::function<doubl
 Partition partition_rule(const Model& model, const Plan& plan);
 
 /// The checks resolve() runs when tp > 1 or pp > 1; throws bad_input saying why a plan is
-/// impossible: tp not dividing the heads or key-value heads (the model's own message), a
-/// data-parallel flavour that does not compose, pp above the layers, interleaved with layers not
-/// divisible by pp·v or micro-batches not a multiple of pp, --stage-layers not matching.
-void check_model_parallel(const Model& model, const Plan& plan, const Layout& layout);
+/// impossible: a data-parallel flavour that does not compose, pp above the layers, interleaved
+/// with layers not divisible by pp·v or micro-batches not a multiple of pp, --stage-layers not
+/// matching. `blocks`: the replica's (detail::replica_blocks), which resolve has built first —
+/// that is where tp not dividing the heads or key-value heads fails (the model's own message).
+void check_model_parallel(const Model& model, const Plan& plan, const Layout& layout, const std::vector<Block>& blocks);
 
 OpGraph build_model_parallel(const Model& model, const Layout& layout, const Plan& plan);
 

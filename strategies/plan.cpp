@@ -705,7 +705,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         fail_input("--virtual-stages must be from 1 to the " + std::to_string(blocks.size()) + " blocks of " + model.name() +
                        ", found " + std::to_string(plan.virtual_stages),
                    {"", "", "--virtual-stages"});
-    if (l.tp > 1 || l.pp > 1 || l.ep > 1) check_model_parallel(model, plan, l);
+    if (l.tp > 1 || l.pp > 1 || l.ep > 1) check_model_parallel(model, plan, l, blocks);
     // Folding is exact where every node holds ranks of one data-parallel replica: then a mirror
     // replica's intra-node links carry only its own traffic, the same as its representative's.
     const int per_node = cluster.groups.front().devices_per_node;

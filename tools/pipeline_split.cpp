@@ -66,6 +66,12 @@ std::vector<std::vector<int>> in_flight(const strategies::PipelineSchedule& sche
 
 bool stages_on_mixed_devices(const topo::Cluster& cluster, const Layout& l) {
     if (l.pp < 2) return false;
+    // One kind of device at one speed everywhere: no stage can differ (the sweep asks this of
+    // every candidate; the scan below is over every rank).
+    const bool one_kind = std::all_of(cluster.groups.begin(), cluster.groups.end(), [&](const topo::NodeGroup& g) {
+        return g.device.name == cluster.groups.front().device.name && g.speed == cluster.groups.front().speed;
+    });
+    if (one_kind && cluster.slow_devices.empty()) return false;
     const int r0 = l.rank(0, 0, 0);
     const topo::DeviceKind* first = &cluster.device_kind(r0);
     for (int s = 0; s < l.pp; ++s)
