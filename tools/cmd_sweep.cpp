@@ -32,6 +32,7 @@ struct SweepFlags {
     std::vector<std::string> strategies;
     std::vector<int> tp, pp, micro_batch;
     std::string max_memory;
+    std::string dispatch_overhead;
     std::optional<double> min_headroom;
     int top = 10, refine = 10;
     std::optional<int> jobs;              // unset: the machine's cores
@@ -358,6 +359,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
             fail_input("a size such as \"60 GB\"", "'" + f.max_memory + "'", flag("--max-memory"));
         }
     }
+    o.dispatch = parse_dispatch_overhead(f.dispatch_overhead);
     o.min_headroom = f.min_headroom;
     if (f.jobs && (*f.jobs < 1 || *f.jobs > 1024))
         fail_input("--jobs between 1 and 1024 (leave it out for the machine's cores)", std::to_string(*f.jobs), flag("--jobs"));
@@ -444,6 +446,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GB\"");
+    app->add_option("--dispatch-overhead", f->dispatch_overhead,
+                    "host time per GPU kernel before the driver's launch for every plan, such as \"20 us\" (default: each "
+                    "plan's framework's; see simulate --help)");
     app->add_option("--min-headroom", f->min_headroom, "fraction of each device's memory to leave free, e.g. 0.1");
     app->add_option("--top", f->top, "plans to print")->capture_default_str();
     app->add_option("--jobs", f->jobs, "simulation threads (default: the machine's cores)");

@@ -15,6 +15,18 @@
 
 namespace smol::tools {
 
+std::optional<Time> parse_dispatch_overhead(const std::string& text) {
+    if (text.empty()) return std::nullopt;
+    Time t;
+    try {
+        t = parse_time(text);
+    } catch (const Error&) {
+        fail_input("a duration such as \"20 us\"", "'" + text + "'", flag("--dispatch-overhead"));
+    }
+    if (t < Time::zero() || t > Time::ms(100)) fail_input("a duration from 0 to 100 ms", "'" + text + "'", flag("--dispatch-overhead"));
+    return t;
+}
+
 void add_plan_flags(CLI::App& app, PlanFlags& f) {
     f.app = &app;
     app.add_option("--model", f.model, "model preset or JSON file (smolcluster's own or a HuggingFace config.json)")
@@ -364,17 +376,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.first_bucket_mb = f.first_bucket_mb;
     p.fold = !f.no_fold;
     p.framework = f.framework;
-    if (!f.dispatch_overhead.empty()) {
-        Time t;
-        try {
-            t = parse_time(f.dispatch_overhead);
-        } catch (const Error&) {
-            fail_input("a duration such as \"20 us\"", "'" + f.dispatch_overhead + "'", flag("--dispatch-overhead"));
-        }
-        if (t < Time::zero() || t > Time::ms(100))
-            fail_input("a duration from 0 to 100 ms", "'" + f.dispatch_overhead + "'", flag("--dispatch-overhead"));
-        p.framework_overrides.dispatch_per_kernel = t;
-    }
+    p.framework_overrides.dispatch_per_kernel = parse_dispatch_overhead(f.dispatch_overhead);
     p.overlap_grad_reduce = f.overlap_grad_reduce;
     p.overlap_p2p_comm = f.overlap_p2p_comm;
     p.ps_servers = f.ps_servers;

@@ -93,6 +93,8 @@ sim::SimOptions resolve_sim_options(const PlanFlags& f);
 void refuse_simulation_only_flags(const PlanFlags& f, const char* command);
 
 inline ErrorContext flag(const char* name) { return {"", "", name}; }
+/// --dispatch-overhead TEXT ("20 us", 0 to 100 ms); unset when empty. Bad input names the flag.
+std::optional<Time> parse_dispatch_overhead(const std::string& text);
 
 /// Trace output flags (--trace, --trace-ranks, --force), shared by simulate, run and validate.
 struct TraceFlags {

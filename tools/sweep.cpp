@@ -207,6 +207,7 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.seq = c.options.seq;
     base.dtype = c.options.dtype;
     base.fold = c.options.fold;
+    base.framework_overrides.dispatch_per_kernel = c.options.dispatch;
     std::vector<Candidate> done, open{{base, Layout{}, "", ""}};
     for (const Dimension& dim : kDimensions) {
         std::vector<Candidate> next;

@@ -58,6 +58,7 @@ struct SweepOptions {
     Objective objective = Objective::time;
     std::optional<Bytes> max_memory;    // peak device memory allowed per device
     std::optional<double> min_headroom; // fraction of each device's memory left free at the peak
+    std::optional<Time> dispatch;       // --dispatch-overhead: every plan's framework dispatch per kernel
     int jobs = 1;
     int refine = 10;                    // analytic network: the best N re-simulated flow-level
     SearchSpace space;

@@ -289,6 +289,11 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         CHECK(r.code == 2);
         CHECK(r.err.find("zero4") != std::string::npos);
     }
+    SECTION("dispatch overhead") {
+        const Result r = with({"--dispatch-overhead", "fast"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--dispatch-overhead") != std::string::npos);
+    }
     SECTION("no plan fits: exit 3") {
         const Result r = with({"--max-memory", "1 MB", "--tp", "1", "--pp", "1"});
         CHECK(r.code == 3);
@@ -318,4 +323,25 @@ TEST_CASE("a sweep of jittered devices gives the same figures on one thread and 
         ++compared;
     }
     CHECK(compared >= 2);
+}
+
+TEST_CASE("a sweep with a dispatch overhead prices every plan with it", "[tools][sweep]") {
+    SweepOptions o;
+    o.global_batch = 8;
+    o.space.tp = {1};
+    o.space.pp = {1};
+    const SweepResult plain = sweep(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), o);
+    o.dispatch = Time::ms(1);
+    const SweepResult slow = sweep(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), o);
+    REQUIRE(plain.plans.size() == slow.plans.size());
+    std::size_t compared = 0;
+    for (std::size_t i = 0; i < plain.plans.size(); ++i) {
+        if (!plain.plans[i].result || !slow.plans[i].result) continue;
+        CHECK(slow.plans[i].plan.framework_overrides.dispatch_per_kernel == Time::ms(1));
+        // GPT-2 small's 12 layers issue at least 26 kernels each per micro-batch (11 forward, 15 backward).
+        CHECK(slow.plans[i].result->iteration.to_seconds() >= 12 * 26 * 1e-3);
+        CHECK(slow.plans[i].result->iteration > plain.plans[i].result->iteration);
+        ++compared;
+    }
+    CHECK(compared > 0);
 }
