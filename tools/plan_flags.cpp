@@ -203,6 +203,11 @@ void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
                            " runs the plan on the real devices, at their own speed; " + name +
                            " is the simulator's (smolcluster simulate)",
                        flag(name));
+    // run measures its host's dispatch; validate keeps the flag for the side it simulates.
+    if (std::string(command) == "run" && given(f, "--dispatch-overhead"))
+        fail_input("has no effect here: smolcluster run measures the host's own dispatch; --dispatch-overhead is the "
+                   "simulator's (smolcluster simulate, validate)",
+                   flag("--dispatch-overhead"));
     // The executors run 1bit's and topk's kernels and exchanges; PowerSGD's factor GEMMs and
     // orthogonalisation are only simulated so far (strategies/compression.hpp).
     if (strategies::parse_compression(f.compress).method == strategies::CompressionMethod::powersgd)

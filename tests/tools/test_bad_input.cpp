@@ -410,6 +410,8 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
     SECTION("run and validate measure real devices") {
         refused({"run", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--slow", "1:0.5"}, {"--slow", "real devices"});
         refused({"validate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--jitter", "5"}, {"--jitter", "real devices"});
+        refused({"run", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--dispatch-overhead", "20 us"},
+                {"--dispatch-overhead", "measures the host's own dispatch"});
         refused({"run", "--model", "resnet50", "--cluster", "pi5-1gbe", "--compress", "powersgd:4"},
                 {"--compress:", "does not run PowerSGD yet", "1bit or topk:RATIO"});
     }
