@@ -320,6 +320,9 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
     o.param_swap_buffers = c.param_buffer_count;
     o.param_swap_buffer_size = c.param_buffer_size;
     if (c.allgather_bucket_size) f.warnings.push_back(file + ": /zero_optimization/allgather_bucket_size is not modelled");
+    if (c.reduce_bucket_size && (p.strategy == strategies::DataParallel::zero1 || p.strategy == strategies::DataParallel::zero2))
+        f.warnings.push_back(file + ": /zero_optimization/reduce_bucket_size is not modelled for ZeRO stages 1 and 2 (their "
+                                    "gradient buckets are --bucket-mb)");
     for (const std::string& key : c.unmodelled) f.warnings.push_back(file + ": " + key + " is not modelled");
 }
 

@@ -376,6 +376,17 @@ TEST_CASE("a DeepSpeed config sets the plan, reports unmodelled keys and refuses
                             cfg.path.string(), "--micro-batch", "4"});
     CHECK(bad.code == 2);
     CHECK_THAT(bad.err, Catch::Contains("--micro-batch 4 contradicts") && Catch::Contains("train_micro_batch_size_per_gpu"));
+    // reduce_bucket_size reaches stage 0 and ZeRO-3; for stages 1 and 2 it is reported.
+    TempFile stage2("ds_config_bucket.json", R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 2e8}})");
+    const Result warned = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--deepspeed-config",
+                               stage2.path.string(), "--json"});
+    REQUIRE(warned.code == 0);
+    CHECK_THAT(warned.err, Catch::Contains("reduce_bucket_size is not modelled for ZeRO stages 1 and 2"));
+    TempFile stage3("ds_config_bucket3.json", R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8}})");
+    const Result quiet = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--deepspeed-config",
+                              stage3.path.string(), "--json"});
+    REQUIRE(quiet.code == 0);
+    CHECK_THAT(quiet.err, !Catch::Contains("reduce_bucket_size"));
 }
 
 TEST_CASE("run, validate and calibrate say how to start them, or that MPI was not built in", "[tools][cli]") {
