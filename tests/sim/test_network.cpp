@@ -167,6 +167,23 @@ std::vector<double> reference_rates(const std::vector<double>& capacity, const s
     }
 }
 
+/// A random flow over `links` links: 1 to `max_hops` distinct ones, each of weight 1 or, one time
+/// in `heavy_one_in`, 2 to `max_weight`; a cap one time in three.
+template <class Uniform, class Rng>
+RefFlow random_flow(Uniform& uniform, Rng& rng, int links, int max_hops, int heavy_one_in, int max_weight) {
+    RefFlow r;
+    const int hops = uniform(1, std::min(max_hops, links));
+    std::vector<int> all(static_cast<std::size_t>(links));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int h = 0; h < hops; ++h) {
+        r.links.push_back(all[static_cast<std::size_t>(h)]);
+        r.weights.push_back(uniform(0, heavy_one_in - 1) == 0 ? static_cast<std::uint32_t>(uniform(2, max_weight)) : 1u);
+    }
+    r.cap = uniform(0, 2) == 0 ? uniform(1, 10) * 1.5 : 0;
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("incremental solves give the rates of a fill from scratch", "[sim][network]") {
@@ -194,17 +211,7 @@ TEST_CASE("incremental solves give the rates of a fill from scratch", "[sim][net
         // Start one to three flows now.
         const int starts = uniform(1, 3);
         for (int k = 0; k < starts; ++k) {
-            RefFlow r;
-            const int hops = uniform(1, std::min(5, links));
-            std::vector<int> all(static_cast<std::size_t>(links));
-            std::iota(all.begin(), all.end(), 0);
-            std::shuffle(all.begin(), all.end(), rng);
-            for (int h = 0; h < hops; ++h) {
-                r.links.push_back(all[static_cast<std::size_t>(h)]);
-                r.weights.push_back(uniform(0, 3) == 0 ? static_cast<std::uint32_t>(uniform(2, 4)) : 1u);
-            }
-            r.cap = uniform(0, 2) == 0 ? uniform(1, 10) * 1.5 : 0;
-            specs.push_back(r);
+            specs.push_back(random_flow(uniform, rng, links, 5, 4, 4));
             const RefFlow& s = specs.back();
             const FlowId f = net.start(s.links, Bytes::mb(uniform(1, 400)), next_tag, now,
                                        s.cap > 0 ? Bandwidth::gb_per_s(s.cap) : Bandwidth(), s.weights);
@@ -309,17 +316,7 @@ TEST_CASE("solving flows alone off their links changes no rate and no completion
     for (int event = 0; event < 80; ++event) {
         const int starts = uniform(0, 3) == 0 ? 2 : 1;   // mostly one at a time: alone often
         for (int k = 0; k < starts; ++k) {
-            RefFlow r;
-            const int hops = uniform(1, std::min(4, links));
-            std::vector<int> all(static_cast<std::size_t>(links));
-            std::iota(all.begin(), all.end(), 0);
-            std::shuffle(all.begin(), all.end(), rng);
-            for (int h = 0; h < hops; ++h) {
-                r.links.push_back(all[static_cast<std::size_t>(h)]);
-                r.weights.push_back(uniform(0, 2) == 0 ? static_cast<std::uint32_t>(uniform(2, 5)) : 1u);
-            }
-            r.cap = uniform(0, 2) == 0 ? uniform(1, 10) * 1.5 : 0;
-            specs.push_back(r);
+            specs.push_back(random_flow(uniform, rng, links, 4, 3, 5));
             const RefFlow& s = specs.back();
             const Bytes bytes = Bytes::mb(uniform(1, 400));
             const Bandwidth cap = s.cap > 0 ? Bandwidth::gb_per_s(s.cap) : Bandwidth();
