@@ -89,6 +89,8 @@ namespace {
 constexpr const char* kVtrainHeader =
     "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
     "data parallelism,pipeline parallelism,iteration time (ms)";
+/// vTrain's NCCL all-reduce tables (trace/a100/AR_GPU*_LUT) as a profile: validation/vtrain-nccl/.
+constexpr const char* kVtrainNcclProfile = "vtrain-a100-nccl.json";
 constexpr const char* kVtrainKeys[] = {"gpus", "gbs", "mbs", "h", "heads", "L", "seq", "tp", "dp", "pp", "iter_ms"};
 
 }  // namespace
@@ -130,7 +132,7 @@ std::vector<Row> read_vtrain_csv(const std::string& path) {
         }
         char id[16];
         std::snprintf(id, sizeof id, "V%04zu", rows.size() + 1);
-        rows.push_back({id, "vtrain", name, line, std::move(data)});
+        rows.push_back({id, "vtrain", name, line, std::move(data), fs::path(path).parent_path().string()});
     }
     return rows;
 }
@@ -218,7 +220,7 @@ std::vector<Row> read_published_jsonl(const std::string& path) {
                            "'" + src + "'", {where, "/src", ""});
         }
         if (data.contains("model")) resolve_model(data["model"], models);
-        rows.push_back({id, source, name, line, std::move(data)});
+        rows.push_back({id, source, name, line, std::move(data), fs::path(path).parent_path().string()});
     }
     return rows;
 }
@@ -442,7 +444,8 @@ struct VtrainRun {
 /// vTrain (VIA-Research/vTrain data/ground_truth_single.csv, and the two samples of it in
 /// published.jsonl): GPT models in Megatron-DeepSpeed on one HGX A100 node, GPT-2 vocabulary
 /// padded by Megatron, fp16 (src/predictor.py:112 sets torch.float16), full activation
-/// checkpointing and 1F1B (config use_checkpoint: true, pipeline_scheduling: "1f1b").
+/// checkpointing and 1F1B (config use_checkpoint: true, pipeline_scheduling: "1f1b"). All-reduces
+/// take the times vTrain measured with nccl-tests on that node (kVtrainNcclProfile, beside the CSV).
 Mapping map_vtrain_run(const Row& row, const VtrainRun& v, const std::string& model_dir) {
     if (v.tp * v.dp * v.pp != v.gpus)
         fail_input("tp × dp × pp = GPUs",
@@ -471,7 +474,8 @@ Mapping map_vtrain_run(const Row& row, const VtrainRun& v, const std::string& mo
               "--global-batch", std::to_string(v.gbs),
               "--dtype",        "fp16",
               "--recompute",    "full",
-              "--schedule",     "1f1b"};
+              "--schedule",     "1f1b",
+              "--profile",      (fs::path(row.folder) / kVtrainNcclProfile).string()};
     for (const std::string& f : vtrain_framework_flags()) m.args.push_back(f);
     m.args.push_back("--json");
     return finish(std::move(m));

@@ -30,6 +30,7 @@ struct Row {
     std::string file;    // file name, for messages
     int line = 0;        // 1-based line in the file
     Json data;
+    std::string folder;  // the folder the file was read from (where a row's other files are)
 };
 
 /// vTrain's CSV (VIA-Research/vTrain data/ground_truth_single.csv; UTF-8 byte-order mark, CRLF

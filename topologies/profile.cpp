@@ -104,7 +104,7 @@ Json to_json(const Profile& p) {
                        {"seconds", numbers(t.time.y)}});
     }
     const MeasuredCompute& c = p.compute;
-    return {
+    Json out = {
         {"smolcluster_profile", kFormat},
         {"measured_on",
          {{"hosts", p.hosts},
@@ -117,23 +117,25 @@ Json to_json(const Profile& p) {
           {"mpi", p.mpi},
           {"date", p.date},
           {"quick", p.quick}}},
-        {"compute",
-         {{"dispatch_s", c.dispatch.to_seconds()},
-          {"comm_slowdown", c.comm_slowdown},
-          {"arithmetic_flops_per_s", c.arithmetic},
-          {"gemm", table_json(c.gemm, "flops_per_s")},
-          {"flash_forward", table_json(c.flash_fwd, "flops_per_s")},
-          {"flash_backward", table_json(c.flash_bwd, "flops_per_s")},
-          {"stream", curve_json(c.stream, "bytes", "bytes_per_s")},
-          {"softmax", curve_json(c.softmax, "elements", "elements_per_s")},
-          {"adam", curve_json(c.adam, "parameters", "parameters_per_s")}}},
-        {"memory",
-         {{"memcpy_bytes_per_s", p.memcpy.bytes_per_second()},
-          {"file_read_bytes_per_s", p.file_read.bytes_per_second()},
-          {"file_write_bytes_per_s", p.file_write.bytes_per_second()},
-          {"direct_io", p.direct_io}}},
         {"network", net},
     };
+    if (!p.source.empty()) out["measured_on"]["source"] = p.source;
+    if (p.has_compute)
+        out["compute"] = {{"dispatch_s", c.dispatch.to_seconds()},
+                          {"comm_slowdown", c.comm_slowdown},
+                          {"arithmetic_flops_per_s", c.arithmetic},
+                          {"gemm", table_json(c.gemm, "flops_per_s")},
+                          {"flash_forward", table_json(c.flash_fwd, "flops_per_s")},
+                          {"flash_backward", table_json(c.flash_bwd, "flops_per_s")},
+                          {"stream", curve_json(c.stream, "bytes", "bytes_per_s")},
+                          {"softmax", curve_json(c.softmax, "elements", "elements_per_s")},
+                          {"adam", curve_json(c.adam, "parameters", "parameters_per_s")}};
+    if (p.has_memory)
+        out["memory"] = {{"memcpy_bytes_per_s", p.memcpy.bytes_per_second()},
+                         {"file_read_bytes_per_s", p.file_read.bytes_per_second()},
+                         {"file_write_bytes_per_s", p.file_write.bytes_per_second()},
+                         {"direct_io", p.direct_io}};
+    return out;
 }
 
 Profile profile_from_json(const JsonView& j) {
@@ -143,44 +145,51 @@ Profile profile_from_json(const JsonView& j) {
                       describe_json(j.raw().at("smolcluster_profile")));
     Profile p;
     const JsonView on = j.at("measured_on");
-    on.expect_only({"hosts", "cpu_model", "cores", "nodes", "ranks_per_node", "blas", "blas_threads", "mpi", "date", "quick"});
+    on.expect_only({"hosts", "cpu_model", "cores", "nodes", "ranks_per_node", "blas", "blas_threads", "mpi", "date", "quick",
+                    "source"});
     const JsonView hosts = on.at("hosts");
     hosts.expect_array();
     for (std::size_t i = 0; i < hosts.size(); ++i) {
         if (!hosts.at(i).raw().is_string()) hosts.at(i).fail("a host name", describe_json(hosts.at(i).raw()));
         p.hosts.push_back(hosts.at(i).raw().get<std::string>());
     }
-    p.cpu_model = on.string("cpu_model");
-    p.cores = count(on, "cores");
+    p.cpu_model = on.string_or("cpu_model", "");
+    p.cores = on.has("cores") ? count(on, "cores") : 1;
     p.nodes = count(on, "nodes");
     p.ranks_per_node = count(on, "ranks_per_node");
-    p.blas = on.string("blas");
-    p.blas_threads = count(on, "blas_threads");
-    p.mpi = on.string("mpi");
+    p.blas = on.string_or("blas", "");
+    p.blas_threads = on.has("blas_threads") ? count(on, "blas_threads") : 1;
+    p.mpi = on.string_or("mpi", "");
     p.date = on.string("date");
-    p.quick = on.boolean("quick");
+    p.quick = on.boolean_or("quick", false);
+    p.source = on.string_or("source", "");
 
-    const JsonView c = j.at("compute");
-    c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "flash_forward", "flash_backward",
-                   "stream", "softmax", "adam"});
-    p.compute.dispatch = Time::seconds(positive(c, "dispatch_s"));
-    p.compute.comm_slowdown = c.number("comm_slowdown");
-    if (!(p.compute.comm_slowdown >= 1.0))
-        c.fail_member("comm_slowdown", "a slowdown factor of at least 1", describe_json(c.raw().at("comm_slowdown")));
-    p.compute.arithmetic = positive(c, "arithmetic_flops_per_s");
-    p.compute.gemm = read_table(c.at("gemm"), "flops_per_s");
-    p.compute.flash_fwd = read_table(c.at("flash_forward"), "flops_per_s");
-    p.compute.flash_bwd = read_table(c.at("flash_backward"), "flops_per_s");
-    p.compute.stream = read_curve(c.at("stream"), "bytes", "bytes_per_s");
-    p.compute.softmax = read_curve(c.at("softmax"), "elements", "elements_per_s");
-    p.compute.adam = read_curve(c.at("adam"), "parameters", "parameters_per_s");
-
-    const JsonView m = j.at("memory");
-    m.expect_only({"memcpy_bytes_per_s", "file_read_bytes_per_s", "file_write_bytes_per_s", "direct_io"});
-    p.memcpy = Bandwidth::bytes_per_s(positive(m, "memcpy_bytes_per_s"));
-    p.file_read = Bandwidth::bytes_per_s(positive(m, "file_read_bytes_per_s"));
-    p.file_write = Bandwidth::bytes_per_s(positive(m, "file_write_bytes_per_s"));
-    p.direct_io = m.boolean("direct_io");
+    p.has_compute = j.has("compute");
+    if (p.has_compute) {
+        const JsonView c = j.at("compute");
+        c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "flash_forward", "flash_backward",
+                       "stream", "softmax", "adam"});
+        p.compute.dispatch = Time::seconds(positive(c, "dispatch_s"));
+        p.compute.comm_slowdown = c.number("comm_slowdown");
+        if (!(p.compute.comm_slowdown >= 1.0))
+            c.fail_member("comm_slowdown", "a slowdown factor of at least 1", describe_json(c.raw().at("comm_slowdown")));
+        p.compute.arithmetic = positive(c, "arithmetic_flops_per_s");
+        p.compute.gemm = read_table(c.at("gemm"), "flops_per_s");
+        p.compute.flash_fwd = read_table(c.at("flash_forward"), "flops_per_s");
+        p.compute.flash_bwd = read_table(c.at("flash_backward"), "flops_per_s");
+        p.compute.stream = read_curve(c.at("stream"), "bytes", "bytes_per_s");
+        p.compute.softmax = read_curve(c.at("softmax"), "elements", "elements_per_s");
+        p.compute.adam = read_curve(c.at("adam"), "parameters", "parameters_per_s");
+    }
+    p.has_memory = j.has("memory");
+    if (p.has_memory) {
+        const JsonView m = j.at("memory");
+        m.expect_only({"memcpy_bytes_per_s", "file_read_bytes_per_s", "file_write_bytes_per_s", "direct_io"});
+        p.memcpy = Bandwidth::bytes_per_s(positive(m, "memcpy_bytes_per_s"));
+        p.file_read = Bandwidth::bytes_per_s(positive(m, "file_read_bytes_per_s"));
+        p.file_write = Bandwidth::bytes_per_s(positive(m, "file_write_bytes_per_s"));
+        p.direct_io = m.boolean("direct_io");
+    }
 
     const JsonView net = j.at("network");
     net.expect_array();
@@ -225,29 +234,35 @@ Cluster apply_profile(const Cluster& cluster, const Profile& profile, const std:
                            ": calibrate each kind and give each group its own cluster file",
                        where);
     Cluster out = cluster;
-    auto compute = std::make_shared<const MeasuredCompute>(profile.compute);
+    const auto compute = profile.has_compute ? std::make_shared<const MeasuredCompute>(profile.compute) : nullptr;
     const MeasuredTransfer* intra = profile.network.p2p(1);
     const MeasuredTransfer* inter = profile.network.p2p(2);
     for (NodeGroup& g : out.groups) {
-        if (g.devices_per_node != profile.ranks_per_node)
+        // Only the compute and memory rates depend on how many ranks share a host; a collective
+        // curve is looked up by its own ranks and hosts, so a network-only profile fits any node.
+        if ((profile.has_compute || profile.has_memory) && g.devices_per_node != profile.ranks_per_node)
             fail_input("profile " + file + " was measured with " + std::to_string(profile.ranks_per_node) +
                            " ranks per node, and cluster " + cluster.name + " has " + std::to_string(g.devices_per_node) +
                            " devices per node (group " + g.name + "): ranks share a host's cores and memory, so the "
                            "rates depend on how many there are; calibrate with mpirun -np " +
                            std::to_string(g.devices_per_node) + " on one host",
                        where);
-        DeviceKind& d = g.device;
-        d.measured = compute;
-        d.launch_overhead = profile.compute.dispatch;
-        d.comm_slowdown = profile.compute.comm_slowdown;
-        if (!profile.compute.stream.empty()) {
-            d.memory_bandwidth = Bandwidth::bytes_per_s(profile.compute.stream.y.back());
-            d.memory_efficiency = 1.0;
+        if (profile.has_compute) {
+            DeviceKind& d = g.device;
+            d.measured = compute;
+            d.launch_overhead = profile.compute.dispatch;
+            d.comm_slowdown = profile.compute.comm_slowdown;
+            if (!profile.compute.stream.empty()) {
+                d.memory_bandwidth = Bandwidth::bytes_per_s(profile.compute.stream.y.back());
+                d.memory_efficiency = 1.0;
+            }
         }
-        g.host_memory_bandwidth = profile.memcpy;
-        if (g.nvme_capacity) {
-            g.nvme_read = profile.file_read;
-            g.nvme_write = profile.file_write;
+        if (profile.has_memory) {
+            g.host_memory_bandwidth = profile.memcpy;
+            if (g.nvme_capacity) {
+                g.nvme_read = profile.file_read;
+                g.nvme_write = profile.file_write;
+            }
         }
         if (intra && g.intra != IntraKind::none) {
             // A message between two ranks of a host crosses two intra links (rank → shm → rank).

@@ -5,7 +5,8 @@
 //     "smolcluster_profile": 1,
 //     "measured_on": {"hosts": ["pi0", "pi1"], "cpu_model": "…", "cores": 4, "nodes": 2,
 //                     "ranks_per_node": 4, "blas": "OpenBLAS 0.3.21 …", "blas_threads": 1,
-//                     "mpi": "Open MPI v4.1.4", "date": "2025-01-31T12:00:00Z", "quick": false},
+//                     "mpi": "Open MPI v4.1.4", "date": "2025-01-31T12:00:00Z", "quick": false,
+//                     "source": "…where the figures come from, when not from calibrate"},
 //     "compute": {
 //       "dispatch_s": 2.1e-7, "comm_slowdown": 1.6, "arithmetic_flops_per_s": 4.1e10,
 //       "gemm": {"m": [16, 64, …], "n": […], "k": […], "flops_per_s": [… m·n·k values, k fastest]},
@@ -20,6 +21,11 @@
 //     "network": [{"kind": "all_reduce" | … | "p2p", "ranks": 2, "nodes": 1,
 //                  "bytes": […], "seconds": […]}, …]
 //   }
+//
+// `calibrate` writes every section. A profile of published measurements may carry only some:
+// "compute" and "memory" may be left out (the cluster keeps its datasheet leads for them), and of
+// "measured_on" only hosts, nodes, ranks_per_node and date are required — a GPU node's NCCL curves
+// have no BLAS or MPI to name (validation/vtrain-a100-nccl.json is such a profile).
 //
 // Applying a profile to a cluster (every node group: a profile describes one kind of host):
 //   device kind  ← the measured tables (MeasuredCompute), dispatch as the launch overhead,
@@ -56,6 +62,10 @@ struct Profile {
     std::string mpi;
     std::string date;            // ISO 8601, UTC
     bool quick = false;
+    std::string source;          // where published figures come from (empty: measured by calibrate)
+
+    bool has_compute = true;     // false: no "compute" section, the device keeps its leads
+    bool has_memory = true;      // false: no "memory" section, host memory and NVMe keep theirs
 
     MeasuredCompute compute;
     Bandwidth memcpy;            // bytes copied per second

@@ -7,9 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "bench/published.hpp"
+#include "sim/simulator.hpp"
 #include "test_support.hpp"
+#include "topologies/profile.hpp"
+#include "topologies/topology.hpp"
 
 using namespace smol;
 using namespace smol::bench;
@@ -76,7 +80,7 @@ TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][publ
     const std::vector<std::string> expected{
         "simulate", "--model", "/models/gpt-l20-h2048-a16-f8192-v50688-s1024.json", "--cluster", "hgx-a100-4hdr",
         "--devices", "8", "--tp", "4", "--pp", "2", "--dp", "1", "--micro-batch", "2", "--global-batch", "8",
-        "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b",
+        "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b", "--profile", kValidation + "/vtrain-a100-nccl.json",
         "--strategy", "ddp", "--framework", "megatron-deepspeed", "--attention", "eager", "--json"};
     CHECK(m.args == expected);
     CHECK(command_line(m.args).rfind("smolcluster simulate --model /models/", 0) == 0);
@@ -307,4 +311,38 @@ TEST_CASE("the dispatch calibration rows are vTrain's 48 host-bound rows", "[ben
     std::size_t n = 0;
     for (const Row& r : all_rows()) n += dispatch_calibration_row(r);
     CHECK(n == 48);   // tests/strategies/test_framework.cpp recomputes the calibration from them
+}
+
+TEST_CASE("vTrain's rows take their all-reduces from vTrain's nccl-tests tables", "[bench][published]") {
+    // validation/vtrain-nccl/AR_GPU<n>_1M_1024M_LUT, read here apart from make_profile.py: the
+    // in-place time (ns, 6th column) of one message size.
+    const auto lut_seconds = [](int gpus, std::int64_t bytes) {
+        std::ifstream in(kValidation + "/vtrain-nccl/AR_GPU" + std::to_string(gpus) + "_1M_1024M_LUT");
+        std::string line;
+        std::getline(in, line);
+        while (std::getline(in, line)) {
+            std::vector<std::string> cells;
+            std::stringstream s(line);
+            for (std::string c; std::getline(s, c, ',');) cells.push_back(c);
+            if (cells.size() == 7 && std::stoll(cells[0]) == bytes) return std::stod(cells[5]) * 1e-9;
+        }
+        return -1.0;
+    };
+    const std::string file = kValidation + "/vtrain-a100-nccl.json";
+    const topo::Cluster node = topo::cluster_preset("hgx-a100-4hdr");
+    for (const auto& [gpus, bytes] : {std::pair<int, std::int64_t>{8, 2 << 20}, {4, 16 << 20}, {2, 512 << 20}}) {
+        INFO(gpus << " GPUs, " << bytes << " bytes");
+        // As the harness runs a row: --devices first, then the profile (which keeps compute leads).
+        const topo::Cluster c = topo::apply_profile(node.first_devices(gpus), topo::load_profile(file), file);
+        CHECK(c.groups[0].device.launch_overhead == node.groups[0].device.launch_overhead);
+        const topo::Topology topology(c);
+        std::vector<int> members(static_cast<std::size_t>(gpus));
+        for (int r = 0; r < gpus; ++r) members[static_cast<std::size_t>(r)] = r;
+        OpGraph g(gpus);
+        g.add_collective(CollectiveKind::all_reduce, members, Bytes(bytes), Stream::comm, Phase::comm);
+        g.finalize();
+        const double expected = lut_seconds(gpus, bytes);
+        REQUIRE(expected > 0);
+        CHECK(sim::simulate(g, c, topology, {}).makespan.to_seconds() == Approx(expected).epsilon(1e-9));
+    }
 }

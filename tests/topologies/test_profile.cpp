@@ -150,3 +150,37 @@ TEST_CASE("a profile measured with another number of ranks per node is refused",
     CHECK_THAT(m, Contains("4 devices per node"));
     CHECK_THAT(m, Contains("mpirun -np 4"));
 }
+
+TEST_CASE("a profile of collective curves alone keeps the cluster's compute and memory", "[topologies][profile]") {
+    Profile p = sample(8);
+    p.has_compute = p.has_memory = false;
+    p.source = "nccl-tests on a published node";
+    p.cpu_model = p.blas = p.mpi = "";
+    p.cores = p.blas_threads = 1;
+    const Json j = to_json(p);
+    CHECK_FALSE(j.contains("compute"));
+    CHECK_FALSE(j.contains("memory"));
+    CHECK(j["measured_on"]["source"] == "nccl-tests on a published node");
+    const Profile q = profile_from_json(JsonView(j, "p.json"));
+    CHECK_FALSE(q.has_compute);
+    CHECK_FALSE(q.has_memory);
+    CHECK(to_json(q) == j);
+
+    // Only a profile's compute and memory rates depend on the ranks sharing a host: these curves
+    // fit a node of any size (2 devices here, 8 ranks measured).
+    const Cluster before = localhost(2);
+    const Cluster c = apply_profile(before, q, "p.json");
+    const NodeGroup& g = c.groups[0];
+    CHECK_FALSE(g.device.measured);
+    CHECK(g.device.launch_overhead == before.groups[0].device.launch_overhead);
+    CHECK(g.device.memory_bandwidth == before.groups[0].device.memory_bandwidth);
+    CHECK(g.host_memory_bandwidth == before.groups[0].host_memory_bandwidth);
+    REQUIRE(c.measured_network);
+    CHECK(c.measured_network->collective(CollectiveKind::all_reduce, 2, 1) != nullptr);
+
+    SECTION("measured_on still needs its date") {
+        Json bad = j;
+        bad["measured_on"].erase("date");
+        CHECK_THAT(read_error(bad), Contains("date"));
+    }
+}
