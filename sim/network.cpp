@@ -32,7 +32,7 @@ constexpr std::uint32_t kAhead = 12;
 }  // namespace
 
 FlowNetwork::FlowNetwork(const std::vector<Bandwidth>& capacity)
-    : link_(capacity.size()), last_util_(capacity.size(), 0.f) {
+    : link_(capacity.size()), fill_(capacity.size()), last_util_(capacity.size(), 0.f) {
     for (std::size_t l = 0; l < capacity.size(); ++l) {
         if (!(capacity[l].bytes_per_second() > 0)) throw Error(ErrorKind::internal, "network: a link has no bandwidth");
         link_[l].capacity = capacity[l].bytes_per_second() * 1e-12;
@@ -40,7 +40,7 @@ FlowNetwork::FlowNetwork(const std::vector<Bandwidth>& capacity)
 }
 
 void FlowNetwork::mark_dirty(std::int32_t link) {
-    LinkState& s = link_[static_cast<std::size_t>(link)];
+    LinkFill& s = fill_[static_cast<std::size_t>(link)];
     if (s.dirty) return;
     s.dirty = true;
     dirty_.push_back(link);
@@ -199,7 +199,7 @@ void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
     const auto [begin, end] = shared_range_[fl.slot];
     for (std::uint32_t k = begin; k < end; ++k) {
         const OnLink& hop = shared_[k];   // (link, weight) of one of its shared hops
-        LinkState& s = link_[hop.flow];
+        LinkFill& s = fill_[hop.flow];
         s.residual = std::max(0.0, s.residual - rate * hop.weight);
         s.unfrozen_weight -= hop.weight;
         if (s.set_count > 1) {
@@ -220,7 +220,7 @@ void FlowNetwork::freeze(FlowId f, double rate, std::int32_t bottleneck) {
 // shared link that only one refilled flow crosses, at what the held flows leave of it.
 void FlowNetwork::fill() {
     if (++round_ == 0) {   // wrapped: clear the marks
-        for (LinkState& s : link_) s.stamp = 0;
+        for (LinkFill& s : fill_) s.stamp = 0;
         round_ = 1;
     }
     set_links_.clear();
@@ -236,7 +236,7 @@ void FlowNetwork::fill() {
         const auto begin = static_cast<std::uint32_t>(shared_.size());
         for (std::uint32_t h = 0; h < fl.hops; ++h) {
             prefetch(fl.links, h + kAhead, fl.hops);
-            LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
+            const LinkState& s = link_[static_cast<std::size_t>(fl.links[h])];
             if (s.flows == 1) {   // its own
                 const double own = s.capacity / fl.weight(h);
                 if (own < limit) {
@@ -246,14 +246,15 @@ void FlowNetwork::fill() {
                 continue;
             }
             shared_.push_back({static_cast<FlowId>(fl.links[h]), fl.weight(h)});
-            if (s.stamp != round_) {
-                s.stamp = round_;
-                s.set_count = 0;
-                s.unfrozen_weight = 0;
+            LinkFill& u = fill_[static_cast<std::size_t>(fl.links[h])];
+            if (u.stamp != round_) {
+                u.stamp = round_;
+                u.set_count = 0;
+                u.unfrozen_weight = 0;
                 set_links_.push_back(fl.links[h]);
             }
-            ++s.set_count;
-            s.unfrozen_weight += fl.weight(h);
+            ++u.set_count;
+            u.unfrozen_weight += fl.weight(h);
         }
         shared_range_.emplace_back(begin, static_cast<std::uint32_t>(shared_.size()));
         fl.bottleneck = bound;
@@ -261,17 +262,18 @@ void FlowNetwork::fill() {
     }
     shares_.clear();
     for (std::size_t k = 0; k < set_links_.size(); ++k) {
-        prefetch(set_links_.data(), k + kAhead, set_links_.size());
+        prefetch_both(set_links_.data(), k + kAhead, set_links_.size());
         const std::int32_t l = set_links_[k];
-        LinkState& s = link_[static_cast<std::size_t>(l)];
+        const LinkState& s = link_[static_cast<std::size_t>(l)];
+        LinkFill& u = fill_[static_cast<std::size_t>(l)];
         double held = 0;
-        if (s.flows > s.set_count)
+        if (s.flows > u.set_count)
             for (const OnLink& e : on_link(l)) {
                 const Flow& g = flows_[e.flow];
                 if (g.stamp != stamp_) held += g.rate * e.weight;
             }
-        s.residual = std::max(0.0, s.capacity - held);
-        if (s.set_count > 1) shares_.push_back({s.residual / s.unfrozen_weight, l, ++s.version});
+        u.residual = std::max(0.0, s.capacity - held);
+        if (u.set_count > 1) shares_.push_back({u.residual / u.unfrozen_weight, l, ++u.version});
     }
     for (std::size_t i = 0; i < set_.size(); ++i) {
         const FlowId f = set_[i];
@@ -280,7 +282,7 @@ void FlowNetwork::fill() {
         std::int32_t bound = fl.bottleneck;
         const auto [begin, end] = shared_range_[i];
         for (std::uint32_t k = begin; k < end; ++k) {
-            const LinkState& s = link_[shared_[k].flow];
+            const LinkFill& s = fill_[shared_[k].flow];
             if (s.set_count != 1) continue;
             const double own = s.residual / shared_[k].weight;
             if (own < limit) {
@@ -301,7 +303,7 @@ void FlowNetwork::fill() {
             if (!flows_[f].frozen) freeze(f, e.share, flows_[f].bottleneck);
             continue;
         }
-        const LinkState& s = link_[static_cast<std::size_t>(e.link)];
+        const LinkFill& s = fill_[static_cast<std::size_t>(e.link)];
         if (e.version != s.version || s.unfrozen_weight == 0) continue;
         for (const OnLink& o : on_link(e.link)) {
             const Flow& g = flows_[o.flow];
@@ -317,12 +319,13 @@ void FlowNetwork::fill() {
 bool FlowNetwork::check(Time now) {
     bool ok = true;
     for (std::size_t k = 0; k < set_links_.size(); ++k) {
-        prefetch(set_links_.data(), k + kAhead, set_links_.size());
+        prefetch_both(set_links_.data(), k + kAhead, set_links_.size());
         const std::int32_t l = set_links_[k];
         const LinkState& s = link_[static_cast<std::size_t>(l)];
-        if (s.flows == s.set_count) continue;   // no held flow crosses it
+        const LinkFill& u = fill_[static_cast<std::size_t>(l)];
+        if (s.flows == u.set_count) continue;   // no held flow crosses it
         const std::span<const OnLink> on = on_link(l);
-        const bool saturated = s.residual <= s.capacity * kSlack;
+        const bool saturated = u.residual <= s.capacity * kSlack;
         double fastest = 0, slowest_bound = std::numeric_limits<double>::infinity();
         for (const OnLink& e : on) {
             const Flow& g = flows_[e.flow];
@@ -362,7 +365,7 @@ void FlowNetwork::solve(Time now) {
         const bool alone = added_.size() == 1 && added_.front() == detached_ &&
                            std::all_of(dirty_.begin(), dirty_.end(), [&](std::int32_t l) { return link_[static_cast<std::size_t>(l)].flows == 0; });
         if (alone) {
-            for (std::int32_t l : dirty_) link_[static_cast<std::size_t>(l)].dirty = false;
+            for (std::int32_t l : dirty_) fill_[static_cast<std::size_t>(l)].dirty = false;
             dirty_.clear();
             added_.clear();
             solve_alone(now);
@@ -384,11 +387,10 @@ void FlowNetwork::solve(Time now) {
     added_.clear();
     if (samples_) sampled_.assign(dirty_.begin(), dirty_.end());
     for (std::size_t k = 0; k < dirty_.size(); ++k) {
-        prefetch(dirty_.data(), k + kAhead, dirty_.size());
+        prefetch_both(dirty_.data(), k + kAhead, dirty_.size());
         const std::int32_t l = dirty_[k];
-        LinkState& s = link_[static_cast<std::size_t>(l)];
-        s.dirty = false;
-        if (s.flows == 0) continue;
+        fill_[static_cast<std::size_t>(l)].dirty = false;
+        if (link_[static_cast<std::size_t>(l)].flows == 0) continue;
         for (const OnLink& e : on_link(l))
             if (flows_[e.flow].bottleneck == l) enter(e.flow, now);
     }

@@ -111,21 +111,25 @@ private:
         std::uint32_t version;
     };
 
-    /// Per link, what every pass of a solve reads, in one cache line: its state and, while no
-    /// more than kInline flows cross it (most links), the flows themselves; past that they move
-    /// to a spill list until the link empties.
+    /// Per link, what entering, leaving and solving a flow read on every link it crosses, in half
+    /// a cache line: its capacity, its flow count and, while no more than kInline flows cross it
+    /// (most links), the flows themselves; past that they move to a spill list until the link
+    /// empties. What only a shared link needs during a fill is apart (LinkFill): the hot table is
+    /// half the size, so a flow over most of a large fabric's links streams through half the bytes.
     static constexpr std::uint32_t kInline = 2;
-    struct alignas(64) LinkState {
+    struct alignas(32) LinkState {
         double capacity = 0;            // bytes per picosecond
-        double residual = 0;            // during a fill: what is left for the unfrozen refilled flows
         std::uint32_t flows = 0;        // active flows crossing it
+        std::uint32_t spill = 0;        // 1 + its list in spill_, or 0: the flows are inline
+        OnLink inline_flows[kInline];
+    };
+    struct alignas(32) LinkFill {
+        double residual = 0;            // during a fill: what is left for the unfrozen refilled flows
         std::uint32_t set_count = 0;    // refilled flows crossing it
         std::uint32_t unfrozen_weight = 0;   // members of unfrozen refilled flows
         std::uint32_t stamp = 0;        // in set_links_ of fill `round_`
         std::uint32_t version = 0;      // of its share entry
-        std::uint32_t spill = 0;        // 1 + its list in spill_, or 0: the flows are inline
         bool dirty = false;
-        OnLink inline_flows[kInline];
     };
     std::span<OnLink> on_link(std::int32_t link) {
         LinkState& s = link_[static_cast<std::size_t>(link)];
@@ -133,6 +137,13 @@ private:
     }
     void prefetch(const std::int32_t* links, std::size_t at, std::size_t n) const {
         if (at < n) __builtin_prefetch(&link_[static_cast<std::size_t>(links[at])], 1);
+    }
+    /// Both halves of a link: for the passes over shared links only.
+    void prefetch_both(const std::int32_t* links, std::size_t at, std::size_t n) const {
+        if (at < n) {
+            __builtin_prefetch(&link_[static_cast<std::size_t>(links[at])], 1);
+            __builtin_prefetch(&fill_[static_cast<std::size_t>(links[at])], 1);
+        }
     }
     void add_to_link(std::int32_t link, OnLink e);
     void remove_from_link(std::int32_t link, FlowId f);
@@ -153,6 +164,7 @@ private:
     void record_samples(Time now);
 
     std::vector<LinkState> link_;
+    std::vector<LinkFill> fill_;                    // per link, beside link_
     std::vector<std::vector<OnLink>> spill_;        // flow lists of crowded links
     std::vector<std::uint32_t> free_spill_;
     std::vector<Flow> flows_;
