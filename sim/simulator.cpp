@@ -90,14 +90,31 @@ public:
                     }
                 }
             }
-            for (LinkId l : f.links) slot_[static_cast<std::size_t>(l)] = kNoSlot;
             // In link order: a flow over a whole cluster's links then sweeps the network's link
             // table forward instead of jumping about it (its order means nothing to the model).
-            std::vector<std::pair<LinkId, std::uint32_t>> by_link;
-            by_link.reserve(f.links.size());
-            for (std::size_t i = 0; i < f.links.size(); ++i) by_link.emplace_back(f.links[i], f.weights[i]);
-            std::sort(by_link.begin(), by_link.end());
-            for (std::size_t i = 0; i < by_link.size(); ++i) std::tie(f.links[i], f.weights[i]) = by_link[i];
+            // A flow over a large share of the links is put in order by one pass over the slots
+            // (each holds its link's index in the flow), cheaper than sorting; a small one sorted.
+            if (f.links.size() * kSweepShare >= slot_.size()) {
+                std::vector<LinkId> links;
+                std::vector<std::uint32_t> weights;
+                links.reserve(f.links.size());
+                weights.reserve(f.links.size());
+                for (std::size_t l = 0; l < slot_.size(); ++l) {
+                    if (slot_[l] == kNoSlot) continue;
+                    links.push_back(static_cast<LinkId>(l));
+                    weights.push_back(f.weights[slot_[l]]);
+                    slot_[l] = kNoSlot;
+                }
+                f.links = std::move(links);
+                f.weights = std::move(weights);
+            } else {
+                for (LinkId l : f.links) slot_[static_cast<std::size_t>(l)] = kNoSlot;
+                std::vector<std::pair<LinkId, std::uint32_t>> by_link;
+                by_link.reserve(f.links.size());
+                for (std::size_t i = 0; i < f.links.size(); ++i) by_link.emplace_back(f.links[i], f.weights[i]);
+                std::sort(by_link.begin(), by_link.end());
+                for (std::size_t i = 0; i < by_link.size(); ++i) std::tie(f.links[i], f.weights[i]) = by_link[i];
+            }
             if (std::all_of(f.weights.begin(), f.weights.end(), [](std::uint32_t w) { return w == 1; })) f.weights.clear();
             out.push_back(std::move(f));
         }
@@ -109,6 +126,8 @@ public:
 
 private:
     static constexpr std::uint8_t kUncoupled = 0xff;
+    /// A flow over at least 1/kSweepShare of the links is ordered by a pass over all of them.
+    static constexpr std::size_t kSweepShare = 16;
     struct Member {
         std::span<const LinkId> route;
         Bytes bytes;
