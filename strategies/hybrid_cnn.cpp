@@ -108,6 +108,15 @@ void check_hybrid_cnn(const Model& model, const Plan& plan, const Layout& l) {
         fail_input("--hybrid-variant chunked sends 1/K of each worker's samples per round: the micro-batch " +
                        std::to_string(l.micro_batch) + " must be a multiple of the " + std::to_string(l.dp) + " workers",
                    {"", "", "--micro-batch"});
+    // All-gather runs the FC layers once over every worker's micro-batch: dp × micro-batch
+    // samples, a count of the layout's int.
+    if (plan.hybrid_variant == HybridVariant::all_gather &&
+        static_cast<std::int64_t>(l.dp) * l.micro_batch > std::numeric_limits<int>::max())
+        fail_input("--hybrid-variant all-gather runs the fully connected layers on the " + std::to_string(l.dp) +
+                       " workers' micro-batches of " + std::to_string(l.micro_batch) + " at once, " +
+                       std::to_string(static_cast<std::int64_t>(l.dp) * l.micro_batch) + " samples, more than the " +
+                       std::to_string(std::numeric_limits<int>::max()) + " a pass can hold; a smaller --micro-batch",
+                   {"", "", "--micro-batch"});
     if (plan.optimizer == Optimizer::lamb)
         fail_input("--optimizer lamb needs each layer's norms, which would span the workers holding the fully connected "
                        "layers' shards; with hybrid-cnn use adam, adamw-8bit or sgd",
@@ -119,8 +128,8 @@ std::int64_t hybrid_extra_ops(const Model& model, const Layout& layout, const Pl
     const std::int64_t rounds = plan.hybrid_variant == HybridVariant::all_gather ? 1 : layout.dp;
     // Per round and fc layer: alloc, forward, all-gather, backward, free, reduce-scatter (and a
     // recompute); per round the exchange and the return, with the logits' buffer.
-    const std::int64_t per_microbatch = rounds * (fc * 7 + 6);
-    return static_cast<std::int64_t>(layout.devices) * layout.microbatches * per_microbatch;
+    const double ops = static_cast<double>(layout.devices) * layout.microbatches * static_cast<double>(rounds * (fc * 7 + 6));
+    return ops >= 9.2e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(ops);
 }
 
 OpGraph build_hybrid_cnn(const Model& model, const Layout& layout, const Plan& plan) {
@@ -142,9 +151,9 @@ OpGraph build_hybrid_cnn(const Model& model, const Layout& layout, const Plan& p
     // Collective sizes are the whole buffer (nccl-tests' convention, sim/collectives.hpp): the
     // gathered output of an all-gather, the input of a reduce-scatter.
     const std::int64_t in0 = fc_inputs(model.layers()[static_cast<std::size_t>(first)]);
-    const Bytes exchange = Bytes(pass * in0 * e);   // the first FC layer's input for one pass
+    const Bytes exchange = Bytes(e) * pass * in0;   // the first FC layer's input for one pass
     std::vector<Bytes> gathered;                     // after FC layer i: every worker's neurons
-    for (const LayerSpec& s : shard_model.layers()) gathered.push_back(Bytes(K * pass * fc_outputs(s) * e));
+    for (const LayerSpec& s : shard_model.layers()) gathered.push_back(Bytes(e) * pass * fc_outputs(s) * std::int64_t{K});
 
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t conv_params = detail::total_params(conv), fc_params = detail::total_params(fc);

@@ -729,7 +729,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;
     l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel)) || l.folded_tp;
     l.estimated_ops = estimated_ops(l, plan, blocks);
-    if (plan.strategy == DataParallel::hybrid_cnn) l.estimated_ops += hybrid_extra_ops(model, l, plan);
+    if (plan.strategy == DataParallel::hybrid_cnn)
+        l.estimated_ops += std::min(hybrid_extra_ops(model, l, plan), std::numeric_limits<std::int64_t>::max() - l.estimated_ops);
     if (l.estimated_ops > kMaxOps) {
         // Say what makes the ops: the gradient buckets (a tiny bucket size) or the passes.
         const Estimate e = estimate(l, plan, blocks);

@@ -190,6 +190,11 @@ TEST_CASE("hybrid-cnn refuses what it cannot split", "[strategies][hybrid_cnn]")
     SECTION("chunks of a micro-batch the workers do not divide") {
         refused(model_preset("vgg16"), hybrid(HybridVariant::chunked, 12), "--micro-batch", "multiple of the 8 workers");
     }
+    SECTION("an all-gather pass of more samples than an int holds") {
+        // 8 workers × 2^28 samples = 2^31: one past INT_MAX (found by fuzz_plan).
+        refused(model_preset("vgg16"), hybrid(HybridVariant::all_gather, 1 << 28), "--micro-batch",
+                "2147483648 samples, more than the 2147483647");
+    }
     SECTION("LAMB's per-layer norms") {
         Plan q = p;
         q.optimizer = Optimizer::lamb;
