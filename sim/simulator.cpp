@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "sim/compute.hpp"
 #include "sim/engine.hpp"
+#include "sim/link_classes.hpp"
 #include "sim/measured.hpp"
 #include "sim/memory.hpp"
 #include "sim/network.hpp"
@@ -168,7 +169,10 @@ struct PlanKeyHash {
 class Simulator {
 public:
     Simulator(const OpGraph& g, const topo::Cluster& c, const topo::Topology& t, const SimOptions& o)
-        : graph_(g), cluster_(c), topo_(t), options_(o), network_(link_bandwidths(t)),
+        : graph_(g), cluster_(c), topo_(t), options_(o),
+          // Over the links only where a run records their samples; else over link classes, made
+          // at the start of the run (merge_links); an analytic run has no flows.
+          network_(o.network == NetworkMode::flow && o.record_links ? link_bandwidths(t) : std::vector<Bandwidth>{}),
           link_slot_(t.links().size(), PhaseFlows::kNoSlot) {
         const int ranks = g.ranks();
         if (ranks != c.num_devices())
@@ -246,6 +250,7 @@ public:
     Timeline run() {
         const auto wall0 = std::chrono::steady_clock::now();
         try {
+            if (options_.network == NetworkMode::flow && !options_.record_links) merge_links();
             for (OpId id = 0; id < graph_.size(); ++id)
                 if (remaining_[id] == 0) ready_.push_back(id);
             drain_ready();
@@ -637,7 +642,43 @@ private:
 
     // ---- plans ----------------------------------------------------------------------------------
 
+    /// Every transfer's plan, made before the run (a plan depends on its op alone), and then its
+    /// flows over classes of links every flow crosses alike (sim/link_classes.hpp) instead of the
+    /// links: the rates are the same, and a collective over every rank crosses a few classes.
+    /// Link samples (traces) name the links, so a run recording them keeps the links.
+    void merge_links() {
+        for (OpId id = 0; id < graph_.size(); ++id) {
+            starting_ = id;
+            const Op& op = graph_.op(id);
+            switch (op.kind) {
+                case OpKind::collective: {
+                    const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
+                    collective_plan(c, graph_.communicators()[static_cast<std::size_t>(c.communicator)]);
+                    break;
+                }
+                case OpKind::send: p2p_plan(graph_.p2ps()[static_cast<std::size_t>(op.ref)]); break;
+                case OpKind::copy: copy_plan(op); break;
+                case OpKind::compute:
+                    if (op.on_host() && host_links(op.rank)) host_plan(id, op);
+                    break;
+                default: break;
+            }
+        }
+        starting_ = OpGraph::kNoOp;
+        LinkClasses classes(link_bandwidths(topo_));
+        for (const Plan& plan : plans_)
+            for (const Plan::Phase& ph : plan.phases)
+                for (const Plan::Flow& f : ph.flows) classes.refine(f.links, f.weights);
+        classes.finish();
+        for (Plan& plan : plans_)
+            for (Plan::Phase& ph : plan.phases)
+                for (Plan::Flow& f : ph.flows) classes.map(f.links, f.weights);
+        network_ = FlowNetwork(classes.capacities());
+        links_merged_ = true;
+    }
+
     const Plan* remember(const PlanKey& key, Plan&& plan) {
+        if (links_merged_) throw Error(ErrorKind::internal, "simulator: a transfer's plan was not made before the run");
         plans_.push_back(std::move(plan));
         plan_index_.emplace(key, &plans_.back());
         return &plans_.back();
@@ -778,9 +819,7 @@ private:
         ph.latency = grp.device.launch_overhead * static_cast<std::int64_t>(std::max<std::size_t>(1, kernels.size()));
         plan.analytic = ph.latency + traffic / (grp.host_memory_bandwidth * grp.host_memory_efficiency);
         plan.phases.push_back(std::move(ph));
-        plans_.push_back(std::move(plan));
-        plan_index_.emplace(key, &plans_.back());
-        return &plans_.back();
+        return remember(key, std::move(plan));
     }
 
     void start_host(OpId id, const Op& op) {
@@ -898,6 +937,7 @@ private:
     std::vector<Transfer> transfers_;
     std::vector<std::uint32_t> free_transfers_;
     std::deque<Plan> plans_;
+    bool links_merged_ = false;   // plans_' flows cross link classes (merge_links)
     std::unordered_map<PlanKey, const Plan*, PlanKeyHash> plan_index_;
 };
 
