@@ -406,6 +406,10 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     double cap = (plan.strategy == DataParallel::ring ? plan.fusion_mb : plan.bucket_mb) * 1048576.0;
     if (l.framework.grad_reduce == GradReduce::after_backward && l.framework.after_backward_bucket > 0)
         cap = std::min(cap, 2.0 * static_cast<double>(l.framework.after_backward_bucket));
+    // DeepSpeed's ZeRO-1/2 buckets are reduce_bucket_size elements (strategies/zero.cpp build_zero).
+    if ((plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2) && l.tp == 1 && l.pp == 1 &&
+        (l.framework.name == FrameworkName::deepspeed || l.framework.name == FrameworkName::megatron_deepspeed))
+        cap = 4.0 * static_cast<double>(l.framework.reduce_bucket);
     const bool bucketed = !sharded && (l.dp > 1 || ps || plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2);
     const double buckets = bucketed ? std::ceil(params / pp * 4 / std::max(1.0, cap)) + 2 : 2;
     const double per_microbatch = stage_blocks * per_block + (l.pp > 1 ? 4 * v : 0);

@@ -29,7 +29,14 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t params = total_params(blocks);   // trainable
     const int n = layout.dp, mbs = layout.microbatches;
-    const Bytes cap = Bytes::mib(plan.bucket_mb);
+    // DeepSpeed's engine (stage_1_and_2.py:939-961, reduce_independent_p_g_buckets_and_remove_grads)
+    // fills an IPG bucket with gradients as backward produces them and reduces it when the next
+    // would take it past reduce_bucket_size elements (5e8 by default, runtime/zero/config.py:109).
+    // Megatron's distributed optimizer buckets by --bucket-mb.
+    const Framework& fw = layout.framework;
+    const bool ipg = fw.name == FrameworkName::deepspeed || fw.name == FrameworkName::megatron_deepspeed;
+    const Bytes cap = ipg ? Bytes(std::max<std::int64_t>(1, std::min(fw.reduce_bucket, params))) * std::int64_t{sb.grads}
+                          : Bytes::mib(plan.bucket_mb);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
     const int last_block = static_cast<int>(blocks.size()) - 1;
     // ZeRO-Offload (stage_1_and_2.py with offload_optimizer): the optimizer state, the fp32
@@ -46,6 +53,15 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     // Stage 2 keeps each bucket's gradients in a transient buffer until they are reduced (and,
     // offloaded, copied out); so does stage 1 offloaded on one rank.
     const bool bucketed = stage == 2 && (n > 1 || offload);
+    // DeepSpeed's buckets live in IPG buffers of reduce_bucket_size elements, whatever the model:
+    // backward() takes one with torch.empty, a second with overlap_comm, for the whole backward
+    // (stage_1_and_2.py:2049-2060), and they are released after it. Elsewhere each bucket has a
+    // transient buffer of its own gradients.
+    const bool ipg_buffers = ipg && bucketed;
+    const int ipg_count = fw.overlap_comm.value_or(false) ? 2 : 1;   // stage 1-2's default: off (config.py:383)
+    const Bytes ipg_bytes = Bytes(std::max<std::int64_t>(1, fw.reduce_bucket)) * std::int64_t{sb.grads};
+    std::vector<std::map<int, std::vector<std::int32_t>>> ipg_buf(replicas.size());   // per micro-batch
+    std::vector<std::map<int, std::vector<OpId>>> ipg_done(replicas.size());           // its buckets off the device
     const detail::GradientOffload how{sb.grads, sb.grads, Tier::host, layout.dtype};
     std::vector<Passes> passes;
     std::vector<std::map<std::pair<int, int>, std::int32_t>> bucket_buf(replicas.size());
@@ -56,6 +72,17 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     // Offloaded, each bucket's free (after its partition's copy) per (micro-batch, block its
     // gradients complete after): what the throttle below waits for.
     std::vector<std::map<std::pair<int, int>, std::vector<OpId>>> freed_after(replicas.size());
+    // A bucket has left its IPG buffer (reduced, and offloaded, copied out); after the last one of
+    // the micro-batch its buffers are released.
+    auto ipg_finished = [&](std::size_t d, int mb, std::size_t k, OpId device_done, Stream stream) {
+        std::vector<OpId>& done = ipg_done[d][mb];
+        done.push_back(device_done);
+        if (k + 1 < buckets.size()) return;
+        for (const std::int32_t buf : ipg_buf[d][mb]) {
+            const OpId f = g.add_free(buf, stream, -1, mb);
+            for (const OpId o : done) g.depend(o, f);
+        }
+    };
     std::int64_t largest = 1;
     for (const Block& b : blocks)
         for (std::int64_t e : partitioned_tensors(b, 0)) largest = std::max(largest, e);
@@ -87,6 +114,15 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         std::function<void(int, const Block&)> before_bwd;
         if (bucketed)
             before_bwd = [&, d, r](int mb, const Block& b) {
+                if (ipg_buffers) {
+                    if (b.index != last_block) return;
+                    for (int i = 0; i < ipg_count; ++i) {
+                        const std::int32_t buf = g.add_buffer(r, Tier::device, ipg_bytes, BufferLabel::bucket);
+                        g.add_alloc(buf, Stream::compute, b.index, mb);
+                        ipg_buf[d][mb].push_back(buf);
+                    }
+                    return;
+                }
                 for (std::size_t k = 0; k < buckets.size(); ++k)
                     if (bucket_first_block(buckets, k, last_block) == b.index) {
                         const std::int32_t buf = g.add_buffer(r, Tier::device, buckets[k].bytes, BufferLabel::bucket);
@@ -108,7 +144,9 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                 if (mb == mbs - 1) last_out[d] = o.done;
                 stream = Stream::copy;
             }
-            if (bucketed) {
+            if (ipg_buffers) {
+                ipg_finished(d, mb, static_cast<std::size_t>(k), device_done, stream);
+            } else if (bucketed) {
                 const OpId f = g.add_free(bucket_buf[d].at({mb, k}), stream, -1, mb);
                 g.depend(device_done, f);
                 freed_after[d][{mb, buckets[static_cast<std::size_t>(k)].ready_after_block}].push_back(f);
@@ -158,18 +196,30 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                         if (mb == mbs - 1) last_out[d] = o.done;
                         stream = Stream::copy;
                     }
-                    if (bucketed) {
+                    if (ipg_buffers) {
+                        ipg_finished(d, mb, k, device_done, stream);
+                    } else if (bucketed) {
                         const OpId f = g.add_free(bucket_buf[d].at({mb, static_cast<int>(k)}), stream, -1, mb);
                         g.depend(device_done, f);
                         freed_after[d][{mb, buckets[k].ready_after_block}].push_back(f);
                     }
                 }
             }
-    // DeepSpeed's hooks block backward while its IPG buffers (two with overlap_comm) wait for
-    // their reduction and copy: offloaded, the copy to the host is the slow part, so a block's
-    // backward waits until the gradients of the block two before it have left the device (the
-    // graph is per block; DeepSpeed's buckets are per parameter).
-    if (offload && bucketed)
+    // DeepSpeed's own rule, per bucket: the next gradient is copied into the IPG buffer the last
+    // reduction released (stage_1_and_2.py:939-961; ipg_index alternates with overlap_comm), and
+    // offloaded without overlap_comm the copy to the host runs on the current stream (:1382-1388),
+    // so the first block of bucket j + count waits until bucket j has left the device.
+    if (ipg_buffers)
+        for (std::size_t d = 0; d < replicas.size(); ++d)
+            for (const auto& [mb, done] : ipg_done[d])
+                for (std::size_t j = 0; j + static_cast<std::size_t>(ipg_count) < buckets.size() && j < done.size(); ++j) {
+                    const int first = buckets[j + static_cast<std::size_t>(ipg_count) - 1].ready_after_block - 1;
+                    if (first >= 0)
+                        g.depend(done[j], passes[d].bwd_first[static_cast<std::size_t>(mb)][static_cast<std::size_t>(first)]);
+                }
+    // Other engines' offloaded buckets: a block's backward waits until the gradients of the block
+    // two before it have left the device.
+    else if (offload && bucketed)
         for (std::size_t d = 0; d < replicas.size(); ++d)
             for (int mb = 0; mb < mbs; ++mb)
                 for (int i = 0; i + 2 <= last_block; ++i) {

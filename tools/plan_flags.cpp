@@ -320,9 +320,6 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
     o.param_swap_buffers = c.param_buffer_count;
     o.param_swap_buffer_size = c.param_buffer_size;
     if (c.allgather_bucket_size) f.warnings.push_back(file + ": /zero_optimization/allgather_bucket_size is not modelled");
-    if (c.reduce_bucket_size && (p.strategy == strategies::DataParallel::zero1 || p.strategy == strategies::DataParallel::zero2))
-        f.warnings.push_back(file + ": /zero_optimization/reduce_bucket_size is not modelled for ZeRO stages 1 and 2 (their "
-                                    "gradient buckets are --bucket-mb)");
     for (const std::string& key : c.unmodelled) f.warnings.push_back(file + ": " + key + " is not modelled");
 }
 
@@ -419,6 +416,11 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--bucket-mb") && (s == DataParallel::ring || s == DataParallel::zero3 || s == DataParallel::fsdp))
         no_effect("--bucket-mb", strategy + (s == DataParallel::ring ? " fuses gradients by --fusion-mb"
                                                                    : " reduces each block's gradients on their own"));
+    const bool deepspeed_engine = p.framework.empty() || p.framework.rfind("deepspeed", 0) == 0 ||
+                                  p.framework.rfind("megatron-deepspeed", 0) == 0;
+    if (given("--bucket-mb") && (s == DataParallel::zero1 || s == DataParallel::zero2) && !model_parallel && deepspeed_engine)
+        no_effect("--bucket-mb", "DeepSpeed's ZeRO-1/2 reduce gradients in buckets of reduce_bucket_size elements (5e8 by "
+                                 "default): set zero_optimization.reduce_bucket_size in a --deepspeed-config file");
     if (given("--first-bucket-mb") && !(s == DataParallel::ddp || s == DataParallel::hybrid_cnn ||
                                         (model_parallel && s == DataParallel::zero1)))
         no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp or hybrid-cnn, or zero1 with --tp / --pp) has a "

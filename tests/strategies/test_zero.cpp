@@ -182,3 +182,50 @@ TEST_CASE("ZeRO-2 reduce-scatters every micro-batch, ZeRO-1 only the last", "[st
     };
     CHECK(reduce_scatters(DataParallel::zero2) == 3 * reduce_scatters(DataParallel::zero1));
 }
+
+TEST_CASE("DeepSpeed's ZeRO-2 reduces gradients in reduce_bucket_size buckets", "[strategies][zero]") {
+    // stage_1_and_2.py:939-961: an IPG bucket is reduced when the next gradient would take it past
+    // reduce_bucket_size elements (5e8 by default: GPT-2 small's 124 M in one bucket).
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    auto per_microbatch = [&](std::optional<std::int64_t> reduce_bucket) {
+        Plan p;
+        p.strategy = DataParallel::zero2;
+        p.global_batch = 8 * 2;   // two micro-batches per replica
+        p.framework_overrides.reduce_bucket = reduce_bucket;
+        const Built b = build(m, c, p);
+        std::size_t n = 0;
+        for (const Op& op : b.graph.ops())
+            n += op.kind == OpKind::collective && op.rank == 0 &&
+                 b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::reduce_scatter;
+        return n / 2;
+    };
+    CHECK(per_microbatch(std::nullopt) == 1);
+    // 2e7 elements: at least ⌈Ψ / 2e7⌉ buckets, at most one per block.
+    Workload w;
+    const auto blocks = m.blocks(w);
+    const std::size_t n = per_microbatch(20'000'000);
+    CHECK(n >= static_cast<std::size_t>((m.parameters() + 20'000'000 - 1) / 20'000'000));
+    CHECK(n <= blocks.size());
+}
+
+TEST_CASE("DeepSpeed's ZeRO-2 holds one IPG buffer of reduce_bucket_size, two with overlap_comm", "[strategies][zero]") {
+    // stage_1_and_2.py:2049-2060: backward takes torch.empty(reduce_bucket_size) in the gradient
+    // dtype, and a second buffer with overlap_comm, whatever the model's size.
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    auto bucket_peak = [&](std::optional<bool> overlap, std::optional<std::int64_t> reduce_bucket) {
+        Plan p;
+        p.strategy = DataParallel::zero2;
+        p.dtype = DType::bf16;
+        p.global_batch = 8 * 2;
+        p.framework_overrides.overlap_comm = overlap;
+        p.framework_overrides.reduce_bucket = reduce_bucket;
+        const test::DpRun r = test::dp_run(m, c, p);
+        return test::peak_of_labels(r.built.graph, r.timeline, 0, {BufferLabel::bucket}).as_double();
+    };
+    CHECK(bucket_peak(std::nullopt, std::nullopt) == 2.0 * 5e8);
+    CHECK(bucket_peak(true, std::nullopt) == 2 * 2.0 * 5e8);
+    // Smaller buckets, several per backward: still one buffer's worth live.
+    CHECK(bucket_peak(std::nullopt, 20'000'000) == 2.0 * 2e7);
+}

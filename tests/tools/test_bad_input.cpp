@@ -240,6 +240,7 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--strategy", "hybrid-cnn", "--hybrid-variant", "ring"}, "vgg16", "dgx-a100"),
                 {"--hybrid-variant", "all-gather, broadcast, chunked"});
         refused(simulate({"--strategy", "ring", "--bucket-mb", "10"}), {"--bucket-mb", "--fusion-mb"});
+        refused(simulate({"--strategy", "zero2", "--bucket-mb", "10"}), {"--bucket-mb", "reduce_bucket_size", "--deepspeed-config"});
         refused(simulate({"--strategy", "zero2", "--first-bucket-mb", "2"}), {"--first-bucket-mb", "DDP"});
         refused(simulate({"--seq", "128"}, "resnet50"), {"--seq", "layer list"});
         refused(simulate({"--recompute", "selective"}, "resnet50"), {"--recompute", "attention core"});
