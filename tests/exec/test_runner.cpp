@@ -203,6 +203,9 @@ Model tiny_cnn() {
 strategies::Plan data_parallel(strategies::DataParallel s) {
     strategies::Plan p;
     p.strategy = s;
+    // DeepSpeed's ZeRO-1/2 IPG buffer is reduce_bucket_size elements (5e8: 2 GB in fp32, every
+    // page touched by the executor); a small one gives gpt-tiny several buckets to run through it.
+    if (s == strategies::DataParallel::zero1 || s == strategies::DataParallel::zero2) p.framework_overrides.reduce_bucket = 1 << 18;
     return p;
 }
 
