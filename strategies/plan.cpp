@@ -298,6 +298,14 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
         for (const auto& g : cluster.groups) unified = unified && (g.device.unified_memory || g.device.is_cpu);
         if (unified) l.offload_ignored = true;
         else l.activation_offload = true;
+        // The checkpoints' copies back and the parameter partitions' fetches would share the
+        // host-to-device copy queue in an order the graph cannot keep (a forward fetch behind a
+        // backward copy): refused rather than built wrong.
+        if (l.activation_offload && l.param_offload != Offload::none)
+            fail_input("--offload-activations with the parameters offloaded (" + std::string(to_string(l.param_offload)) +
+                           ", ZeRO-Infinity) is not modelled yet; offload the optimizer only (--offload-optimizer) or leave "
+                           "the activations on the device",
+                       act);
     }
     if (plan.delayed_update) {
         // Ren et al. 2021 §5.2: the one-step delayed parameter update overlaps the CPU's optimizer

@@ -372,6 +372,12 @@ TEST_CASE("bad input: fuzz findings stay fixed", "[tools][bad_input]") {
         // With replicas, so many buckets are refused before building, naming the bucket flag.
         refused(simulate({"--bucket-mb", "0.001"}, "gpt3-175b", "pi5-1gbe"), {"--bucket-mb:", "gradient buckets need a larger --bucket-mb"});
     }
+    SECTION("activation checkpoints offloaded beside offloaded parameters built a cyclic graph (exit 1)") {
+        refused(simulate({"--devices", "1", "--strategy", "zero3", "--recompute", "full", "--offload-activations", "cpu",
+                          "--offload", "cpu"},
+                         "gpt2-small", "workstation-4gpu"),
+                {"--offload-activations:", "parameters offloaded (cpu", "not modelled yet"});
+    }
     SECTION("fuzz_plan UBSan: hybrid-cnn's all-gather pass of dp × micro-batch samples overflowed an int") {
         refused(simulate({"--strategy", "hybrid-cnn", "--micro-batch", "536870912"}, "resnet50", "pi5-1gbe"),
                 {"--micro-batch:", "2147483648 samples, more than the 2147483647 a pass can hold"});
