@@ -35,8 +35,8 @@ void LinkClasses::refine(std::span<const std::int32_t> links, std::span<const st
     first_weight_.resize(classes);
     first_count_.resize(classes);
     first_to_.resize(classes);
-    other_count_.clear();
-    other_to_.clear();
+    if (!other_count_.empty()) other_count_.clear();   // clear() walks every bucket, even when empty
+    if (!other_to_.empty()) other_to_.clear();
     ++pass_;
     // Count, per class the flow touches, its links by the flow's weight on them.
     from_.resize(links.size());
