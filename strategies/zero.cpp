@@ -14,6 +14,11 @@ using namespace detail;
 
 namespace {
 
+/// DeepSpeed's gradient bucket: reduce_bucket_size elements, at most the model's, in bytes.
+Bytes reduce_bucket_cap(const Framework& fw, std::int64_t params, std::int64_t grad_bytes) {
+    return Bytes(std::max<std::int64_t>(1, std::min(fw.reduce_bucket, params))) * grad_bytes;
+}
+
 /// The block at whose backward a bucket starts filling (buckets fill in reverse block order).
 int bucket_first_block(const std::vector<Bucket>& buckets, std::size_t k, int last_block) {
     return k == 0 ? last_block : buckets[k - 1].ready_after_block;
@@ -35,8 +40,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     // Megatron's distributed optimizer buckets by --bucket-mb.
     const Framework& fw = layout.framework;
     const bool ipg = fw.name == FrameworkName::deepspeed || fw.name == FrameworkName::megatron_deepspeed;
-    const Bytes cap = ipg ? Bytes(std::max<std::int64_t>(1, std::min(fw.reduce_bucket, params))) * std::int64_t{sb.grads}
-                          : Bytes::mib(plan.bucket_mb);
+    const Bytes cap = ipg ? reduce_bucket_cap(fw, params, sb.grads) : Bytes::mib(plan.bucket_mb);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
     const int last_block = static_cast<int>(blocks.size()) - 1;
     // ZeRO-Offload (stage_1_and_2.py with offload_optimizer): the optimizer state, the fp32
@@ -490,7 +494,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     }
     // Gradients are reduce-scattered every micro-batch in buckets of reduce_bucket_size elements
     // as backward fills them (stage3.py's IPG bucket, overlap_comm on for stage 3).
-    const Bytes bucket_cap(std::max<std::int64_t>(1, std::min(fw.reduce_bucket, params)) * sb.grads);
+    const Bytes bucket_cap = reduce_bucket_cap(fw, params, sb.grads);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, bucket_cap, bucket_cap);
 
     // ZeRO-Infinity (strategies/offload.hpp): parameter partitions in host memory or on NVMe,

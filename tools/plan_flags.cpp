@@ -240,6 +240,11 @@ topo::Cluster resolve_cluster(const PlanFlags& f) {
 
 namespace {
 
+/// A --framework value that runs DeepSpeed's engine (empty: the default for ZeRO, deepspeed).
+bool deepspeed_engine(const std::string& framework) {
+    return framework.empty() || framework.rfind("deepspeed", 0) == 0 || framework.rfind("megatron-deepspeed", 0) == 0;
+}
+
 /// Applies a ds_config.json to the plan: what it sets fills the flags left unset, a flag given
 /// with another value is an error naming both.
 void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
@@ -252,7 +257,7 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
                    flag(flag_name));
     };
     if (p.framework.empty()) p.framework = "deepspeed";
-    else if (p.framework.rfind("deepspeed", 0) != 0 && p.framework.rfind("megatron-deepspeed", 0) != 0)
+    else if (!deepspeed_engine(p.framework))
         fail_input("--deepspeed-config needs --framework deepspeed or megatron-deepspeed, not " + p.framework,
                    flag("--deepspeed-config"));
     if (c.zero_stage) {
@@ -416,9 +421,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--bucket-mb") && (s == DataParallel::ring || s == DataParallel::zero3 || s == DataParallel::fsdp))
         no_effect("--bucket-mb", strategy + (s == DataParallel::ring ? " fuses gradients by --fusion-mb"
                                                                    : " reduces each block's gradients on their own"));
-    const bool deepspeed_engine = p.framework.empty() || p.framework.rfind("deepspeed", 0) == 0 ||
-                                  p.framework.rfind("megatron-deepspeed", 0) == 0;
-    if (given("--bucket-mb") && (s == DataParallel::zero1 || s == DataParallel::zero2) && !model_parallel && deepspeed_engine)
+    if (given("--bucket-mb") && (s == DataParallel::zero1 || s == DataParallel::zero2) && !model_parallel &&
+        deepspeed_engine(p.framework))
         no_effect("--bucket-mb", "DeepSpeed's ZeRO-1/2 reduce gradients in buckets of reduce_bucket_size elements (5e8 by "
                                  "default): set zero_optimization.reduce_bucket_size in a --deepspeed-config file");
     if (given("--first-bucket-mb") && !(s == DataParallel::ddp || s == DataParallel::hybrid_cnn ||
