@@ -138,7 +138,7 @@ int optimizer_bytes_per_param(const Layout& layout) {
 
 ReduceTiming reduce_timing(const Layout& layout, int zero_stage) {
     const Framework& f = layout.framework;
-    if (f.name == FrameworkName::deepspeed || f.name == FrameworkName::megatron_deepspeed) {
+    if (deepspeed_engine(f.name)) {
         const bool overlap = f.overlap_comm ? *f.overlap_comm : zero_stage == 3;   // runtime/zero/config.py:383
         return overlap ? ReduceTiming::overlapped : ReduceTiming::blocking;
     }

@@ -22,6 +22,9 @@ namespace smol::strategies {
 
 enum class FrameworkName { pytorch, megatron, deepspeed, megatron_deepspeed };
 const char* to_string(FrameworkName f);
+/// True for the frameworks that train on DeepSpeed's engine (its ZeRO optimizers, overlap_comm,
+/// reduce_bucket_size): deepspeed and megatron-deepspeed.
+constexpr bool deepspeed_engine(FrameworkName f) { return f == FrameworkName::deepspeed || f == FrameworkName::megatron_deepspeed; }
 
 /// How gradients of a data-parallel replica are reduced.
 enum class GradReduce {

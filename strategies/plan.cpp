@@ -416,7 +416,7 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
         cap = std::min(cap, 2.0 * static_cast<double>(l.framework.after_backward_bucket));
     // DeepSpeed's ZeRO-1/2 buckets are reduce_bucket_size elements (strategies/zero.cpp build_zero).
     if ((plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2) && l.tp == 1 && l.pp == 1 &&
-        (l.framework.name == FrameworkName::deepspeed || l.framework.name == FrameworkName::megatron_deepspeed))
+        deepspeed_engine(l.framework.name))
         cap = 4.0 * static_cast<double>(l.framework.reduce_bucket);
     const bool bucketed = !sharded && (l.dp > 1 || ps || plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2);
     const double buckets = bucketed ? std::ceil(params / pp * 4 / std::max(1.0, cap)) + 2 : 2;
@@ -635,7 +635,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             case DataParallel::hybrid_cnn: ok = f == FrameworkName::pytorch; break;
             case DataParallel::zero1: ok = f != FrameworkName::pytorch; break;
             case DataParallel::zero2:
-            case DataParallel::zero3: ok = f == FrameworkName::deepspeed || f == FrameworkName::megatron_deepspeed; break;
+            case DataParallel::zero3: ok = deepspeed_engine(f); break;
             case DataParallel::ddp: break;
         }
         if (!ok)
@@ -671,7 +671,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        "(megatron-core, megatron@0.1 or later, has --overlap-grad-reduce)",
                        {"", "", "--overlap-grad-reduce"});
         l.framework.grad_reduce = GradReduce::overlapped;
-        if (l.framework.name == FrameworkName::deepspeed || l.framework.name == FrameworkName::megatron_deepspeed)
+        if (deepspeed_engine(l.framework.name))
             l.framework.overlap_comm = true;
     }
     if (plan.overlap_p2p_comm) {

@@ -39,7 +39,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     // would take it past reduce_bucket_size elements (5e8 by default, runtime/zero/config.py:109).
     // Megatron's distributed optimizer buckets by --bucket-mb.
     const Framework& fw = layout.framework;
-    const bool ipg = fw.name == FrameworkName::deepspeed || fw.name == FrameworkName::megatron_deepspeed;
+    const bool ipg = deepspeed_engine(fw.name);
     const Bytes cap = ipg ? reduce_bucket_cap(fw, params, sb.grads) : Bytes::mib(plan.bucket_mb);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
     const int last_block = static_cast<int>(blocks.size()) - 1;
@@ -62,6 +62,16 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     // (stage_1_and_2.py:2049-2060), and they are released after it. Elsewhere each bucket has a
     // transient buffer of its own gradients.
     const bool ipg_buffers = ipg && bucketed;
+    // Where no bucket passes through them, backward() takes them all the same (contiguous_gradients,
+    // on by default): at stage 1 gradients accumulate in .grad and reduce_gradients() copies them
+    // into the buffer at the accumulation boundary (:706-722, engine.py:2056-2059); the buffer
+    // backward() took for the first micro-batch is replaced by the next one's, and
+    // independent_gradient_partition_epilogue releases it after the last reduction (:802,
+    // _release_ipg_buffers :676-678). Stage 2 on one rank without offload releases it in the
+    // epilogue after every backward (engine.py:2052-2053).
+    const bool ipg_held = ipg && !ipg_buffers;
+    std::vector<std::vector<std::pair<int, std::int32_t>>> held(replicas.size());   // (micro-batch, buffer)
+    std::vector<std::vector<OpId>> held_until(replicas.size());                      // stage 1: its reductions
     const int ipg_count = fw.overlap_comm.value_or(false) ? 2 : 1;   // stage 1-2's default: off (config.py:383)
     const Bytes ipg_bytes = Bytes(std::max<std::int64_t>(1, fw.reduce_bucket)) * std::int64_t{sb.grads};
     std::vector<std::map<int, std::vector<std::int32_t>>> ipg_buf(replicas.size());   // per micro-batch
@@ -116,8 +126,17 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                                                    layer_params(blocks, n), false, {}).front();
         }
         std::function<void(int, const Block&)> before_bwd;
-        if (bucketed)
+        if (bucketed || ipg_held)
             before_bwd = [&, d, r](int mb, const Block& b) {
+                if (ipg_held) {
+                    if (b.index != last_block || (stage == 1 && mb != 0)) return;
+                    for (int i = 0; i < ipg_count; ++i) {
+                        const std::int32_t buf = g.add_buffer(r, Tier::device, ipg_bytes, BufferLabel::bucket);
+                        g.add_alloc(buf, Stream::compute, b.index, mb);
+                        held[d].emplace_back(mb, buf);
+                    }
+                    return;
+                }
                 if (ipg_buffers) {
                     if (b.index != last_block) return;
                     for (int i = 0; i < ipg_count; ++i) {
@@ -150,6 +169,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
             }
             if (ipg_buffers) {
                 ipg_finished(d, mb, static_cast<std::size_t>(k), device_done, stream);
+            } else if (ipg_held) {
+                held_until[d].push_back(device_done);
             } else if (bucketed) {
                 const OpId f = g.add_free(bucket_buf[d].at({mb, k}), stream, -1, mb);
                 g.depend(device_done, f);
@@ -171,6 +192,12 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                     }
                     finish_bucket(mb, static_cast<int>(k), reduced, Stream::compute);
                 }
+            };
+        else if (ipg_held && stage == 2)
+            after_bwd = [&, d](int mb, const Block& b, OpId) {
+                if (b.index != 0) return;
+                for (const auto& [m, buf] : held[d])
+                    if (m == mb) g.add_free(buf, Stream::compute, -1, mb);
             };
         passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels,
                                     layout.activation_offload));
@@ -202,12 +229,21 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                     }
                     if (ipg_buffers) {
                         ipg_finished(d, mb, k, device_done, stream);
+                    } else if (ipg_held) {
+                        held_until[d].push_back(device_done);
                     } else if (bucketed) {
                         const OpId f = g.add_free(bucket_buf[d].at({mb, static_cast<int>(k)}), stream, -1, mb);
                         g.depend(device_done, f);
                         freed_after[d][{mb, buckets[k].ready_after_block}].push_back(f);
                     }
                 }
+            }
+    // Stage 1's held buffers go after the boundary's last reduction (stage 2's went after_bwd).
+    if (ipg_held && stage == 1)
+        for (std::size_t d = 0; d < emit; ++d)
+            for (const auto& [mb, buf] : held[d]) {
+                const OpId f = g.add_free(buf, Stream::compute, -1, mbs - 1);
+                for (const OpId o : held_until[d]) g.depend(o, f);
             }
     // DeepSpeed's own rule, per bucket: the next gradient is copied into the IPG buffer the last
     // reduction released (stage_1_and_2.py:939-961; ipg_index alternates with overlap_comm), and

@@ -229,3 +229,61 @@ TEST_CASE("DeepSpeed's ZeRO-2 holds one IPG buffer of reduce_bucket_size, two wi
     // Smaller buckets, several per backward: still one buffer's worth live.
     CHECK(bucket_peak(std::nullopt, 20'000'000) == 2.0 * 2e7);
 }
+
+TEST_CASE("DeepSpeed's ZeRO-1, and ZeRO-2 on one GPU, hold the IPG buffer backward takes", "[strategies][zero]") {
+    // backward() takes torch.empty(reduce_bucket_size) whatever the stage (contiguous_gradients:
+    // stage_1_and_2.py:2049-2060). Stage 1 fills it at the accumulation boundary and releases it
+    // after the last reduction (reduce_gradients :706-722, epilogue :802); each micro-batch's
+    // backward replaces the buffer the previous one took. Stage 2 on one GPU releases it after
+    // every backward (engine.py:2052-2053).
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster node = topo::cluster_preset("dgx-a100");
+    struct Seen {
+        double peak = 0;
+        std::vector<OpId> allocs, frees;
+        test::DpRun run;
+    };
+    auto run = [&](DataParallel s, const topo::Cluster& c, std::optional<bool> overlap) {
+        Plan p;
+        p.strategy = s;
+        p.dtype = DType::bf16;
+        p.global_batch = 8 * c.num_devices() * 2;   // two micro-batches per replica
+        p.micro_batch = 8;
+        p.framework_overrides.overlap_comm = overlap;
+        Seen out{0, {}, {}, test::dp_run(m, c, p)};
+        const OpGraph& g = out.run.built.graph;
+        out.peak = test::peak_of_labels(g, out.run.timeline, 0, {BufferLabel::bucket}).as_double();
+        for (OpId id = 0; id < g.size(); ++id) {
+            const Op& op = g.op(id);
+            if (op.rank != 0 || (op.kind != OpKind::alloc && op.kind != OpKind::free)) continue;
+            if (static_cast<BufferLabel>(g.buffers()[static_cast<std::size_t>(op.ref)].label) != BufferLabel::bucket) continue;
+            (op.kind == OpKind::alloc ? out.allocs : out.frees).push_back(id);
+        }
+        return out;
+    };
+    const double buffer = 2.0 * 5e8;   // 5e8 bf16 elements (runtime/zero/config.py:109)
+
+    const Seen z1 = run(DataParallel::zero1, node, std::nullopt);
+    CHECK(z1.peak == buffer);
+    REQUIRE(z1.allocs.size() == 1);
+    REQUIRE(z1.frees.size() == 1);
+    const OpGraph& g1 = z1.run.built.graph;
+    const Timeline& t1 = z1.run.timeline;
+    Time first_fwd_end, last_rs_end;
+    for (OpId id = 0; id < g1.size(); ++id) {
+        const Op& op = g1.op(id);
+        if (op.rank != 0) continue;
+        if (op.kind == OpKind::compute && op.phase == Phase::fwd && op.microbatch == 0) first_fwd_end = std::max(first_fwd_end, t1.end[id]);
+        if (op.kind == OpKind::collective && g1.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::reduce_scatter)
+            last_rs_end = std::max(last_rs_end, t1.end[id]);
+    }
+    CHECK(last_rs_end > Time::zero());
+    CHECK(t1.start[z1.allocs[0]] >= first_fwd_end);   // taken by the first backward
+    CHECK(t1.start[z1.frees[0]] >= last_rs_end);      // released after the boundary's reductions
+    CHECK(run(DataParallel::zero1, node, true).peak == 2 * buffer);
+
+    const Seen z2 = run(DataParallel::zero2, node.first_devices(1), std::nullopt);
+    CHECK(z2.peak == buffer);   // one per backward, never two at once
+    CHECK(z2.allocs.size() == 2);
+    CHECK(z2.frees.size() == 2);
+}
