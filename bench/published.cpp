@@ -1,6 +1,7 @@
 #include "bench/published.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cctype>
@@ -11,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 
 #include "bench/accuracy.hpp"
@@ -970,6 +972,62 @@ std::vector<Outcome> run_rows(const std::vector<Row>& rows, const std::string& m
     worker();
     for (std::thread& t : pool) t.join();
     return outcomes;
+}
+
+std::vector<LayerCostFit> vtrain_layer_costs(const std::vector<Outcome>& outcomes) {
+    constexpr int K = 4;   // t = a + L·d + n·b + n·L·c
+    using Vec = std::array<double, K>;
+    struct Point {
+        Vec x;
+        double measured, simulated;
+    };
+    std::map<std::tuple<int, int, int>, std::vector<Point>> groups;
+    for (const Outcome& o : outcomes) {
+        if (o.row.source != "vtrain" || o.status != Status::simulated || o.row.data.at("pp") != 1) continue;
+        const Json& d = o.row.data;
+        const double n = d.at("gbs").get<double>() / (d.at("mbs").get<double>() * d.at("dp").get<double>());
+        const double layers = d.at("L").get<double>();
+        groups[{d.at("h").get<int>(), d.at("tp").get<int>(), d.at("mbs").get<int>()}].push_back(
+            {{1.0, layers, n, n * layers}, o.measured_step_s, o.simulated_step_s});
+    }
+    std::vector<LayerCostFit> out;
+    for (const auto& [key, points] : groups) {
+        if (points.size() < static_cast<std::size_t>(K)) continue;
+        // The normal equations XᵀX β = Xᵀy, for the measured and the simulated times at once,
+        // by Gaussian elimination with partial pivoting.
+        std::array<std::array<double, K + 2>, K> m{};
+        for (const Point& p : points)
+            for (int i = 0; i < K; ++i) {
+                for (int j = 0; j < K; ++j) m[i][j] += p.x[i] * p.x[j];
+                m[i][K] += p.x[i] * p.measured;
+                m[i][K + 1] += p.x[i] * p.simulated;
+            }
+        double scale = 0;
+        for (int i = 0; i < K; ++i) scale = std::max(scale, std::abs(m[i][i]));
+        bool singular = false;
+        for (int c = 0; c < K && !singular; ++c) {
+            int pivot = c;
+            for (int r = c + 1; r < K; ++r)
+                if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+            // Every row with the same n (or L): the costs cannot be told apart.
+            if (!(std::abs(m[pivot][c]) > 1e-9 * scale)) singular = true;
+            std::swap(m[c], m[pivot]);
+            for (int r = 0; r < K && !singular; ++r) {
+                if (r == c) continue;
+                const double f = m[r][c] / m[c][c];
+                for (int j = c; j < K + 2; ++j) m[r][j] -= f * m[c][j];
+            }
+        }
+        if (singular) continue;
+        Vec meas{}, sim{};
+        for (int i = 0; i < K; ++i) {
+            meas[i] = m[i][K] / m[i][i];
+            sim[i] = m[i][K + 1] / m[i][i];
+        }
+        const auto [h, tp, mb] = key;
+        out.push_back({h, tp, mb, points.size(), meas[0], meas[1], meas[2], meas[3], sim[0], sim[1], sim[2], sim[3]});
+    }
+    return out;
 }
 
 bool dispatch_calibration_row(const Row& r) {

@@ -154,4 +154,22 @@ inline constexpr const char* kVtrainHeldOut = "vtrain (held out)";
 /// Sources in the order they first appear, then vTrain's rows without the calibration rows.
 std::vector<SourceSummary> summarize(const std::vector<Outcome>& outcomes);
 
+/// vTrain's rows with pp = 1 grouped by (hidden, tp, micro-batch), each group's iteration times
+/// fitted by least squares to t = a + L·d + n·b + n·L·c (n micro-batches per replica, L layers):
+/// c is what one layer costs per micro-batch (its forward, recompute and backward, with the host's
+/// dispatch), b what a micro-batch costs besides its layers (embedding, head, loss), d what a
+/// layer adds once per step (its gradients' all-reduce and optimizer step), a the rest. Fitted to
+/// the measured and to the simulated times alike, it shows which cost departs (bench/README.md):
+/// the measurements make a layer cheaper at a larger micro-batch in some cells, which no model
+/// that gives more work more time can follow.
+struct LayerCostFit {
+    int hidden = 0, tp = 0, micro_batch = 0;
+    std::size_t rows = 0;
+    double measured_a = 0, measured_d = 0, measured_b = 0, measured_c = 0;      // seconds
+    double simulated_a = 0, simulated_d = 0, simulated_b = 0, simulated_c = 0;  // seconds
+};
+/// Groups with fewer than 4 rows, or whose (1, L, n, n·L) do not span four dimensions, are left
+/// out; groups in order of (hidden, tp, micro-batch).
+std::vector<LayerCostFit> vtrain_layer_costs(const std::vector<Outcome>& outcomes);
+
 }  // namespace smol::bench

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "bench/published.hpp"
 #include "sim/simulator.hpp"
@@ -345,4 +346,49 @@ TEST_CASE("vTrain's rows take their all-reduces from vTrain's nccl-tests tables"
         REQUIRE(expected > 0);
         CHECK(sim::simulate(g, c, topology, {}).makespan.to_seconds() == Approx(expected).epsilon(1e-9));
     }
+}
+
+TEST_CASE("vTrain's per-layer cost is recovered by least squares from each cell's rows", "[bench][published]") {
+    // Rows made from known costs, t = a + L·d + n·b + n·L·c: the fit gives them back, per cell and for
+    // the measured and the simulated times apart; cells it cannot solve are left out.
+    auto outcome = [](int h, int tp, int pp, int mbs, int dp, int gbs, int layers, double measured, double simulated) {
+        Outcome o;
+        o.row.source = "vtrain";
+        o.row.data = Json{{"h", h}, {"tp", tp}, {"pp", pp}, {"mbs", mbs}, {"dp", dp}, {"gbs", gbs}, {"L", layers}};
+        o.status = Status::simulated;
+        o.measured_step_s = measured;
+        o.simulated_step_s = simulated;
+        return o;
+    };
+    std::vector<Outcome> outcomes;
+    const double a = 0.010, d = 0.0004, b = 0.002, c = 0.003;
+    for (const auto& [dp, gbs, layers] :
+         std::vector<std::tuple<int, int, int>>{{1, 4, 12}, {2, 16, 16}, {1, 8, 24}, {2, 32, 20}, {1, 16, 12}}) {
+        const double n = static_cast<double>(gbs) / (2 * dp);
+        outcomes.push_back(outcome(1024, 2, 1, 2, dp, gbs, layers, a + layers * d + n * b + n * layers * c,
+                                   2 * a + layers * 2 * d + n * b + n * layers * 1.5 * c));
+    }
+    // Left out: a pipeline-parallel row, another source's row, a cell of two rows, a cell whose
+    // rows all have the same n (the costs cannot be told apart).
+    outcomes.push_back(outcome(1024, 2, 2, 2, 1, 8, 12, 1.0, 1.0));
+    outcomes.push_back(outcome(1024, 2, 1, 2, 1, 8, 12, 1.0, 1.0));
+    outcomes.back().row.source = "llama3-herd";
+    for (int i = 0; i < 3; ++i) outcomes.push_back(outcome(2048, 1, 1, 1, 1, 4 * (i + 1), 12 + i, 0.1, 0.1));
+    for (int i = 0; i < 5; ++i) outcomes.push_back(outcome(2048, 4, 1, 1, 1, 4, 12 + 4 * i, 0.1 + i, 0.1 + i));
+
+    const std::vector<LayerCostFit> fits = vtrain_layer_costs(outcomes);
+    REQUIRE(fits.size() == 1);
+    const LayerCostFit& f = fits[0];
+    CHECK(f.hidden == 1024);
+    CHECK(f.tp == 2);
+    CHECK(f.micro_batch == 2);
+    CHECK(f.rows == 5);
+    CHECK(f.measured_a == Approx(a));
+    CHECK(f.measured_d == Approx(d));
+    CHECK(f.simulated_d == Approx(2 * d));
+    CHECK(f.measured_b == Approx(b));
+    CHECK(f.measured_c == Approx(c));
+    CHECK(f.simulated_a == Approx(2 * a));
+    CHECK(f.simulated_b == Approx(b));
+    CHECK(f.simulated_c == Approx(1.5 * c));
 }
