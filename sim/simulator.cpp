@@ -798,10 +798,12 @@ private:
     bool host_links(int rank) const { return host_[static_cast<std::size_t>(cluster_.device(rank).node)].links[0] >= 0; }
 
     /// A host op as a flow of its DRAM traffic (bytes / the host's streaming efficiency) over the
-    /// node's DRAM links, then the CPU's dispatch of its kernels; cached per (recipe, group).
+    /// node's DRAM links, then the CPU's dispatch of its kernels; cached per (recipe, node): the
+    /// links are the node's own.
     const Plan* host_plan(OpId id, const Op& op) {
         const topo::NodeGroup& grp = *group_[op.rank];
-        const PlanKey key{(3ull << 62) | (static_cast<std::uint64_t>(op.ref + 1) << 20) | group_index_[static_cast<std::size_t>(op.rank)],
+        const auto node = static_cast<std::uint64_t>(cluster_.device(op.rank).node);
+        const PlanKey key{(3ull << 62) | (static_cast<std::uint64_t>(op.ref + 1) << 24) | node,
                           op.ref < 0 ? static_cast<std::uint64_t>(op.bytes) : 0};
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         const auto kernels = graph_.kernels_of(id);

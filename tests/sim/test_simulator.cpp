@@ -284,6 +284,20 @@ TEST_CASE("host steps share the node's DRAM with each other and with copies", "[
     }
 }
 
+TEST_CASE("host steps on different nodes do not share DRAM", "[sim][host]") {
+    // Two nodes of one GPU, a host step of B bytes on each at once: each node streams its own
+    // DRAM (100 GB/s at 50 %), so both take B / 50 GB/s, as one alone does. (The host op's plan
+    // was once cached per node group, putting every node's steps on the first node's DRAM.)
+    const topo::Cluster c = test::gpu_node_cluster(1, 100).with_nodes(2);
+    const double bytes = 10e9;
+    OpGraph g(2);
+    for (int r = 0; r < 2; ++r)
+        g.add_compute(r, Phase::opt, -1, -1, Flops(0), Bytes::from_double(bytes), KernelClass::optimizer, DType::fp32, true,
+                      Stream::host);
+    g.finalize();
+    CHECK(simulate(g, c).makespan.to_seconds() == Approx(bytes / 50e9).epsilon(1e-3));
+}
+
 TEST_CASE("host steps share the node's cores", "[sim][host]") {
     // Cores of 100 GFLOP/s and steps of 1e11 FLOPs over little memory: compute-bound. One takes
     // 1 s; two at once get half the cores each and take 2 s.
