@@ -64,7 +64,7 @@ std::vector<int> replica_ranks(const Layout& layout) {
     return out;
 }
 
-int emitted_replicas(const Layout& layout) { return layout.folded ? 1 : layout.dp; }
+int emitted_replicas(const Layout& layout) { return layout.folded ? layout.fold_width : layout.dp; }
 
 std::vector<OpId> add_replica_collective(OpGraph& g, const Layout& layout, CollectiveKind kind,
                                          const std::vector<int>& members, Bytes bytes, Stream stream, Phase phase,
@@ -72,15 +72,19 @@ std::vector<OpId> add_replica_collective(OpGraph& g, const Layout& layout, Colle
     if (!layout.folded) return g.add_collective(kind, members, bytes, stream, phase, layer, microbatch, index);
     const std::int32_t c = g.declare_collective(kind, members, bytes);
     std::vector<OpId> ops(members.size(), OpGraph::kNoOp);
+    // fold_width > 1 only without tensor and pipeline parallelism, where replica d is rank d.
     for (std::size_t i = 0; i < members.size(); ++i)
-        if (members[i] == layout.rank(0, 0, 0)) ops[i] = g.add_collective_op(c, members[i], stream, phase, layer, microbatch, index);
+        if (layout.fold_width > 1 ? members[i] < layout.fold_width : members[i] == layout.rank(0, 0, 0))
+            ops[i] = g.add_collective_op(c, members[i], stream, phase, layer, microbatch, index);
     return ops;
 }
 
 void fold_replicas(OpGraph& g, const Layout& layout) {
     if (!layout.folded || layout.tp > 1 || layout.pp > 1) return;
-    // Replica d (rank d) mirrors replica 0.
-    g.set_representatives(std::vector<int>(static_cast<std::size_t>(layout.devices), layout.rank(0, 0, 0)));
+    // Replica d (rank d) mirrors replica d mod fold_width.
+    std::vector<int> rep(static_cast<std::size_t>(layout.devices));
+    for (int r = 0; r < layout.devices; ++r) rep[static_cast<std::size_t>(r)] = r % layout.fold_width;
+    g.set_representatives(std::move(rep));
 }
 
 std::int64_t total_params(const std::vector<Block>& blocks) {

@@ -71,16 +71,17 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
 /// The data-parallel ranks, in ring order.
 std::vector<int> replica_ranks(const Layout& layout);
 std::int64_t total_params(const std::vector<Block>& blocks);
-/// Replicas the builders emit ops for: every one, or only replica 0 when the layout folds them
-/// (Layout::folded; replica d's rank then mirrors replica 0's, see OpGraph::set_representatives).
+/// Replicas the builders emit ops for: every one, or only the first Layout::fold_width when the
+/// layout folds them (Layout::folded; replica d's rank then mirrors replica d mod fold_width's,
+/// see OpGraph::set_representatives).
 int emitted_replicas(const Layout& layout);
 /// OpGraph::add_collective over `members`, with ops for the emitted replicas only (kNoOp in a
 /// mirror's slot).
 std::vector<OpId> add_replica_collective(OpGraph& g, const Layout& layout, CollectiveKind kind,
                                          const std::vector<int>& members, Bytes bytes, Stream stream, Phase phase,
                                          int layer = -1, int microbatch = -1, int index = -1);
-/// Marks every replica of a folded data-parallel layout a mirror of replica 0 (tensor/pipeline
-/// plans fold in strategies/model_parallel.cpp).
+/// Marks every replica of a folded data-parallel layout a mirror of replica d mod fold_width
+/// (tensor/pipeline plans fold in strategies/model_parallel.cpp).
 void fold_replicas(OpGraph& g, const Layout& layout);
 /// ceil(n / parts): a shard of n elements over `parts` ranks.
 std::int64_t shard(std::int64_t n, int parts);

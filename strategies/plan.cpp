@@ -392,7 +392,7 @@ struct Estimate {
 
 Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
     const double pp = l.pp, v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
-    const double ranks = l.folded ? static_cast<double>(l.folded_tp ? 1 : l.tp) * l.pp : static_cast<double>(l.devices);
+    const double ranks = l.folded ? static_cast<double>(l.folded_tp ? 1 : l.tp) * l.pp * l.fold_width : static_cast<double>(l.devices);
     const double stage_blocks = std::ceil(static_cast<double>(blocks.size()) / pp) + 2;
     // Per block and micro-batch: activation alloc, forward, backward, free; recompute; the
     // zero-bubble schedule's split backward; tensor-parallel collectives (2 per pass, 4 with sp);
@@ -729,10 +729,13 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool model_parallel = (l.tp > 1 || l.pp > 1) && (l.tp % per_node == 0 || plan.fold_unshared) && l.ep == 1 && !moe;
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
-    // sit — unless a copy to host memory or NVMe, or a host optimizer step, shares a node's PCIe,
-    // DRAM and cores with its neighbours (offload), or a hybrid FSDP shard group leaves replica 0 out of a communicator.
-    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.ep == 1 && l.param_offload == Offload::none &&
-                               l.optimizer_offload == Offload::none && !l.activation_offload &&
+    // sit — unless a hybrid FSDP shard group leaves replica 0 out of a communicator. Offloaded,
+    // copies to host memory or NVMe and host optimizer steps share a node's PCIe, DRAM, cores and
+    // drives with its neighbours: then the first node's replicas are kept whole (fold_width), and
+    // each other node mirrors them.
+    const bool offloaded = l.param_offload != Offload::none || l.optimizer_offload != Offload::none || l.activation_offload;
+    const bool whole_nodes = !offloaded || (l.devices == l.dp && l.dp % per_node == 0 && l.dp > per_node);
+    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.ep == 1 && whole_nodes &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
@@ -740,6 +743,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool alike = cluster.groups.size() == 1 && cluster.uniform_speed();
     l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;
     l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel)) || l.folded_tp;
+    l.fold_width = l.folded && offloaded && data_parallel ? per_node : 1;
     l.estimated_ops = estimated_ops(l, plan, blocks);
     if (plan.strategy == DataParallel::hybrid_cnn)
         l.estimated_ops += std::min(hybrid_extra_ops(model, l, plan), std::numeric_limits<std::int64_t>::max() - l.estimated_ops);

@@ -159,9 +159,13 @@ struct Layout {
     /// Data-parallel replicas folded into one (see OpGraph::set_representatives), unless
     /// Plan::fold is off, on a homogeneous cluster: a tensor / pipeline plan whose nodes each hold
     /// ranks of one replica only (tp a multiple of the devices per node), or pure data
-    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid) without offload. With
-    /// Plan::fold_unshared, any tensor / pipeline plan without experts, whatever the nodes hold.
+    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid). With Plan::fold_unshared, any tensor /
+    /// pipeline plan without experts, whatever the nodes hold.
     bool folded = false;
+    /// Replicas a folded data-parallel layout keeps: 1, or with offload the first node's
+    /// replicas (its devices per node), which share that node's PCIe, DRAM, cores and drives as
+    /// every node's do; replica d then mirrors replica d mod fold_width.
+    int fold_width = 1;
     /// Of a folded tensor / pipeline plan (Plan::fold_unshared only), the tensor ranks of each stage
     /// too: every rank of stage s mirrors rank (t 0, replica 0, s).
     bool folded_tp = false;

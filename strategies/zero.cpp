@@ -279,7 +279,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     } else {
         if (!layout.delayed_update) host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine,
                                                                     layer_params(blocks, n), n > 1, last_out);
-        for (std::size_t d = 0; d < replicas.size(); ++d) {
+        for (std::size_t d = 0; d < emit; ++d) {
             opt[d] = g.add_copy(replicas[d], Tier::host, Tier::device, Bytes(mine * sb.params), Phase::opt);
             g.depend(host_step[d], opt[d]);
             g.depend(passes[d].bwd[static_cast<std::size_t>(mbs - 1)][0], opt[d]);
@@ -385,7 +385,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             }
         }
         if (group == 1) {   // one rank (offloaded): the copy and cast are the whole unshard
-            for (int d = 0; d < dp; ++d)
+            for (int d = 0; d < emit; ++d)
                 g.depend(ready[static_cast<std::size_t>(d)], consumers[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)]);
             return;
         }
@@ -423,7 +423,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         for (std::size_t d = 0; d < ops.size(); ++d) last_comm[d] = ops[d];
         if (!offload) return;
         const detail::GradientOffload how{sb.grads, 4, Tier::host, layout.dtype};
-        for (int d = 0; d < dp; ++d) {
+        for (int d = 0; d < emit; ++d) {
             const OpId ready = ops.empty() ? bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] : ops[static_cast<std::size_t>(d)];
             const detail::OffloadedPartition o = detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)],
                                                                           shard(b.params, group), how, mb, mbs, Stream::comm, ready,
@@ -619,7 +619,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             std::vector<OpId> ready = issue_after;
             if (po != Offload::none) {
                 const std::int64_t mine_i = shard(elems[static_cast<std::size_t>(i)], dp);
-                for (int d = 0; d < dp; ++d) {
+                for (int d = 0; d < emit; ++d) {
                     const int r = replicas[static_cast<std::size_t>(d)];
                     auto step = [&](OpId op) {
                         if (ready[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ready[static_cast<std::size_t>(d)], op);
@@ -700,7 +700,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     // The rank's partition of the bucket, accumulated in fp32 through the host and
                     // offloaded at the boundary (stage3.py partition_grads).
                     const std::int64_t elements = buckets[next_bucket].bytes.count() / sb.grads / dp;
-                    for (int d = 0; d < dp; ++d) {
+                    for (int d = 0; d < emit; ++d) {
                         const detail::OffloadedPartition o =
                             detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)], elements, how, mb, mbs,
                                                      Stream::comm, reduced[static_cast<std::size_t>(d)], OpGraph::kNoOp,
@@ -727,7 +727,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         for (std::int64_t begin = 0; begin < gshard; begin += fw.sub_group_size) {
             const std::int64_t e = std::min(fw.sub_group_size, gshard - begin);
             std::vector<OpId> in(static_cast<std::size_t>(dp));
-            for (int d = 0; d < dp; ++d) {
+            for (int d = 0; d < emit; ++d) {
                 const int r = replicas[static_cast<std::size_t>(d)];
                 in[static_cast<std::size_t>(d)] =
                     g.add_copy(r, Tier::nvme, pinned, Bytes::from_double((state + 4) * static_cast<double>(e)), Phase::opt);
@@ -735,7 +735,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             }
             const std::vector<OpId> step =
                 add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, e, {e}, dp > 1, in);
-            for (int d = 0; d < dp; ++d) {
+            for (int d = 0; d < emit; ++d) {
                 const OpId out = g.add_copy(replicas[static_cast<std::size_t>(d)], pinned, Tier::nvme,
                                             Bytes::from_double(state * static_cast<double>(e)), Phase::opt);
                 g.depend(step[static_cast<std::size_t>(d)], out);
@@ -743,7 +743,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             }
         }
     }
-    for (int d = 0; d < dp; ++d) {
+    for (int d = 0; d < emit; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
         const Tier from = oo == Offload::none ? Tier::device : pinned;   // where the step wrote them
         auto write = [&](Tier to, std::int64_t elements) {

@@ -148,6 +148,7 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();
     info.folded_tp = l.folded_tp;
+    info.fold_width = l.fold_width;
     info.notes = speed_notes(model, cluster, built.layout, plan);
     if (const Time d = built.layout.framework.dispatch_per_kernel; d > Time::zero())
         info.notes.push_back("host dispatch " + to_string(d) + " per GPU kernel before the driver's launch (" +

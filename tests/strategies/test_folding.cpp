@@ -153,6 +153,18 @@ TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
         p.fsdp_sharding = FsdpSharding::hybrid;
         CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
     }
+    SECTION("offloaded, only whole nodes fold: a node cut short by --devices does not") {
+        p.pp = 1;
+        p.strategy = DataParallel::zero2;
+        p.offload_optimizer = Offload::cpu;
+        p.global_batch = 0;
+        const topo::Cluster two = topo::cluster_preset("dgx-a100").with_nodes(2);
+        const Layout whole = resolve(m, two, p);
+        CHECK(whole.folded);
+        CHECK(whole.fold_width == 8);
+        CHECK_FALSE(resolve(m, two.first_devices(12), p).folded);
+        CHECK_FALSE(resolve(m, two.first_devices(8), p).folded);   // one node: nothing to fold
+    }
     SECTION("tensor groups of a whole node") {
         p.tp = 8;
         CHECK(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(4), p).folded);
@@ -177,5 +189,50 @@ TEST_CASE("a folded graph keeps mirrors out of its ops", "[core][op_graph][foldi
         const auto c = g.declare_collective(CollectiveKind::all_reduce, {0, 2}, Bytes(8));
         g.add_collective_op(c, 0, Stream::comm, Phase::comm);
         CHECK_NOTHROW(g.finalize());
+    }
+}
+
+TEST_CASE("offloaded replicas fold node by node to the same step as the full expansion", "[strategies][folding]") {
+    // Offload shares a node's PCIe, DRAM, cores and drives among its replicas: the first node's
+    // eight are kept, every other node mirrors them, and the step, the busy and communication time
+    // and the device, host and NVMe peaks of every rank are those of the full expansion.
+    struct Case {
+        const char* name;
+        DataParallel strategy;
+        Offload params, optimizer, activations;
+        bool delayed;
+    };
+    const Case k = GENERATE(Case{"zero1 optimizer cpu", DataParallel::zero1, Offload::none, Offload::cpu, Offload::none, false},
+                            Case{"zero2 optimizer cpu", DataParallel::zero2, Offload::none, Offload::cpu, Offload::none, false},
+                            Case{"zero2 delayed update", DataParallel::zero2, Offload::none, Offload::cpu, Offload::none, true},
+                            Case{"zero3 optimizer cpu", DataParallel::zero3, Offload::none, Offload::cpu, Offload::none, false},
+                            Case{"zero3 params cpu", DataParallel::zero3, Offload::cpu, Offload::cpu, Offload::none, false},
+                            Case{"zero3 optimizer nvme", DataParallel::zero3, Offload::none, Offload::nvme, Offload::none, false},
+                            Case{"zero3 activations cpu", DataParallel::zero3, Offload::none, Offload::none, Offload::cpu, false},
+                            Case{"fsdp offload cpu", DataParallel::fsdp, Offload::cpu, Offload::none, Offload::none, false});
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(3);
+    Plan p;
+    p.strategy = k.strategy;
+    p.offload_params = k.params;
+    p.offload_optimizer = k.optimizer;
+    p.offload_activations = k.activations;
+    p.delayed_update = k.delayed;
+    if (k.strategy == DataParallel::fsdp) p.offload = Offload::cpu, p.offload_params = Offload::none;
+    if (k.activations != Offload::none) p.recompute = Recompute::full;
+    const int dp = c.num_devices();
+    p.global_batch = 2 * dp;   // two micro-batches per replica
+    const tools::Simulation folded = run("gpt2-medium", c, p, true), full = run("gpt2-medium", c, p, false);
+    INFO(k.name);
+    REQUIRE(folded.built.graph.folded());
+    CHECK(folded.built.layout.fold_width == 8);
+    for (int r = 0; r < dp; ++r) CHECK(folded.built.graph.materialized(r) == (r < 8));
+    CHECK(folded.built.graph.size() * 3 < full.built.graph.size() + 1000);
+    CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-6));
+    same_ranks(folded, full, 1e-6);
+    for (int r = 0; r < dp; ++r) {
+        INFO("rank " << r);
+        for (const Tier t : {Tier::host, Tier::nvme})
+            CHECK(folded.timeline.peak[static_cast<std::size_t>(r)][static_cast<int>(t)] ==
+                  full.timeline.peak[static_cast<std::size_t>(r)][static_cast<int>(t)]);
     }
 }
