@@ -9,6 +9,8 @@
 //          of micro-batch 1 overflow an 80 GB A100), micro-batch 1, global batch = GPUs; folded
 //   dp-pi5 GPT-2 small, PyTorch DDP over one Raspberry Pi 5 per node (pi5-1gbe, MPI's algorithms
 //          over 1 GbE), micro-batch 1, global batch = boards; folded
+//   zero3-offload  the zero3 plan with parameters and optimizer in host memory (ZeRO-Infinity's
+//          --offload cpu); folded node by node (the first node's 8 replicas share its host)
 //
 // the GPU plans on dgx-a100 up to 16,384 GPUs and dgx-h100 beyond (the table: 131,072 GPUs are
 // dgx-h100 × 16,384 nodes). Flow-level network, no trace recording (as `smolcluster simulate`
@@ -16,7 +18,7 @@
 // each part, CPU time, peak resident memory, events and events per second; per plan the growth
 // exponent fitted (least squares of log wall time against log GPUs) across the sizes.
 //
-// Usage: bench_scale [--plans 3d,dp,zero3,dp-pi5] [--sizes 1024,4096,16384,65536,131072] [--repeats R]
+// Usage: bench_scale [--plans 3d,dp,zero3,dp-pi5,zero3-offload] [--sizes 1024,4096,16384,65536,131072] [--repeats R]
 //        bench_scale --child PLAN GPUS      (one run; prints one line of figures)
 #include <cmath>
 #include <cstdio>
@@ -72,8 +74,13 @@ Plan plan_for(const std::string& name, int gpus, std::string& model) {
     } else if (name == "dp-pi5") {
         model = "gpt2-small";
         p.strategy = DataParallel::ddp;
+    } else if (name == "zero3-offload") {
+        model = "gpt3-175b";
+        p.strategy = DataParallel::zero3;
+        p.recompute = Recompute::full;
+        p.offload = Offload::cpu;
     } else {
-        std::fprintf(stderr, "bench_scale: unknown plan '%s' (3d, dp, zero3, dp-pi5)\n", name.c_str());
+        std::fprintf(stderr, "bench_scale: unknown plan '%s' (3d, dp, zero3, dp-pi5, zero3-offload)\n", name.c_str());
         std::exit(2);
     }
     return p;
@@ -149,7 +156,7 @@ double exponent(const std::vector<double>& x, const std::vector<double>& y) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::string> plans{"3d", "dp", "zero3", "dp-pi5"};
+    std::vector<std::string> plans{"3d", "dp", "zero3", "dp-pi5", "zero3-offload"};
     std::vector<int> sizes{1024, 4096, 16384, 65536, 131072};
     int repeats = 1;
     for (int i = 1; i < argc; ++i) {
@@ -163,7 +170,7 @@ int main(int argc, char** argv) {
         } else if (a == "--repeats" && i + 1 < argc) {
             repeats = std::max(1, std::atoi(argv[++i]));
         } else {
-            std::fprintf(stderr, "usage: bench_scale [--plans 3d,dp,zero3,dp-pi5] [--sizes 1024,...] [--repeats R]\n");
+            std::fprintf(stderr, "usage: bench_scale [--plans 3d,dp,zero3,dp-pi5,zero3-offload] [--sizes 1024,...] [--repeats R]\n");
             return 2;
         }
     }
