@@ -92,7 +92,7 @@ std::vector<OpId> add_optimizer_steps(OpGraph& g, const Layout& l, StepRunner ru
     const bool host = runner != StepRunner::device;
     const Stream stream = host ? Stream::host : Stream::compute;
     const std::int32_t update = g.intern_recipe(k.update);
-    // A folded data-parallel layout emits replica 0's steps only (the others mirror it).
+    // A folded data-parallel layout emits the steps of its kept replicas only (the others mirror them).
     const std::size_t emit = std::min(ranks.size(), static_cast<std::size_t>(detail::emitted_replicas(l)));
     std::vector<OpId> last(ranks.size(), OpGraph::kNoOp);
     for (std::size_t i = 0; i < emit; ++i) {

@@ -726,7 +726,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         const double state = optimizer_state_per_param(layout.optimizer, layout.dtype);
         for (std::int64_t begin = 0; begin < gshard; begin += fw.sub_group_size) {
             const std::int64_t e = std::min(fw.sub_group_size, gshard - begin);
-            std::vector<OpId> in(static_cast<std::size_t>(dp));
+            std::vector<OpId> in(static_cast<std::size_t>(dp), OpGraph::kNoOp);
             for (int d = 0; d < emit; ++d) {
                 const int r = replicas[static_cast<std::size_t>(d)];
                 in[static_cast<std::size_t>(d)] =
