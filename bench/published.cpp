@@ -675,8 +675,10 @@ double megatron_flops(const ModelShape& s, std::int64_t global_batch) {
 /// stage3_max_live_parameters and stage3_max_reuse_distance 3e9, reduce_bucket_size 9e7,
 /// sub_group_size 1e9, overlap_comm, the optimizer offloaded to the CPU as run-1t.sh does it) and,
 /// as the post says ("the activation and optimizer states are allocated in the main memory"),
-/// activation checkpoints in CPU memory. TFLOP/s as the post counts them: Megatron's formula
-/// with the recompute (megatron_flops).
+/// activation checkpoints in CPU memory. Attention is Megatron's unfused path (baddbmm, fused
+/// softmax): FlashAttention came to Megatron-DeepSpeed on 2022-12-08 (microsoft/Megatron-DeepSpeed
+/// d693034e, `--use-flash-attn`), after the recipes (62bc4562, 2022-07-11) and the post. TFLOP/s as
+/// the post counts them: Megatron's formula with the recompute (megatron_flops).
 Mapping map_deepspeed_azure(const Row& given, const std::string& model_dir) {
     Row row = given;
     Mapping m;
@@ -719,10 +721,11 @@ Mapping map_deepspeed_azure(const Row& given, const std::string& model_dir) {
     m.notes = {"GPT-2 vocabulary (Megatron-DeepSpeed's gpt2-vocab.json) padded to 50,304",
                "the azure recipes' ds_config with the optimizer on the CPU (run-1t.sh) and CPU activation checkpoints "
                "(the post's experimental setup)",
-               "the post reports the peak over micro-batches; the row's micro-batch is the peak's"};
+               "the post reports the peak over micro-batches; the row's micro-batch is the peak's",
+               "eager attention: FlashAttention reached Megatron-DeepSpeed on 2022-12-08 (d693034e), after the post"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "ndm-a100-v4", "--nodes",
               std::to_string(gpus / 8), "--deepspeed-config", (fs::path(model_dir) / config).string(), "--recompute", "full",
-              "--global-batch", std::to_string(m.global_batch), "--json"};
+              "--attention", "eager", "--global-batch", std::to_string(m.global_batch), "--json"};
     return finish(std::move(m));
 }
 
