@@ -22,17 +22,18 @@ namespace {
 
 constexpr std::int64_t kPage = 4096;
 
-std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
-
 Time elapsed(std::int64_t t0) { return Time::ps((now_ns() - t0) * 1000); }
 
-[[noreturn]] void fail_io(const std::string& what, const std::string& path) {
+}  // namespace
+
+std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
+
+void fail_io(const std::string& what, const std::string& path) {
     throw Error(ErrorKind::bad_input, what + " " + path + ": " + std::strerror(errno));
 }
 
-/// Writes or reads `bytes` at offset 0 of `fd`, looping over short transfers.
-void file_io(int fd, float* data, std::int64_t bytes, bool write, const std::string& path) {
-    auto* p = reinterpret_cast<char*>(data);
+void file_io(int fd, void* data, std::int64_t bytes, bool write, const std::string& path) {
+    auto* p = static_cast<char*>(data);
     std::int64_t done = 0;
     while (done < bytes) {
         const ssize_t n = write ? pwrite(fd, p + done, static_cast<std::size_t>(bytes - done), done)
@@ -45,8 +46,6 @@ void file_io(int fd, float* data, std::int64_t bytes, bool write, const std::str
         done += n;
     }
 }
-
-}  // namespace
 
 // ---- workspace ----------------------------------------------------------------------------------
 

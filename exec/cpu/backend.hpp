@@ -53,6 +53,13 @@ private:
 std::int64_t kernel_floats(const Kernel& k);
 /// Bytes of workspace each stream of `rank` needs for its ops.
 std::array<std::int64_t, kStreams> workspace_bytes(const OpGraph& graph, int rank);
+/// `v` rounded up to a multiple of `to`.
+std::int64_t round_up(std::int64_t v, std::int64_t to);
+/// bad_input: "`what` `path`: " and errno's text.
+[[noreturn]] void fail_io(const std::string& what, const std::string& path);
+/// Writes or reads `bytes` at offset 0 of `fd`, looping over short transfers (the NVMe tier's
+/// files, of both backends); reading past what was written leaves the rest of `data` as it is.
+void file_io(int fd, void* data, std::int64_t bytes, bool write, const std::string& path);
 /// BLAS threads for one of `local_ranks` ranks on this host.
 int blas_threads_per_rank(int local_ranks);
 /// Runs one kernel of a recipe in fp32 on `workspace` (kernel_floats(k) floats, laid out as the

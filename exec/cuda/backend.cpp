@@ -28,28 +28,11 @@ namespace {
 
 constexpr std::int64_t kPage = 4096;
 
-std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
+using cpu::fail_io;
+using cpu::file_io;
+using cpu::round_up;
+
 std::int64_t aligned(std::int64_t bytes) { return round_up(bytes, kOperandAlign); }
-
-[[noreturn]] void fail_io(const std::string& what, const std::string& path) {
-    throw Error(ErrorKind::bad_input, what + " " + path + ": " + std::strerror(errno));
-}
-
-/// Writes or reads `bytes` at offset 0 of `fd`, looping over short transfers.
-void file_io(int fd, void* data, std::int64_t bytes, bool write, const std::string& path) {
-    auto* p = static_cast<char*>(data);
-    std::int64_t done = 0;
-    while (done < bytes) {
-        const ssize_t n = write ? pwrite(fd, p + done, static_cast<std::size_t>(bytes - done), done)
-                                : pread(fd, p + done, static_cast<std::size_t>(bytes - done), done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            fail_io(write ? "cannot write" : "cannot read", path);
-        }
-        if (n == 0) break;   // reading past what was written: the rest stays as it is
-        done += n;
-    }
-}
 
 std::string text(std::int64_t bytes) { return to_string(Bytes(bytes)); }
 
