@@ -6,14 +6,13 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
-#include <memory>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "exec/cpu/backend.hpp"
+#include "exec/counting_backend.hpp"
 #include "exec/runner.hpp"
 #include "exec_support.hpp"
 #include "strategies/plan.hpp"
@@ -25,61 +24,7 @@ using namespace smol;
 
 namespace {
 
-/// Counts what the runner asks of the device, per op and per buffer, then lets the CPU backend do it.
-class CountingBackend final : public exec::Backend {
-public:
-    CountingBackend(exec::Backend& inner, const OpGraph& g)
-        : inner_(inner), ran_(g.size()), allocated_(g.buffers().size()) {}
-
-    std::string describe() const override { return inner_.describe(); }
-    void prepare(const OpGraph& g, int rank, const exec::Communicators& comms) override {
-        inner_.prepare(g, rank, comms);
-        for (int s = 0; s < kStreams; ++s) devices_[static_cast<std::size_t>(s)] = std::make_unique<Device>(*this, static_cast<Stream>(s));
-    }
-    exec::StreamDevice& stream(Stream s) override { return *devices_[static_cast<std::size_t>(s)]; }
-    void allocate(std::int32_t b) override {
-        ++allocated_[static_cast<std::size_t>(b)];
-        inner_.allocate(b);
-    }
-    void release(std::int32_t b) override { inner_.release(b); }
-    Bytes workspace() const override { return inner_.workspace(); }
-
-    int ran(OpId id) const { return ran_[id]; }
-    int allocated(std::int32_t b) const { return allocated_[static_cast<std::size_t>(b)]; }
-
-private:
-    struct Device final : exec::StreamDevice {
-        Device(CountingBackend& o, Stream s) : owner(o), stream(s) {}
-        exec::StreamDevice& inner() { return owner.inner_.stream(stream); }
-        void compute(OpId id, std::span<const Kernel> k, bool h, exec::ClassTimes& c) override {
-            ++owner.ran_[id];
-            inner().compute(id, k, h, c);
-        }
-        void collective(OpId id) override {
-            ++owner.ran_[id];
-            inner().collective(id);
-        }
-        void send(OpId id) override {
-            ++owner.ran_[id];
-            inner().send(id);
-        }
-        void recv(OpId id) override {
-            ++owner.ran_[id];
-            inner().recv(id);
-        }
-        void copy(OpId id) override {
-            ++owner.ran_[id];
-            inner().copy(id);
-        }
-        CountingBackend& owner;
-        Stream stream;
-    };
-
-    exec::Backend& inner_;
-    std::vector<std::atomic<int>> ran_;
-    std::vector<std::atomic<int>> allocated_;
-    std::array<std::unique_ptr<Device>, kStreams> devices_;
-};
+using testing::CountingBackend;
 
 Model tiny() { return model_preset("gpt-tiny"); }
 
