@@ -160,17 +160,19 @@ void print_table(const std::vector<SourceSummary>& sources, const std::vector<Ou
     const std::vector<LayerCostFit> fits = vtrain_layer_costs(outcomes);
     if (fits.empty()) return;
     std::printf("\nvTrain, pp = 1: one layer's cost per micro-batch, c of t = a + L·d + n·b + n·L·c fitted to each cell's\n"
-                "rows (n micro-batches per replica, L layers; b: a micro-batch's embedding, head and loss); '<' marks a\n"
-                "measured c below that of a smaller micro-batch:\n\n");
-    std::printf("| hidden | tp | micro-batch | rows | c measured | c simulated | c error | b measured | b simulated |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                "rows (n micro-batches per replica, L layers; b: a micro-batch's embedding, head and loss; d: a layer's\n"
+                "share of the step's gradient all-reduce and optimizer); '<' marks a measured c below that of a smaller\n"
+                "micro-batch:\n\n");
+    std::printf("| hidden | tp | micro-batch | rows | c measured | c simulated | c error | b measured | b simulated | d measured | d simulated |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const LayerCostFit& f : fits) {
         bool cheaper = false;
         for (const LayerCostFit& o : fits)
             cheaper = cheaper || (o.hidden == f.hidden && o.tp == f.tp && o.micro_batch < f.micro_batch && o.measured_c > f.measured_c);
-        std::printf("| %d | %d | %d | %zu | %.3f ms%s | %.3f ms | %s | %.2f ms | %.2f ms |\n", f.hidden, f.tp, f.micro_batch, f.rows,
-                    f.measured_c * 1e3, cheaper ? " <" : "", f.simulated_c * 1e3, percent(f.simulated_c / f.measured_c - 1).c_str(),
-                    f.measured_b * 1e3, f.simulated_b * 1e3);
+        std::printf("| %d | %d | %d | %zu | %.3f ms%s | %.3f ms | %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n", f.hidden, f.tp,
+                    f.micro_batch, f.rows, f.measured_c * 1e3, cheaper ? " <" : "", f.simulated_c * 1e3,
+                    percent(f.simulated_c / f.measured_c - 1).c_str(), f.measured_b * 1e3, f.simulated_b * 1e3, f.measured_d * 1e3,
+                    f.simulated_d * 1e3);
     }
 }
 
