@@ -199,25 +199,25 @@ TEST_CASE("offloaded replicas fold node by node to the same step as the full exp
     struct Case {
         const char* name;
         DataParallel strategy;
-        Offload params, optimizer, activations;
+        Offload all, params, optimizer, activations;   // --offload, --offload-params/-optimizer/-activations
         bool delayed;
     };
-    const Case k = GENERATE(Case{"zero1 optimizer cpu", DataParallel::zero1, Offload::none, Offload::cpu, Offload::none, false},
-                            Case{"zero2 optimizer cpu", DataParallel::zero2, Offload::none, Offload::cpu, Offload::none, false},
-                            Case{"zero2 delayed update", DataParallel::zero2, Offload::none, Offload::cpu, Offload::none, true},
-                            Case{"zero3 optimizer cpu", DataParallel::zero3, Offload::none, Offload::cpu, Offload::none, false},
-                            Case{"zero3 params cpu", DataParallel::zero3, Offload::cpu, Offload::cpu, Offload::none, false},
-                            Case{"zero3 optimizer nvme", DataParallel::zero3, Offload::none, Offload::nvme, Offload::none, false},
-                            Case{"zero3 activations cpu", DataParallel::zero3, Offload::none, Offload::none, Offload::cpu, false},
-                            Case{"fsdp offload cpu", DataParallel::fsdp, Offload::cpu, Offload::none, Offload::none, false});
+    const Case k = GENERATE(Case{"zero1 optimizer cpu", DataParallel::zero1, Offload::none, Offload::none, Offload::cpu, Offload::none, false},
+                            Case{"zero2 optimizer cpu", DataParallel::zero2, Offload::none, Offload::none, Offload::cpu, Offload::none, false},
+                            Case{"zero2 delayed update", DataParallel::zero2, Offload::none, Offload::none, Offload::cpu, Offload::none, true},
+                            Case{"zero3 optimizer cpu", DataParallel::zero3, Offload::none, Offload::none, Offload::cpu, Offload::none, false},
+                            Case{"zero3 params cpu", DataParallel::zero3, Offload::none, Offload::cpu, Offload::cpu, Offload::none, false},
+                            Case{"zero3 optimizer nvme", DataParallel::zero3, Offload::none, Offload::none, Offload::nvme, Offload::none, false},
+                            Case{"zero3 activations cpu", DataParallel::zero3, Offload::none, Offload::none, Offload::none, Offload::cpu, false},
+                            Case{"fsdp offload cpu", DataParallel::fsdp, Offload::cpu, Offload::none, Offload::none, Offload::none, false});
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(3);
     Plan p;
     p.strategy = k.strategy;
+    p.offload = k.all;
     p.offload_params = k.params;
     p.offload_optimizer = k.optimizer;
     p.offload_activations = k.activations;
     p.delayed_update = k.delayed;
-    if (k.strategy == DataParallel::fsdp) p.offload = Offload::cpu, p.offload_params = Offload::none;
     if (k.activations != Offload::none) p.recompute = Recompute::full;
     const int dp = c.num_devices();
     p.global_batch = 2 * dp;   // two micro-batches per replica
