@@ -78,9 +78,9 @@ int main() {
                     const tools::Simulation run = tools::simulate_plan(m, cluster, v.plan, opt, &topology);
                     const traces::Summary& s = run.summary;
                     std::printf("%s | %s | %.1f | %s | %s | %s |\n", s.fits() ? "yes" : "no", to_string(s.iteration).c_str(),
-                                s.tflops_per_device, traces::gib(s.peak_memory).c_str(),
-                                traces::gib(run.timeline.peak[0][static_cast<int>(Tier::host)]).c_str(),
-                                traces::gib(run.timeline.peak[0][static_cast<int>(Tier::nvme)]).c_str());
+                                s.tflops_per_device, to_string_binary(s.peak_memory).c_str(),
+                                to_string_binary(run.timeline.peak[0][static_cast<int>(Tier::host)]).c_str(),
+                                to_string_binary(run.timeline.peak[0][static_cast<int>(Tier::nvme)]).c_str());
                 } catch (const Error& e) {
                     std::printf("– | – | – | – | – | – (%s) |\n", e.what());
                 }

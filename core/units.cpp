@@ -271,6 +271,29 @@ std::string to_string(Time t) {
     return format_sig3(static_cast<double>(t.count_ps()), time_print);
 }
 std::string to_string(Bytes b) { return format_sig3(b.as_double(), byte_print); }
+std::string to_string_binary(Bytes b) {
+    constexpr std::array names{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    const double v = b.as_double(), mag = std::fabs(v);
+    std::size_t pick = 0;
+    double scale = 1.0;
+    while (pick + 1 < names.size() && mag >= scale * 1024.0) {
+        scale *= 1024.0;
+        ++pick;
+    }
+    if (pick + 1 < names.size() && pick > 0 && mag / scale >= 1023.5) {   // rounds to 1024: the next unit
+        scale *= 1024.0;
+        ++pick;
+    }
+    const double m = v / scale, am = std::fabs(m);
+    char buf[64];
+    if (pick == 0 || am >= 99.95)
+        std::snprintf(buf, sizeof buf, "%.0f %s", m, names[pick]);
+    else if (am >= 9.995)
+        std::snprintf(buf, sizeof buf, "%.1f %s", m, names[pick]);
+    else
+        std::snprintf(buf, sizeof buf, "%.2f %s", m, names[pick]);
+    return buf;
+}
 std::string to_string(Bandwidth bw) {
     return format_sig3(bw.bytes_per_second(), bandwidth_print);
 }

@@ -254,5 +254,10 @@ std::string to_string(Time t);
 std::string to_string(Bytes b);
 std::string to_string(Bandwidth bw);
 std::string to_string(FlopRate r);
+// Memory (capacities, footprints, allocations) in powers of 1024, three significant digits:
+// "4.19 GiB", "512 MiB", "100 B" — as nvidia-smi, torch.cuda.memory_summary and free -h print
+// it, and as HBM is sized (an "80 GB" A100 holds 80 GiB). Traffic and bandwidth stay decimal
+// (to_string), as datasheets and NCCL's bus bandwidth state them.
+std::string to_string_binary(Bytes b);
 
 }  // namespace smol

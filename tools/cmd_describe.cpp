@@ -162,22 +162,22 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
                   per_sample.count() / seq, seq);
     out << buf;
     if (!model.seq_note().empty()) out << "  seq " << seq << ": " << model.seq_note() << '\n';
-    out << "  activations / sample  " << to_string(activations) << " (bf16, no recompute, eager attention)";
-    if (model.is_transformer()) out << "; " << to_string(flash_activations) << " with flash attention";
+    out << "  activations / sample  " << to_string_binary(activations) << " (bf16, no recompute, eager attention)";
+    if (model.is_transformer()) out << "; " << to_string_binary(flash_activations) << " with flash attention";
     out << '\n';
     if (cluster)
         out << "  on " << cluster->name << ": " << cluster->num_devices() << " devices of "
-            << to_string(cluster->device_kind(0).memory) << "; model states per device (mixed-precision Adam):\n";
+            << to_string_binary(cluster->device_kind(0).memory) << "; model states per device (mixed-precision Adam):\n";
     else
         out << "  model states per device (mixed-precision Adam; --cluster for the sharded strategies):\n";
-    for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string(bytes) << '\n';
+    for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string_binary(bytes) << '\n';
     if (!rows.empty()) {
         out << "  one step simulated per strategy and offload (analytic network; recompute " << recompute
             << ", micro-batch " << micro_batch << "): the device and the host at their peaks\n";
         for (const MemoryRow& r : rows) {
             const std::string name = r.strategy + (r.offload == "none" ? "" : " --offload " + r.offload);
             std::snprintf(buf, sizeof buf, "    %-22s %-7s %s of %s\n", name.c_str(), r.fits ? "fits" : "no fit",
-                          traces::gib(r.device.total()).c_str(), traces::gib(r.capacity).c_str());
+                          to_string_binary(r.device.total()).c_str(), to_string_binary(r.capacity).c_str());
             out << buf << "      device: " << traces::describe_breakdown(r.device) << '\n';
             if (r.host.total() > Bytes(0)) out << "      host:   " << traces::describe_breakdown(r.host) << '\n';
             if (r.nvme.total() > Bytes(0)) out << "      NVMe:   " << traces::describe_breakdown(r.nvme) << '\n';

@@ -90,8 +90,8 @@ int run_export(const ExportFlags& f, const Io& io) {
                << group_path(f) << "); choose another --out or --prefix\n";
     if (run && run->timeline.oom) {
         const OutOfMemory& oom = *run->timeline.oom;
-        io.err << "smolcluster: the plan does not fit: " << oom.device << " could not allocate " << to_string(oom.requested)
-               << " of " << to_string(oom.tier) << " memory with " << to_string(oom.free)
+        io.err << "smolcluster: the plan does not fit: " << oom.device << " could not allocate " << to_string_binary(oom.requested)
+               << " of " << to_string(oom.tier) << " memory with " << to_string_binary(oom.free)
                << " free; ops after that allocation have no duration in the traces\n";
         return 3;
     }

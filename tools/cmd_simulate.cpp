@@ -60,8 +60,8 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     }
     if (!s.fits()) {
         io.err << "smolcluster: the plan does not fit: " << s.oom->device << " could not allocate "
-               << to_string(s.oom->requested) << " of " << to_string(s.oom->tier) << " memory with "
-               << to_string(s.oom->free) << " free"
+               << to_string_binary(s.oom->requested) << " of " << to_string(s.oom->tier) << " memory with "
+               << to_string_binary(s.oom->free) << " free"
                << (s.oom_report ? " (" + s.oom_report->buffer + ")" : std::string()) << '\n';
         if (s.oom_report && !s.oom_report->fits.empty())
             io.err << "smolcluster: it fits with " << s.oom_report->fits.front().change << '\n';

@@ -126,7 +126,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
                       strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, p.layout.dp, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
-                      fmt("%.1f %%", x.mfu * 100).c_str(), to_string(x.peak_memory).c_str(), sim::to_string(x.network));
+                      fmt("%.1f %%", x.mfu * 100).c_str(), to_string_binary(x.peak_memory).c_str(), sim::to_string(x.network));
         std::string line = buf;
         if (orders) line.insert(line.size() - 1, std::string(std::max<std::size_t>(1, 9 - std::strlen(sim::to_string(x.network))), ' ') +
                                                      r.orders[static_cast<std::size_t>(p.order)].name);

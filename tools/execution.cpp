@@ -131,12 +131,12 @@ int execute_plan(exec::Session& session, const PlanFlags& plan_flags, const Exec
         if (root) {
             if (predicted.oom)
                 io.err << "smolcluster: the plan does not fit: " << predicted.oom->device << " could not allocate "
-                       << to_string(predicted.oom->requested) << " of " << to_string(predicted.oom->tier)
-                       << " memory with " << to_string(predicted.oom->free) << " free\n";
+                       << to_string_binary(predicted.oom->requested) << " of " << to_string(predicted.oom->tier)
+                       << " memory with " << to_string_binary(predicted.oom->free) << " free\n";
             else if (!device.fits)
                 io.err << "smolcluster: the plan does not fit this GPU: rank " << device.rank << " needs "
-                       << to_string(device.need) << " of device memory (simulated peak plus the CUDA backend's workspace) "
-                       << "and its " << device.device << " has " << to_string(device.available) << " free\n";
+                       << to_string_binary(device.need) << " of device memory (simulated peak plus the CUDA backend's workspace) "
+                       << "and its " << device.device << " has " << to_string_binary(device.available) << " free\n";
             else
                 io.err << "smolcluster: the plan does not fit this machine: its " << host.ranks << " ranks on "
                        << host.host << " need " << to_string(host.need)
@@ -182,14 +182,14 @@ void print_execution(std::ostream& out, const Execution& e) {
     row("clocks", clocks);
     std::string resident;
     for (std::size_t r = 0; r < m.resident_peak.size() && r < 8; ++r)
-        resident += (r ? ", " : "") + to_string(m.resident_peak[r]);
+        resident += (r ? ", " : "") + to_string_binary(m.resident_peak[r]);
     if (m.resident_peak.size() > 8) resident += ", …";
     row("resident (VmHWM)", resident + " per rank; workspace " + to_string(m.workspace));
     bool device_peaks = false;
     for (Bytes b : m.device_peak) device_peaks = device_peaks || b > Bytes(0);
     if (device_peaks) {
         std::string peaks;
-        for (std::size_t r = 0; r < m.device_peak.size() && r < 8; ++r) peaks += (r ? ", " : "") + to_string(m.device_peak[r]);
+        for (std::size_t r = 0; r < m.device_peak.size() && r < 8; ++r) peaks += (r ? ", " : "") + to_string_binary(m.device_peak[r]);
         if (m.device_peak.size() > 8) peaks += ", …";
         row("device pool peak", peaks + " per rank (the GPU allocator's high-water mark)");
     }

@@ -27,6 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+GIB = 2.0 ** 30  # memory in powers of 1024, as the summary prints it (core/units.hpp to_string_binary)
+
 WIDTH_IN, HEIGHT_IN, DPI = 12.0, 6.75, 100
 # Colour-blind-safe palette (Okabe & Ito 2008), one colour per op class / strategy.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000", "#999999"]
@@ -194,28 +196,28 @@ def plot_memory(trace, out, window, fmt):
     for k, (pid, points) in enumerate(sorted(series.items())):
         points.sort()
         xs = [(t - t0) / div for t, _ in points] + [(t1 - t0) / div]
-        ys = [b / 1e9 for _, b in points] + [points[-1][1] / 1e9]
+        ys = [b / GIB for _, b in points] + [points[-1][1] / GIB]
         colour = PALETTE[k % len(PALETTE)]
         ax.step(xs, ys, where="post", color=colour, linewidth=0.9 if many else 1.4,
                 label=None if many and k >= 8 else names[pid])
     for k, cap in enumerate(sorted(set(capacity.get(p) for p in series if p in capacity))):
-        ax.axhline(cap / 1e9, color="#D55E00", linestyle="--", linewidth=1.2,
+        ax.axhline(cap / GIB, color="#D55E00", linestyle="--", linewidth=1.2,
                    label="device capacity" if k == 0 else None)
-        ax.annotate(f"capacity {cap / 1e9:.4g} GB", xy=(0.005, cap / 1e9), xycoords=("axes fraction", "data"),
+        ax.annotate(f"capacity {cap / GIB:.4g} GiB", xy=(0.005, cap / GIB), xycoords=("axes fraction", "data"),
                     xytext=(0, 3), textcoords="offset points", color="#D55E00", fontsize=9)
     ax.set_xlim(0, (t1 - t0) / div)
-    peak = max(b for s in series.values() for _, b in s) / 1e9
-    caps = [capacity[p] / 1e9 for p in series if p in capacity]
+    peak = max(b for s in series.values() for _, b in s) / GIB
+    caps = [capacity[p] / GIB for p in series if p in capacity]
     if caps and peak < 0.25 * min(caps):
         # Far below the capacity: a log axis shows both the use and the line.
-        low = min((b for s in series.values() for _, b in s if b > 0), default=1e6) / 1e9
+        low = min((b for s in series.values() for _, b in s if b > 0), default=1e6) / GIB
         ax.set_yscale("log")
         ax.set_ylim(low / 2, max(caps) * 1.5)
         plain_log_axis(ax.yaxis, low / 2, max(caps) * 1.5)
-        ax.set_ylabel("device memory in use (GB, log scale)")
+        ax.set_ylabel("device memory in use (GiB, log scale)")
     else:
         ax.set_ylim(0, max([peak] + caps) * 1.08)
-        ax.set_ylabel("device memory in use (GB)")
+        ax.set_ylabel("device memory in use (GiB)")
     ax.set_xlabel(f"time ({unit})")
     ax.grid(color="#dddddd", linewidth=0.6, which="both")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
@@ -243,10 +245,10 @@ def plot_sweep(doc, out, fmt):
     for name in sorted(strategies, key=lambda n: -sum(p["strategy"] == n for p in plans)):
         ok = [p for p in plans if p["strategy"] == name and p["status"] == "ranked"]
         bad = [p for p in plans if p["strategy"] == name and p["status"] != "ranked"]
-        ax.scatter([p["peak_memory_bytes"] / 1e9 for p in ok], [p["iteration_time_s"] for p in ok], s=14,
+        ax.scatter([p["peak_memory_bytes"] / GIB for p in ok], [p["iteration_time_s"] for p in ok], s=14,
                    color=colour[name], alpha=0.75, linewidths=0, label=f"{name} ({len(ok)})")
         if bad:
-            ax.scatter([p["peak_memory_bytes"] / 1e9 for p in bad], [p["iteration_time_s"] for p in bad], s=14,
+            ax.scatter([p["peak_memory_bytes"] / GIB for p in bad], [p["iteration_time_s"] for p in bad], s=14,
                        marker="x", color=colour[name], alpha=0.35, linewidths=0.8)
     # Pareto front of the plans that fit: no other is both faster and smaller.
     ranked = sorted((p for p in plans if p["status"] == "ranked"),
@@ -257,17 +259,17 @@ def plot_sweep(doc, out, fmt):
             front.append(p)
             best = p["iteration_time_s"]
     if front:
-        xs = [p["peak_memory_bytes"] / 1e9 for p in front]
+        xs = [p["peak_memory_bytes"] / GIB for p in front]
         ys = [p["iteration_time_s"] for p in front]
         ax.step(xs, ys, where="post", color="#000000", linewidth=1.2, label=f"Pareto front ({len(front)})")
         ax.scatter(xs, ys, s=40, facecolors="none", edgecolors="#000000", linewidths=1.0)
         b = min(front, key=lambda p: p["iteration_time_s"])
         text = f"fastest: {b['strategy']} tp {b['tp']} pp {b['pp']} mb {b['micro_batch']}, {b['iteration_time_s']:.4g} s"
-        ax.annotate(text, xy=(b["peak_memory_bytes"] / 1e9, b["iteration_time_s"]), xytext=(10, -14),
+        ax.annotate(text, xy=(b["peak_memory_bytes"] / GIB, b["iteration_time_s"]), xytext=(10, -14),
                     textcoords="offset points", fontsize=9)
     if "device_memory_bytes" in s:
-        ax.axvline(s["device_memory_bytes"] / 1e9, color="#D55E00", linestyle="--", linewidth=1.2,
-                   label=f"device memory {s['device_memory_bytes'] / 1e9:.4g} GB")
+        ax.axvline(s["device_memory_bytes"] / GIB, color="#D55E00", linestyle="--", linewidth=1.2,
+                   label=f"device memory {s['device_memory_bytes'] / GIB:.4g} GiB")
     times = [p["iteration_time_s"] for p in plans]
     if max(times) / max(min(times), 1e-12) > 20:
         ax.set_yscale("log")
@@ -277,7 +279,7 @@ def plot_sweep(doc, out, fmt):
     ax.legend([handles[k] for k in order], [labels[k] for k in order], loc="upper left", bbox_to_anchor=(1.0, 1.0),
               frameon=False, title="strategy (plans that fit)", markerscale=2)
     ax.set_xlim(left=0)
-    ax.set_xlabel("peak device memory (GB)")
+    ax.set_xlabel("peak device memory (GiB)")
     ax.set_ylabel("step time (s)")
     ax.grid(color="#dddddd", linewidth=0.6, which="both")
     shown = len(plans)

@@ -110,7 +110,7 @@ void check_simulable(const strategies::Layout& layout, const strategies::Plan& p
     const bool could_fold = layout.dp > 1 && !layout.folded && !plan.fold;
     throw Error(ErrorKind::out_of_range,
                 "the plan needs about " + figure(static_cast<double>(layout.estimated_ops)) + " ops, about " +
-                    to_string(Bytes::from_double(need)) + " to build and simulate, more than the " + to_string(Bytes(have)) +
+                    to_string_binary(Bytes::from_double(need)) + " to build and simulate, more than the " + to_string_binary(Bytes(have)) +
                     " of memory this machine has available: fewer micro-batches (a smaller --global-batch or a larger "
                     "--micro-batch), fewer devices (--nodes, --devices)" +
                     (could_fold ? ", or folded replicas (leave out --no-fold)" : "") +

@@ -269,8 +269,8 @@ Outcome outcome_of(const Simulation& s, sim::NetworkMode network) {
         if (cap > 0) o.min_headroom = std::min(o.min_headroom, 1 - static_cast<double>(s.timeline.peak[r][dev].count()) / cap);
     }
     if (m.oom)
-        o.oom = m.oom->device + " could not allocate " + to_string(m.oom->requested) + " of " + to_string(m.oom->tier) +
-                " memory with " + to_string(m.oom->free) + " free";
+        o.oom = m.oom->device + " could not allocate " + to_string_binary(m.oom->requested) + " of " + to_string(m.oom->tier) +
+                " memory with " + to_string_binary(m.oom->free) + " free";
     return o;
 }
 
@@ -283,7 +283,7 @@ void judge(PlanResult& p, const SweepOptions& o) {
         p.reason = r.oom;
     } else if (o.max_memory && r.peak_memory > *o.max_memory) {
         p.status = PlanStatus::over_limit;
-        p.reason = "peak " + to_string(r.peak_memory) + " above --max-memory " + to_string(*o.max_memory);
+        p.reason = "peak " + to_string_binary(r.peak_memory) + " above --max-memory " + to_string_binary(*o.max_memory);
     } else if (o.min_headroom && r.min_headroom < *o.min_headroom) {
         char buf[96];
         std::snprintf(buf, sizeof buf, "headroom %.1f %% below --min-headroom %.1f %%", r.min_headroom * 100,
@@ -555,8 +555,8 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
         if (static_cast<double>(p.memory_bound.count()) > allowed) {
             p.status = PlanStatus::pruned;
             p.reason_key = "memory bound";
-            p.reason = "needs at least " + to_string(p.memory_bound) + " per device (model states and one chunk of "
-                       "activations), above the " + to_string(Bytes(static_cast<std::int64_t>(allowed))) + " allowed";
+            p.reason = "needs at least " + to_string_binary(p.memory_bound) + " per device (model states and one chunk of "
+                       "activations), above the " + to_string_binary(Bytes(static_cast<std::int64_t>(allowed))) + " allowed";
             continue;
         }
         if (static_cast<int>(i % static_cast<std::size_t>(o.shard_count)) == o.shard_index) to_simulate.push_back(i);

@@ -50,8 +50,6 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
-std::string gib(Bytes b) { return fmt(b.as_double() >= 10.0 * (1ll << 30) ? "%.1f GiB" : "%.2f GiB", b.as_double() / (1ll << 30)); }
-
 std::string describe_breakdown(const MemoryBreakdown& m) {
     std::vector<std::pair<Bytes, std::string>> parts;
     for (int l = 0; l < kBufferLabels; ++l)
@@ -59,10 +57,10 @@ std::string describe_breakdown(const MemoryBreakdown& m) {
             parts.emplace_back(m.labels[static_cast<std::size_t>(l)], describe(static_cast<BufferLabel>(l)));
     std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     std::string out;
-    for (const auto& [bytes, what] : parts) out += (out.empty() ? "" : " · ") + what + " " + gib(bytes);
+    for (const auto& [bytes, what] : parts) out += (out.empty() ? "" : " · ") + what + " " + to_string_binary(bytes);
     if (m.runtime() > Bytes(0)) {
-        out += (out.empty() ? "" : " · ") + std::string("runtime ") + gib(m.runtime()) + " (CUDA context " + gib(m.cuda_context) +
-               ", NCCL " + gib(m.nccl) + ", allocator rounding " + gib(m.allocator) + ")";
+        out += (out.empty() ? "" : " · ") + std::string("runtime ") + to_string_binary(m.runtime()) + " (CUDA context " + to_string_binary(m.cuda_context) +
+               ", NCCL " + to_string_binary(m.nccl) + ", allocator rounding " + to_string_binary(m.allocator) + ")";
     }
     return out.empty() ? "nothing" : out;
 }
@@ -363,21 +361,21 @@ void print_table(std::ostream& out, const Summary& s) {
     row("TFLOP/s per device", fmt("%.4g", s.tflops_per_device) + fmt(" (MFU %.1f %%)", s.mfu * 100));
     row("communication", to_string(s.total_comm) + " (exposed " + to_string(s.exposed_comm) + ")");
     row("bubble", fmt(i.async_updates ? "%.1f %% of the run" : "%.1f %% of the step", s.bubble_fraction * 100));
-    row("peak memory", to_string(s.peak_memory) + (s.fits() ? " (fits)" : " (DOES NOT FIT)"));
+    row("peak memory", to_string_binary(s.peak_memory) + (s.fits() ? " (fits)" : " (DOES NOT FIT)"));
     if (!s.per_stage.empty()) {
         std::string stages;
-        for (const auto& st : s.per_stage) stages += (stages.empty() ? "" : ", ") + to_string(st.peak_memory);
+        for (const auto& st : s.per_stage) stages += (stages.empty() ? "" : ", ") + to_string_binary(st.peak_memory);
         row("peak memory by stage", stages);
     }
     if (s.peak_host.total() > Bytes(0)) row("host memory at peak", describe_breakdown(s.peak_host) + " (rank " + std::to_string(s.peak_rank) + ")");
     if (s.peak_nvme.total() > Bytes(0)) row("NVMe at peak", describe_breakdown(s.peak_nvme) + " (rank " + std::to_string(s.peak_rank) + ")");
     if (s.oom) {
         const std::string what = s.oom_report ? s.oom_report->buffer : std::string("an allocation");
-        row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": the " + what + " (" + gib(s.oom->requested) +
-                                 ") did not fit, " + gib(s.oom->free) + " free");
+        row("out of memory", s.oom->device + " " + to_string(s.oom->tier) + ": the " + what + " (" + to_string_binary(s.oom->requested) +
+                                 ") did not fit, " + to_string_binary(s.oom->free) + " free");
         if (s.oom_report) {
             const OomReport& r = *s.oom_report;
-            row("memory at its peak", gib(r.peak.total()) + " of " + gib(r.capacity) + ": " + describe_breakdown(r.peak));
+            row("memory at its peak", to_string_binary(r.peak.total()) + " of " + to_string_binary(r.capacity) + ": " + describe_breakdown(r.peak));
             if (!r.fits_skipped.empty()) row("plans that fit", "not searched: " + r.fits_skipped);
             if (r.fits.empty() && !r.fits_network.empty())
                 row("plans that fit", "none of the strategies, offload choices, recompute settings and micro-batches "
@@ -386,7 +384,7 @@ void print_table(std::ostream& out, const Summary& s) {
                 row("plans that fit", "each simulated (" + r.fits_network + " network), slowdown against this plan's step:");
                 for (const FitOption& f : r.fits)
                     out << "    " << f.change << std::string(f.change.size() < 44 ? 44 - f.change.size() : 1, ' ')
-                        << gib(f.peak) << " of " << gib(f.capacity)
+                        << to_string_binary(f.peak) << " of " << to_string_binary(f.capacity)
                         << (f.slowdown >= 1 ? fmt(", %.2f× slower", f.slowdown) : fmt(", %.2f× faster", 1 / f.slowdown)) << '\n';
             }
         }
@@ -433,7 +431,7 @@ void print_table(std::ostream& out, const Summary& s) {
         const std::string ranks = rank_ranges(grp.ranks);
         std::snprintf(buf, sizeof buf, "  %-*s %-17s %-11s %-11s %-11s %s%s\n",
                       static_cast<int>(width + ranks.size() - columns(ranks)), ranks.c_str(), device.c_str(), to_string(d.busy).c_str(), to_string(d.comm).c_str(),
-                      to_string(d.exposed_comm).c_str(), to_string(d.peak_memory).c_str(), note.c_str());
+                      to_string(d.exposed_comm).c_str(), to_string_binary(d.peak_memory).c_str(), note.c_str());
         out << buf;
     }
     if (shown.size() < groups.size())

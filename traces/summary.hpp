@@ -115,13 +115,12 @@ struct Summary {
 };
 
 Summary summarize(const OpGraph& graph, const Timeline& timeline, const StepInfo& info);
-/// "parameters 4.02 GiB · optimizer state 24.1 GiB · … · runtime 1.85 GiB (CUDA context 1.31, NCCL 0.54)":
-/// a tier's contents, largest first, in GiB (the unit device memory is sold in).
+/// "optimizer state 24.1 GiB · parameters 4.02 GiB · … · runtime 1.36 GiB (CUDA context 1.31 GiB, NCCL
+/// 20.0 MiB, allocator rounding 30.7 MiB)": a tier's contents, largest first, in powers of 1024
+/// (to_string_binary), as every memory figure smolcluster prints.
 std::string describe_breakdown(const MemoryBreakdown& m);
 /// The breakdown as JSON: {"parameters": bytes, …, "cuda_context": bytes, "nccl": …, "allocator": …}.
 Json breakdown_json(const MemoryBreakdown& m);
-/// "24.0 GiB".
-std::string gib(Bytes b);
 /// The contract's keys; a layer list's seq and tokens_per_s are null (it has no tokens).
 Json to_json(const Summary& s);
 /// The human table. Ranks with identical figures share one row ("0-15  16 devices"); when there

@@ -52,7 +52,7 @@ void file_io(int fd, void* data, std::int64_t bytes, bool write, const std::stri
 Workspace::Workspace(std::int64_t floats) : floats_(std::max<std::int64_t>(floats, 16)) {
     const std::int64_t bytes = round_up(floats_ * 4, kPage);
     data_ = static_cast<float*>(std::aligned_alloc(kPage, static_cast<std::size_t>(bytes)));
-    if (!data_) throw Error(ErrorKind::bad_input, "cannot allocate a workspace of " + to_string(Bytes(bytes)));
+    if (!data_) throw Error(ErrorKind::bad_input, "cannot allocate a workspace of " + to_string_binary(Bytes(bytes)));
     // Small normal values: sums and products stay finite and far from denormals.
     for (std::int64_t i = 0; i < floats_; ++i) data_[i] = 0.01f * static_cast<float>(1 + i % 97);
 }
@@ -372,7 +372,7 @@ void CpuBackend::allocate(std::int32_t buffer) {
         const std::int64_t bytes = round_up(b.bytes, kPage);
         p = std::aligned_alloc(kPage, static_cast<std::size_t>(bytes));
         if (!p)
-            throw Error(ErrorKind::bad_input, "rank " + std::to_string(b.rank) + " cannot allocate " + to_string(Bytes(bytes)) +
+            throw Error(ErrorKind::bad_input, "rank " + std::to_string(b.rank) + " cannot allocate " + to_string_binary(Bytes(bytes)) +
                                                   " of " + to_string(static_cast<BufferLabel>(b.label)));
         // Touch every page: the memory is resident, as a framework's first write makes it.
         auto* c = static_cast<volatile char*>(p);

@@ -58,7 +58,7 @@ std::string device_description(int device) {
     cudaDeviceProp p{};
     check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
     return std::string(p.name) + " (compute capability " + std::to_string(p.major) + "." + std::to_string(p.minor) + ", " +
-           std::to_string(p.multiProcessorCount) + " SMs, " + text(static_cast<std::int64_t>(p.totalGlobalMem)) + ")";
+           std::to_string(p.multiProcessorCount) + " SMs, " + to_string_binary(Bytes(static_cast<std::int64_t>(p.totalGlobalMem))) + ")";
 }
 
 // ---- one stream ---------------------------------------------------------------------------------
@@ -514,10 +514,10 @@ void CudaBackend::allocate(std::int32_t buffer) {
             std::size_t free = 0, total = 0;
             cudaMemGetInfo(&free, &total);
             throw Error(ErrorKind::bad_input,
-                        "rank " + std::to_string(b.rank) + " is out of GPU memory: cannot allocate " + text(b.bytes) + " of " +
-                            label + " (buffer " + std::to_string(buffer) + ") with " + text(static_cast<std::int64_t>(free)) +
-                            " free of " + text(static_cast<std::int64_t>(total)) + " on " + device_description(device_) +
-                            " (the backend's workspace holds " + to_string(workspace_) + ")");
+                        "rank " + std::to_string(b.rank) + " is out of GPU memory: cannot allocate " + to_string_binary(Bytes(b.bytes)) + " of " +
+                            label + " (buffer " + std::to_string(buffer) + ") with " + to_string_binary(Bytes(static_cast<std::int64_t>(free))) +
+                            " free of " + to_string_binary(Bytes(static_cast<std::int64_t>(total))) + " on " + device_description(device_) +
+                            " (the backend's workspace holds " + to_string_binary(workspace_) + ")");
         }
         check(e, "cudaMallocAsync of " + text(b.bytes) + " for " + label);
         device_block_[i] = p;

@@ -135,6 +135,18 @@ TEST_CASE("to_string prints three significant digits", "[core][units]") {
     CHECK(to_string(Bytes(100)) == "100 B");
     CHECK(to_string(Bytes::mb(123.456)) == "123 MB");
     CHECK(to_string(Bandwidth::gb_per_s(25)) == "25.0 GB/s");
+    // Memory in powers of 1024: 80 GiB is 85.9 GB.
+    CHECK(to_string_binary(Bytes::gib(80)) == "80.0 GiB");
+    CHECK(to_string_binary(Bytes::gb(80)) == "74.5 GiB");
+    CHECK(to_string_binary(Bytes::gib(4.19)) == "4.19 GiB");
+    CHECK(to_string_binary(Bytes::gib(110.6)) == "111 GiB");
+    CHECK(to_string_binary(Bytes(512ll << 20)) == "512 MiB");
+    CHECK(to_string_binary(Bytes(1023ll << 20)) == "1023 MiB");
+    CHECK(to_string_binary(Bytes((1ll << 30) - 1)) == "1.00 GiB");   // rounding carries into the next unit
+    CHECK(to_string_binary(Bytes(1536)) == "1.50 KiB");
+    CHECK(to_string_binary(Bytes(100)) == "100 B");
+    CHECK(to_string_binary(Bytes(0)) == "0 B");
+    CHECK(to_string_binary(Bytes::gib(3 * 1024)) == "3.00 TiB");
     CHECK(to_string(Bandwidth::gbit_per_s(1)) == "125 MB/s");
     CHECK(to_string(FlopRate::tflops(312)) == "312 TFLOP/s");
     CHECK(to_string(FlopRate::gflops(30.2)) == "30.2 GFLOP/s");

@@ -30,7 +30,7 @@ Summary summary_of(int n) {
     s.samples_per_s = 100;
     s.tokens_per_s = 12800;
     for (int r = 0; r < n; ++r)
-        s.per_device.push_back({r, "node" + std::to_string(r / 8) + "/gpu" + std::to_string(r % 8), Bytes::gb(1), Time::ms(6),
+        s.per_device.push_back({r, "node" + std::to_string(r / 8) + "/gpu" + std::to_string(r % 8), Bytes::gib(1), Time::ms(6),
                                 Time::ms(3), Time::ms(1)});
     return s;
 }
@@ -46,19 +46,19 @@ std::string table(const Summary& s) {
 TEST_CASE("summary: identical ranks share a row, the ones that differ are shown", "[traces][summary]") {
     SECTION("sixteen identical ranks are one row") {
         const std::string t = table(summary_of(16));
-        CHECK_THAT(t, Contains("  0-15  16 devices        6.00 ms     3.00 ms     1.00 ms     1.00 GB\n"));
+        CHECK_THAT(t, Contains("  0-15  16 devices        6.00 ms     3.00 ms     1.00 ms     1.00 GiB\n"));
         CHECK_THAT(t, !Contains("node0/gpu0"));
         CHECK_THAT(t, !Contains("more groups"));
     }
     SECTION("one slower rank and one fuller rank get rows of their own, named") {
         Summary s = summary_of(32);
         s.per_device[5].busy = Time::ms(8);
-        s.per_device[20].peak_memory = Bytes::gb(2);
+        s.per_device[20].peak_memory = Bytes::gib(2);
         const std::string t = table(s);
         CHECK_THAT(t, Contains("  0-4,6-19,21-31 30 devices"));
         CHECK_THAT(t, Contains("  5              node0/gpu5        8.00 ms"));
         CHECK_THAT(t, Contains("(slowest)"));
-        CHECK_THAT(t, Contains("  20             node2/gpu4        6.00 ms     3.00 ms     1.00 ms     2.00 GB (most memory)"));
+        CHECK_THAT(t, Contains("  20             node2/gpu4        6.00 ms     3.00 ms     1.00 ms     2.00 GiB (most memory)"));
     }
     SECTION("past sixteen groups the slowest and the fullest are still shown") {
         Summary s = summary_of(40);
