@@ -184,7 +184,7 @@ void print_execution(std::ostream& out, const Execution& e) {
     for (std::size_t r = 0; r < m.resident_peak.size() && r < 8; ++r)
         resident += (r ? ", " : "") + to_string_binary(m.resident_peak[r]);
     if (m.resident_peak.size() > 8) resident += ", …";
-    row("resident (VmHWM)", resident + " per rank; workspace " + to_string(m.workspace));
+    row("resident (VmHWM)", resident + " per rank; workspace " + to_string_binary(m.workspace));
     bool device_peaks = false;
     for (Bytes b : m.device_peak) device_peaks = device_peaks || b > Bytes(0);
     if (device_peaks) {
