@@ -47,6 +47,27 @@ void file_io(int fd, void* data, std::int64_t bytes, bool write, const std::stri
     }
 }
 
+ScratchDir::~ScratchDir() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+}
+
+std::string ScratchDir::next_file(int rank, const char* prefix) {
+    if (dir_.empty()) {
+        namespace fs = std::filesystem;
+        const fs::path root = root_.empty() ? fs::temp_directory_path() : fs::path(root_);
+        std::error_code ec;
+        if (!fs::is_directory(root, ec))
+            fail_input("--scratch " + root.string() + " is not a directory", ErrorContext{"", "", "--scratch"});
+        const fs::path dir = root / ("smolcluster-" + std::to_string(getpid()) + "-rank" + std::to_string(rank));
+        fs::create_directories(dir, ec);
+        if (ec) fail_input("cannot create " + dir.string() + ": " + ec.message(), ErrorContext{"", "", "--scratch"});
+        dir_ = dir.string();
+    }
+    return dir_ + "/" + prefix + "-" + std::to_string(next_++);
+}
+
 // ---- workspace ----------------------------------------------------------------------------------
 
 Workspace::Workspace(std::int64_t floats) : floats_(std::max<std::int64_t>(floats, 16)) {
@@ -184,7 +205,7 @@ public:
     Device(CpuBackend& owner, const Communicators& comms, std::int64_t bytes, bool needs_file)
         : owner_(owner), comms_(comms), ws_((bytes + 3) / 4) {
         if (needs_file) {
-            path_ = owner_.scratch_dir() + "/copy-" + std::to_string(owner_.next_file_++);
+            path_ = owner_.scratch_.next_file(owner_.rank_, "copy");
             // O_DIRECT bypasses the page cache (a real transfer to the drive); tmpfs and some
             // other file systems refuse it, and buffered I/O is what remains there.
             fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
@@ -257,38 +278,19 @@ private:
 // ---- the backend --------------------------------------------------------------------------------
 
 CpuBackend::CpuBackend(const OpGraph& graph, Mpi& mpi, std::string scratch)
-    : g_(graph), mpi_(mpi), scratch_root_(std::move(scratch)) {
+    : g_(graph), mpi_(mpi), scratch_(std::move(scratch)) {
     set_blas_threads(blas_threads_per_rank(mpi_.local_size()));
 }
 
 CpuBackend::~CpuBackend() {
     for (auto& d : devices_) d.reset();
     for (auto& [p, bytes] : blocks_) std::free(p);
-    if (!scratch_dir_.empty()) {
-        std::error_code ec;
-        std::filesystem::remove_all(scratch_dir_, ec);
-    }
 }
 
 std::string CpuBackend::describe() const {
     const int t = blas_threads();
     return "cpu: " + blas_version() + " (" + std::to_string(t) + " BLAS thread" + (t == 1 ? "" : "s") + " per rank), " +
            Mpi::library_version();
-}
-
-const std::string& CpuBackend::scratch_dir() {
-    if (scratch_dir_.empty()) {
-        namespace fs = std::filesystem;
-        const fs::path root = scratch_root_.empty() ? fs::temp_directory_path() : fs::path(scratch_root_);
-        std::error_code ec;
-        if (!fs::is_directory(root, ec))
-            fail_input("--scratch " + root.string() + " is not a directory", ErrorContext{"", "", "--scratch"});
-        const fs::path dir = root / ("smolcluster-" + std::to_string(getpid()) + "-rank" + std::to_string(rank_));
-        fs::create_directories(dir, ec);
-        if (ec) fail_input("cannot create " + dir.string() + ": " + ec.message(), ErrorContext{"", "", "--scratch"});
-        scratch_dir_ = dir.string();
-    }
-    return scratch_dir_;
 }
 
 void CpuBackend::prepare(const OpGraph& graph, int rank, const Communicators& comms) {
@@ -345,7 +347,7 @@ void CpuBackend::allocate(std::int32_t buffer) {
                 path = it->second;
                 free_files_.erase(it);
             } else {
-                path = scratch_dir() + "/buffer-" + std::to_string(next_file_++);
+                path = scratch_.next_file(rank_, "buffer");
                 files_.push_back(path);
             }
         }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/executor.hpp"
@@ -60,6 +61,24 @@ std::int64_t round_up(std::int64_t v, std::int64_t to);
 /// Writes or reads `bytes` at offset 0 of `fd`, looping over short transfers (the NVMe tier's
 /// files, of both backends); reading past what was written leaves the rest of `data` as it is.
 void file_io(int fd, void* data, std::int64_t bytes, bool write, const std::string& path);
+
+/// The NVMe tier's files, of both backends: a folder of this process and rank
+/// ("smolcluster-<pid>-rank<r>") under `root` (--scratch; empty: the system's temporary folder),
+/// made when the first file is named, and removed with every file in it with this object.
+class ScratchDir {
+public:
+    explicit ScratchDir(std::string root) : root_(std::move(root)) {}
+    ~ScratchDir();
+    ScratchDir(const ScratchDir&) = delete;
+    ScratchDir& operator=(const ScratchDir&) = delete;
+    /// A new file's path: "<folder>/<prefix>-<n>", n counting up from 0. bad_input (naming
+    /// --scratch) when `root` is not a directory or the folder cannot be made.
+    std::string next_file(int rank, const char* prefix);
+
+private:
+    std::string root_, dir_;
+    int next_ = 0;
+};
 /// BLAS threads for one of `local_ranks` ranks on this host.
 int blas_threads_per_rank(int local_ranks);
 /// Runs one kernel of a recipe in fp32 on `workspace` (kernel_floats(k) floats, laid out as the
@@ -83,15 +102,13 @@ public:
 
     /// Whether the NVMe tier's copies bypass the page cache (O_DIRECT was accepted).
     bool direct_io() const;
-    /// The scratch subdirectory (made on first use).
-    const std::string& scratch_dir();
 
 private:
     class Device;
 
     const OpGraph& g_;
     Mpi& mpi_;
-    std::string scratch_root_, scratch_dir_;
+    ScratchDir scratch_;
     int rank_ = 0;
     std::array<std::unique_ptr<Device>, kStreams> devices_;
     Bytes workspace_;
@@ -103,7 +120,6 @@ private:
     std::vector<std::string> file_of_;
     std::vector<std::pair<void*, std::int64_t>> blocks_; // every block made, for the destructor
     std::vector<std::string> files_;
-    int next_file_ = 0;
 };
 
 }  // namespace smol::exec::cpu

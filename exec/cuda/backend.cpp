@@ -100,7 +100,7 @@ public:
                   "cudaHostRegister of " + text(pinned_bytes_) + " of staging memory for stream " + to_string(s));
         }
         if (need.file) {
-            path_ = owner_.scratch_dir() + "/copy-" + std::to_string(owner_.next_file_++);
+            path_ = owner_.scratch_.next_file(owner_.rank_, "copy");
             // O_DIRECT bypasses the page cache (a real transfer to the drive); tmpfs and some
             // other file systems refuse it, and buffered I/O is what remains there.
             fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
@@ -340,7 +340,7 @@ private:
 // ---- the backend --------------------------------------------------------------------------------
 
 CudaBackend::CudaBackend(const OpGraph& graph, Mpi& mpi, const ExecOptions& options)
-    : g_(graph), mpi_(mpi), options_(options), scratch_root_(options.scratch) {
+    : g_(graph), mpi_(mpi), options_(options), scratch_(options.scratch) {
     set_cuda_environment();
     device_ = device_for_rank(mpi.local_rank(), mpi.local_size(), visible_gpus(mpi.host_name()), mpi.host_name());
     use_device();
@@ -365,10 +365,6 @@ CudaBackend::~CudaBackend() {
         if (e) cudaEventDestroy(e);
     if (step_start_) cudaEventDestroy(step_start_);
     for (auto& [p, bytes] : host_blocks_) std::free(p);
-    if (!scratch_dir_.empty()) {
-        std::error_code ec;
-        std::filesystem::remove_all(scratch_dir_, ec);
-    }
 }
 
 void CudaBackend::use_device() const { check(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")"); }
@@ -382,21 +378,6 @@ std::string CudaBackend::describe() const {
            std::to_string(version_minor(runtime)) + " (driver " + std::to_string(version_major(driver)) + "." +
            std::to_string(version_minor(driver)) + "), cuBLASLt " + std::to_string(lt) + ", " + nccl_version() + ", " +
            Mpi::library_version() + (options_.allow_tf32 ? ", TF32 for fp32 GEMMs" : "");
-}
-
-const std::string& CudaBackend::scratch_dir() {
-    if (scratch_dir_.empty()) {
-        namespace fs = std::filesystem;
-        const fs::path root = scratch_root_.empty() ? fs::temp_directory_path() : fs::path(scratch_root_);
-        std::error_code ec;
-        if (!fs::is_directory(root, ec))
-            fail_input("--scratch " + root.string() + " is not a directory", ErrorContext{"", "", "--scratch"});
-        const fs::path dir = root / ("smolcluster-" + std::to_string(getpid()) + "-rank" + std::to_string(rank_));
-        fs::create_directories(dir, ec);
-        if (ec) fail_input("cannot create " + dir.string() + ": " + ec.message(), ErrorContext{"", "", "--scratch"});
-        scratch_dir_ = dir.string();
-    }
-    return scratch_dir_;
 }
 
 void CudaBackend::prepare(const OpGraph& g, int rank, const Communicators& comms) {
@@ -531,7 +512,7 @@ void CudaBackend::allocate(std::int32_t buffer) {
                 path = it->second;
                 free_files_.erase(it);
             } else {
-                path = scratch_dir() + "/buffer-" + std::to_string(next_file_++);
+                path = scratch_.next_file(rank_, "buffer");
             }
         }
         const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);

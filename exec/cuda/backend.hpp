@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/cpu/backend.hpp"   // cpu::ScratchDir, the NVMe tier's folder
 #include "exec/cuda/plan.hpp"
 #include "exec/executor.hpp"
 #include "exec/mpi.hpp"
@@ -98,7 +99,6 @@ private:
     /// Op `id`'s first and last event.
     std::uint32_t first_event(OpId id) const { return plan_.first[plan_.local[id]]; }
     std::uint32_t last_event(OpId id) const { return plan_.first[plan_.local[id] + 1] - 1; }
-    const std::string& scratch_dir();
 
     const OpGraph& g_;
     Mpi& mpi_;
@@ -107,8 +107,7 @@ private:
     int rank_ = 0;
     double compute_capability_ = 0;
     std::int64_t smem_limit_ = 0;
-    std::string scratch_root_, scratch_dir_;
-    int next_file_ = 0;
+    cpu::ScratchDir scratch_;
 
     EventPlan plan_;
     Channels channels_;
