@@ -356,7 +356,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         try {
             o.max_memory = parse_bytes(f.max_memory);
         } catch (const Error&) {
-            fail_input("a size such as \"60 GB\"", "'" + f.max_memory + "'", flag("--max-memory"));
+            fail_input("a size such as \"60 GiB\"", "'" + f.max_memory + "'", flag("--max-memory"));
         }
     }
     o.dispatch = parse_dispatch_overhead(f.dispatch_overhead);
@@ -445,7 +445,7 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--pp", f->pp, "pipeline sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
-    app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GB\"");
+    app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");
     app->add_option("--dispatch-overhead", f->dispatch_overhead,
                     "host time per GPU kernel before the driver's launch for every plan, such as \"20 us\" (default: each "
                     "plan's framework's; see simulate --help)");
