@@ -117,6 +117,26 @@ double round_sig3(double v) {
     return std::round(v / magnitude) * magnitude;
 }
 
+/// "1.23 ms": `m` of unit `name` to three significant digits (integers for values of 100 and
+/// above, and whole numbers of a base unit, `whole`, as they are).
+std::string unit_text(double m, const char* name, bool whole) {
+    const double am = std::fabs(m);
+    char buf[64];
+    if (m == 0) {
+        std::snprintf(buf, sizeof buf, "0 %s", name);
+    } else if (am >= 99.95 || (whole && std::floor(am) == am)) {
+        std::snprintf(buf, sizeof buf, "%.0f %s", m, name);
+    } else if (am >= 9.995) {
+        std::snprintf(buf, sizeof buf, "%.1f %s", m, name);
+    } else if (am >= 0.9995) {
+        std::snprintf(buf, sizeof buf, "%.2f %s", m, name);
+    } else {
+        // Below the smallest unit (e.g. 0.5 B/s): fall back to significant-digit notation.
+        std::snprintf(buf, sizeof buf, "%.3g %s", m, name);
+    }
+    return buf;
+}
+
 /// "1.23 ms": picks the largest unit whose value is at least 1 and prints three significant
 /// digits (integers for values of 100 and above). `units` run from small to large.
 template <std::size_t N>
@@ -128,22 +148,7 @@ std::string format_sig3(double base_value, const std::array<UnitScale, N>& units
     for (std::size_t i = 0; i < N; ++i) {
         if (mag >= units[i].scale * (1 - 1e-9)) pick = i;
     }
-    const double m = r / units[pick].scale;
-    const double am = std::fabs(m);
-    char buf[64];
-    if (r == 0) {
-        std::snprintf(buf, sizeof buf, "0 %s", units[pick].name);
-    } else if (am >= 99.95 || (units[pick].scale == 1.0 && std::floor(am) == am)) {
-        std::snprintf(buf, sizeof buf, "%.0f %s", m, units[pick].name);
-    } else if (am >= 9.995) {
-        std::snprintf(buf, sizeof buf, "%.1f %s", m, units[pick].name);
-    } else if (am >= 0.9995) {
-        std::snprintf(buf, sizeof buf, "%.2f %s", m, units[pick].name);
-    } else {
-        // Below the smallest unit (e.g. 0.5 B/s): fall back to significant-digit notation.
-        std::snprintf(buf, sizeof buf, "%.3g %s", m, units[pick].name);
-    }
-    return buf;
+    return unit_text(r / units[pick].scale, units[pick].name, units[pick].scale == 1.0);
 }
 
 // Units used for printing, small to large (a subset of the parse tables, decimal only).
@@ -284,15 +289,9 @@ std::string to_string_binary(Bytes b) {
         scale *= 1024.0;
         ++pick;
     }
-    const double m = v / scale, am = std::fabs(m);
-    char buf[64];
-    if (pick == 0 || am >= 99.95)
-        std::snprintf(buf, sizeof buf, "%.0f %s", m, names[pick]);
-    else if (am >= 9.995)
-        std::snprintf(buf, sizeof buf, "%.1f %s", m, names[pick]);
-    else
-        std::snprintf(buf, sizeof buf, "%.2f %s", m, names[pick]);
-    return buf;
+    // Rounded once, in the unit printed (format_sig3 rounds the base value, which in powers of
+    // 1024 would round twice).
+    return unit_text(v / scale, names[pick], pick == 0);
 }
 std::string to_string(Bandwidth bw) {
     return format_sig3(bw.bytes_per_second(), bandwidth_print);
