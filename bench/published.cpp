@@ -275,7 +275,6 @@ namespace {
 
 const std::vector<std::string> kGapOrder{
     "FP8",
-    "context parallelism",
     "MoE",
     "FSDP/ZeRO-3 with tensor or pipeline parallelism",
     "hardware not described",
@@ -363,16 +362,15 @@ std::optional<std::pair<std::string, Json>> known_moe_config(const std::string& 
     return std::nullopt;
 }
 
-/// Gaps any row can show by its own fields: FP8, context parallelism, MoE (a model the harness
-/// has no config.json for), and a model without a shape. (Offload is modelled: ZeRO-Offload,
-/// ZeRO-Infinity, FSDP's CPU offload.)
+/// Gaps any row can show by its own fields: FP8, MoE (a model the harness has no config.json
+/// for), and a model without a shape. (Offload and context parallelism are modelled: ZeRO-Offload,
+/// ZeRO-Infinity, FSDP's CPU offload; Transformer Engine's ring attention.)
 void common_gaps(const Row& row, Mapping& m) {
     const Json& d = row.data;
     const Json& par = member_or_null(d, "par");
     const Json& model = member_or_null(d, "model");
     const std::string prec = text_of(d, "prec");
     if (contains(prec, "fp8") || contains(prec, "float8")) add_gap(m, "FP8", prec);
-    if (const auto cp = integer_of(par, "cp"); cp && *cp > 1) add_gap(m, "context parallelism", "cp " + std::to_string(*cp));
     const bool known_config = known_moe_config(text_of(model, "name")).has_value();
     if ((contains(text_of(d, "tag"), "moe") || integer_of(par, "ep").value_or(1) > 1 || contains(text_of(model, "name"), "moe")) &&
         !known_config)
@@ -399,6 +397,14 @@ std::string model_path(const std::string& dir, const ModelShape& shape) {
 }
 
 ErrorContext at(const Row& row, const std::string& path) { return {row.file + ":" + std::to_string(row.line), path, ""}; }
+
+/// par.cp, the context-parallel ranks; 1 when the row gives none.
+std::int64_t context_parallel(const Row& row, const Json& par) {
+    if (!par.is_object() || !par.contains("cp")) return 1;
+    const auto v = integer_of(par, "cp");
+    if (!v || *v < 1) fail_input("a positive integer", describe_json(par.at("cp")), at(row, "/par/cp"));
+    return *v;
+}
 
 std::int64_t required_integer(const Row& row, const Json& obj, const char* key, const std::string& path) {
     const auto v = integer_of(obj, key);
@@ -518,12 +524,12 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
     const Json& par = member_or_null(d, "par");
     const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
     const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
-                       dp = required_integer(row, par, "dp", "/par");
+                       dp = required_integer(row, par, "dp", "/par"), cp = context_parallel(row, par);
     const std::int64_t seq = required_integer(row, d, "seq", "");
     const std::int64_t gbs = required_integer(row, d, "batch_per_dp", "") * dp;
-    if (tp * pp * dp != gpus || gpus % 8 != 0)
-        fail_input("tp × pp × dp = GPUs, in whole 8-GPU nodes", std::to_string(tp * pp * dp) + " for " + std::to_string(gpus),
-                   at(row, "/par"));
+    if (tp * cp * pp * dp != gpus || gpus % 8 != 0)
+        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
+                   std::to_string(tp * cp * pp * dp) + " for " + std::to_string(gpus), at(row, "/par"));
     const ModelShape s = shape_of(row, /*llama=*/true, seq);
     m.model = s;
     m.gpus = gpus;
@@ -542,11 +548,15 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
                "the paper's tuned interleaved schedule has no published virtual-stage count: 1F1B",
                "attention by FlashAttention (the default on H100): its backward recomputes the scores; no other recompute",
                "sequence parallelism not stated: off"};
+    if (cp > 1)
+        m.notes.push_back("context parallelism: Llama 3 all-gathers K and V over the CP group before attention (§3.3.2); "
+                          "simulated as Transformer Engine's ring, which moves the same blocks under the attention kernels");
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "grand-teton-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--strategy", "zero1", "--schedule", "1f1b", "--recompute", "none",
               "--micro-batch", "1", "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     if (!stages.empty()) m.args.insert(m.args.end() - 1, {"--stage-layers", stages});
+    if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
     return finish(std::move(m));
 }
 
@@ -571,16 +581,23 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
     const Json& par = member_or_null(d, "par");
     const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
     const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
-                       vp = required_integer(row, par, "vp", "/par"), dp = required_integer(row, par, "dp", "/par");
+                       vp = required_integer(row, par, "vp", "/par"), dp = required_integer(row, par, "dp", "/par"),
+                       cp = context_parallel(row, par);
     const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
-    if (tp * pp * dp != gpus || gpus % 8 != 0)
-        fail_input("tp × pp × dp = GPUs, in whole 8-GPU nodes", std::to_string(tp * pp * dp) + " for " + std::to_string(gpus),
-                   at(row, "/par"));
-    const ModelShape s = shape_of(row, /*llama=*/false, required_integer(row, member_or_null(d, "model"), "seq", "/model"));
+    if (tp * cp * pp * dp != gpus || gpus % 8 != 0)
+        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
+                   std::to_string(tp * cp * pp * dp) + " for " + std::to_string(gpus), at(row, "/par"));
+    const bool llama = contains(text_of(member_or_null(d, "model"), "name"), "llama");
+    const ModelShape s = shape_of(row, llama, required_integer(row, member_or_null(d, "model"), "seq", "/model"));
     m.model = s;
     m.gpus = gpus;
     m.global_batch = gbs;
     m.seq = s.seq;
+    if (llama)
+        m.notes.push_back("Llama 3.1 70B run as the GPT-3 recipe runs (sequence parallelism, the distributed optimizer, "
+                          "no activation checkpointing); its own recipe is not in the row");
+    if (cp > 1)
+        m.notes.push_back("context parallelism as NeMo runs it: Transformer Engine's ring attention (cp_comm_type p2p)");
     m.notes.insert(m.notes.end(),
                    {"DGX Cloud taken as DGX H100 nodes (8 x 400 Gb/s InfiniBand), as the row assumes",
                     "no activation checkpointing (activations_checkpoint_granularity null); Transformer Engine's fused "
@@ -593,6 +610,7 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
               "--dp", std::to_string(dp), "--schedule", "interleaved", "--virtual-stages", std::to_string(vp), "--sp",
               "--strategy", "zero1", "--recompute", "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
     return finish(std::move(m));
 }
 

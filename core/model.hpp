@@ -153,6 +153,21 @@ struct MoePass {
     bool operator==(const MoePass&) const = default;
 };
 
+/// A transformer layer's attention under context parallelism (Workload::cp > 1), as Transformer
+/// Engine's ring attention runs it (AttnFuncWithCPAndKVP2P): each of the cp ranks holds 1/cp of
+/// the sequence; its queries meet every rank's keys and values in cp steps, one fused-attention
+/// kernel per step, while the key-value block of the next step travels around the ring.
+/// fwd_kernels[core_at, core_at + steps · per_step) are the steps' kernels, per_step each; the
+/// rest of the layer runs before and after them as usual.
+struct ContextPass {
+    int core_at = 0;
+    int steps = 0;                 // = cp: the ring's steps
+    int per_step = 1;              // kernels per step
+    /// One step's transfer in forward: K and V of one rank's chunk, b·(s/cp)·(kvh/t)·(hd + vd)·e.
+    Bytes kv_bytes;
+    bool operator==(const ContextPass&) const = default;
+};
+
 /// What one micro-batch asks of one block, on one tensor-parallel rank.
 struct Block {
     enum class Kind { embedding, transformer, head, layer };
@@ -176,12 +191,17 @@ struct Block {
     Bytes tp_bytes_per_collective; // the full tensor each all-reduce covers: b·s·h elements
     /// Set on the MoE layers of a mixture of experts (strategies/moe.hpp runs them).
     std::optional<MoePass> moe;
+    /// Set on the layers of a context-parallel workload (strategies/context_parallel.hpp runs them).
+    std::optional<ContextPass> cp;
 };
 
 struct Workload {
     int micro_batch = 1;
     int seq = 0;            // 0: the model's default (transformers); ignored for layer lists
     int tp = 1;
+    /// Context parallelism: the sequence is split over cp ranks (Megatron's --context-parallel-size);
+    /// every block is then one rank's 1/cp of the tokens, and attention runs as a ring (ContextPass).
+    int cp = 1;
     bool sequence_parallel = false;
     Recompute recompute = Recompute::none;
     DType dtype = DType::bf16;

@@ -56,6 +56,8 @@ const char* to_string(Stream s) {
         case Stream::recv_prev: return "recv_prev";
         case Stream::copy_in: return "copy_in";
         case Stream::io: return "io";
+        case Stream::cp_send: return "cp_send";
+        case Stream::cp_recv: return "cp_recv";
     }
     return "?";
 }

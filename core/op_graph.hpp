@@ -44,9 +44,10 @@ enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc,
 /// Copies between tiers go on the device's two copy engines by direction — `copy` out of the
 /// device (device → host, NVMe), `copy_in` into it — as a GPU runs device-to-host and
 /// host-to-device DMA concurrently; host ↔ NVMe transfers on `io`, the host's asynchronous I/O
-/// queue (DeepSpeed's aio handle).
-enum class Stream : std::uint8_t { compute, comm, p2p, copy, host, send_next, recv_next, send_prev, recv_prev, copy_in, io };
-inline constexpr int kStreams = 11;
+/// queue (DeepSpeed's aio handle). Context parallelism's ring (strategies/context_parallel.hpp)
+/// sends on `cp_send` and receives on `cp_recv`, the queues of its own communicator.
+enum class Stream : std::uint8_t { compute, comm, p2p, copy, host, send_next, recv_next, send_prev, recv_prev, copy_in, io, cp_send, cp_recv };
+inline constexpr int kStreams = 13;
 enum class Phase : std::uint8_t { none, fwd, bwd, bwd_input, bwd_weight, recompute, opt, comm };
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier };
 enum class Tier : std::uint8_t { device, host, nvme };

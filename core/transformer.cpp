@@ -162,6 +162,9 @@ I final_norm_params(const TransformerShape& m) {
 /// Everything the per-block formulas need, in int64 to keep s²·a·b products exact.
 struct Dims {
     I b, s, h, a, kvh, hd, vd, f, v, t, e;
+    /// Context parallelism: s is this rank's share of the sequence, seq / cp; `seq` the whole
+    /// sequence, whose keys its queries attend to.
+    I cp = 1, seq = 0;
     bool sp;
     Recompute recompute;
     Attention attention;
@@ -186,6 +189,34 @@ double causal_pairs(I s, I keys) {
     return w * (w + 1) / 2 + (sd - w) * w;
 }
 
+/// The attention core of one layer on one of cp context-parallel ranks, as Transformer Engine's
+/// ring attention runs it (AttnFuncWithCPAndKVP2P, flash or cuDNN fused attention only): the
+/// sequence is cut into 2·cp chunks and rank r holds chunks r and 2·cp − 1 − r, so that under
+/// the causal mask every rank has the same work; in cp steps its 2·(seq / 2cp) queries meet the
+/// keys and values of rank r − i (its own at step 0). Step 0 is the causal diagonal of its two
+/// chunks, every later step half the blocks (both query chunks against one key chunk, or one
+/// query chunk against both): each step covers 1/cp of the rank's query-key pairs, which are
+/// 1/cp of the whole sequence's (causal_pairs over the full sequence; s × keys without a mask).
+/// Each step is one fused-attention kernel over the rank's queries and one chunk of keys, then
+/// the correction that folds its output into the running output by the log-sum-exp (read the
+/// step's output and log-sum-exp, read and write the fp32 accumulator).
+std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
+    const I heads = d.b * d.a / d.t, e = d.e;
+    const double pairs = causal ? causal_pairs(d.seq, keys) / static_cast<double>(d.cp)
+                                : static_cast<double>(d.s) * static_cast<double>(keys);
+    const I d_mean = std::max<I>(1, (d.hd + d.vd) / 2);
+    Kernel step = flash_kernel(heads, d.s, std::max<I>(1, d.s / 2), d_mean, static_cast<int>(e), false);
+    step.flops = 2.0 * pairs / static_cast<double>(d.cp) * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);
+    const I out = heads * d.s * d.vd;   // the rank's attention output, elements
+    const Kernel correction = stream_kernel(KernelName::context, KernelClass::attention, out * (e + 8) + heads * d.s * 4);
+    std::vector<Kernel> k;
+    for (I i = 0; i < d.cp; ++i) {
+        k.push_back(step);
+        k.push_back(correction);
+    }
+    return k;
+}
+
 /// The attention core of one layer on one rank, one kernel list per implementation.
 ///  * eager, as Megatron-LM's unfused path runs it (megatron/core/transformer/dot_product_attention.py):
 ///    the scores Q·Kᵀ as one batched GEMM over the b·a/t heads (baddbmm), the fused
@@ -201,6 +232,7 @@ double causal_pairs(I s, I keys) {
 std::vector<Kernel> attention_core_kernels(const Dims& d, I keys, bool causal) {
     const I heads = d.b * d.a / d.t, e = d.e;
     const int eb = static_cast<int>(e);
+    if (d.cp > 1) return context_parallel_core(d, keys, causal);
     if (d.attention == Attention::flash) {
         const I d_mean = (d.hd + d.vd) / 2;
         Kernel k = flash_kernel(heads, d.s, keys, std::max<I>(1, d_mean), eb, false);
@@ -312,8 +344,10 @@ I attention_activations(const TransformerShape& m, const Dims& d) {
 /// gate and up in one GEMM, fused bias-activation, down projection) or the MoE half (router,
 /// top-k, permutation, shared experts | local experts | un-permutation and combine), and
 /// bias-dropout-add. GEMMs cover b·s tokens (the all-gathered sequence with sp); norms and the
-/// residual kernels run on the sequence shard with sp. Returns the split points of an MoE layer.
-std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, const LayerPlan& lp) {
+/// residual kernels run on the sequence shard with sp. Returns the split points of an MoE layer;
+/// `core_at` becomes the index of the self-attention core's first kernel.
+std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, const LayerPlan& lp,
+                                  int& core_at) {
     const I tok = d.tok(), e = d.e, t = d.t, mats = ffn_matrices(m);
     const int eb = static_cast<int>(e);
     const Kernel norm = stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * tok * d.h * e));
@@ -323,6 +357,7 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     auto attention = [&](bool cross) {
         k.push_back(norm);
         add_projections(k, m, d, cross);
+        if (!cross) core_at = static_cast<int>(k.size());
         for (const Kernel& a : attention_core_kernels(d, cross ? d.s : lp.keys, cross ? false : lp.causal)) k.push_back(a);
         k.push_back(gemm_kernel(KernelName::attn_proj, KernelClass::gemm, tok, d.h, d.o() / t, 1, eb, true));
         if (m.norms_per_layer >= 4) k.push_back(norm);  // Gemma 2's post_attention_layernorm
@@ -459,7 +494,7 @@ LayerVariant layer_variant(const TransformerShape& m, int i, int s) {
 
 Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, int i) {
     LayerPlan lp{};
-    lp.keys = m.attended_keys(i, static_cast<int>(d.s));
+    lp.keys = m.attended_keys(i, static_cast<int>(d.seq));
     lp.causal = m.encoder_layers == 0 || decoder_layer(m, i);
     lp.cross = decoder_layer(m, i);
     lp.moe = m.moe_layer(i);
@@ -480,7 +515,8 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     blk.kind = Block::Kind::transformer;
     blk.index = i + 1;
     blk.params = layer_params(m, i, lp.moe ? m.moe.experts / w.ep : 0).on(d.t);
-    const auto [dispatch_at, combine_at] = layer_kernels(blk.fwd_kernels, m, d, lp);
+    int core_at = 0;
+    const auto [dispatch_at, combine_at] = layer_kernels(blk.fwd_kernels, m, d, lp, core_at);
     // Model FLOPs: the weight GEMMs as launched, with the experts at balanced routing (K copies
     // per token: the capacity's padding and an imbalance are not useful work), plus the core.
     Flops f;
@@ -519,6 +555,16 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     // b·s·h tensor. An MoE layer's MLP half communicates in its token dispatcher instead.
     const int attention_collectives = lp.cross ? 2 : 1;
     blk.tp_bytes_per_collective = Bytes(sbh * d.e);
+    if (d.cp > 1) {
+        // Each step's block: K and V of one rank's share of the sequence, kvh/t heads (TE sends
+        // them as one tensor; grouped-query attention sends the key-value heads, not the queries').
+        ContextPass c;
+        c.core_at = core_at;
+        c.steps = static_cast<int>(d.cp);
+        c.per_step = 2;
+        c.kv_bytes = Bytes(d.b * d.s * d.kvh * (d.hd + d.vd) / d.t * d.e);
+        blk.cp = c;
+    }
     if (lp.moe) {
         MoePass p;
         p.dispatch_at = dispatch_at;
@@ -699,9 +745,29 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     if (m.positions == Positions::learned && seq > m.max_seq + 0)
         fail_input("sequence length " + std::to_string(seq) + " exceeds the " + std::to_string(m.max_seq) +
                    " learned positions of " + name);
+    if (w.cp < 1) fail_input("--cp must be at least 1, found " + std::to_string(w.cp), {"", "", "--cp"});
+    if (w.cp > 1) {
+        // Transformer Engine's ring attention: fused attention only, causal decoders, and a
+        // sequence that cuts into 2·cp equal chunks.
+        if (w.attention != Attention::flash)
+            fail_input("context parallelism runs attention as Transformer Engine's ring of fused-attention kernels; "
+                       "it has no eager (unfused) path: leave out --attention eager",
+                       {"", "", "--cp"});
+        if (m.encoder_layers > 0)
+            fail_input("context parallelism is modelled for decoder-only models (causal ring attention); " + name +
+                           " is an encoder-decoder",
+                       {"", "", "--cp"});
+        if (seq % (2 * w.cp) != 0)
+            fail_input("--cp " + std::to_string(w.cp) + " cuts the sequence into 2 × cp = " + std::to_string(2 * w.cp) +
+                           " chunks (two per rank, for causal load balance), but the sequence " + std::to_string(seq) +
+                           " does not divide into them; choose a --seq or --cp that does",
+                       {"", "", "--cp"});
+    }
     Dims d{};
     d.b = w.micro_batch;
-    d.s = seq;
+    d.seq = seq;
+    d.cp = w.cp;
+    d.s = seq / w.cp;
     d.h = m.hidden;
     d.a = m.heads;
     // Latent attention decompresses a key and a value per query head.
@@ -735,7 +801,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     // (a sweep builds GPT-3's 96 layers for every plan it resolves, bounds and simulates).
     std::vector<std::pair<LayerVariant, std::size_t>> built;   // a variant and where its block is in `out`
     for (int i = 0; i < m.layers; ++i) {
-        const LayerVariant v = layer_variant(m, i, static_cast<int>(d.s));
+        const LayerVariant v = layer_variant(m, i, static_cast<int>(d.seq));
         const auto same = std::find_if(built.begin(), built.end(), [&](const auto& b) { return b.first == v; });
         if (same == built.end()) {
             built.emplace_back(v, out.size());

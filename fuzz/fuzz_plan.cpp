@@ -1,7 +1,7 @@
 // Fuzzes the plan resolver (strategies::resolve) and, for plans small enough to run thousands of
 // times a minute, what follows it: the strategy's graph (build) and its simulation, flow-level or
 // analytic. The bytes choose a model preset, a cluster preset and its node count, and every plan
-// field (strategy, tp, pp, dp, schedule, virtual stages, stage layers, sp, recompute, batch,
+// field (strategy, tp, pp, dp, cp, schedule, virtual stages, stage layers, sp, recompute, batch,
 // micro-batch, seq, dtype, bucket and fusion sizes, parameter-server and FSDP settings, framework,
 // overlap switches, folding), each over its whole type's range so the resolver meets the
 // overflows and zeros a hand-written command line would. A resolved, built, simulated plan or a
@@ -88,6 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.overlap_grad_reduce = in.ConsumeBool();
         p.overlap_p2p_comm = in.ConsumeBool();
         const bool analytic = in.ConsumeBool();
+        // Last, so the corpus's older seeds keep their meaning.
+        p.cp = in.ConsumeBool() ? 1 : degree(in);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

@@ -48,6 +48,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.micro_batch = layout.micro_batch;
     w.seq = layout.seq;
     w.tp = layout.tp;
+    w.cp = layout.cp;
     w.sequence_parallel = plan.sequence_parallel;
     w.recompute = plan.recompute;
     w.dtype = layout.dtype;

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "strategies/context_parallel.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/moe.hpp"
 #include "strategies/optimizer.hpp"
@@ -169,8 +170,9 @@ public:
         moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
-        emit_dp_ = l_.folded ? 1 : l_.dp;
+        emit_dp_ = l_.folded ? l_.cp : l_.dp_cp();   // folded: one context-parallel group
         emit_tp_ = l_.folded_tp ? 1 : l_.tp;
+        cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
         split_ = plan.schedule == Schedule::zb_h1;
         schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
                                   plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
@@ -197,13 +199,14 @@ public:
         emit_pipeline();
         emit_optimizer();
         if (l_.folded) {
-            // Replica d of every (t, stage) mirrors replica 0; with tensor ranks folded too, every
-            // rank of a stage mirrors its tensor rank 0 of replica 0.
+            // Replica d of every (t, stage) mirrors replica 0 (its context-parallel rank c, that
+            // of replica 0); with tensor ranks folded too, every rank of a stage mirrors its
+            // tensor rank 0 of replica 0.
             std::vector<int> rep(static_cast<std::size_t>(l_.devices));
             for (int s = 0; s < l_.pp; ++s)
-                for (int d = 0; d < l_.dp; ++d)
+                for (int d = 0; d < l_.dp_cp(); ++d)
                     for (int t = 0; t < l_.tp; ++t)
-                        rep[static_cast<std::size_t>(l_.rank(t, d, s))] = l_.rank(l_.folded_tp ? 0 : t, 0, s);
+                        rep[static_cast<std::size_t>(l_.rank(t, d, s))] = l_.rank(l_.folded_tp ? 0 : t, d % l_.cp, s);
             g_.set_representatives(std::move(rep));
         }
         return std::move(g_);
@@ -211,7 +214,7 @@ public:
 
 private:
     static std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-    int groups() const { return l_.tp * l_.dp; }                       // ranks per stage
+    int groups() const { return l_.tp * l_.dp_cp(); }                 // ranks per stage
     int slot(int t, int d) const { return t + l_.tp * d; }
 
     void make_chunks() {
@@ -268,7 +271,7 @@ private:
     }
     std::vector<int> dp_group(int t, int s) const {
         std::vector<int> out;
-        for (int d = 0; d < l_.dp; ++d) out.push_back(l_.rank(t, d, s));
+        for (int d = 0; d < l_.dp_cp(); ++d) out.push_back(l_.rank(t, d, s));
         return out;
     }
 
@@ -276,8 +279,8 @@ private:
     void tp_collectives(const Block& blk, int d, int s, Phase phase, int mb, std::vector<OpId>& last) {
         if (l_.tp == 1) return;
         // Every block of every pass asks for its group: make each once.
-        if (tp_groups_.empty()) tp_groups_.resize(static_cast<std::size_t>(l_.pp) * static_cast<std::size_t>(l_.dp));
-        std::vector<int>& group = tp_groups_[static_cast<std::size_t>(s) * static_cast<std::size_t>(l_.dp) + static_cast<std::size_t>(d)];
+        if (tp_groups_.empty()) tp_groups_.resize(static_cast<std::size_t>(l_.pp) * static_cast<std::size_t>(l_.dp_cp()));
+        std::vector<int>& group = tp_groups_[static_cast<std::size_t>(s) * static_cast<std::size_t>(l_.dp_cp()) + static_cast<std::size_t>(d)];
         if (group.empty()) group = tp_group(d, s);
         for (int k = 0; k < blk.tp_collectives_fwd; ++k) {
             const CollectiveKind kinds[2] = {CollectiveKind::all_gather, CollectiveKind::reduce_scatter};
@@ -300,75 +303,91 @@ private:
     }
 
     /// Emits a step of the table on device s for every (t, d); returns the last op per rank slot.
+    /// Slots go a context-parallel group at a time (one slot without context parallelism), and
+    /// within a group block by block, since a layer's ring joins the group's ranks.
     void emit_step(int s, const Step& st, const std::vector<OpId>& wait_for, std::vector<OpId>& last_out,
                    bool last_of_chunk) {
         const int vs = schedule_.virtual_stage(s, st.chunk);
         const Chunk& c = chunks_[static_cast<std::size_t>(vs)];
         const int mb = st.microbatch;
-        std::vector<OpId> last(static_cast<std::size_t>(l_.tp));
-        for (int d = 0; d < emit_dp_; ++d) {
-            // The activation buffer of this (chunk, micro-batch), one per rank.
-            auto& bufs = act_[static_cast<std::size_t>(vs)];
+        const int cp = l_.cp;
+        const Pass release = split_ ? Pass::bwd_weight : Pass::bwd;
+        auto& bufs = act_[static_cast<std::size_t>(vs)];   // the activation buffer of each (micro-batch, rank slot)
+        auto buffer = [&](int t, int d) -> std::int32_t& {
+            return bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))];
+        };
+        auto waiting = [&](int t, int d) {
+            return wait_for.empty() ? kNoOp : wait_for[static_cast<std::size_t>(slot(t, d))];
+        };
+        std::vector<std::vector<OpId>> last(static_cast<std::size_t>(emit_dp_), std::vector<OpId>(static_cast<std::size_t>(l_.tp)));
+        for (int g = 0; g < emit_dp_; g += cp) {
             if (st.pass == Pass::fwd)
-                for (int t = 0; t < emit_tp_; ++t) {
-                    const std::int32_t buf = g_.add_buffer(l_.rank(t, d, s), Tier::device, c.activations, BufferLabel::activations);
-                    bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))] = buf;
-                    const OpId a = g_.add_alloc(buf, Stream::compute, c.first, mb);
-                    if (!wait_for.empty() && wait_for[static_cast<std::size_t>(slot(t, d))] != kNoOp)
-                        g_.depend(wait_for[static_cast<std::size_t>(slot(t, d))], a);
-                }
-            auto waited = [&](int t, OpId op) {
-                if (!wait_for.empty() && wait_for[static_cast<std::size_t>(slot(t, d))] != kNoOp)
-                    g_.depend(wait_for[static_cast<std::size_t>(slot(t, d))], moe_.first_of(op));
-            };
-            bool first = st.pass != Pass::fwd;   // forward waited at its alloc
+                for (int d = g; d < g + cp; ++d)
+                    for (int t = 0; t < emit_tp_; ++t) {
+                        buffer(t, d) = g_.add_buffer(l_.rank(t, d, s), Tier::device, c.activations, BufferLabel::activations);
+                        const OpId a = g_.add_alloc(buffer(t, d), Stream::compute, c.first, mb);
+                        if (waiting(t, d) != kNoOp) g_.depend(waiting(t, d), a);
+                    }
+            // Backward waits for its receive before its first op (forward waited at its alloc).
+            std::vector<char> first(static_cast<std::size_t>(cp), st.pass != Pass::fwd);
             const bool forward = st.pass == Pass::fwd;
             for (int i = forward ? c.first : c.last - 1; forward ? i < c.last : i >= c.first; i += forward ? 1 : -1) {
                 const Block& blk = blocks_[static_cast<std::size_t>(i)];
+                const detail::BlockRecipes& rc = recipes_[static_cast<std::size_t>(i)];
+                auto run = [&](Phase phase, std::int32_t recipe) {
+                    if (cp_.runs(blk, phase))
+                        cp_.pass(blk, g, s, phase, mb, last);
+                    else
+                        for (int d = g; d < g + cp; ++d) compute(blk, d, s, phase, mb, recipe, last[static_cast<std::size_t>(d)]);
+                    for (int d = g; d < g + cp; ++d) {
+                        if (!first[static_cast<std::size_t>(d - g)]) continue;
+                        for (int t = 0; t < emit_tp_; ++t)
+                            if (waiting(t, d) != kNoOp)
+                                g_.depend(waiting(t, d), cp_.first_of(moe_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)])));
+                        first[static_cast<std::size_t>(d - g)] = false;
+                    }
+                };
+                auto collectives = [&](Phase phase) {
+                    for (int d = g; d < g + cp; ++d) tp_collectives(blk, d, s, phase, mb, last[static_cast<std::size_t>(d)]);
+                };
                 switch (st.pass) {
                     case Pass::fwd:
-                        compute(blk, d, s, Phase::fwd, mb, recipes_[static_cast<std::size_t>(i)].fwd, last);
-                        tp_collectives(blk, d, s, Phase::fwd, mb, last);
+                        run(Phase::fwd, rc.fwd);
+                        collectives(Phase::fwd);
                         break;
                     case Pass::bwd:
                     case Pass::bwd_input: {
-                        if (recipes_[static_cast<std::size_t>(i)].recompute >= 0) {
-                            compute(blk, d, s, Phase::recompute, mb, recipes_[static_cast<std::size_t>(i)].recompute, last);
-                            if (first) for (int t = 0; t < emit_tp_; ++t) waited(t, last[static_cast<std::size_t>(t)]);
-                            first = false;
+                        if (rc.recompute >= 0) {
+                            run(Phase::recompute, rc.recompute);
                             // Full recompute redoes the forward, its collectives included.
-                            if (plan_.recompute == Recompute::full) tp_collectives(blk, d, s, Phase::recompute, mb, last);
+                            if (plan_.recompute == Recompute::full) collectives(Phase::recompute);
                         }
                         // Zero-bubble schedules split backward into input and weight gradients.
                         const bool split = st.pass == Pass::bwd_input;
-                        compute(blk, d, s, split ? Phase::bwd_input : Phase::bwd, mb,
-                                split ? recipes_[static_cast<std::size_t>(i)].bwd_input : recipes_[static_cast<std::size_t>(i)].bwd, last);
-                        if (first) for (int t = 0; t < emit_tp_; ++t) waited(t, last[static_cast<std::size_t>(t)]);
-                        first = false;
-                        tp_collectives(blk, d, s, st.pass == Pass::bwd ? Phase::bwd : Phase::bwd_input, mb, last);
+                        run(split ? Phase::bwd_input : Phase::bwd, split ? rc.bwd_input : rc.bwd);
+                        collectives(split ? Phase::bwd_input : Phase::bwd);
                         break;
                     }
-                    case Pass::bwd_weight:
-                        compute(blk, d, s, Phase::bwd_weight, mb, recipes_[static_cast<std::size_t>(i)].bwd_weight, last);
-                        if (first) for (int t = 0; t < emit_tp_; ++t) waited(t, last[static_cast<std::size_t>(t)]);
-                        first = false;
-                        break;
+                    case Pass::bwd_weight: run(Phase::bwd_weight, rc.bwd_weight); break;
                 }
-                if (last_of_chunk && st.pass == (split_ ? Pass::bwd_weight : Pass::bwd))
-                    for (int t = 0; t < emit_tp_; ++t)
-                        grad_ready_[static_cast<std::size_t>(slot(t, d))][static_cast<std::size_t>(i)] = last[static_cast<std::size_t>(t)];
+                if (last_of_chunk && st.pass == release)
+                    for (int d = g; d < g + cp; ++d)
+                        for (int t = 0; t < emit_tp_; ++t)
+                            grad_ready_[static_cast<std::size_t>(slot(t, d))][static_cast<std::size_t>(i)] =
+                                last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)];
             }
-            if (st.pass == (split_ ? Pass::bwd_weight : Pass::bwd))
-                for (int t = 0; t < emit_tp_; ++t)
-                    last[static_cast<std::size_t>(t)] = g_.add_free(
-                        bufs[static_cast<std::size_t>(mb) * static_cast<std::size_t>(groups()) + static_cast<std::size_t>(slot(t, d))],
-                        Stream::compute, c.first, mb);
-            for (int t = 0; t < emit_tp_; ++t) {
-                last_out[static_cast<std::size_t>(slot(t, d))] = last[static_cast<std::size_t>(t)];
-                final_compute_[static_cast<std::size_t>(l_.rank(t, d, s))] = last[static_cast<std::size_t>(t)];
+            for (int d = g; d < g + cp; ++d) {
+                auto& mine = last[static_cast<std::size_t>(d)];
+                if (st.pass == release)
+                    for (int t = 0; t < emit_tp_; ++t)
+                        mine[static_cast<std::size_t>(t)] = g_.add_free(buffer(t, d), Stream::compute, c.first, mb);
+                for (int t = 0; t < emit_tp_; ++t) {
+                    last_out[static_cast<std::size_t>(slot(t, d))] = mine[static_cast<std::size_t>(t)];
+                    final_compute_[static_cast<std::size_t>(l_.rank(t, d, s))] = mine[static_cast<std::size_t>(t)];
+                }
             }
         }
-        if (last_of_chunk && st.pass == (split_ ? Pass::bwd_weight : Pass::bwd)) {
+        if (last_of_chunk && st.pass == release) {
             if (l_.framework.grad_reduce == GradReduce::after_backward)
                 deferred_syncs_.emplace_back(s, vs);   // after the rank's whole backward (emit_pipeline)
             else
@@ -379,7 +398,7 @@ private:
     /// Data-parallel gradient synchronisation of one chunk, after its last backward: buckets in
     /// reverse block order, each waiting for the backward that completes it.
     void grad_sync(int s, const Chunk& c) {
-        if (l_.dp == 1) return;
+        if (l_.dp_cp() == 1) return;
         const std::vector<Block> chunk_blocks = moe_.dense_part(blocks_, c.first, c.last);
         const Bytes cap = Bytes::mib(plan_.bucket_mb);
         const std::vector<Bucket> buckets =
@@ -563,7 +582,7 @@ private:
                     if (last_comm_[static_cast<std::size_t>(r)] != kNoOp) g_.depend(last_comm_[static_cast<std::size_t>(r)], o);
                     opt[static_cast<std::size_t>(slot(t, d))] = o;
                 }
-            if (zero1 && l_.dp > 1)
+            if (zero1 && l_.dp_cp() > 1)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const std::vector<int> group = dp_group(t, s);
                     for (Bytes b : gathers_[static_cast<std::size_t>(s)]) {
@@ -587,6 +606,7 @@ private:
     std::vector<Block> blocks_;
     std::vector<detail::BlockRecipes> recipes_;   // by block index
     ExpertParallel moe_;                            // MoE layers' all-to-alls and expert gradients
+    ContextParallel cp_;                            // context parallelism's ring attention
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
     int emit_dp_ = 1;                                   // replicas with ops: 1 when folded

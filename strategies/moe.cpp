@@ -32,7 +32,7 @@ std::vector<int> expert_data_parallel_group(const Layout& l, int t, int d, int s
 }
 
 std::int64_t zero1_shard(std::int64_t total, std::int64_t expert, const Layout& l) {
-    const std::int64_t dense = ceil_div(total - expert, l.dp);
+    const std::int64_t dense = ceil_div(total - expert, l.dp_cp());
     return expert > 0 ? dense + ceil_div(expert, l.dp / l.ep) : dense;
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "strategies/context_parallel.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/hybrid_cnn.hpp"
 #include "strategies/model_parallel.hpp"
@@ -392,7 +393,7 @@ struct Estimate {
 
 Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& blocks) {
     const double pp = l.pp, v = plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1;
-    const double ranks = l.folded ? static_cast<double>(l.folded_tp ? 1 : l.tp) * l.pp * l.fold_width : static_cast<double>(l.devices);
+    const double ranks = l.folded ? static_cast<double>(l.folded_tp ? 1 : l.tp) * l.pp * l.fold_width * l.cp : static_cast<double>(l.devices);
     const double stage_blocks = std::ceil(static_cast<double>(blocks.size()) / pp) + 2;
     // Per block and micro-batch: activation alloc, forward, backward, free; recompute; the
     // zero-bubble schedule's split backward; tensor-parallel collectives (2 per pass, 4 with sp);
@@ -401,6 +402,9 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     if (plan.recompute != Recompute::none) per_block += 1;
     if (plan.schedule == Schedule::zb_h1) per_block += 1;
     if (l.tp > 1) per_block += plan.sequence_parallel ? 8 : 4;
+    // Context parallelism: each pass's cp ring steps (a kernel, a send and a receive each), the
+    // recompute's too, and the segments around them (strategies/context_parallel.hpp).
+    if (l.cp > 1) per_block += 9.0 * l.cp + 6;
     const bool sharded = plan.strategy == DataParallel::zero3 || plan.strategy == DataParallel::fsdp;
     const bool ps = plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async;
     if (sharded) per_block += 10;
@@ -481,8 +485,9 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     if (plan.tp < 1) fail_input("--tp must be at least 1, found " + std::to_string(plan.tp), {"", "", "--tp"});
     if (plan.pp < 1) fail_input("--pp must be at least 1, found " + std::to_string(plan.pp), {"", "", "--pp"});
     if (plan.dp < 0) fail_input("--dp must be at least 1, found " + std::to_string(plan.dp), {"", "", "--dp"});
+    if (plan.cp < 1) fail_input("--cp must be at least 1, found " + std::to_string(plan.cp), {"", "", "--cp"});
     // Each degree is at most the devices (so their products stay far inside int64).
-    for (const auto& [name, n] : {std::pair{"--tp", plan.tp}, {"--pp", plan.pp}, {"--dp", plan.dp}})
+    for (const auto& [name, n] : {std::pair{"--tp", plan.tp}, {"--pp", plan.pp}, {"--cp", plan.cp}, {"--dp", plan.dp}})
         if (n > l.devices)
             fail_input(std::string(name) + " " + std::to_string(n) + " is larger than the " + std::to_string(l.devices) +
                            " devices of " + cluster.name,
@@ -496,6 +501,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                    {"", "", "--first-bucket-mb"});
     l.tp = plan.tp;
     l.pp = plan.pp;
+    l.cp = plan.cp;
+    check_context_parallel(model, plan, l);
     // Parameter servers (ps, ps-async): with --ps-placement dedicated the S servers are the last S
     // devices of the cluster and the workers the first devices − S (pi5-1gbe × 5 with one server:
     // dp = 4); colocated servers live on the first S workers, so S ≤ dp.
@@ -523,16 +530,17 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             fail_input("--cycle-ms must be at least 0, found " + std::to_string(plan.cycle_ms), {"", "", "--cycle-ms"});
     }
     const int workers = l.devices - l.servers;
-    const std::int64_t tp_pp = std::int64_t{l.tp} * l.pp;
-    // The flag to change: --tp when tp alone does not divide the workers, else --pp.
+    const std::int64_t tp_pp = std::int64_t{l.tp} * l.pp * l.cp;
+    const std::string cp_term = l.cp > 1 ? " × cp" : "", cp_value = l.cp > 1 ? " × " + std::to_string(l.cp) : "";
+    // The flag to change: --tp when tp alone does not divide the workers, else --cp, else --pp.
     if (workers % tp_pp != 0)
-        fail_input("tp × pp = " + std::to_string(tp_pp) + " does not divide the " + std::to_string(workers) + " " +
+        fail_input("tp × pp" + cp_term + " = " + std::to_string(tp_pp) + " does not divide the " + std::to_string(workers) + " " +
                        (l.servers > 0 ? "worker " : "") + "devices of " + cluster.name,
-                   {"", "", workers % l.tp != 0 ? "--tp" : "--pp"});
+                   {"", "", workers % l.tp != 0 ? "--tp" : workers % (std::int64_t{l.tp} * l.cp) != 0 ? "--cp" : "--pp"});
     l.dp = plan.dp > 0 ? plan.dp : static_cast<int>(workers / tp_pp);
     if (tp_pp * l.dp != workers)
-        fail_input("tp × pp × dp = " + std::to_string(l.tp) + " × " + std::to_string(l.pp) + " × " + std::to_string(l.dp) +
-                       " = " + std::to_string(tp_pp * l.dp) + ", but the cluster has " +
+        fail_input("tp × pp" + cp_term + " × dp = " + std::to_string(l.tp) + " × " + std::to_string(l.pp) + cp_value + " × " +
+                       std::to_string(l.dp) + " = " + std::to_string(tp_pp * l.dp) + ", but the cluster has " +
                        std::to_string(workers) + " devices" +
                        (l.servers > 0 ? " for workers (" + std::to_string(l.devices) + " less " +
                                             std::to_string(l.servers) + " parameter servers)"
@@ -620,7 +628,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                               plan.strategy == DataParallel::hybrid_cnn;
     l.framework = !plan.framework.empty() ? parse_framework(plan.framework)
                   : pytorch_only         ? parse_framework("pytorch")
-                                         : default_framework(l.tp > 1 || l.pp > 1, zero);
+                                         : default_framework(l.tp > 1 || l.pp > 1 || l.cp > 1, zero);
     {
         // Which frameworks run which strategy: Horovod's ring and the parameter servers are their
         // own frameworks (modelled as such); FSDP is PyTorch's; ZeRO is DeepSpeed's (zero1 also
@@ -717,7 +725,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         fail_input("--virtual-stages must be from 1 to the " + std::to_string(blocks.size()) + " blocks of " + model.name() +
                        ", found " + std::to_string(plan.virtual_stages),
                    {"", "", "--virtual-stages"});
-    if (l.tp > 1 || l.pp > 1 || l.ep > 1) check_model_parallel(model, plan, l, blocks);
+    if (l.tp > 1 || l.pp > 1 || l.cp > 1 || l.ep > 1) check_model_parallel(model, plan, l, blocks);
     // Folding is exact where every node holds ranks of one data-parallel replica: then a mirror
     // replica's intra-node links carry only its own traffic, the same as its representative's.
     const int per_node = cluster.groups.front().devices_per_node;
@@ -726,7 +734,9 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // ranks of a stage, which run one program on their slices (Megatron's layers are symmetric
     // in the tensor rank); mixtures of experts route tokens per rank, so they never fold.
     const bool moe = model.is_transformer() && model.shape().is_moe();
-    const bool model_parallel = (l.tp > 1 || l.pp > 1) && (l.tp % per_node == 0 || plan.fold_unshared) && l.ep == 1 && !moe;
+    // With context parallelism a replica is its tp · cp consecutive ranks (Layout::rank).
+    const bool model_parallel = (l.tp > 1 || l.pp > 1 || l.cp > 1) && ((l.tp * l.cp) % per_node == 0 || plan.fold_unshared) &&
+                                l.ep == 1 && !moe;
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
     // sit — unless a hybrid FSDP shard group leaves replica 0 out of a communicator. Offloaded,
@@ -735,7 +745,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // each other node mirrors them.
     const bool offloaded = l.param_offload != Offload::none || l.optimizer_offload != Offload::none || l.activation_offload;
     const bool whole_nodes = !offloaded || (l.devices == l.dp && l.dp % per_node == 0 && l.dp > per_node);
-    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.ep == 1 && whole_nodes &&
+    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
@@ -769,7 +779,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
 Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     const Layout layout = resolve(model, cluster, plan);
     // Expert parallelism needs the model-parallel builder's per-layer passes (strategies/moe.hpp).
-    Built out{layout.tp > 1 || layout.pp > 1 || layout.ep > 1 ? build_model_parallel(model, layout, plan)
+    Built out{layout.tp > 1 || layout.pp > 1 || layout.cp > 1 || layout.ep > 1 ? build_model_parallel(model, layout, plan)
                                              : build_data_parallel(model, cluster, layout, plan),
               layout,
               model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute)};

@@ -84,7 +84,8 @@ struct Plan {
     DataParallel strategy = DataParallel::ddp;
     int tp = 1;
     int pp = 1;
-    int dp = 0;                       // 0: devices / (tp · pp)
+    int cp = 1;                       // context parallelism (--cp, strategies/context_parallel.hpp)
+    int dp = 0;                       // 0: devices / (tp · cp · pp)
     Schedule schedule = Schedule::one_f_one_b;
     int virtual_stages = 1;
     bool sequence_parallel = false;
@@ -149,6 +150,11 @@ struct Plan {
 struct Layout {
     int devices = 0;
     int tp = 1, pp = 1, dp = 1;
+    /// Context-parallel ranks: each holds 1/cp of every sequence (strategies/context_parallel.hpp).
+    /// The cp ranks of a group train the same samples, so the replicas are the dp groups, and the
+    /// gradients are reduced over the dp · cp ranks of a stage (Megatron's data-parallel group with
+    /// context parallelism).
+    int cp = 1;
     int microbatches = 1;             // per replica per step (gradient accumulation steps)
     int micro_batch = 1;
     std::int64_t global_batch = 1;
@@ -195,8 +201,12 @@ struct Layout {
     FineTune finetune;
     Optimizer optimizer = Optimizer::adam;
 
-    /// Megatron order: tensor-parallel fastest, then data-parallel, then pipeline.
-    int rank(int t, int d, int p) const { return t + tp * (d + dp * p); }
+    /// The ranks of a stage that hold one tensor slice: the data- and context-parallel slots,
+    /// d = c + cp · replica.
+    int dp_cp() const { return dp * cp; }
+    /// Megatron order ("tp-cp-ep-dp-pp", megatron/core/parallel_state.py): tensor-parallel fastest,
+    /// then context-parallel, then data-parallel, then pipeline; `d` is the slot c + cp · replica.
+    int rank(int t, int d, int p) const { return t + tp * (d + dp * cp * p); }
 };
 
 /// Checks the plan against the model and cluster; throws bad_input saying why a plan is

@@ -39,7 +39,7 @@ double block_seconds(const Block& b, DType dtype, const topo::NodeGroup& group, 
 /// The ranks of pipeline stage `s`.
 std::vector<int> stage_ranks(const Layout& l, int s) {
     std::vector<int> out;
-    for (int d = 0; d < l.dp; ++d)
+    for (int d = 0; d < l.dp_cp(); ++d)
         for (int t = 0; t < l.tp; ++t) out.push_back(l.rank(t, d, s));
     return out;
 }
@@ -129,7 +129,7 @@ std::vector<int> split_within(const Model& model, const topo::Cluster& cluster, 
     const auto state_of = [&](std::int64_t params) {
         const double own = static_cast<double>(params) * (sb.params + sb.grads);
         const double opt = static_cast<double>(strategies::optimizer_state_bytes(l, params).count());
-        return own + (plan.strategy == strategies::DataParallel::zero1 ? opt / l.dp : opt);
+        return own + (plan.strategy == strategies::DataParallel::zero1 ? opt / l.dp_cp() : opt);
     };
     const std::vector<std::vector<int>> flight = in_flight(sched);
     // Blocks [from, to) of the model that virtual stage k runs when it holds layers [a, b).

@@ -40,7 +40,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--strategy", f.strategy, "data-parallel flavour: ps, ps-async, ring, ddp, zero1, zero2, zero3, fsdp, hybrid-cnn")->capture_default_str();
     app.add_option("--tp", f.tp, "tensor-parallel degree")->capture_default_str();
     app.add_option("--pp", f.pp, "pipeline-parallel degree")->capture_default_str();
-    app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · pp))");
+    app.add_option("--cp", f.cp,
+                   "context-parallel degree: each sequence split over N ranks, attention as Transformer Engine's ring "
+                   "(Megatron's --context-parallel-size)")
+        ->capture_default_str();
+    app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · cp · pp))");
     app.add_option("--schedule", f.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
     app.add_option("--virtual-stages", f.virtual_stages, "model chunks per device (interleaved)")->capture_default_str();
     app.add_option("--stage-layers", f.stage_layers,
@@ -174,7 +178,8 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
                                                                const strategies::Layout& l,
                                                                const strategies::Plan& plan) {
     std::string p = std::string(strategies::to_string(plan.strategy)) + ", tp " + std::to_string(l.tp) + " · pp " +
-                    std::to_string(l.pp) + " · dp " + std::to_string(l.dp) + ", global batch " +
+                    std::to_string(l.pp) + (l.cp > 1 ? " · cp " + std::to_string(l.cp) : std::string()) + " · dp " +
+                    std::to_string(l.dp) + ", global batch " +
                     std::to_string(l.global_batch) + " = " + std::to_string(l.dp) + " × " + std::to_string(l.microbatches) +
                     " × " + std::to_string(l.micro_batch) + ", seq " + std::to_string(l.seq) + ", " + to_string(l.dtype);
     if (l.pp > 1) p += std::string(", schedule ") + strategies::to_string(plan.schedule);
@@ -353,7 +358,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.strategy = strategies::parse_data_parallel(f.strategy);
     p.tp = f.tp;
     p.pp = f.pp;
-    check_at_least(f.dp, 1, "--dp", "leave it out to use devices / (tp × pp)");
+    p.cp = f.cp;
+    check_at_least(f.dp, 1, "--dp", "leave it out to use devices / (tp × cp × pp)");
     p.dp = f.dp.value_or(0);
     p.schedule = strategies::parse_schedule(f.schedule);
     p.virtual_stages = f.virtual_stages;
@@ -410,7 +416,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
         fail_input("has no effect here: " + why, flag(name));
     };
     const DataParallel s = p.strategy;
-    const bool model_parallel = p.tp > 1 || p.pp > 1;
+    const bool model_parallel = p.tp > 1 || p.pp > 1 || p.cp > 1;   // built by strategies/model_parallel.cpp
     const bool ps = s == DataParallel::ps || s == DataParallel::ps_async;
     const std::string strategy = std::string("--strategy ") + strategies::to_string(s);
     if (given("--sp") && p.tp == 1)

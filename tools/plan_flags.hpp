@@ -29,7 +29,7 @@ struct PlanFlags {
     std::string cluster_network;         // composed clusters: how the groups are joined (empty: one switch)
     std::optional<int> nodes, devices;   // unset: the cluster as described
     std::string strategy = "ddp";
-    int tp = 1, pp = 1;
+    int tp = 1, pp = 1, cp = 1;
     std::optional<int> dp;               // unset: devices / (tp · pp)
     std::string schedule = "1f1b";
     int virtual_stages = 1;

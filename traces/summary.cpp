@@ -165,8 +165,8 @@ Summary summarize(const OpGraph& graph, const Timeline& tl, const StepInfo& info
         s.peak_host = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::host)];
         s.peak_nvme = tl.peak_breakdown[static_cast<std::size_t>(s.peak_rank)][static_cast<int>(Tier::nvme)];
     }
-    // Pipeline stage of a rank: Megatron order, rank = t + tp·(d + dp·stage).
-    const int per_stage = std::max(1, info.tp * info.dp);
+    // Pipeline stage of a rank: Megatron order, rank = t + tp·(c + cp·(d + dp·stage)).
+    const int per_stage = std::max(1, info.tp * info.cp * info.dp);
     if (info.pp > 1 && ranks == info.pp * per_stage) {
         s.per_stage.resize(static_cast<std::size_t>(info.pp));
         for (const DeviceSummary& d : s.per_device) {
@@ -188,6 +188,7 @@ Json to_json(const Summary& s) {
     j["devices"] = s.info.devices;
     j["tp"] = s.info.tp;
     j["pp"] = s.info.pp;
+    j["cp"] = s.info.cp;
     j["dp"] = s.info.dp;
     j["global_batch"] = s.info.global_batch;
     j["micro_batch"] = s.info.micro_batch;
@@ -331,8 +332,8 @@ void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
     out << i.model << " on " << i.cluster << " (" << i.devices << (i.devices == 1 ? " device): " : " devices): ")
         << (i.strategy == "none" ? "no data parallelism" : i.strategy)
-        << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression") << ", tp " << i.tp << " · pp " << i.pp << " · dp "
-        << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
+        << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression") << ", tp " << i.tp << " · pp " << i.pp
+        << (i.cp > 1 ? " · cp " + std::to_string(i.cp) : std::string()) << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
         << (i.attention.empty() ? "" : ", " + i.attention + " attention") << ", "

@@ -29,6 +29,7 @@ struct StepInfo {
     std::string model, cluster, strategy, network;
     std::string framework;              // "megatron@0.19": whose behaviour the graph follows
     int devices = 1, tp = 1, pp = 1, dp = 1, microbatches = 1, micro_batch = 1;
+    int cp = 1;                         // context-parallel ranks (each dp replica is tp · cp · pp ranks)
     std::int64_t global_batch = 1;
     int seq = 1;
     /// Where a default sequence length came from ("max_position_embeddings 131072 is a long-context

@@ -38,7 +38,9 @@ bool high_priority(Stream s) {
         case Stream::send_next:
         case Stream::recv_next:
         case Stream::send_prev:
-        case Stream::recv_prev: return true;
+        case Stream::recv_prev:
+        case Stream::cp_send:
+        case Stream::cp_recv: return true;
         case Stream::compute:
         case Stream::copy:
         case Stream::copy_in:

@@ -118,6 +118,22 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(model_file_name(*m.model) == "gpt-l96-h12288-a96-f49152-v51200-s2048.json");
         CHECK(measured_step_seconds(m, 0) == Approx(8.309));
     }
+    SECTION("Llama 3.1 70B in NeMo on DGX H100: context parallelism 2 inside tp 4 · pp 4") {
+        const Mapping m = map_row(row("P09"), "/models");
+        REQUIRE(m.representable());
+        CHECK(has_args(m, {"--cluster", "dgx-h100", "--nodes", "8", "--tp", "4", "--pp", "4", "--dp", "2", "--schedule",
+                           "interleaved", "--virtual-stages", "5", "--sp"}));
+        CHECK(has_args(m, {"--cp", "2"}));
+        CHECK(model_file_name(*m.model) == "llama-l80-h8192-a64-kv8-f28672-v128256-s8192.json");
+        CHECK(measured_step_seconds(m, 0) == Approx(14.72));
+    }
+    SECTION("Llama 3 405B at 131,072 tokens: cp 16 over 16 nodes") {
+        const Mapping m = map_row(row("P03"), "/models");
+        REQUIRE(m.representable());
+        CHECK(has_args(m, {"--nodes", "2048", "--tp", "8", "--pp", "16", "--dp", "8"}));
+        CHECK(has_args(m, {"--cp", "16"}));
+        CHECK(model_file_name(*m.model) == "llama-l126-h16384-a128-kv8-f53248-v128256-s131072.json");
+    }
     SECTION("GPT-OSS-120B on 64 H100s: pp 4, expert parallelism 8 inside dp 16, from its config.json") {
         const Mapping m = map_row(row("P20"), "/models");
         REQUIRE(m.representable());
@@ -163,7 +179,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(measured_step_seconds(m, 0) == Approx(flops / (165.36e12 * 1024)));
     }
     SECTION("rows the simulator cannot represent name their first missing feature") {
-        CHECK(map_row(row("P03"), "/m").gaps.front().feature == "context parallelism");
+        CHECK(map_row(row("P17"), "/m").gaps.front().feature == "FP8");   // FP8 with context parallelism
         CHECK(map_row(row("P08"), "/m").gaps.front().feature == "FP8");
         CHECK(map_row(row("P18"), "/m").gaps.front().feature == "FP8");
         CHECK(map_row(row("P31"), "/m").gaps.front().feature == "unknown batch");   // "1-8": the peak's not stated
@@ -198,15 +214,17 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
         }
     }
     // By hand from published.jsonl: Llama 3 on 8K and 16K GPUs (P01, P02), GPT-3 175B in BF16 (P05-P07),
-    // GPT-OSS-120B with expert parallelism (P20), DeepSpeed's ZeRO-3 with offload on Azure at its
-    // stated micro-batches (P30, P32, P33), ZeRO-Offload's 10 B on one V100 (P36), the two vTrain
-    // samples (P44, P45); the other 35 need FP8, context parallelism, hardware, batches or shapes the
-    // rows do not give.
+    // Llama 3 405B with context parallelism 16 (P03), Llama 3.1 70B with context parallelism 2
+    // (P09-P11), GPT-OSS-120B with expert parallelism (P20), DeepSpeed's ZeRO-3 with offload on
+    // Azure at its stated micro-batches (P30, P32, P33), ZeRO-Offload's 10 B on one V100 (P36), the
+    // two vTrain samples (P44, P45); the other 31 need FP8, hardware, batches or shapes the rows do
+    // not give.
     std::set<std::string> published;
     for (const std::string& id : representable)
         if (id[0] == 'P') published.insert(id);
-    CHECK(published == std::set<std::string>{"P01", "P02", "P05", "P06", "P07", "P20", "P30", "P32", "P33", "P36", "P44", "P45"});
-    CHECK(representable.size() == 1440 + 12);
+    CHECK(published == std::set<std::string>{"P01", "P02", "P03", "P05", "P06", "P07", "P09", "P10", "P11", "P20", "P30",
+                                             "P32", "P33", "P36", "P44", "P45"});
+    CHECK(representable.size() == 1440 + 16);
 
     // Run the quick ones: every outcome is simulated or not representable, never lost or failed.
     std::vector<Row> quick;

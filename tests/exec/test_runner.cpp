@@ -216,6 +216,23 @@ TEST_CASE("exec runs tp 2 · pp 2", "[exec][mpi][plan-tp2-pp2]") {
     run_and_check(p);
 }
 
+TEST_CASE("exec runs cp: the ring attention's sends and receives on their own queues", "[exec][mpi][plan-cp]") {
+    // Context parallelism runs Transformer Engine's fused attention, a GPU's: the plan is built
+    // for as many H100s as this mpirun has ranks, and run here in fp32 (the CPU executor's flash
+    // kernel), cp = ranks.
+    const int ranks = test::session().size();
+    strategies::Plan p;
+    p.cp = ranks;
+    p.fold = false;
+    p.seq = 128;
+    p.dtype = DType::fp32;
+    const strategies::Built built = strategies::build(tiny(), topo::cluster_preset("dgx-h100").first_devices(ranks), p);
+    std::size_t ring = 0;
+    for (const Op& op : built.graph.ops()) ring += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
+    CHECK(ring > 0);
+    run_and_check(built.graph, topo::localhost_cluster());
+}
+
 TEST_CASE("exec runs copies between tiers, NVMe-tier files, timers and ops without recipes, twice", "[exec][mpi][plan-synthetic]") {
     // No strategy offloads yet: a hand-built graph with everything the executor can run. Every
     // rank copies to host memory and through the NVMe tier (files in the scratch directory, removed

@@ -1,0 +1,209 @@
+#include "strategies/context_parallel.hpp"
+
+#include <span>
+
+#include "core/error.hpp"
+
+namespace smol::strategies {
+
+std::vector<int> context_parallel_group(const Layout& l, int t, int d, int s) {
+    std::vector<int> out;
+    const int first = d - d % l.cp;
+    for (int c = 0; c < l.cp; ++c) out.push_back(l.rank(t, first + c, s));
+    return out;
+}
+
+void check_context_parallel(const Model& model, const Plan& plan, const Layout& l) {
+    const ErrorContext cp_flag{"", "", "--cp"};
+    if (plan.cp < 1) fail_input("--cp must be at least 1, found " + std::to_string(plan.cp), cp_flag);
+    if (l.cp == 1) return;
+    if (!model.is_transformer())
+        fail_input("--cp splits a transformer's sequences; " + model.name() + " is a layer list (CNN / MLP)", cp_flag);
+    if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
+        fail_input(std::string("--strategy ") + to_string(plan.strategy) +
+                       " is not modelled with context parallelism; use ddp or zero1 (Megatron's distributed optimizer, "
+                       "which shards over the data- and context-parallel ranks)",
+                   {"", "", "--strategy"});
+    if (model.shape().is_moe())
+        fail_input("context parallelism with a mixture of experts is not modelled yet (Megatron forms its expert groups "
+                   "across the context-parallel ranks); leave out --cp",
+                   cp_flag);
+    const bool offload = plan.offload != Offload::none || plan.offload_params != Offload::none ||
+                         plan.offload_optimizer != Offload::none || plan.offload_activations != Offload::none;
+    const char* data_parallel_only = offload                                         ? "--offload"
+                                     : plan.finetune.kind != FineTuneKind::full      ? "--finetune"
+                                     : plan.compress.method != CompressionMethod::none ? "--compress"
+                                     : plan.optimizer == Optimizer::lamb             ? "--optimizer lamb"
+                                                                                     : nullptr;
+    if (data_parallel_only)
+        fail_input(std::string(data_parallel_only) + " is modelled for data parallelism only; leave out --cp",
+                   {"", "", data_parallel_only == std::string("--optimizer lamb") ? "--optimizer" : data_parallel_only});
+}
+
+namespace {
+
+std::int32_t intern_or_none(OpGraph& g, std::span<const Kernel> kernels) {
+    return kernels.empty() ? -1 : g.intern_recipe(kernels);
+}
+
+}  // namespace
+
+ContextParallel::ContextParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute,
+                                 int emitted_tp)
+    : g_(&g), l_(&l), emit_tp_(emitted_tp), recipes_(blocks.size()) {
+    if (l.cp == 1) return;
+    for (const Block& b : blocks) {
+        if (!b.cp) continue;
+        const ContextPass& c = *b.cp;
+        const std::span<const Kernel> all(b.fwd_kernels);
+        const auto core_end = static_cast<std::size_t>(c.core_at + c.steps * c.per_step);
+        const std::span<const Kernel> pre = all.subspan(0, static_cast<std::size_t>(c.core_at));
+        const std::span<const Kernel> step = all.subspan(static_cast<std::size_t>(c.core_at), static_cast<std::size_t>(c.per_step));
+        const std::span<const Kernel> post = all.subspan(core_end);
+        Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
+        r.pre = intern_or_none(g, pre);
+        r.step = g.intern_recipe(step);
+        r.post = intern_or_none(g, post);
+        r.bwd_pre = intern_or_none(g, backward_kernels(pre));
+        r.bwd_step = g.intern_recipe(backward_kernels(step));
+        r.bwd_post = intern_or_none(g, backward_kernels(post));
+        r.in_pre = intern_or_none(g, backward_kernels(pre, BackwardPart::input));
+        r.in_step = g.intern_recipe(backward_kernels(step, BackwardPart::input));
+        r.in_post = intern_or_none(g, backward_kernels(post, BackwardPart::input));
+        if (recompute == Recompute::full) {
+            r.re_pre = r.pre, r.re_step = r.step, r.re_post = r.post;
+        } else if (recompute == Recompute::selective) {
+            // The core alone is dropped and redone (its steps, with their ring).
+            r.re_step = r.step;
+        }
+    }
+}
+
+bool ContextParallel::runs(const Block& b, Phase phase) const {
+    if (!b.cp || l_ == nullptr || l_->cp == 1) return false;
+    const Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
+    switch (phase) {
+        case Phase::fwd:
+        case Phase::bwd:
+        case Phase::bwd_input: return true;
+        case Phase::recompute: return r.re_step >= 0;
+        default: return false;
+    }
+}
+
+void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last) {
+    const Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
+    const int cp = l_->cp;
+    const Bytes kv = b.cp->kv_bytes;
+    const std::size_t n = static_cast<std::size_t>(cp) * static_cast<std::size_t>(emit_tp_);
+    auto at = [&](int c, int t) { return static_cast<std::size_t>(c) * static_cast<std::size_t>(emit_tp_) + static_cast<std::size_t>(t); };
+    auto rank = [&](int c, int t) { return l_->rank(t, first + c, s); };
+    auto tail = [&](int c, int t) -> OpId& { return last[static_cast<std::size_t>(first + c)][static_cast<std::size_t>(t)]; };
+    latest_.assign(n, {OpGraph::kNoOp, OpGraph::kNoOp});
+    auto segment = [&](std::int32_t recipe) {
+        if (recipe < 0) return;
+        for (int c = 0; c < cp; ++c)
+            for (int t = 0; t < emit_tp_; ++t) {
+                const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, recipe, l_->dtype);
+                if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = op;
+                tail(c, t) = op;
+            }
+    };
+    // One hop of the ring on every rank: c sends to c + 1 after `ready` (per rank), receives from
+    // c − 1; returns the receives.
+    auto hop = [&](Bytes bytes, const std::vector<std::vector<OpId>>& ready) {
+        std::vector<OpId> recv(n, OpGraph::kNoOp);
+        for (int c = 0; c < cp; ++c)
+            for (int t = 0; t < emit_tp_; ++t) {
+                const int next = (c + 1) % cp;
+                const auto [snd, rcv] = g_->add_send_recv(rank(c, t), rank(next, t), bytes, phase, b.index, mb,
+                                                          Stream::cp_send, Stream::cp_recv);
+                for (OpId before : ready[at(c, t)])
+                    if (before != OpGraph::kNoOp) g_->depend(before, snd);
+                if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = snd;
+                recv[at(next, t)] = rcv;
+            }
+        // Each rank posts its receive with its send (batch_isend_irecv).
+        for (std::size_t k = 0; k < n; ++k)
+            for (OpId before : ready[k])
+                if (before != OpGraph::kNoOp) g_->depend(before, recv[k]);
+        return recv;
+    };
+    auto steps = [&](std::int32_t recipe, const std::vector<OpId>& wait) {
+        for (int c = 0; c < cp; ++c)
+            for (int t = 0; t < emit_tp_; ++t) {
+                const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, recipe, l_->dtype);
+                if (!wait.empty() && wait[at(c, t)] != OpGraph::kNoOp) g_->depend(wait[at(c, t)], op);
+                if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = op;
+                tail(c, t) = op;
+            }
+    };
+    auto tails = [&] {
+        std::vector<std::vector<OpId>> out(n);
+        for (int c = 0; c < cp; ++c)
+            for (int t = 0; t < emit_tp_; ++t) out[at(c, t)] = {tail(c, t)};
+        return out;
+    };
+    if (phase == Phase::fwd || phase == Phase::recompute) {
+        const bool re = phase == Phase::recompute;
+        segment(re ? r.re_pre : r.pre);               // norm, QKV projection: K and V ready
+        std::vector<OpId> held;                       // the receive of the block each rank holds (none: its own)
+        for (int i = 0; i < cp; ++i) {
+            std::vector<OpId> next;
+            if (i + 1 < cp) {
+                // Forward the held block (its receive done) while computing on it.
+                std::vector<std::vector<OpId>> ready = tails();
+                if (i > 0)
+                    for (std::size_t k = 0; k < n; ++k) ready[k] = {held[k]};
+                next = hop(kv, ready);
+            }
+            steps(re ? r.re_step : r.step, held);
+            held = std::move(next);
+        }
+        segment(re ? r.re_post : r.post);             // output projection, residual, MLP
+    } else {
+        const bool input = phase == Phase::bwd_input;
+        segment(input ? r.in_post : r.bwd_post);
+        std::vector<OpId> held;
+        for (int i = 0; i < cp; ++i) {
+            // Posted before step i: the held key-value block goes on (but at the last step), with
+            // the key-value gradient accumulated at step i − 1 (after the first).
+            std::vector<OpId> next;
+            if (i + 1 < cp || i > 0) {
+                // After the previous step's gradient, and the receive of the held block (its
+                // key-value block, and the gradient the ranks before added to it).
+                std::vector<std::vector<OpId>> ready = tails();
+                if (i > 0)
+                    for (std::size_t k = 0; k < n; ++k) ready[k].push_back(held[k]);
+                const std::int64_t blocks = (i + 1 < cp ? 1 : 0) + (i > 0 ? 1 : 0);
+                next = hop(Bytes(kv.count() * blocks), ready);
+            }
+            steps(input ? r.in_step : r.bwd_step, held);
+            held = std::move(next);
+        }
+        // The last step's key-value gradient goes home, where the QKV projection's backward needs it.
+        const std::vector<OpId> home = hop(kv, tails());
+        for (int c = 0; c < cp; ++c)
+            for (int t = 0; t < emit_tp_; ++t) {
+                const std::int32_t recipe = input ? r.in_pre : r.bwd_pre;
+                if (recipe < 0) continue;
+                const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, recipe, l_->dtype);
+                g_->depend(home[at(c, t)], op);
+                tail(c, t) = op;
+            }
+        // A pass whose QKV backward is empty still ends when its gradient is home.
+        if ((input ? r.in_pre : r.bwd_pre) < 0)
+            for (int c = 0; c < cp; ++c)
+                for (int t = 0; t < emit_tp_; ++t) tail(c, t) = home[at(c, t)];
+    }
+    for (int c = 0; c < cp; ++c)
+        for (int t = 0; t < emit_tp_; ++t) latest_[at(c, t)].first = tail(c, t);
+}
+
+OpId ContextParallel::first_of(OpId op) const {
+    for (const auto& [last, first] : latest_)
+        if (last == op) return first;
+    return op;
+}
+
+}  // namespace smol::strategies

@@ -1,0 +1,76 @@
+// Context parallelism (Megatron-LM's --context-parallel-size with Transformer Engine's ring
+// attention, "p2p" communication), for the model-parallel builder (strategies/model_parallel.cpp).
+//
+// Layout, as Megatron forms its groups (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp"):
+// the cp ranks of a context-parallel group are consecutive data-parallel slots of one (tensor
+// rank, stage), d = c + cp · replica (Layout::rank). They train the same samples, each on 1/cp
+// of every sequence, cut into 2·cp chunks so that rank c holds chunks c and 2·cp − 1 − c and the
+// causal mask leaves every rank the same work (core/transformer.cpp context_parallel_core). The
+// weights are whole on every rank: gradients are reduced over the dp · cp ranks of a stage (the
+// data-parallel group "with context parallel"), and the distributed optimizer (zero1) shards
+// over them.
+//
+// Everything but the attention core runs on the rank's tokens alone. The core runs in cp steps
+// (AttnFuncWithCPAndKVP2P): at step i rank c computes its queries against the keys and values
+// that started on rank c − i, while it sends the block it holds to rank c + 1 and receives the
+// next one from rank c − 1 (batch_isend_irecv on the CP group; posted before the step's kernel,
+// so the transfer runs under it). One ring step of a layer is, on every rank of the group:
+//
+//   forward:   send KV(i) → c + 1, receive KV(i + 1) ← c − 1      (steps 0 … cp − 2)
+//              attention kernel i, waiting for KV(i)                (steps 0 … cp − 1)
+//   backward:  the same ring for K and V; the gradients dK, dV travel with them one step behind
+//              (each rank adds its share of a block's gradient before passing it on), and after
+//              the last step each accumulated dKV goes one hop more, home to its owner, before
+//              the QKV projection's backward can use it.
+//
+// Sends and receives are on their own queues (Stream::cp_send, Stream::cp_recv), as the CP group
+// is its own NCCL communicator. Full recompute redoes the forward ring; selective recompute
+// redoes the core, ring and all.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/model.hpp"
+#include "core/op_graph.hpp"
+#include "strategies/plan.hpp"
+
+namespace smol::strategies {
+
+/// The context-parallel group of slot d (ranks of one (t, s)), in ring order.
+std::vector<int> context_parallel_group(const Layout& l, int t, int d, int s);
+/// The checks resolve() runs for --cp: a transformer, ddp or zero1, no experts, none of the
+/// data-parallel-only features (offload, LoRA, gradient compression, LAMB).
+void check_context_parallel(const Model& model, const Plan& plan, const Layout& l);
+
+/// Emits the layers' passes of a context-parallel group: their ring steps and transfers.
+class ContextParallel {
+public:
+    ContextParallel() = default;
+    ContextParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute, int emitted_tp);
+
+    /// A layer's pass this class emits: forward, backward (whole or input gradients), and the
+    /// recompute, of a block with a ContextPass.
+    bool runs(const Block& b, Phase phase) const;
+    /// Emits one pass on every slot of the group whose first slot is `first` (a multiple of cp) of
+    /// stage s; `last[slot][t]` holds each rank's latest op and becomes the pass's last.
+    void pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last);
+    /// The first op of the latest pass on the rank whose last op is `op` (`op` itself when it
+    /// ends no pass): what a receive the pass waits for must come before.
+    OpId first_of(OpId op) const;
+
+private:
+    struct Recipes {
+        std::int32_t pre = -1, step = -1, post = -1;               // forward
+        std::int32_t bwd_pre = -1, bwd_step = -1, bwd_post = -1;   // backward (bwd_post runs first)
+        std::int32_t in_pre = -1, in_step = -1, in_post = -1;      // input gradients only (zb-h1)
+        std::int32_t re_pre = -1, re_step = -1, re_post = -1;      // recompute
+    };
+    OpGraph* g_ = nullptr;
+    const Layout* l_ = nullptr;
+    int emit_tp_ = 1;
+    std::vector<Recipes> recipes_;                  // by block index
+    std::vector<std::pair<OpId, OpId>> latest_;     // (last, first) per rank of the latest pass
+};
+
+}  // namespace smol::strategies
