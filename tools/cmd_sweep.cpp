@@ -30,7 +30,7 @@ struct SweepFlags {
     std::string dtype, network = "flow", collective_algo = "auto", objective = "time";
     bool no_fold = false;
     std::vector<std::string> strategies;
-    std::vector<int> tp, pp, micro_batch;
+    std::vector<int> tp, pp, micro_batch, cp;
     std::string max_memory;
     std::string dispatch_overhead;
     std::optional<double> min_headroom;
@@ -115,15 +115,20 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         for (const DeviceOrder& d : r.orders) out << " " << d.name << " (" << d.cluster.groups.front().name << " first)" << (&d == &r.orders.back() ? "" : ",");
         out << "\n";
     }
-    out << "\n  rank  strategy  tp  pp  dp   " << pad("schedule", width + 1)
+    // A cp column where a shown plan is context-parallel (sweep --cp).
+    bool cps = false;
+    for (std::size_t k = 0; k < shown; ++k) cps |= r.plans[r.ranking[k]].layout.cp > 1;
+    out << "\n  rank  strategy  tp  pp  " << (cps ? "cp  " : "") << "dp   " << pad("schedule", width + 1)
         << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
         const Outcome& x = *p.result;
         const std::string schedule = pad(schedule_of(p), width);
+        char cp[16] = "";
+        if (cps) std::snprintf(cp, sizeof cp, "%-3d ", p.layout.cp);
         char buf[320];
-        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %-4d %s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
-                      strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, p.layout.dp, schedule.c_str(),
+        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
+                      strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, cp, p.layout.dp, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string_binary(x.peak_memory).c_str(), sim::to_string(x.network));
@@ -192,6 +197,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"strategy", strategies::to_string(p.plan.strategy)},
            {"tp", p.plan.tp},
            {"pp", p.plan.pp},
+           {"cp", p.plan.cp},
            {"schedule", strategies::to_string(p.plan.schedule)},
            {"virtual_stages", p.plan.virtual_stages},
            {"micro_batch", p.plan.micro_batch},
@@ -370,9 +376,10 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     for (const std::string& s : f.strategies) o.space.strategies.push_back(strategies::parse_data_parallel(s));
     o.space.tp = f.tp;
     o.space.pp = f.pp;
+    o.space.cp = f.cp;
     o.space.micro_batch = f.micro_batch;
     if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
-    for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--micro-batch", &f.micro_batch}})
+    for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--cp", &f.cp}, {"--micro-batch", &f.micro_batch}})
         for (int v : *list)
             if (v < 1) fail_input(std::string(name) + " values must be at least 1, found " + std::to_string(v), flag(name));
 
@@ -443,6 +450,7 @@ Command add_sweep(CLI::App& parent) {
         ->delimiter(',');
     app->add_option("--tp", f->tp, "tensor-parallel sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--pp", f->pp, "pipeline sizes to try (default: powers of two)")->delimiter(',');
+    app->add_option("--cp", f->cp, "context-parallel sizes to try, e.g. 1,2,4 (default: 1)")->delimiter(',');
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");

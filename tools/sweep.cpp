@@ -91,6 +91,7 @@ std::string describe_plan(const PlanResult& p) {
                     std::to_string(x.pp);
     if (x.pp > 1) s += std::string(" ") + strategies::to_string(x.schedule);
     if (x.schedule == Schedule::interleaved) s += " v " + std::to_string(x.virtual_stages);
+    if (x.cp > 1) s += " cp " + std::to_string(x.cp);
     s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
     if (x.sequence_parallel) s += " sp";
     if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
@@ -137,7 +138,7 @@ std::vector<int> powers_of_two(int most, const std::vector<int>& chosen) {
 struct Dimension {
     const char* name;
     Expand expand;
-    /// Resolve the partial plans after this dimension. Not after strategy and tp: their partial
+    /// Resolve the partial plans after this dimension. Not after strategy, tp and cp: their partial
     /// plans have tp = 1 or pp = 1, whose dp may not divide the global batch when a larger tp · pp
     /// would. From pp on, the later dimensions' defaults (micro-batch 1, 1F1B, no virtual stages,
     /// no recompute, no sp) never make a plan impossible, so an error is the choices' own.
@@ -157,8 +158,14 @@ const Dimension kDimensions[] = {
          return vary(p, &Plan::tp, powers_of_two(c.cluster.num_devices(), c.options.space.tp));
      },
      false},
+    // Context parallelism only where the user lists it (--cp 1,2,4): it pays for long sequences,
+    // and most models' default lengths are not.
+    {"cp", [](const Context& c, const Plan& p, const Layout&) {
+         return vary(p, &Plan::cp, c.options.space.cp.empty() ? std::vector<int>{1} : c.options.space.cp);
+     },
+     false},
     {"pp", [](const Context& c, const Plan& p, const Layout&) {
-         return vary(p, &Plan::pp, powers_of_two(c.cluster.num_devices() / p.tp, c.options.space.pp));
+         return vary(p, &Plan::pp, powers_of_two(c.cluster.num_devices() / (p.tp * p.cp), c.options.space.pp));
      }},
     // Up to the per-replica batch (one micro-batch per replica).
     // On a pipeline whose stages sit on different device kinds: layers by FLOPs, or by each
@@ -481,7 +488,7 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
     }
     params /= l.pp;                       // per device, averaged over the pipeline's stages
     const strategies::StateBytes sb = strategies::state_bytes(l.dtype);
-    const double n = l.dp;                // ranks the sharded states are split over
+    const double n = l.dp_cp();           // ranks the sharded states are split over
     double states = 0;
     switch (plan.strategy) {
         case DataParallel::ddp:

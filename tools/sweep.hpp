@@ -2,7 +2,7 @@
 //
 //  1. Enumerate. The plan dimensions of strategies/plan.hpp are a table (sweep.cpp, kDimensions):
 //     each row expands a partial plan into its values for that dimension, in order strategy, tp,
-//     pp, partition (only where the pipeline's stages sit on different device kinds: balanced by
+//     cp (only the values --cp lists), pp, partition (only where the pipeline's stages sit on different device kinds: balanced by
 //     FLOPs, or by speed, tools/pipeline_split.hpp), micro-batch, schedule, virtual stages,
 //     recompute, sp; then, for each resolved pipeline over mixed stages, the same plan on the
 //     other device orders (device_orders), right after it. After every row each partial plan
@@ -46,6 +46,7 @@ Objective parse_objective(const std::string& text);   // bad_input names --objec
 struct SearchSpace {
     std::vector<strategies::DataParallel> strategies;   // empty: ddp, ring, zero1, zero2, zero3, fsdp
     std::vector<int> tp, pp, micro_batch;
+    std::vector<int> cp;                                // empty: 1 (context parallelism only when asked)
 };
 
 struct SweepOptions {

@@ -6,6 +6,7 @@
 #include <bit>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/json.hpp"
@@ -78,6 +79,39 @@ TEST_CASE("plans pruned by resolve fail to build, and the memory bound never exc
     // Invariant: the bound is below the simulated peak of every plan.
     for (const PlanResult& p : r.plans)
         if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
+}
+
+TEST_CASE("a sweep searches --cp when asked: context-parallel plans ranked, their memory bound below the peak", "[tools][sweep]") {
+    // Llama 3 8B at 8,192 tokens on one DGX H100, cp 1, 2 or 4.
+    SweepOptions o;
+    o.global_batch = 8;
+    o.jobs = 2;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    o.space.strategies = {strategies::DataParallel::ddp, strategies::DataParallel::zero1, strategies::DataParallel::zero3};
+    o.space.tp = {1, 2};
+    o.space.pp = {1};
+    o.space.cp = {1, 2, 4};
+    o.space.micro_batch = {1};
+    const SweepResult r = sweep(model_preset("llama3-8b"), topo::cluster_preset("dgx-h100"), o);
+    std::set<int> ranked_cp;
+    for (std::size_t i : r.ranking) ranked_cp.insert(r.plans[i].plan.cp);
+    CHECK(ranked_cp == std::set<int>{1, 2, 4});
+    bool zero3_cp_pruned = false;
+    for (const PlanResult& p : r.plans) {
+        if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
+        if (p.plan.cp > 1 && p.plan.strategy == strategies::DataParallel::zero3) {
+            CHECK(p.status == PlanStatus::pruned);
+            zero3_cp_pruned |= p.reason.find("context parallelism") != std::string::npos;
+        }
+    }
+    CHECK(zero3_cp_pruned);
+    // The table names the degree.
+    for (std::size_t i : r.ranking)
+        if (r.plans[i].plan.cp == 2) {
+            CHECK(describe_plan(r.plans[i]).find(" cp 2") != std::string::npos);
+            break;
+        }
 }
 
 TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
