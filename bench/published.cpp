@@ -549,14 +549,14 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
                "attention by FlashAttention (the default on H100): its backward recomputes the scores; no other recompute",
                "sequence parallelism not stated: off"};
     if (cp > 1)
-        m.notes.push_back("context parallelism: Llama 3 all-gathers K and V over the CP group before attention (§3.3.2); "
-                          "simulated as Transformer Engine's ring, which moves the same blocks under the attention kernels");
+        m.notes.push_back("context parallelism as Llama 3 runs it: K and V all-gathered over the CP group before attention "
+                          "(§3.3.2), --cp-comm all-gather");
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "grand-teton-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--strategy", "zero1", "--schedule", "1f1b", "--recompute", "none",
               "--micro-batch", "1", "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     if (!stages.empty()) m.args.insert(m.args.end() - 1, {"--stage-layers", stages});
-    if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
+    if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp), "--cp-comm", "all-gather"});
     return finish(std::move(m));
 }
 

@@ -291,6 +291,14 @@ Attention parse_attention(const std::string& text, const ErrorContext& where) {
     fail_input("flash or eager", "\"" + text + "\"", where);
 }
 
+const char* to_string(CpComm c) { return c == CpComm::p2p ? "p2p" : "all-gather"; }
+
+CpComm parse_cp_comm(const std::string& text, const ErrorContext& where) {
+    if (text == "p2p") return CpComm::p2p;
+    if (text == "all-gather") return CpComm::all_gather;
+    fail_input("p2p or all-gather", "\"" + text + "\"", where);
+}
+
 bool TransformerShape::moe_layer(int i) const {
     return moe.experts > 0 && !std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), i);
 }

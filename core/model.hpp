@@ -129,6 +129,16 @@ enum class Attention : std::uint8_t { eager, flash };
 const char* to_string(Attention a);
 Attention parse_attention(const std::string& text, const ErrorContext& where);  // "eager" | "flash"
 
+/// How context-parallel attention exchanges keys and values (--cp-comm), Transformer Engine's
+/// cp_comm_type (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py):
+/// `p2p` passes each rank's block round a ring under the attention steps (AttnFuncWithCPAndKVP2P);
+/// `all_gather` all-gathers every rank's keys and values before attention and reduce-scatters
+/// their gradients after it (AttnFuncWithCPAndKVAllGather; Llama 3's context parallelism,
+/// Dubey et al. 2024 §3.3.2).
+enum class CpComm : std::uint8_t { p2p, all_gather };
+const char* to_string(CpComm c);
+CpComm parse_cp_comm(const std::string& text, const ErrorContext& where);   // "p2p" | "all-gather"
+
 /// The expert part of an MoE layer on one rank, for a strategy that runs experts on other ranks
 /// (strategies/moe.hpp). The block's forward kernels split in three: fwd_kernels[0, dispatch_at)
 /// run before the dispatch all-to-all (attention, router, permutation, shared experts),
@@ -160,11 +170,13 @@ struct MoePass {
 /// fwd_kernels[core_at, core_at + steps · per_step) are the steps' kernels, per_step each; the
 /// rest of the layer runs before and after them as usual.
 struct ContextPass {
+    CpComm comm = CpComm::p2p;     // all_gather: the steps are the two local chunks, after one all-gather
     int core_at = 0;
-    int steps = 0;                 // = cp: the ring's steps
+    int steps = 0;                 // p2p: cp, the ring's steps; all_gather: 2, one per local chunk
     int per_step = 1;              // kernels per step
     /// One step's transfer in forward: K and V of one rank's chunk, b·(s/cp)·(kvh/t)·(hd + vd)·e.
     Bytes kv_bytes;
+    Bytes k_bytes;                 // the keys' part of it (the all-gather variant gathers K and V apart)
     bool operator==(const ContextPass&) const = default;
 };
 
@@ -202,6 +214,7 @@ struct Workload {
     /// Context parallelism: the sequence is split over cp ranks (Megatron's --context-parallel-size);
     /// every block is then one rank's 1/cp of the tokens, and attention runs as a ring (ContextPass).
     int cp = 1;
+    CpComm cp_comm = CpComm::p2p;
     bool sequence_parallel = false;
     Recompute recompute = Recompute::none;
     DType dtype = DType::bf16;

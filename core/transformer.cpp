@@ -165,6 +165,7 @@ struct Dims {
     /// Context parallelism: s is this rank's share of the sequence, seq / cp; `seq` the whole
     /// sequence, whose keys its queries attend to.
     I cp = 1, seq = 0;
+    CpComm cp_comm = CpComm::p2p;
     bool sp;
     Recompute recompute;
     Attention attention;
@@ -200,11 +201,20 @@ double causal_pairs(I s, I keys) {
 /// Each step is one fused-attention kernel over the rank's queries and one chunk of keys, then
 /// the correction that folds its output into the running output by the log-sum-exp (read the
 /// step's output and log-sum-exp, read and write the fp32 accumulator).
+/// With all-gathered keys and values (AttnFuncWithCPAndKVAllGather) the core is one kernel per
+/// local chunk, its queries against the keys before it: chunks r and 2·cp − 1 − r together see
+/// the same pairs on every rank, each kernel is priced at half of them, over the mean key length.
 std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
     const I heads = d.b * d.a / d.t, e = d.e;
     const double pairs = causal ? causal_pairs(d.seq, keys) / static_cast<double>(d.cp)
                                 : static_cast<double>(d.s) * static_cast<double>(keys);
     const I d_mean = std::max<I>(1, (d.hd + d.vd) / 2);
+    if (d.cp_comm == CpComm::all_gather) {
+        const I chunk = std::max<I>(1, d.s / 2);
+        Kernel k = flash_kernel(heads, chunk, std::max<I>(1, std::min(keys, d.seq / 2)), d_mean, static_cast<int>(e), false);
+        k.flops = pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);   // half the pairs, 4·d FLOPs each
+        return {k, k};
+    }
     Kernel step = flash_kernel(heads, d.s, std::max<I>(1, d.s / 2), d_mean, static_cast<int>(e), false);
     step.flops = 2.0 * pairs / static_cast<double>(d.cp) * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);
     const I out = heads * d.s * d.vd;   // the rank's attention output, elements
@@ -559,10 +569,12 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
         // Each step's block: K and V of one rank's share of the sequence, kvh/t heads (TE sends
         // them as one tensor; grouped-query attention sends the key-value heads, not the queries').
         ContextPass c;
+        c.comm = d.cp_comm;
         c.core_at = core_at;
-        c.steps = static_cast<int>(d.cp);
-        c.per_step = 2;
+        c.steps = d.cp_comm == CpComm::all_gather ? 2 : static_cast<int>(d.cp);
+        c.per_step = d.cp_comm == CpComm::all_gather ? 1 : 2;
         c.kv_bytes = Bytes(d.b * d.s * d.kvh * (d.hd + d.vd) / d.t * d.e);
+        c.k_bytes = Bytes(d.b * d.s * d.kvh * d.hd / d.t * d.e);
         blk.cp = c;
     }
     if (lp.moe) {
@@ -767,6 +779,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.b = w.micro_batch;
     d.seq = seq;
     d.cp = w.cp;
+    d.cp_comm = w.cp_comm;
     d.s = seq / w.cp;
     d.h = m.hidden;
     d.a = m.heads;

@@ -42,6 +42,10 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
 
 namespace {
 
+// Megatron's context-parallel group is its own NCCL communicator, even where its ranks are those
+// of another group (strategies/moe.cpp numbers the expert groups 1 and 2).
+constexpr int kContextParallelGroup = 3;
+
 std::int32_t intern_or_none(OpGraph& g, std::span<const Kernel> kernels) {
     return kernels.empty() ? -1 : g.intern_recipe(kernels);
 }
@@ -109,13 +113,14 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
                 tail(c, t) = op;
             }
     };
-    // One hop of the ring on every rank: c sends to c + 1 after `ready` (per rank), receives from
-    // c − 1; returns the receives.
-    auto hop = [&](Bytes bytes, const std::vector<std::vector<OpId>>& ready) {
+    // One hop of the ring on every rank: c sends to c + step (forward +1, backward −1, as TE's
+    // send_dst at context_parallel.py:1418 and :2229) after `ready` (per rank), receives from
+    // c − step; returns the receives.
+    auto hop = [&](Bytes bytes, const std::vector<std::vector<OpId>>& ready, int step) {
         std::vector<OpId> recv(n, OpGraph::kNoOp);
         for (int c = 0; c < cp; ++c)
             for (int t = 0; t < emit_tp_; ++t) {
-                const int next = (c + 1) % cp;
+                const int next = (c + step + cp) % cp;
                 const auto [snd, rcv] = g_->add_send_recv(rank(c, t), rank(next, t), bytes, phase, b.index, mb,
                                                           Stream::cp_send, Stream::cp_recv);
                 for (OpId before : ready[at(c, t)])
@@ -138,6 +143,46 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
                 tail(c, t) = op;
             }
     };
+    // All-gather variant (context_parallel.py AttnFuncWithCPAndKVAllGather at TransformerEngine
+    // d0067d0: forward :3215-3216, backward :3788-3789 and :4122-4123): K and V each gathered by
+    // one blocking collective of the CP group on the compute stream, again in backward, whose dK
+    // and dV are then reduce-scattered home the same way.
+    const Bytes k_all = Bytes(b.cp->k_bytes.count() * cp), v_all = Bytes((kv - b.cp->k_bytes).count() * cp);
+    auto group_collective = [&](CollectiveKind kind, Bytes bytes) {
+        for (int t = 0; t < emit_tp_; ++t) {
+            std::vector<int> group;
+            for (int c = 0; c < cp; ++c) group.push_back(l_->rank(t, first + c, s));
+            const std::int32_t id = g_->declare_collective(kind, group, bytes, -1, kContextParallelGroup);
+            for (int c = 0; c < cp; ++c) {
+                const OpId op = g_->add_collective_op(id, rank(c, t), Stream::compute, phase, b.index, mb);
+                if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = op;
+                tail(c, t) = op;
+            }
+        }
+    };
+    auto gather_kv = [&] {
+        group_collective(CollectiveKind::all_gather, k_all);
+        group_collective(CollectiveKind::all_gather, v_all);
+    };
+    if (b.cp->comm == CpComm::all_gather) {
+        const bool re = phase == Phase::recompute, input = phase == Phase::bwd_input;
+        if (phase == Phase::fwd || re) {
+            segment(re ? r.re_pre : r.pre);
+            gather_kv();
+            for (int i = 0; i < b.cp->steps; ++i) steps(re ? r.re_step : r.step, {});
+            segment(re ? r.re_post : r.post);
+        } else {
+            segment(input ? r.in_post : r.bwd_post);
+            gather_kv();
+            for (int i = 0; i < b.cp->steps; ++i) steps(input ? r.in_step : r.bwd_step, {});
+            group_collective(CollectiveKind::reduce_scatter, k_all);   // each rank's dK, summed home
+            group_collective(CollectiveKind::reduce_scatter, v_all);
+            segment(input ? r.in_pre : r.bwd_pre);
+        }
+        for (int c = 0; c < cp; ++c)
+            for (int t = 0; t < emit_tp_; ++t) latest_[at(c, t)].first = tail(c, t);
+        return;
+    }
     auto tails = [&] {
         std::vector<std::vector<OpId>> out(n);
         for (int c = 0; c < cp; ++c)
@@ -155,7 +200,7 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
                 std::vector<std::vector<OpId>> ready = tails();
                 if (i > 0)
                     for (std::size_t k = 0; k < n; ++k) ready[k] = {held[k]};
-                next = hop(kv, ready);
+                next = hop(kv, ready, 1);
             }
             steps(re ? r.re_step : r.step, held);
             held = std::move(next);
@@ -164,37 +209,34 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
     } else {
         const bool input = phase == Phase::bwd_input;
         segment(input ? r.in_post : r.bwd_post);
+        // TE's backward (context_parallel.py:2459-2500) runs the ring the other way round, from
+        // the block the forward ended on (saved: :2087), so each key-value block's gradient is
+        // summed on the ranks it visits and ends on its owner.
         std::vector<OpId> held;
         for (int i = 0; i < cp; ++i) {
             // Posted before step i: the held key-value block goes on (but at the last step), with
             // the key-value gradient accumulated at step i − 1 (after the first).
-            std::vector<OpId> next;
-            if (i + 1 < cp || i > 0) {
-                // After the previous step's gradient, and the receive of the held block (its
-                // key-value block, and the gradient the ranks before added to it).
-                std::vector<std::vector<OpId>> ready = tails();
-                if (i > 0)
-                    for (std::size_t k = 0; k < n; ++k) ready[k].push_back(held[k]);
-                const std::int64_t blocks = (i + 1 < cp ? 1 : 0) + (i > 0 ? 1 : 0);
-                next = hop(Bytes(kv.count() * blocks), ready);
-            }
+            std::vector<std::vector<OpId>> ready = tails();
+            if (i > 0)
+                for (std::size_t k = 0; k < n; ++k) ready[k].push_back(held[k]);
+            const std::int64_t blocks = (i + 1 < cp ? 1 : 0) + (i > 0 ? 1 : 0);
+            std::vector<OpId> next = hop(Bytes(kv.count() * blocks), ready, -1);
             steps(input ? r.in_step : r.bwd_step, held);
             held = std::move(next);
         }
-        // The last step's key-value gradient goes home, where the QKV projection's backward needs it.
-        const std::vector<OpId> home = hop(kv, tails());
+        // The last receive, under the last step, brings each rank its finished dK and dV, which
+        // the QKV projection's backward needs (:2718-2727).
+        const std::int32_t recipe = input ? r.in_pre : r.bwd_pre;
         for (int c = 0; c < cp; ++c)
             for (int t = 0; t < emit_tp_; ++t) {
-                const std::int32_t recipe = input ? r.in_pre : r.bwd_pre;
-                if (recipe < 0) continue;
+                if (recipe < 0) {
+                    tail(c, t) = held[at(c, t)];   // a pass whose QKV backward is empty still ends with it
+                    continue;
+                }
                 const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, recipe, l_->dtype);
-                g_->depend(home[at(c, t)], op);
+                g_->depend(held[at(c, t)], op);
                 tail(c, t) = op;
             }
-        // A pass whose QKV backward is empty still ends when its gradient is home.
-        if ((input ? r.in_pre : r.bwd_pre) < 0)
-            for (int c = 0; c < cp; ++c)
-                for (int t = 0; t < emit_tp_; ++t) tail(c, t) = home[at(c, t)];
     }
     for (int c = 0; c < cp; ++c)
         for (int t = 0; t < emit_tp_; ++t) latest_[at(c, t)].first = tail(c, t);

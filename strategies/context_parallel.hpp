@@ -1,5 +1,7 @@
-// Context parallelism (Megatron-LM's --context-parallel-size with Transformer Engine's ring
-// attention, "p2p" communication), for the model-parallel builder (strategies/model_parallel.cpp).
+// Context parallelism (Megatron-LM's --context-parallel-size with Transformer Engine's
+// context-parallel attention), for the model-parallel builder (strategies/model_parallel.cpp).
+// Line numbers below are of transformer_engine/pytorch/attention/dot_product_attention/
+// context_parallel.py at TransformerEngine d0067d0.
 //
 // Layout, as Megatron forms its groups (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp"):
 // the cp ranks of a context-parallel group are consecutive data-parallel slots of one (tensor
@@ -10,18 +12,24 @@
 // data-parallel group "with context parallel"), and the distributed optimizer (zero1) shards
 // over them.
 //
-// Everything but the attention core runs on the rank's tokens alone. The core runs in cp steps
-// (AttnFuncWithCPAndKVP2P): at step i rank c computes its queries against the keys and values
-// that started on rank c − i, while it sends the block it holds to rank c + 1 and receives the
-// next one from rank c − 1 (batch_isend_irecv on the CP group; posted before the step's kernel,
-// so the transfer runs under it). One ring step of a layer is, on every rank of the group:
+// Everything but the attention core runs on the rank's tokens alone. With --cp-comm p2p (TE's
+// default, AttnFuncWithCPAndKVP2P :1356) the core runs in cp steps: at step i rank c computes its
+// queries against the keys and values that started on rank c − i, while it sends the block it
+// holds to rank c + 1 and receives the next one from rank c − 1 (flash_attn_p2p_communicate :96,
+// batch_isend_irecv on the CP group, posted before the step's kernel at :1707, so the transfer
+// runs under it). One layer's ring is, on every rank of the group:
 //
 //   forward:   send KV(i) → c + 1, receive KV(i + 1) ← c − 1      (steps 0 … cp − 2)
 //              attention kernel i, waiting for KV(i)                (steps 0 … cp − 1)
-//   backward:  the same ring for K and V; the gradients dK, dV travel with them one step behind
-//              (each rank adds its share of a block's gradient before passing it on), and after
-//              the last step each accumulated dKV goes one hop more, home to its owner, before
-//              the QKV projection's backward can use it.
+//   backward:  the ring the other way (send to c − 1, :2229), from the block the forward ended
+//              on (:2087): K and V at steps 0 … cp − 2, and from step 1 the gradient dKV
+//              accumulated at the step before, so each block's gradient is summed on the ranks
+//              it visits and the last receive (posted before the last kernel) brings each rank
+//              its own, which the QKV projection's backward waits for (:2459-2500, :2718-2727).
+//
+// With --cp-comm all-gather (AttnFuncWithCPAndKVAllGather :3014) K and V are all-gathered over
+// the group before the core (:3215-3216) and again in backward (:3788-3789), whose dK and dV are
+// reduce-scattered after it (:4122-4123); the core is one kernel per local chunk.
 //
 // Sends and receives are on their own queues (Stream::cp_send, Stream::cp_recv), as the CP group
 // is its own NCCL communicator. Full recompute redoes the forward ring; selective recompute

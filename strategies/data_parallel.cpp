@@ -49,6 +49,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.seq = layout.seq;
     w.tp = layout.tp;
     w.cp = layout.cp;
+    w.cp_comm = plan.cp_comm;
     w.sequence_parallel = plan.sequence_parallel;
     w.recompute = plan.recompute;
     w.dtype = layout.dtype;

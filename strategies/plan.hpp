@@ -85,6 +85,7 @@ struct Plan {
     int tp = 1;
     int pp = 1;
     int cp = 1;                       // context parallelism (--cp, strategies/context_parallel.hpp)
+    CpComm cp_comm = CpComm::p2p;     // how its attention exchanges keys and values (--cp-comm)
     int dp = 0;                       // 0: devices / (tp · cp · pp)
     Schedule schedule = Schedule::one_f_one_b;
     int virtual_stages = 1;

@@ -44,6 +44,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "context-parallel degree: each sequence split over N ranks, attention as Transformer Engine's ring "
                    "(Megatron's --context-parallel-size)")
         ->capture_default_str();
+    app.add_option("--cp-comm", f.cp_comm,
+                   "with --cp: p2p (the keys and values passed round a ring under the attention steps, default) or "
+                   "all-gather (gathered before attention, their gradients reduce-scattered after; Llama 3's)");
     app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · cp · pp))");
     app.add_option("--schedule", f.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
     app.add_option("--virtual-stages", f.virtual_stages, "model chunks per device (interleaved)")->capture_default_str();
@@ -178,7 +181,7 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
                                                                const strategies::Layout& l,
                                                                const strategies::Plan& plan) {
     std::string p = std::string(strategies::to_string(plan.strategy)) + ", tp " + std::to_string(l.tp) + " · pp " +
-                    std::to_string(l.pp) + (l.cp > 1 ? " · cp " + std::to_string(l.cp) : std::string()) + " · dp " +
+                    std::to_string(l.pp) + (l.cp > 1 ? " · cp " + std::to_string(l.cp) + (plan.cp_comm == CpComm::all_gather ? " (all-gather)" : "") : std::string()) + " · dp " +
                     std::to_string(l.dp) + ", global batch " +
                     std::to_string(l.global_batch) + " = " + std::to_string(l.dp) + " × " + std::to_string(l.microbatches) +
                     " × " + std::to_string(l.micro_batch) + ", seq " + std::to_string(l.seq) + ", " + to_string(l.dtype);
@@ -408,6 +411,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.expert_imbalance = f.expert_imbalance;
     p.capacity_factor = f.capacity_factor;
     if (!f.attention.empty()) p.attention = parse_attention(f.attention, flag("--attention"));
+    if (!f.cp_comm.empty()) p.cp_comm = parse_cp_comm(f.cp_comm, flag("--cp-comm"));
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);
 
     // A flag the plan does not read is refused, so a mistyped plan is not simulated as another.
@@ -419,6 +423,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     const bool model_parallel = p.tp > 1 || p.pp > 1 || p.cp > 1;   // built by strategies/model_parallel.cpp
     const bool ps = s == DataParallel::ps || s == DataParallel::ps_async;
     const std::string strategy = std::string("--strategy ") + strategies::to_string(s);
+    if (given("--cp-comm") && p.cp == 1)
+        no_effect("--cp-comm", "it sets how context-parallel attention exchanges keys and values; it needs --cp 2 or more");
     if (given("--sp") && p.tp == 1)
         no_effect("--sp", "sequence parallelism splits the activations of tensor-parallel regions; it needs --tp 2 or more");
     if (given("--stage-layers") && p.pp == 1) no_effect("--stage-layers", "it sets the layers of pipeline stages; it needs --pp 2 or more");

@@ -62,6 +62,7 @@ struct PlanFlags {
     bool no_fold = false;
     int ep = 1;
     double expert_imbalance = 1, capacity_factor = 0;
+    std::string cp_comm;                 // empty: p2p
     std::string attention;               // empty: flash on GPUs of compute capability ≥ 8.0, else eager
     std::string profile;                 // --profile: a calibration profile applied to the cluster
     std::string slow;                    // --slow RANK:FACTOR[:nic=FACTOR],… (topo::Cluster::with_slow_devices)

@@ -137,6 +137,7 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.pp = l.pp;
     info.dp = l.dp;
     info.cp = l.cp;
+    info.cp_comm = to_string(plan.cp_comm);
     info.microbatches = l.microbatches;
     info.micro_batch = l.micro_batch;
     info.global_batch = l.global_batch;

@@ -189,6 +189,7 @@ Json to_json(const Summary& s) {
     j["tp"] = s.info.tp;
     j["pp"] = s.info.pp;
     j["cp"] = s.info.cp;
+    j["cp_comm"] = s.info.cp_comm;
     j["dp"] = s.info.dp;
     j["global_batch"] = s.info.global_batch;
     j["micro_batch"] = s.info.micro_batch;
@@ -333,7 +334,7 @@ void print_table(std::ostream& out, const Summary& s) {
     out << i.model << " on " << i.cluster << " (" << i.devices << (i.devices == 1 ? " device): " : " devices): ")
         << (i.strategy == "none" ? "no data parallelism" : i.strategy)
         << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression") << ", tp " << i.tp << " · pp " << i.pp
-        << (i.cp > 1 ? " · cp " + std::to_string(i.cp) : std::string()) << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
+        << (i.cp > 1 ? " · cp " + std::to_string(i.cp) + (i.cp_comm == "p2p" ? "" : " (" + i.cp_comm + ")") : std::string()) << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
         << (i.attention.empty() ? "" : ", " + i.attention + " attention") << ", "

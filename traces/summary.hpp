@@ -30,6 +30,7 @@ struct StepInfo {
     std::string framework;              // "megatron@0.19": whose behaviour the graph follows
     int devices = 1, tp = 1, pp = 1, dp = 1, microbatches = 1, micro_batch = 1;
     int cp = 1;                         // context-parallel ranks (each dp replica is tp · cp · pp ranks)
+    std::string cp_comm = "p2p";         // how their attention exchanges keys and values: p2p or all-gather
     std::int64_t global_batch = 1;
     int seq = 1;
     /// Where a default sequence length came from ("max_position_embeddings 131072 is a long-context

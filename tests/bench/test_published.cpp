@@ -131,7 +131,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         const Mapping m = map_row(row("P03"), "/models");
         REQUIRE(m.representable());
         CHECK(has_args(m, {"--nodes", "2048", "--tp", "8", "--pp", "16", "--dp", "8"}));
-        CHECK(has_args(m, {"--cp", "16"}));
+        CHECK(has_args(m, {"--cp", "16", "--cp-comm", "all-gather"}));   // Llama 3 all-gathers K and V (§3.3.2)
         CHECK(model_file_name(*m.model) == "llama-l126-h16384-a128-kv8-f53248-v128256-s131072.json");
     }
     SECTION("GPT-OSS-120B on 64 H100s: pp 4, expert parallelism 8 inside dp 16, from its config.json") {

@@ -119,8 +119,9 @@ TEST_CASE("context-parallel groups, ring hops and the gradient group are Megatro
     for (int k = 0; k < cp; ++k) expected.push_back(2 * k);
     CHECK(context_parallel_group(l, 0, 0, 0) == expected);
     // Every rank's ring for a layer: cp − 1 hops of K and V in forward (cp − 1 more with full
-    // recompute); in backward K and V cp − 1 times, their gradient cp times (one step behind, and
-    // home after the last step): (2·cp − 1) blocks' bytes over cp + 1 sends.
+    // recompute); in backward K and V cp − 1 times and their gradient cp − 1 times, one step
+    // behind, ending on its owner (TE context_parallel.py:2459-2500): (2·cp − 2) blocks' bytes
+    // over cp sends.
     const std::int64_t kv = 2 * (4096 / cp) * (2 / 2) * 64 * 2 * 2;   // b · s/cp · kvh/t · (hd + vd) · e
     for (int rank : {0, 2 * (cp - 1) + 1}) {
         const auto sends = ring_sends(b.graph, rank, 2);
@@ -130,8 +131,8 @@ TEST_CASE("context-parallel groups, ring hops and the gradient group are Megatro
         if (recompute == Recompute::full) CHECK(sends.at(Phase::recompute).size() == static_cast<std::size_t>(cp - 1));
         std::int64_t bwd = 0;
         for (std::int64_t bytes : sends.at(Phase::bwd)) bwd += bytes;
-        CHECK(sends.at(Phase::bwd).size() == static_cast<std::size_t>(cp + 1));
-        CHECK(bwd == (2 * cp - 1) * kv);
+        CHECK(sends.at(Phase::bwd).size() == static_cast<std::size_t>(cp));
+        CHECK(bwd == (2 * cp - 2) * kv);
     }
     // Gradients are all-reduced over the dp · cp ranks of tensor rank 0 (the data-parallel group
     // with context parallelism): ranks 0, 2, 4, … 14.
@@ -143,6 +144,49 @@ TEST_CASE("context-parallel groups, ring hops and the gradient group are Megatro
         }
     REQUIRE(groups.size() == 1);
     CHECK(*groups.begin() == std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14});
+}
+
+TEST_CASE("all-gathered context parallelism: K and V all-gathered before attention (again in backward), dK and dV reduce-scattered after", "[strategies][cp]") {
+    const int cp = GENERATE(2, 4);
+    CAPTURE(cp);
+    const Model m = small_llama();
+    Workload w = workload(cp);
+    const Block ring = m.blocks(w)[1];
+    w.cp_comm = CpComm::all_gather;
+    const Block gathered = m.blocks(w)[1];
+    // The same attention work, as two kernels (the rank's two chunks) instead of cp steps.
+    int kernels = 0;
+    for (const Kernel& k : gathered.fwd_kernels) kernels += k.op == KernelOp::flash;
+    CHECK(kernels == 2);
+    CHECK(kernel_flops(gathered, KernelOp::flash) == Approx(kernel_flops(ring, KernelOp::flash)));
+    CHECK(kernel_flops(gathered, KernelOp::gemm) == Approx(kernel_flops(ring, KernelOp::gemm)));
+    REQUIRE(gathered.cp);
+    CHECK(gathered.cp->comm == CpComm::all_gather);
+
+    Plan plan = cp_plan(cp);
+    plan.cp_comm = CpComm::all_gather;
+    plan.fold = false;
+    const Built b = build(m, topo::cluster_preset("dgx-h100"), plan);
+    std::map<Phase, std::vector<std::pair<CollectiveKind, std::int64_t>>> seen;
+    std::size_t ring_ops = 0;
+    for (const Op& op : b.graph.ops()) {
+        ring_ops += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
+        if (op.kind != OpKind::collective || op.rank != 1 || op.layer != 2 || op.microbatch != 0) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)] == context_parallel_group(b.layout, 0, 1, 0));
+        seen[op.phase].emplace_back(col.kind, col.bytes);
+    }
+    CHECK(ring_ops == 0);
+    // Transformer Engine gathers K and V as two collectives (context_parallel.py:3215-3216), gathers
+    // them again in backward (:3788-3789) and reduce-scatters dK and dV apart (:4122-4123).
+    // Each is cp × b · s/cp · kvh · hd · e (hd == vd here).
+    const std::int64_t kv_bytes = cp * 2 * (4096 / cp) * 2 * 128;
+    using V = std::vector<std::pair<CollectiveKind, std::int64_t>>;
+    CHECK(seen[Phase::fwd] == V{{CollectiveKind::all_gather, kv_bytes}, {CollectiveKind::all_gather, kv_bytes}});
+    CHECK(seen[Phase::bwd] == V{{CollectiveKind::all_gather, kv_bytes}, {CollectiveKind::all_gather, kv_bytes},
+                                {CollectiveKind::reduce_scatter, kv_bytes}, {CollectiveKind::reduce_scatter, kv_bytes}});
+    const tools::Simulation run = tools::simulate_plan(m, topo::cluster_preset("dgx-h100"), plan, {});
+    CHECK(run.summary.iteration > Time::zero());
 }
 
 TEST_CASE("context parallelism splits the work: the ranks' FLOPs add up to one rank's without it", "[strategies][cp]") {
