@@ -31,6 +31,7 @@ struct SweepFlags {
     bool no_fold = false;
     std::vector<std::string> strategies;
     std::vector<int> tp, pp, micro_batch, cp;
+    std::vector<std::string> cp_comm;
     std::string max_memory;
     std::string dispatch_overhead;
     std::optional<double> min_headroom;
@@ -116,16 +117,24 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         out << "\n";
     }
     // A cp column where a shown plan is context-parallel (sweep --cp).
-    bool cps = false;
-    for (std::size_t k = 0; k < shown; ++k) cps |= r.plans[r.ranking[k]].layout.cp > 1;
-    out << "\n  rank  strategy  tp  pp  " << (cps ? "cp  " : "") << "dp   " << pad("schedule", width + 1)
+    // "2 ag" where its keys and values are all-gathered (--cp-comm all-gather).
+    bool cps = false, gathers = false;
+    for (std::size_t k = 0; k < shown; ++k) {
+        cps |= r.plans[r.ranking[k]].layout.cp > 1;
+        gathers |= r.plans[r.ranking[k]].layout.cp > 1 && r.plans[r.ranking[k]].plan.cp_comm == CpComm::all_gather;
+    }
+    const int cp_width = gathers ? 5 : 3;
+    out << "\n  rank  strategy  tp  pp  " << (cps ? pad("cp", static_cast<std::size_t>(cp_width) + 1) : "") << "dp   " << pad("schedule", width + 1)
         << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
         const Outcome& x = *p.result;
         const std::string schedule = pad(schedule_of(p), width);
         char cp[16] = "";
-        if (cps) std::snprintf(cp, sizeof cp, "%-3d ", p.layout.cp);
+        if (cps) {
+            const bool ag = p.layout.cp > 1 && p.plan.cp_comm == CpComm::all_gather;
+            std::snprintf(cp, sizeof cp, "%-*s ", cp_width, (std::to_string(p.layout.cp) + (ag ? " ag" : "")).c_str());
+        }
         char buf[320];
         std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
                       strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, cp, p.layout.dp, schedule.c_str(),
@@ -198,6 +207,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"tp", p.plan.tp},
            {"pp", p.plan.pp},
            {"cp", p.plan.cp},
+           {"cp_comm", to_string(p.plan.cp_comm)},
            {"schedule", strategies::to_string(p.plan.schedule)},
            {"virtual_stages", p.plan.virtual_stages},
            {"micro_batch", p.plan.micro_batch},
@@ -239,7 +249,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
-    out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,dp,schedule,virtual_stages,micro_batch,microbatches,"
+    out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,cp,cp_comm,dp,schedule,virtual_stages,micro_batch,microbatches,"
            "recompute,sp,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
@@ -253,8 +263,8 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
             const bool resolved = p.status != PlanStatus::pruned || p.reason_key == "memory bound";
             out << model.name() << ',' << quoted(n.cluster.name) << ',' << (n.nodes ? std::to_string(*n.nodes) : "") << ','
                 << n.cluster.num_devices() << ',' << p.index << ',' << (rank[p.index] ? std::to_string(*rank[p.index]) : "")
-                << ',' << strategies::to_string(p.plan.strategy) << ',' << p.plan.tp << ',' << p.plan.pp << ','
-                << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
+                << ',' << strategies::to_string(p.plan.strategy) << ',' << p.plan.tp << ',' << p.plan.pp << ',' << p.plan.cp << ','
+                << to_string(p.plan.cp_comm) << ',' << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
                 << (p.plan.sequence_parallel ? "true" : "false") << ','
@@ -377,6 +387,14 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     o.space.tp = f.tp;
     o.space.pp = f.pp;
     o.space.cp = f.cp;
+    for (const std::string& s : f.cp_comm) {
+        const CpComm c = parse_cp_comm(s, flag("--cp-comm"));
+        if (std::find(o.space.cp_comm.begin(), o.space.cp_comm.end(), c) == o.space.cp_comm.end()) o.space.cp_comm.push_back(c);
+    }
+    if (!o.space.cp_comm.empty() && std::none_of(f.cp.begin(), f.cp.end(), [](int v) { return v > 1; }))
+        fail_input("--cp-comm has no effect here: it sets how context-parallel attention exchanges keys and values; "
+                   "list a --cp size of 2 or more",
+                   flag("--cp-comm"));
     o.space.micro_batch = f.micro_batch;
     if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
     for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--cp", &f.cp}, {"--micro-batch", &f.micro_batch}})
@@ -451,6 +469,7 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--tp", f->tp, "tensor-parallel sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--pp", f->pp, "pipeline sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--cp", f->cp, "context-parallel sizes to try, e.g. 1,2,4 (default: 1)")->delimiter(',');
+    app->add_option("--cp-comm", f->cp_comm, "with --cp: key-value exchanges to try, p2p,all-gather (default: p2p)")->delimiter(',');
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");

@@ -91,7 +91,7 @@ std::string describe_plan(const PlanResult& p) {
                     std::to_string(x.pp);
     if (x.pp > 1) s += std::string(" ") + strategies::to_string(x.schedule);
     if (x.schedule == Schedule::interleaved) s += " v " + std::to_string(x.virtual_stages);
-    if (x.cp > 1) s += " cp " + std::to_string(x.cp);
+    if (x.cp > 1) s += " cp " + std::to_string(x.cp) + (x.cp_comm == CpComm::p2p ? "" : std::string(" ") + to_string(x.cp_comm));
     s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
     if (x.sequence_parallel) s += " sp";
     if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
@@ -162,6 +162,12 @@ const Dimension kDimensions[] = {
     // and most models' default lengths are not.
     {"cp", [](const Context& c, const Plan& p, const Layout&) {
          return vary(p, &Plan::cp, c.options.space.cp.empty() ? std::vector<int>{1} : c.options.space.cp);
+     },
+     false},
+    // How a context-parallel group exchanges keys and values: TE's ring unless --cp-comm lists more.
+    {"cp_comm", [](const Context& c, const Plan& p, const Layout&) {
+         if (p.cp == 1 || c.options.space.cp_comm.empty()) return std::vector<Plan>{p};
+         return vary(p, &Plan::cp_comm, c.options.space.cp_comm);
      },
      false},
     {"pp", [](const Context& c, const Plan& p, const Layout&) {

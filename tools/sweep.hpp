@@ -47,6 +47,7 @@ struct SearchSpace {
     std::vector<strategies::DataParallel> strategies;   // empty: ddp, ring, zero1, zero2, zero3, fsdp
     std::vector<int> tp, pp, micro_batch;
     std::vector<int> cp;                                // empty: 1 (context parallelism only when asked)
+    std::vector<CpComm> cp_comm;                        // with cp > 1; empty: p2p
 };
 
 struct SweepOptions {

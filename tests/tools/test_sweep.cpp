@@ -114,6 +114,46 @@ TEST_CASE("a sweep searches --cp when asked: context-parallel plans ranked, thei
         }
 }
 
+TEST_CASE("a sweep tries each --cp-comm on context-parallel plans only, and simulates each as simulate would", "[tools][sweep]") {
+    const Model model = model_preset("llama3-8b");
+    const topo::Cluster cluster = topo::cluster_preset("dgx-h100");
+    SweepOptions o;
+    o.global_batch = 8;
+    o.jobs = 2;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    o.space.strategies = {strategies::DataParallel::zero1};
+    o.space.tp = {1};
+    o.space.pp = {1};
+    o.space.cp = {1, 2};
+    o.space.micro_batch = {1};
+    const SweepResult ring = sweep(model, cluster, o);
+    o.space.cp_comm = {CpComm::p2p, CpComm::all_gather};
+    const SweepResult both = sweep(model, cluster, o);
+    auto count = [](const SweepResult& r, int cp, CpComm comm) {
+        return std::count_if(r.plans.begin(), r.plans.end(),
+                             [&](const PlanResult& p) { return p.plan.cp == cp && p.plan.cp_comm == comm; });
+    };
+    // cp 1 plans once, cp 2 plans once per exchange.
+    CHECK(count(both, 1, CpComm::p2p) == count(ring, 1, CpComm::p2p));
+    CHECK(count(both, 1, CpComm::all_gather) == 0);
+    CHECK(count(both, 2, CpComm::p2p) == count(ring, 2, CpComm::p2p));
+    CHECK(count(both, 2, CpComm::all_gather) == count(ring, 2, CpComm::p2p));
+    CHECK(count(ring, 2, CpComm::p2p) > 0);
+    bool checked = false;
+    for (const PlanResult& p : both.plans) {
+        if (p.plan.cp_comm != CpComm::all_gather || !p.result) continue;
+        CHECK(describe_plan(p).find(" cp 2 all-gather") != std::string::npos);
+        sim::SimOptions so;
+        so.network = sim::NetworkMode::analytic;
+        const tools::Simulation alone = tools::simulate_plan(model, cluster, p.plan, so);
+        CHECK(alone.summary.iteration == p.result->iteration);
+        checked = true;
+        break;
+    }
+    CHECK(checked);
+}
+
 TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
     // Llama-2-7B on four 24 GB RTX 4090: DDP's 16 bytes per parameter (108 GB) cannot fit, ZeRO-3's 27 GB
     // per device neither; the pipeline plans may.
