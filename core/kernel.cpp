@@ -65,6 +65,7 @@ const char* to_string(KernelName k) {
         case KernelName::topk_compress: return "topk_compress";
         case KernelName::topk_decompress: return "topk_decompress";
         case KernelName::powersgd: return "powersgd";
+        case KernelName::cp_permute: return "cp_permute";
     }
     return "?";
 }
@@ -181,7 +182,9 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                 }
                 break;
             case KernelOp::stream:
-                if (inputs) {
+                if (inputs && f.name == KernelName::cp_permute) {
+                    out.push_back(f);   // a permutation's gradient: the inverse permutation
+                } else if (inputs) {
                     Kernel b = f;
                     b.bytes = checked_mul(f.bytes, 2, "bytes a backward pass moves");
                     b.flops = f.flops * 2;

@@ -43,6 +43,9 @@ enum class KernelName : std::uint8_t {
     // step and decompression; top-k's selection and scatter-add; PowerSGD's factor products and
     // orthogonalisation.
     onebit_compress, onebit_server, onebit_decompress, topk_compress, topk_decompress, powersgd,
+    // Context parallelism's layout copies around an all-to-all (Transformer Engine's
+    // flash_attn_a2a_communicate): a permutation, whose gradient is the same copy back.
+    cp_permute,
 };
 
 const char* to_string(KernelClass k);

@@ -291,12 +291,20 @@ Attention parse_attention(const std::string& text, const ErrorContext& where) {
     fail_input("flash or eager", "\"" + text + "\"", where);
 }
 
-const char* to_string(CpComm c) { return c == CpComm::p2p ? "p2p" : "all-gather"; }
+const char* to_string(CpComm c) {
+    switch (c) {
+        case CpComm::p2p: return "p2p";
+        case CpComm::all_gather: return "all-gather";
+        case CpComm::all_to_all: return "a2a";
+    }
+    return "?";
+}
 
 CpComm parse_cp_comm(const std::string& text, const ErrorContext& where) {
     if (text == "p2p") return CpComm::p2p;
-    if (text == "all-gather") return CpComm::all_gather;
-    fail_input("p2p or all-gather", "\"" + text + "\"", where);
+    if (text == "all-gather" || text == "allgather") return CpComm::all_gather;   // ours, Megatron's
+    if (text == "a2a") return CpComm::all_to_all;
+    fail_input("p2p, all-gather or a2a (Megatron's --cp-comm-type; a2a+p2p is not modelled)", "\"" + text + "\"", where);
 }
 
 bool TransformerShape::moe_layer(int i) const {

@@ -134,10 +134,12 @@ Attention parse_attention(const std::string& text, const ErrorContext& where);  
 /// `p2p` passes each rank's block round a ring under the attention steps (AttnFuncWithCPAndKVP2P);
 /// `all_gather` all-gathers every rank's keys and values before attention and reduce-scatters
 /// their gradients after it (AttnFuncWithCPAndKVAllGather; Llama 3's context parallelism,
-/// Dubey et al. 2024 §3.3.2).
-enum class CpComm : std::uint8_t { p2p, all_gather };
-const char* to_string(CpComm c);
-CpComm parse_cp_comm(const std::string& text, const ErrorContext& where);   // "p2p" | "all-gather"
+/// Dubey et al. 2024 §3.3.2); `all_to_all` trades the sequence split for a head split by
+/// all-to-alls of Q, K, V before attention and of its output after (AttnFuncWithCPAndQKVOA2A,
+/// DeepSpeed-Ulysses, Jacobs et al. 2023).
+enum class CpComm : std::uint8_t { p2p, all_gather, all_to_all };
+const char* to_string(CpComm c);   // "p2p", "all-gather", "a2a" (Megatron's --cp-comm-type spells "allgather")
+CpComm parse_cp_comm(const std::string& text, const ErrorContext& where);
 
 /// The expert part of an MoE layer on one rank, for a strategy that runs experts on other ranks
 /// (strategies/moe.hpp). The block's forward kernels split in three: fwd_kernels[0, dispatch_at)
@@ -172,11 +174,14 @@ struct MoePass {
 struct ContextPass {
     CpComm comm = CpComm::p2p;     // all_gather: the steps are the two local chunks, after one all-gather
     int core_at = 0;
-    int steps = 0;                 // p2p: cp, the ring's steps; all_gather: 2, one per local chunk
+    /// p2p: cp, the ring's steps; all_gather: 2, one per local chunk; all_to_all: 1, the reorders
+    /// of Q, K and V after their all-to-alls, the head-split kernel, the output's reorder before its own.
+    int steps = 0;
     int per_step = 1;              // kernels per step
     /// One step's transfer in forward: K and V of one rank's chunk, b·(s/cp)·(kvh/t)·(hd + vd)·e.
     Bytes kv_bytes;
     Bytes k_bytes;                 // the keys' part of it (the all-gather variant gathers K and V apart)
+    Bytes q_bytes, out_bytes;      // the rank's Q and attention output, b·(s/cp)·(a/t)·(hd or vd)·e
     bool operator==(const ContextPass&) const = default;
 };
 

@@ -204,11 +204,26 @@ double causal_pairs(I s, I keys) {
 /// With all-gathered keys and values (AttnFuncWithCPAndKVAllGather) the core is one kernel per
 /// local chunk, its queries against the keys before it: chunks r and 2·cp − 1 − r together see
 /// the same pairs on every rank, each kernel is priced at half of them, over the mean key length.
+/// With all-to-alls (AttnFuncWithCPAndQKVOA2A) the core is one kernel over the whole sequence and
+/// 1/cp of the rank's heads, the same pairs; around it, flash_attn_a2a_communicate's copies
+/// (context_parallel.py:387-536 at TransformerEngine d0067d0): each of Q, K and V is permuted
+/// heads-first before its all-to-all (movedim().contiguous(), :473) and its sequence chunks put
+/// back in order after it (index_select, :435); the output is reordered before its all-to-all
+/// (:489) and permuted back after it (:532). The first three copies close the kernels before the
+/// core, the last opens those after it.
 std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
     const I heads = d.b * d.a / d.t, e = d.e;
     const double pairs = causal ? causal_pairs(d.seq, keys) / static_cast<double>(d.cp)
                                 : static_cast<double>(d.s) * static_cast<double>(keys);
     const I d_mean = std::max<I>(1, (d.hd + d.vd) / 2);
+    if (d.cp_comm == CpComm::all_to_all) {
+        const I q = d.b * d.s * d.a / d.t * d.hd * e, k = d.b * d.s * d.kvh / d.t * d.hd * e,
+                v = d.b * d.s * d.kvh / d.t * d.vd * e, o = d.b * d.s * d.a / d.t * d.vd * e;
+        auto copy = [](I bytes) { return stream_kernel(KernelName::cp_permute, KernelClass::attention, 2 * bytes); };
+        Kernel core = flash_kernel(heads / d.cp, d.seq, std::max<I>(1, std::min(keys, d.seq)), d_mean, static_cast<int>(e), false);
+        core.flops = 2.0 * pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);   // the rank's pairs
+        return {copy(q), copy(k), copy(v), copy(q), copy(k), copy(v), core, copy(o), copy(o)};
+    }
     if (d.cp_comm == CpComm::all_gather) {
         const I chunk = std::max<I>(1, d.s / 2);
         Kernel k = flash_kernel(heads, chunk, std::max<I>(1, std::min(keys, d.seq / 2)), d_mean, static_cast<int>(e), false);
@@ -571,10 +586,17 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
         ContextPass c;
         c.comm = d.cp_comm;
         c.core_at = core_at;
-        c.steps = d.cp_comm == CpComm::all_gather ? 2 : static_cast<int>(d.cp);
-        c.per_step = d.cp_comm == CpComm::all_gather ? 1 : 2;
+        switch (d.cp_comm) {
+            case CpComm::p2p: c.steps = static_cast<int>(d.cp), c.per_step = 2; break;
+            case CpComm::all_gather: c.steps = 2, c.per_step = 1; break;
+            // After the three permutes before the all-to-alls (context_parallel_core): the three
+            // reorders, the core and the output's reorder.
+            case CpComm::all_to_all: c.core_at += 3, c.steps = 1, c.per_step = 5; break;
+        }
         c.kv_bytes = Bytes(d.b * d.s * d.kvh * (d.hd + d.vd) / d.t * d.e);
         c.k_bytes = Bytes(d.b * d.s * d.kvh * d.hd / d.t * d.e);
+        c.q_bytes = Bytes(d.b * d.s * d.a / d.t * d.hd * d.e);
+        c.out_bytes = Bytes(d.b * d.s * d.a / d.t * d.vd * d.e);
         blk.cp = c;
     }
     if (lp.moe) {

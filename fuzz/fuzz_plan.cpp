@@ -47,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     static const Schedule schedules[] = {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved, Schedule::zb_h1};
     static const Recompute recomputes[] = {Recompute::none, Recompute::selective, Recompute::full};
     static const DType dtypes[] = {DType::bf16, DType::fp16, DType::fp32};
+    static const CpComm cp_comms[] = {CpComm::p2p, CpComm::all_gather, CpComm::all_to_all};
     static const FsdpSharding shardings[] = {FsdpSharding::full, FsdpSharding::grad_op, FsdpSharding::hybrid,
                                              FsdpSharding::none};
     static const char* const frameworks[] = {"", "pytorch", "megatron", "deepspeed", "megatron-deepspeed", "megatron@0.1",
@@ -90,6 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const bool analytic = in.ConsumeBool();
         // Last, so the corpus's older seeds keep their meaning.
         p.cp = in.ConsumeBool() ? 1 : degree(in);
+        p.cp_comm = pick(in, cp_comms);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

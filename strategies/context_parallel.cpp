@@ -24,6 +24,19 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
                        " is not modelled with context parallelism; use ddp or zero1 (Megatron's distributed optimizer, "
                        "which shards over the data- and context-parallel ranks)",
                    {"", "", "--strategy"});
+    if (plan.cp_comm == CpComm::all_to_all) {
+        // Each rank attends with 1/cp of its heads over the whole sequence: TE asserts
+        // num_heads % cp_size == 0 for Q, K and V (context_parallel.py:4246).
+        const TransformerShape& m = model.shape();
+        const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+        if (m.heads / l.tp % l.cp != 0 || kv / l.tp % l.cp != 0)
+            fail_input("a2a splits each rank's attention heads over the " + std::to_string(l.cp) +
+                           " context-parallel ranks: " + model.name() + " has " + std::to_string(m.heads / l.tp) +
+                           " query and " + std::to_string(kv / l.tp) + " key-value heads a rank" +
+                           (l.tp > 1 ? " at tp " + std::to_string(l.tp) : "") + ", which --cp " + std::to_string(l.cp) +
+                           " must divide; use p2p or all-gather, or a smaller --cp",
+                       {"", "", "--cp-comm"});
+    }
     if (model.shape().is_moe())
         fail_input("context parallelism with a mixture of experts is not modelled yet (Megatron forms its expert groups "
                    "across the context-parallel ranks); leave out --cp",
@@ -177,6 +190,34 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
             for (int i = 0; i < b.cp->steps; ++i) steps(input ? r.in_step : r.bwd_step, {});
             group_collective(CollectiveKind::reduce_scatter, k_all);   // each rank's dK, summed home
             group_collective(CollectiveKind::reduce_scatter, v_all);
+            segment(input ? r.in_pre : r.bwd_pre);
+        }
+        for (int c = 0; c < cp; ++c)
+            for (int t = 0; t < emit_tp_; ++t) latest_[at(c, t)].first = tail(c, t);
+        return;
+    }
+    // All-to-all variant (AttnFuncWithCPAndQKVOA2A): Q, K and V each all-to-all'ed over the group
+    // before the core (forward :4339, one all_to_all_single per tensor, :426), its output after it
+    // (:4485); in backward the output's gradient before (:4677), dQ, dK and dV after (:4837). Each
+    // rank sends 1/cp of its tensor to every other. TE waits for each on a side stream and
+    // reorders it there while the next is in flight; here they run in turn on the compute stream.
+    if (b.cp->comm == CpComm::all_to_all) {
+        const Bytes q = b.cp->q_bytes, k = b.cp->k_bytes, v = kv - b.cp->k_bytes, o = b.cp->out_bytes;
+        auto qkv = [&] {
+            for (Bytes x : {q, k, v}) group_collective(CollectiveKind::all_to_all, x);
+        };
+        const bool re = phase == Phase::recompute, input = phase == Phase::bwd_input;
+        if (phase == Phase::fwd || re) {
+            segment(re ? r.re_pre : r.pre);
+            qkv();
+            segment(re ? r.re_step : r.step);
+            group_collective(CollectiveKind::all_to_all, o);
+            segment(re ? r.re_post : r.post);
+        } else {
+            segment(input ? r.in_post : r.bwd_post);
+            group_collective(CollectiveKind::all_to_all, o);   // dO
+            segment(input ? r.in_step : r.bwd_step);
+            qkv();                                              // dQ, dK, dV
             segment(input ? r.in_pre : r.bwd_pre);
         }
         for (int c = 0; c < cp; ++c)

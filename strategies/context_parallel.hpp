@@ -29,7 +29,11 @@
 //
 // With --cp-comm all-gather (AttnFuncWithCPAndKVAllGather :3014) K and V are all-gathered over
 // the group before the core (:3215-3216) and again in backward (:3788-3789), whose dK and dV are
-// reduce-scattered after it (:4122-4123); the core is one kernel per local chunk.
+// reduce-scattered after it (:4122-4123); the core is one kernel per local chunk. With --cp-comm
+// a2a (AttnFuncWithCPAndQKVOA2A :4170, DeepSpeed-Ulysses) Q, K and V are each all-to-all'ed before
+// the core (:4339), which then runs over the whole sequence with 1/cp of the rank's heads, and its
+// output after it (:4485); backward all-to-alls dO before (:4677) and dQ, dK, dV after (:4837).
+// The heads a rank holds must divide by cp (:4246).
 //
 // Sends and receives are on their own queues (Stream::cp_send, Stream::cp_recv), as the CP group
 // is its own NCCL communicator. Full recompute redoes the forward ring; selective recompute

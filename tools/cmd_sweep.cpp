@@ -116,25 +116,27 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         for (const DeviceOrder& d : r.orders) out << " " << d.name << " (" << d.cluster.groups.front().name << " first)" << (&d == &r.orders.back() ? "" : ",");
         out << "\n";
     }
-    // A cp column where a shown plan is context-parallel (sweep --cp).
-    // "2 ag" where its keys and values are all-gathered (--cp-comm all-gather).
-    bool cps = false, gathers = false;
+    // A cp column where a shown plan is context-parallel (sweep --cp): "2", or "2 ag" and "2 a2a"
+    // where its keys and values are all-gathered or its heads all-to-all'ed (--cp-comm).
+    const auto cp_of = [](const PlanResult& p) {
+        std::string s = std::to_string(p.layout.cp);
+        if (p.layout.cp > 1 && p.plan.cp_comm != CpComm::p2p) s += p.plan.cp_comm == CpComm::all_gather ? " ag" : " a2a";
+        return s;
+    };
+    bool cps = false;
+    std::size_t cp_width = 3;
     for (std::size_t k = 0; k < shown; ++k) {
         cps |= r.plans[r.ranking[k]].layout.cp > 1;
-        gathers |= r.plans[r.ranking[k]].layout.cp > 1 && r.plans[r.ranking[k]].plan.cp_comm == CpComm::all_gather;
+        cp_width = std::max(cp_width, cp_of(r.plans[r.ranking[k]]).size());
     }
-    const int cp_width = gathers ? 5 : 3;
-    out << "\n  rank  strategy  tp  pp  " << (cps ? pad("cp", static_cast<std::size_t>(cp_width) + 1) : "") << "dp   " << pad("schedule", width + 1)
+    out << "\n  rank  strategy  tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   " << pad("schedule", width + 1)
         << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
         const Outcome& x = *p.result;
         const std::string schedule = pad(schedule_of(p), width);
         char cp[16] = "";
-        if (cps) {
-            const bool ag = p.layout.cp > 1 && p.plan.cp_comm == CpComm::all_gather;
-            std::snprintf(cp, sizeof cp, "%-*s ", cp_width, (std::to_string(p.layout.cp) + (ag ? " ag" : "")).c_str());
-        }
+        if (cps) std::snprintf(cp, sizeof cp, "%s ", pad(cp_of(p), cp_width).c_str());
         char buf[320];
         std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
                       strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, cp, p.layout.dp, schedule.c_str(),
@@ -469,7 +471,7 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--tp", f->tp, "tensor-parallel sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--pp", f->pp, "pipeline sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--cp", f->cp, "context-parallel sizes to try, e.g. 1,2,4 (default: 1)")->delimiter(',');
-    app->add_option("--cp-comm", f->cp_comm, "with --cp: key-value exchanges to try, p2p,all-gather (default: p2p)")->delimiter(',');
+    app->add_option("--cp-comm", f->cp_comm, "with --cp: key-value exchanges to try, of p2p,all-gather,a2a (default: p2p)")->delimiter(',');
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");

@@ -45,8 +45,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "(Megatron's --context-parallel-size)")
         ->capture_default_str();
     app.add_option("--cp-comm", f.cp_comm,
-                   "with --cp: p2p (the keys and values passed round a ring under the attention steps, default) or "
-                   "all-gather (gathered before attention, their gradients reduce-scattered after; Llama 3's)");
+                   "with --cp: p2p (the keys and values passed round a ring under the attention steps, default), "
+                   "all-gather (gathered before attention, their gradients reduce-scattered after; Llama 3's) or a2a "
+                   "(all-to-alls trade the sequence split for a head split around attention; DeepSpeed-Ulysses)");
     app.add_option("--dp", f.dp, "data-parallel degree (default: devices / (tp · cp · pp))");
     app.add_option("--schedule", f.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
     app.add_option("--virtual-stages", f.virtual_stages, "model chunks per device (interleaved)")->capture_default_str();

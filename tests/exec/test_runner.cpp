@@ -216,20 +216,28 @@ TEST_CASE("exec runs tp 2 · pp 2", "[exec][mpi][plan-tp2-pp2]") {
     run_and_check(p);
 }
 
-TEST_CASE("exec runs cp: the ring attention's sends and receives on their own queues", "[exec][mpi][plan-cp]") {
+TEST_CASE("exec runs cp: the ring attention's sends and receives on their own queues, or its all-gathers and all-to-alls", "[exec][mpi][plan-cp]") {
     // Context parallelism runs Transformer Engine's fused attention, a GPU's: the plan is built
     // for as many H100s as this mpirun has ranks, and run here in fp32 (the CPU executor's flash
-    // kernel), cp = ranks.
+    // kernel), cp = ranks; gpt-tiny's 4 heads split over 2 or 4 ranks for a2a.
+    const CpComm comm = GENERATE(CpComm::p2p, CpComm::all_gather, CpComm::all_to_all);
+    CAPTURE(to_string(comm));
     const int ranks = test::session().size();
     strategies::Plan p;
     p.cp = ranks;
+    p.cp_comm = comm;
     p.fold = false;
     p.seq = 128;
     p.dtype = DType::fp32;
     const strategies::Built built = strategies::build(tiny(), topo::cluster_preset("dgx-h100").first_devices(ranks), p);
-    std::size_t ring = 0;
-    for (const Op& op : built.graph.ops()) ring += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
-    CHECK(ring > 0);
+    std::size_t ring = 0, group = 0;
+    for (const Op& op : built.graph.ops()) {
+        ring += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
+        if (op.kind != OpKind::collective) continue;
+        const CollectiveKind k = built.graph.collectives()[static_cast<std::size_t>(op.ref)].kind;
+        group += comm == CpComm::all_gather ? k == CollectiveKind::all_gather : k == CollectiveKind::all_to_all;
+    }
+    CHECK((comm == CpComm::p2p ? ring : group) > 0);
     run_and_check(built.graph, topo::localhost_cluster());
 }
 

@@ -189,6 +189,62 @@ TEST_CASE("all-gathered context parallelism: K and V all-gathered before attenti
     CHECK(run.summary.iteration > Time::zero());
 }
 
+TEST_CASE("all-to-all context parallelism: Q, K, V all-to-all'ed before attention over 1/cp of the heads, the output after", "[strategies][cp]") {
+    const int cp = 2;   // small_llama's 2 key-value heads split over 2 ranks at most
+    const Model m = small_llama();
+    Workload w = workload(cp);
+    const Block ring = m.blocks(w)[1];
+    w.cp_comm = CpComm::all_to_all;
+    const Block a2a = m.blocks(w)[1];
+    // One attention kernel over the whole sequence and 1/cp of the heads: 2 · 8 / 2 = 8 (batch · heads),
+    // 4096 queries; the same FLOPs as the ring's steps, the same GEMMs.
+    std::vector<Kernel> flash;
+    for (const Kernel& k : a2a.fwd_kernels)
+        if (k.op == KernelOp::flash) flash.push_back(k);
+    REQUIRE(flash.size() == 1);
+    CHECK(flash[0].batch == 2 * 8 / cp);
+    CHECK(flash[0].m == 4096);
+    CHECK(kernel_flops(a2a, KernelOp::flash) == Approx(kernel_flops(ring, KernelOp::flash)));
+    CHECK(kernel_flops(a2a, KernelOp::gemm) == Approx(kernel_flops(ring, KernelOp::gemm)));
+    // Transformer Engine's copies around the all-to-alls: two of each of Q, K, V and the output,
+    // each reading and writing the tensor (b · s/cp · heads · 64 · 2 bytes), backward the same.
+    const std::int64_t q = 2 * (4096 / cp) * 8 * 64 * 2, kv = 2 * (4096 / cp) * 2 * 64 * 2;
+    std::vector<std::int64_t> copies, grads;
+    for (const Kernel& k : a2a.fwd_kernels)
+        if (k.name == KernelName::cp_permute) copies.push_back(k.bytes);
+    CHECK(copies == std::vector<std::int64_t>{2 * q, 2 * kv, 2 * kv, 2 * q, 2 * kv, 2 * kv, 2 * q, 2 * q});
+    for (const Kernel& k : backward_kernels(a2a.fwd_kernels))
+        if (k.name == KernelName::cp_permute) grads.push_back(k.bytes);
+    CHECK(grads == std::vector<std::int64_t>{2 * q, 2 * q, 2 * kv, 2 * kv, 2 * q, 2 * kv, 2 * kv, 2 * q});
+
+    Plan plan = cp_plan(cp);
+    plan.cp_comm = CpComm::all_to_all;
+    plan.fold = false;
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(2);
+    const Built b = build(m, c, plan);
+    std::map<Phase, std::vector<std::pair<CollectiveKind, std::int64_t>>> seen;
+    std::size_t ring_ops = 0;
+    for (const Op& op : b.graph.ops()) {
+        ring_ops += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
+        if (op.kind != OpKind::collective || op.rank != 1 || op.layer != 2 || op.microbatch != 0) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)] == context_parallel_group(b.layout, 0, 0, 0));
+        seen[op.phase].emplace_back(col.kind, col.bytes);
+    }
+    CHECK(ring_ops == 0);
+    const auto a = CollectiveKind::all_to_all;
+    using V = std::vector<std::pair<CollectiveKind, std::int64_t>>;
+    CHECK(seen[Phase::fwd] == V{{a, q}, {a, kv}, {a, kv}, {a, q}});   // Q, K, V; the output (vd = hd)
+    CHECK(seen[Phase::bwd] == V{{a, q}, {a, q}, {a, kv}, {a, kv}});   // dO; dQ, dK, dV
+    const tools::Simulation run = tools::simulate_plan(m, c, plan, {});
+    CHECK(run.summary.iteration > Time::zero());
+
+    // 4 ranks cannot split 2 key-value heads.
+    plan.cp = 4;
+    CHECK_THAT(bad_input_message([&] { build(m, topo::cluster_preset("dgx-h100").first_devices(4), plan); }),
+               Contains("--cp-comm") && Contains("2 key-value heads") && Contains("--cp 4"));
+}
+
 TEST_CASE("context parallelism splits the work: the ranks' FLOPs add up to one rank's without it", "[strategies][cp]") {
     const Model m = small_llama();
     const topo::Cluster c = topo::cluster_preset("dgx-h100");

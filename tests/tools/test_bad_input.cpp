@@ -233,11 +233,11 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--fusion-mb", "32"}), {"--fusion-mb", "Horovod"});
         refused(simulate({"--cycle-ms", "2"}), {"--cycle-ms", "Horovod"});
         refused(simulate({"--cp-comm", "all-gather"}), {"--cp-comm", "no effect", "--cp 2"});
-        refused(simulate({"--cp", "2", "--cp-comm", "ulysses"}, "llama3-8b", "dgx-h100"), {"--cp-comm", "p2p or all-gather", "\"ulysses\""});
+        refused(simulate({"--cp", "2", "--cp-comm", "ulysses"}, "llama3-8b", "dgx-h100"), {"--cp-comm", "p2p, all-gather or a2a", "\"ulysses\""});
         refused({"sweep", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "8", "--cp-comm", "all-gather"},
                 {"--cp-comm", "no effect", "--cp size of 2"});
-        refused({"sweep", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "8", "--cp", "1,2", "--cp-comm", "a2a"},
-                {"--cp-comm", "p2p or all-gather", "\"a2a\""});
+        refused({"sweep", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "8", "--cp", "1,2", "--cp-comm", "a2a+p2p"},
+                {"--cp-comm", "a2a+p2p is not modelled", "\"a2a+p2p\""});
         refused(simulate({"--ps-servers", "2"}), {"--ps-servers", "parameter servers"});
         refused(simulate({"--strategy", "ps", "--staleness", "2"}), {"--staleness", "ps-async"});
         refused(simulate({"--fsdp-sharding", "grad-op"}), {"--fsdp-sharding", "fsdp"});

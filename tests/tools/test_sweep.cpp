@@ -128,7 +128,7 @@ TEST_CASE("a sweep tries each --cp-comm on context-parallel plans only, and simu
     o.space.cp = {1, 2};
     o.space.micro_batch = {1};
     const SweepResult ring = sweep(model, cluster, o);
-    o.space.cp_comm = {CpComm::p2p, CpComm::all_gather};
+    o.space.cp_comm = {CpComm::p2p, CpComm::all_gather, CpComm::all_to_all};
     const SweepResult both = sweep(model, cluster, o);
     auto count = [](const SweepResult& r, int cp, CpComm comm) {
         return std::count_if(r.plans.begin(), r.plans.end(),
@@ -139,6 +139,7 @@ TEST_CASE("a sweep tries each --cp-comm on context-parallel plans only, and simu
     CHECK(count(both, 1, CpComm::all_gather) == 0);
     CHECK(count(both, 2, CpComm::p2p) == count(ring, 2, CpComm::p2p));
     CHECK(count(both, 2, CpComm::all_gather) == count(ring, 2, CpComm::p2p));
+    CHECK(count(both, 2, CpComm::all_to_all) == count(ring, 2, CpComm::p2p));
     CHECK(count(ring, 2, CpComm::p2p) > 0);
     bool checked = false;
     for (const PlanResult& p : both.plans) {
