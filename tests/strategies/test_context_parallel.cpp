@@ -57,6 +57,22 @@ std::map<Phase, std::vector<std::int64_t>> ring_sends(const OpGraph& g, int rank
     return out;
 }
 
+/// Rank 1's collectives for layer 2 in micro-batch 0, by phase (each checked to be on `group`'s
+/// communicator), and the ring's sends and receives of the whole graph.
+std::pair<std::map<Phase, std::vector<std::pair<CollectiveKind, std::int64_t>>>, std::size_t> group_collectives(
+    const Built& b, const std::vector<int>& group) {
+    std::map<Phase, std::vector<std::pair<CollectiveKind, std::int64_t>>> seen;
+    std::size_t ring_ops = 0;
+    for (const Op& op : b.graph.ops()) {
+        ring_ops += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
+        if (op.kind != OpKind::collective || op.rank != 1 || op.layer != 2 || op.microbatch != 0) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)] == group);
+        seen[op.phase].emplace_back(col.kind, col.bytes);
+    }
+    return {seen, ring_ops};
+}
+
 Plan cp_plan(int cp) {
     Plan p;
     p.cp = cp;
@@ -167,15 +183,7 @@ TEST_CASE("all-gathered context parallelism: K and V all-gathered before attenti
     plan.cp_comm = CpComm::all_gather;
     plan.fold = false;
     const Built b = build(m, topo::cluster_preset("dgx-h100"), plan);
-    std::map<Phase, std::vector<std::pair<CollectiveKind, std::int64_t>>> seen;
-    std::size_t ring_ops = 0;
-    for (const Op& op : b.graph.ops()) {
-        ring_ops += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
-        if (op.kind != OpKind::collective || op.rank != 1 || op.layer != 2 || op.microbatch != 0) continue;
-        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
-        CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)] == context_parallel_group(b.layout, 0, 1, 0));
-        seen[op.phase].emplace_back(col.kind, col.bytes);
-    }
+    auto [seen, ring_ops] = group_collectives(b, context_parallel_group(b.layout, 0, 1, 0));
     CHECK(ring_ops == 0);
     // Transformer Engine gathers K and V as two collectives (context_parallel.py:3215-3216), gathers
     // them again in backward (:3788-3789) and reduce-scatters dK and dV apart (:4122-4123).
@@ -222,15 +230,7 @@ TEST_CASE("all-to-all context parallelism: Q, K, V all-to-all'ed before attentio
     plan.fold = false;
     const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(2);
     const Built b = build(m, c, plan);
-    std::map<Phase, std::vector<std::pair<CollectiveKind, std::int64_t>>> seen;
-    std::size_t ring_ops = 0;
-    for (const Op& op : b.graph.ops()) {
-        ring_ops += op.stream == Stream::cp_send || op.stream == Stream::cp_recv;
-        if (op.kind != OpKind::collective || op.rank != 1 || op.layer != 2 || op.microbatch != 0) continue;
-        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
-        CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)] == context_parallel_group(b.layout, 0, 0, 0));
-        seen[op.phase].emplace_back(col.kind, col.bytes);
-    }
+    auto [seen, ring_ops] = group_collectives(b, context_parallel_group(b.layout, 0, 0, 0));
     CHECK(ring_ops == 0);
     const auto a = CollectiveKind::all_to_all;
     using V = std::vector<std::pair<CollectiveKind, std::int64_t>>;
