@@ -172,7 +172,7 @@ struct MoePass {
 /// fwd_kernels[core_at, core_at + steps · per_step) are the steps' kernels, per_step each; the
 /// rest of the layer runs before and after them as usual.
 struct ContextPass {
-    CpComm comm = CpComm::p2p;     // all_gather: the steps are the two local chunks, after one all-gather
+    CpComm comm = CpComm::p2p;     // how the group exchanges keys and values (strategies/context_parallel.hpp)
     int core_at = 0;
     /// p2p: cp, the ring's steps; all_gather: 2, one per local chunk; all_to_all: 1, the reorders
     /// of Q, K and V after their all-to-alls, the head-split kernel, the output's reorder before its own.

@@ -190,6 +190,17 @@ double causal_pairs(I s, I keys) {
     return w * (w + 1) / 2 + (sd - w) * w;
 }
 
+/// The bytes of one context-parallel rank's Q, K, V and attention output: its b · s/cp tokens,
+/// a/t query heads and kvh/t key-value heads.
+struct CpTensors {
+    I q, k, v, o;
+};
+CpTensors cp_tensors(const Dims& d) {
+    const I tokens = d.b * d.s;
+    return {tokens * d.a / d.t * d.hd * d.e, tokens * d.kvh / d.t * d.hd * d.e, tokens * d.kvh / d.t * d.vd * d.e,
+            tokens * d.a / d.t * d.vd * d.e};
+}
+
 /// The attention core of one layer on one of cp context-parallel ranks, as Transformer Engine's
 /// ring attention runs it (AttnFuncWithCPAndKVP2P, flash or cuDNN fused attention only): the
 /// sequence is cut into 2·cp chunks and rank r holds chunks r and 2·cp − 1 − r, so that under
@@ -217,8 +228,7 @@ std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
                                 : static_cast<double>(d.s) * static_cast<double>(keys);
     const I d_mean = std::max<I>(1, (d.hd + d.vd) / 2);
     if (d.cp_comm == CpComm::all_to_all) {
-        const I q = d.b * d.s * d.a / d.t * d.hd * e, k = d.b * d.s * d.kvh / d.t * d.hd * e,
-                v = d.b * d.s * d.kvh / d.t * d.vd * e, o = d.b * d.s * d.a / d.t * d.vd * e;
+        const auto [q, k, v, o] = cp_tensors(d);
         auto copy = [](I bytes) { return stream_kernel(KernelName::cp_permute, KernelClass::attention, 2 * bytes); };
         Kernel core = flash_kernel(heads / d.cp, d.seq, std::max<I>(1, std::min(keys, d.seq)), d_mean, static_cast<int>(e), false);
         core.flops = 2.0 * pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);   // the rank's pairs
@@ -593,10 +603,11 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
             // reorders, the core and the output's reorder.
             case CpComm::all_to_all: c.core_at += 3, c.steps = 1, c.per_step = 5; break;
         }
-        c.kv_bytes = Bytes(d.b * d.s * d.kvh * (d.hd + d.vd) / d.t * d.e);
-        c.k_bytes = Bytes(d.b * d.s * d.kvh * d.hd / d.t * d.e);
-        c.q_bytes = Bytes(d.b * d.s * d.a / d.t * d.hd * d.e);
-        c.out_bytes = Bytes(d.b * d.s * d.a / d.t * d.vd * d.e);
+        const CpTensors x = cp_tensors(d);
+        c.kv_bytes = Bytes(x.k + x.v);
+        c.k_bytes = Bytes(x.k);
+        c.q_bytes = Bytes(x.q);
+        c.out_bytes = Bytes(x.o);
         blk.cp = c;
     }
     if (lp.moe) {

@@ -156,11 +156,15 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
                 tail(c, t) = op;
             }
     };
-    // All-gather variant (context_parallel.py AttnFuncWithCPAndKVAllGather at TransformerEngine
-    // d0067d0: forward :3215-3216, backward :3788-3789 and :4122-4123): K and V each gathered by
-    // one blocking collective of the CP group on the compute stream, again in backward, whose dK
-    // and dV are then reduce-scattered home the same way.
-    const Bytes k_all = Bytes(b.cp->k_bytes.count() * cp), v_all = Bytes((kv - b.cp->k_bytes).count() * cp);
+    // The collective variants: before and after the core, blocking collectives of the CP group on
+    // the compute stream (TE waits for each all-to-all on a side stream and reorders it there
+    // while the next is in flight; here they run in turn).
+    //  * all-gather (AttnFuncWithCPAndKVAllGather at TransformerEngine d0067d0): K and V each
+    //    gathered before the core, in forward (:3215-3216) and again in backward (:3788-3789),
+    //    whose dK and dV are then reduce-scattered home (:4122-4123).
+    //  * a2a (AttnFuncWithCPAndQKVOA2A): Q, K and V each all-to-all'ed before the core (:4339, one
+    //    all_to_all_single per tensor, :426), its output after it (:4485); in backward dO before
+    //    (:4677), dQ, dK and dV after (:4837). Each rank sends 1/cp of its tensor to every other.
     auto group_collective = [&](CollectiveKind kind, Bytes bytes) {
         for (int t = 0; t < emit_tp_; ++t) {
             std::vector<int> group;
@@ -173,66 +177,42 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
             }
         }
     };
-    auto gather_kv = [&] {
-        group_collective(CollectiveKind::all_gather, k_all);
-        group_collective(CollectiveKind::all_gather, v_all);
-    };
-    if (b.cp->comm == CpComm::all_gather) {
-        const bool re = phase == Phase::recompute, input = phase == Phase::bwd_input;
-        if (phase == Phase::fwd || re) {
-            segment(re ? r.re_pre : r.pre);
-            gather_kv();
-            for (int i = 0; i < b.cp->steps; ++i) steps(re ? r.re_step : r.step, {});
-            segment(re ? r.re_post : r.post);
-        } else {
-            segment(input ? r.in_post : r.bwd_post);
-            gather_kv();
-            for (int i = 0; i < b.cp->steps; ++i) steps(input ? r.in_step : r.bwd_step, {});
-            group_collective(CollectiveKind::reduce_scatter, k_all);   // each rank's dK, summed home
-            group_collective(CollectiveKind::reduce_scatter, v_all);
-            segment(input ? r.in_pre : r.bwd_pre);
-        }
-        for (int c = 0; c < cp; ++c)
-            for (int t = 0; t < emit_tp_; ++t) latest_[at(c, t)].first = tail(c, t);
-        return;
-    }
-    // All-to-all variant (AttnFuncWithCPAndQKVOA2A): Q, K and V each all-to-all'ed over the group
-    // before the core (forward :4339, one all_to_all_single per tensor, :426), its output after it
-    // (:4485); in backward the output's gradient before (:4677), dQ, dK and dV after (:4837). Each
-    // rank sends 1/cp of its tensor to every other. TE waits for each on a side stream and
-    // reorders it there while the next is in flight; here they run in turn on the compute stream.
-    if (b.cp->comm == CpComm::all_to_all) {
-        const Bytes q = b.cp->q_bytes, k = b.cp->k_bytes, v = kv - b.cp->k_bytes, o = b.cp->out_bytes;
-        auto qkv = [&] {
-            for (Bytes x : {q, k, v}) group_collective(CollectiveKind::all_to_all, x);
-        };
-        const bool re = phase == Phase::recompute, input = phase == Phase::bwd_input;
-        if (phase == Phase::fwd || re) {
-            segment(re ? r.re_pre : r.pre);
-            qkv();
-            segment(re ? r.re_step : r.step);
-            group_collective(CollectiveKind::all_to_all, o);
-            segment(re ? r.re_post : r.post);
-        } else {
-            segment(input ? r.in_post : r.bwd_post);
-            group_collective(CollectiveKind::all_to_all, o);   // dO
-            segment(input ? r.in_step : r.bwd_step);
-            qkv();                                              // dQ, dK, dV
-            segment(input ? r.in_pre : r.bwd_pre);
-        }
-        for (int c = 0; c < cp; ++c)
-            for (int t = 0; t < emit_tp_; ++t) latest_[at(c, t)].first = tail(c, t);
-        return;
-    }
     auto tails = [&] {
         std::vector<std::vector<OpId>> out(n);
         for (int c = 0; c < cp; ++c)
             for (int t = 0; t < emit_tp_; ++t) out[at(c, t)] = {tail(c, t)};
         return out;
     };
-    if (phase == Phase::fwd || phase == Phase::recompute) {
-        const bool re = phase == Phase::recompute;
-        segment(re ? r.re_pre : r.pre);               // norm, QKV projection: K and V ready
+    using Collectives = std::vector<std::pair<CollectiveKind, Bytes>>;
+    const bool forward = phase == Phase::fwd || phase == Phase::recompute;
+    const bool re = phase == Phase::recompute, input = phase == Phase::bwd_input;
+    // The layer's kernels before the core, the core's (one step's), and after it, in this pass's
+    // order (backward runs the forward's last part first).
+    const std::int32_t before_core = forward ? (re ? r.re_pre : r.pre) : (input ? r.in_post : r.bwd_post);
+    const std::int32_t core_step = forward ? (re ? r.re_step : r.step) : (input ? r.in_step : r.bwd_step);
+    const std::int32_t after_core = forward ? (re ? r.re_post : r.post) : (input ? r.in_pre : r.bwd_pre);
+    if (b.cp->comm != CpComm::p2p) {
+        const Bytes k = b.cp->k_bytes, v = kv - b.cp->k_bytes;
+        Collectives before, after;
+        if (b.cp->comm == CpComm::all_gather) {
+            const Bytes k_all = Bytes(k.count() * cp), v_all = Bytes(v.count() * cp);
+            before = {{CollectiveKind::all_gather, k_all}, {CollectiveKind::all_gather, v_all}};
+            if (!forward) after = {{CollectiveKind::reduce_scatter, k_all}, {CollectiveKind::reduce_scatter, v_all}};
+        } else {
+            const Collectives qkv = {{CollectiveKind::all_to_all, b.cp->q_bytes},
+                                     {CollectiveKind::all_to_all, k},
+                                     {CollectiveKind::all_to_all, v}};
+            const Collectives out = {{CollectiveKind::all_to_all, b.cp->out_bytes}};
+            before = forward ? qkv : out;   // backward: dO before the core, dQ, dK, dV after
+            after = forward ? out : qkv;
+        }
+        segment(before_core);
+        for (const auto& [kind, bytes] : before) group_collective(kind, bytes);
+        for (int i = 0; i < b.cp->steps; ++i) steps(core_step, {});
+        for (const auto& [kind, bytes] : after) group_collective(kind, bytes);
+        segment(after_core);
+    } else if (forward) {
+        segment(before_core);                         // norm, QKV projection: K and V ready
         std::vector<OpId> held;                       // the receive of the block each rank holds (none: its own)
         for (int i = 0; i < cp; ++i) {
             std::vector<OpId> next;
@@ -243,13 +223,12 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
                     for (std::size_t k = 0; k < n; ++k) ready[k] = {held[k]};
                 next = hop(kv, ready, 1);
             }
-            steps(re ? r.re_step : r.step, held);
+            steps(core_step, held);
             held = std::move(next);
         }
-        segment(re ? r.re_post : r.post);             // output projection, residual, MLP
+        segment(after_core);                          // output projection, residual, MLP
     } else {
-        const bool input = phase == Phase::bwd_input;
-        segment(input ? r.in_post : r.bwd_post);
+        segment(before_core);
         // TE's backward (context_parallel.py:2459-2500) runs the ring the other way round, from
         // the block the forward ended on (saved: :2087), so each key-value block's gradient is
         // summed on the ranks it visits and ends on its owner.
@@ -262,19 +241,18 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
                 for (std::size_t k = 0; k < n; ++k) ready[k].push_back(held[k]);
             const std::int64_t blocks = (i + 1 < cp ? 1 : 0) + (i > 0 ? 1 : 0);
             std::vector<OpId> next = hop(Bytes(kv.count() * blocks), ready, -1);
-            steps(input ? r.in_step : r.bwd_step, held);
+            steps(core_step, held);
             held = std::move(next);
         }
         // The last receive, under the last step, brings each rank its finished dK and dV, which
         // the QKV projection's backward needs (:2718-2727).
-        const std::int32_t recipe = input ? r.in_pre : r.bwd_pre;
         for (int c = 0; c < cp; ++c)
             for (int t = 0; t < emit_tp_; ++t) {
-                if (recipe < 0) {
+                if (after_core < 0) {
                     tail(c, t) = held[at(c, t)];   // a pass whose QKV backward is empty still ends with it
                     continue;
                 }
-                const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, recipe, l_->dtype);
+                const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, after_core, l_->dtype);
                 g_->depend(held[at(c, t)], op);
                 tail(c, t) = op;
             }

@@ -182,7 +182,7 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
                                                                const strategies::Layout& l,
                                                                const strategies::Plan& plan) {
     std::string p = std::string(strategies::to_string(plan.strategy)) + ", tp " + std::to_string(l.tp) + " · pp " +
-                    std::to_string(l.pp) + (l.cp > 1 ? " · cp " + std::to_string(l.cp) + (plan.cp_comm == CpComm::all_gather ? " (all-gather)" : "") : std::string()) + " · dp " +
+                    std::to_string(l.pp) + (l.cp > 1 ? " · cp " + std::to_string(l.cp) + (plan.cp_comm == CpComm::p2p ? "" : std::string(" (") + to_string(plan.cp_comm) + ")") : std::string()) + " · dp " +
                     std::to_string(l.dp) + ", global batch " +
                     std::to_string(l.global_batch) + " = " + std::to_string(l.dp) + " × " + std::to_string(l.microbatches) +
                     " × " + std::to_string(l.micro_batch) + ", seq " + std::to_string(l.seq) + ", " + to_string(l.dtype);
