@@ -66,6 +66,9 @@ const char* to_string(KernelName k) {
         case KernelName::topk_decompress: return "topk_decompress";
         case KernelName::powersgd: return "powersgd";
         case KernelName::cp_permute: return "cp_permute";
+        case KernelName::cast: return "cast";
+        case KernelName::scale: return "scale";
+        case KernelName::mask: return "mask";
     }
     return "?";
 }
@@ -147,6 +150,11 @@ Kernel adam_kernel(std::int64_t params, int bytes_per_param) {
     return a;
 }
 
+bool same_pass_gradient(KernelName name) {
+    return name == KernelName::cp_permute || name == KernelName::cast || name == KernelName::scale ||
+           name == KernelName::mask;
+}
+
 std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPart part) {
     const bool inputs = part != BackwardPart::weight, weights = part != BackwardPart::input;
     std::vector<Kernel> out;
@@ -182,8 +190,8 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                 }
                 break;
             case KernelOp::stream:
-                if (inputs && f.name == KernelName::cp_permute) {
-                    out.push_back(f);   // a permutation's gradient: the inverse permutation
+                if (inputs && same_pass_gradient(f.name)) {
+                    out.push_back(f);   // the inverse permutation, the cast back, the same scale or mask
                 } else if (inputs) {
                     Kernel b = f;
                     b.bytes = checked_mul(f.bytes, 2, "bytes a backward pass moves");

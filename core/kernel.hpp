@@ -46,7 +46,15 @@ enum class KernelName : std::uint8_t {
     // Context parallelism's layout copies around an all-to-all (Transformer Engine's
     // flash_attn_a2a_communicate): a permutation, whose gradient is the same copy back.
     cp_permute,
+    // Megatron's unfused scale-mask-softmax (FusedScaleMaskSoftmax.forward_torch_softmax): the
+    // scores cast to fp32 and back, scaled by the layer number, masked. Each is linear in its
+    // input, so its gradient is the same pass again.
+    cast, scale, mask,
 };
+
+/// A pass whose gradient is the same pass again (a permutation, a cast, a scaling, a mask):
+/// backward_kernels prices it as the forward kernel, not as the generic two-input backward.
+bool same_pass_gradient(KernelName name);
 
 const char* to_string(KernelClass k);
 const char* to_string(KernelOp k);

@@ -224,6 +224,9 @@ struct Workload {
     Recompute recompute = Recompute::none;
     DType dtype = DType::bf16;
     Attention attention = Attention::eager;
+    /// Megatron's apply_query_key_layer_scaling: eager attention's unfused softmax path scales the
+    /// scores by the layer number, one more pass (Framework::qk_layer_scaling).
+    bool qk_layer_scaling = false;
     int ep = 1;                    // expert parallelism: each rank holds experts / ep routed experts
     /// Tokens the busiest expert receives over the mean (≥ 1; 1: balanced routing). Every rank
     /// waits for the busiest at the combine all-to-all, so each rank's experts are priced (and

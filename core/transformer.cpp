@@ -169,6 +169,7 @@ struct Dims {
     bool sp;
     Recompute recompute;
     Attention attention;
+    bool qk_layer_scaling = false;
     I q() const { return a * hd; }    // query width
     I k() const { return kvh * hd; }  // key width
     I vw() const { return kvh * vd; } // value width
@@ -252,10 +253,32 @@ std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
     return k;
 }
 
+/// Whether Megatron's fused scale-mask-softmax kernel takes a layer's scores, as
+/// FusedScaleMaskSoftmax.is_kernel_available decides (NVIDIA/Megatron-LM d98e8a6
+/// megatron/core/fusions/fused_softmax.py:238-270; the same test in microsoft/Megatron-DeepSpeed
+/// f4157be megatron/model/fused_softmax.py:152-172): 16-bit scores, 16 < sk ≤ 4096, sq and sk
+/// multiples of 4, the b·a/t score matrices a multiple of 4 and of the kernel's batches per block
+/// (causal) or sq a multiple of it (padding mask). Batches per block is get_batch_per_block
+/// (megatron/fused_kernels/scaled_masked_softmax.h:419-431): 128 threads per block over warps of
+/// min(32, next power of two ≥ sk) lanes, two rows per warp up to 128 keys, one above: 8 for
+/// sk ≤ 128, else 4. Otherwise the unfused PyTorch path runs (attention_core_kernels).
+bool megatron_fused_softmax(const Dims& d, bool causal) {
+    const I sq = d.s, sk = d.s, batches = d.b * d.a / d.t;
+    if (d.e != 2 || sk <= 16 || sk > 4096 || sq % 4 != 0 || sk % 4 != 0 || batches % 4 != 0) return false;
+    const I per_block = sk <= 128 ? 8 : 4;
+    return causal ? batches % per_block == 0 : sq % per_block == 0;
+}
+
 /// The attention core of one layer on one rank, one kernel list per implementation.
 ///  * eager, as Megatron-LM's unfused path runs it (megatron/core/transformer/dot_product_attention.py):
 ///    the scores Q·Kᵀ as one batched GEMM over the b·a/t heads (baddbmm), the fused
-///    scale-mask-softmax, attention dropout (read, write, a 1-byte mask), the context P·V as a
+///    scale-mask-softmax where its kernel takes the shape (megatron_fused_softmax), else
+///    forward_torch_softmax (fused_softmax.py:299-340): the scores cast to fp32 (Megatron's
+///    softmax_in_fp32, on by default for 16-bit runs), multiplied by the layer number when
+///    apply_query_key_layer_scaling is on (Workload::qk_layer_scaling), masked in place
+///    (attention_mask_func's masked_fill_, megatron/core/transformer/utils.py), softmax in fp32 and
+///    the cast back: five passes, each over the a·s²·b/t scores, where the fused kernel makes one;
+///    then attention dropout (read, write, a 1-byte mask), the context P·V as a
 ///    batched GEMM, and the permute of the context back to [s, b, a·vd/t] (a copy). A sliding
 ///    window or a causal mask masks the full s × s matrix; it does not shrink it (HuggingFace's
 ///    eager_attention_forward multiplies all keys too). Grouped-query attention repeats K and V
@@ -275,11 +298,22 @@ std::vector<Kernel> attention_core_kernels(const Dims& d, I keys, bool causal) {
         k.flops = 2.0 * pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);
         return {k};
     }
-    return {gemm_kernel(KernelName::scores, KernelClass::attention, d.s, d.s, d.hd, heads, eb, false),
-            softmax_kernel(heads * d.s, d.s, eb),
-            stream_kernel(KernelName::softmax, KernelClass::attention, heads * d.s * d.s * (2 * e + 1)),
-            gemm_kernel(KernelName::context, KernelClass::attention, d.s, d.vd, d.s, heads, eb, false),
-            stream_kernel(KernelName::context, KernelClass::attention, 2 * d.s * d.b * d.o() / d.t * e)};
+    std::vector<Kernel> k{gemm_kernel(KernelName::scores, KernelClass::attention, d.s, d.s, d.hd, heads, eb, false)};
+    const I scores = heads * d.s * d.s;
+    if (megatron_fused_softmax(d, causal)) {
+        k.push_back(softmax_kernel(heads * d.s, d.s, eb));
+    } else {
+        const bool cast = e < 4;
+        if (cast) k.push_back(stream_kernel(KernelName::cast, KernelClass::attention, scores * (e + 4)));
+        if (d.qk_layer_scaling) k.push_back(stream_kernel(KernelName::scale, KernelClass::attention, scores * 8));
+        k.push_back(stream_kernel(KernelName::mask, KernelClass::attention, scores * 8));
+        k.push_back(softmax_kernel(heads * d.s, d.s, 4));
+        if (cast) k.push_back(stream_kernel(KernelName::cast, KernelClass::attention, scores * (4 + e)));
+    }
+    k.push_back(stream_kernel(KernelName::softmax, KernelClass::attention, scores * (2 * e + 1)));
+    k.push_back(gemm_kernel(KernelName::context, KernelClass::attention, d.s, d.vd, d.s, heads, eb, false));
+    k.push_back(stream_kernel(KernelName::context, KernelClass::attention, 2 * d.s * d.b * d.o() / d.t * e));
+    return k;
 }
 
 /// Model FLOPs of the attention core (Narayanan et al. 2021: QKᵀ and attention·V over every key
@@ -296,11 +330,15 @@ Flops attention_core_flops(const Dims& d, I keys) {
 /// output projection's saved input. Selective recompute keeps neither: the core is redone from
 /// Q, K and V in backward (Megatron's core_attn checkpoint, megatron/core/transformer/attention.py:392
 /// `checkpoint_core_attention`, :446 `_checkpointed_attention_forward`).
-I attention_core_activations(const Dims& d) {
+/// The unfused softmax (forward_torch_softmax) keeps its fp32 output instead: 4as²b + as²b + 2as²b
+/// in 16-bit runs; its casts, scale and in-place mask keep nothing (the mask is the shared s × s
+/// causal mask).
+I attention_core_activations(const Dims& d, bool causal) {
     if (d.recompute == Recompute::selective) return 0;
     if (d.attention == Attention::flash) return 4 * d.a * d.s * d.b / d.t;
     const I as2b = d.a * d.s * d.s * d.b;
-    return (2 * as2b * d.e + as2b) / d.t;
+    const I softmax_out = megatron_fused_softmax(d, causal) ? d.e : 4;
+    return as2b * (softmax_out + 1 + d.e) / d.t;
 }
 
 struct LayerPlan {
@@ -354,7 +392,7 @@ void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Di
 /// Saved for backward by one attention block (before the core's own tensors), per rank: its
 /// input (the norm output) and the projections' saved inputs and outputs (Korthikanti §4.1:
 /// QKV input 2sbh, Q and K 4sbh, V 2sbh, the output projection's input 2sbh, in 16-bit).
-I attention_activations(const TransformerShape& m, const Dims& d) {
+I attention_activations(const TransformerShape& m, const Dims& d, bool causal) {
     const I tok = d.tok(), e = d.e, t = d.t;
     I bytes = d.rep(tok * d.h * e);                        // QKV input (the norm output)
     if (m.mla.kv_lora_rank > 0) {
@@ -370,7 +408,7 @@ I attention_activations(const TransformerShape& m, const Dims& d) {
     }
     bytes += tok * d.o() * e / t;                          // output projection input (flash: its O)
     bytes += d.rep(tok * d.h);                             // attention dropout mask
-    return bytes + attention_core_activations(d);
+    return bytes + attention_core_activations(d, causal);
 }
 
 /// The forward kernels of layer `lp` on one tensor-parallel rank, in launch order (Megatron-LM's
@@ -465,8 +503,8 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
 I layer_activations(const TransformerShape& m, const Dims& d, const LayerPlan& lp) {
     const I tok = d.tok(), sbh = tok * d.h, e = d.e, t = d.t, mats = ffn_matrices(m);
     if (d.recompute == Recompute::full) return d.rep(sbh * e);
-    I bytes = attention_activations(m, d);
-    if (lp.cross) bytes += attention_activations(m, d) + d.rep(sbh * e);  // and its norm input
+    I bytes = attention_activations(m, d, lp.causal);
+    if (lp.cross) bytes += attention_activations(m, d, false) + d.rep(sbh * e);  // and its norm input
     bytes += d.rep(sbh * e);                                 // MLP input (the norm output)
     if (!lp.moe) {
         bytes += (mats == 3 ? 3 : 2) * tok * d.f * e / t;    // activation function tensors
@@ -827,6 +865,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.e = dtype_bytes(w.dtype);
     d.recompute = w.recompute;
     d.attention = w.attention;
+    d.qk_layer_scaling = w.qk_layer_scaling;
     // Every per-block product below is at most 64 × (tokens × the widest matrix) or 16 × the
     // attention scores (a·s²·b): check those two fit in 64 bits, once, instead of each product.
     {

@@ -54,6 +54,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.recompute = plan.recompute;
     w.dtype = layout.dtype;
     w.attention = layout.attention;
+    w.qk_layer_scaling = layout.framework.qk_layer_scaling;
     w.ep = layout.ep;
     w.expert_imbalance = plan.expert_imbalance;
     w.capacity_factor = plan.capacity_factor;

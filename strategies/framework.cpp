@@ -80,10 +80,13 @@ const std::vector<Row>& rows() {
             // whole flattened buffer at once: after_backward_bucket 0);
             // megatron/p2p_communication.py:126 posts a step's sends and receives with
             // torch.distributed.batch_isend_irecv.
+            // Query-key layer scaling is on by default (`--no-query-key-layer-scaling`, NVIDIA/
+            // Megatron-LM 9acc895 of 2021-01-06, until 94a3749 of 2023-11-02 made it opt-in).
             Framework f = base(FrameworkName::megatron, "2.5");
             f.grad_reduce = GradReduce::after_backward;
             f.p2p_batched = true;
             f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
+            f.qk_layer_scaling = true;
             t.push_back({FrameworkName::megatron, {1, 0}, f});
         }
         {
@@ -137,6 +140,8 @@ const std::vector<Row>& rows() {
             f.zero3_gather = GatherGranularity::per_module;
             f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
             f.dispatch_per_kernel = kMegatronDeepSpeedDispatch;
+            // `--no-query-key-layer-scaling` (megatron/arguments.py:1129-1131 at f4157be): on by default.
+            f.qk_layer_scaling = true;
             t.push_back({FrameworkName::megatron_deepspeed, {0}, f});
         }
         return t;

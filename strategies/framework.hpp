@@ -80,6 +80,9 @@ struct Framework {
     /// not measured (give --dispatch-overhead); where it outlasts the kernels, the host sets the
     /// pace of small models (sim/compute.hpp).
     Time dispatch_per_kernel;
+    /// Megatron's apply_query_key_layer_scaling default: Q·Kᵀ scaled by 1 / layer number, which
+    /// on eager attention's unfused softmax path is one more pass (core/model.hpp Workload).
+    bool qk_layer_scaling = false;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

@@ -217,25 +217,32 @@ TEST_CASE("flash attention keeps the log-sum-exp, not the s² matrices (FlashAtt
     for (const Kernel& k : f.fwd_kernels) CHECK(k.op != KernelOp::softmax);
 }
 
-TEST_CASE("Llama 3 8B at sequence 8,192: 387 GB of eager activations per sample, a tenth with flash", "[core][model]") {
-    // The issue's figures: Korthikanti's s² term makes eager attention keep 5·a·s²·b bytes per
-    // layer (32 · 5 · 32 · 8192² = 344 GB of the 387 GB); FlashAttention keeps none of it.
+TEST_CASE("Llama 3 8B: eager attention keeps Korthikanti's 5·a·s²·b per layer where Megatron's fused softmax runs, 7·a·s²·b beyond 4,096 tokens, flash a tenth", "[core][model]") {
+    // Korthikanti's s² term: the 16-bit softmax output, its dropout mask and the dropout output,
+    // 5·a·s²·b bytes per layer (32 · 5 · 32 · 4096² = 86 GB at 4,096 tokens). Past 4,096 keys
+    // Megatron's fused kernel does not run (fused_softmax.py:256) and the PyTorch softmax keeps
+    // its fp32 output: 7·a·s²·b (32 · 7 · 32 · 8192² = 481 GB of 524 GB at 8,192 tokens).
+    // FlashAttention keeps only the log-sum-exp, 4·a·s·b.
     const Model m = model_preset("llama3-8b");
     Workload w;
-    w.seq = 8192;
-    auto per_sample = [&](Attention a, Recompute r) {
+    auto per_sample = [&](int seq, Attention a, Recompute r) {
+        w.seq = seq;
         w.attention = a;
         w.recompute = r;
         Bytes total;
         for (const Block& b : m.blocks(w)) total += b.activations;
         return total.as_double();
     };
-    CHECK(per_sample(Attention::eager, Recompute::none) == Approx(387e9).epsilon(0.01));
-    const double flash = per_sample(Attention::flash, Recompute::selective);
+    for (const auto& [seq, per_as2b] : {std::pair{4096, 5.0}, std::pair{8192, 7.0}}) {
+        INFO("seq " << seq);
+        const double s = seq;
+        CHECK(per_sample(seq, Attention::eager, Recompute::none) - per_sample(seq, Attention::flash, Recompute::none) ==
+              Approx(32 * (per_as2b * 32 * s * s - 4.0 * 32 * s)));
+    }
+    CHECK(per_sample(8192, Attention::eager, Recompute::none) == Approx(524e9).epsilon(0.01));
+    const double flash = per_sample(8192, Attention::flash, Recompute::selective);
     CHECK(flash < 45e9);
     CHECK(flash < 80e9 - 16.1e9);  // fits an A100 80 GB beside FSDP's 16 B/param / 8 of model states
-    CHECK(per_sample(Attention::eager, Recompute::none) - per_sample(Attention::flash, Recompute::none) ==
-          Approx(32 * (5.0 * 32 * 8192 * 8192 - 4.0 * 32 * 8192)));
 }
 
 TEST_CASE("sliding windows cap flash attention's scores, eager keeps the whole matrix", "[core][model]") {
@@ -358,6 +365,68 @@ TEST_CASE("a layer's memory-bound kernels move what their tensors hold", "[core]
         if (k.op != KernelOp::gemm) (k.cls == KernelClass::attention ? core : rest) += k.bytes;
     CHECK(rest == 24 * s * h * e + 2 * s * h);
     CHECK(core == a * s * s * 2 * e + a * s * s * (2 * e + 1) + 2 * s * h * e);
+}
+
+TEST_CASE("eager attention: Megatron's fused softmax where its kernel takes the shape, five fp32 passes where not", "[core][model][kernel]") {
+    // FusedScaleMaskSoftmax.is_kernel_available (Megatron-LM fused_softmax.py:238-270): 16-bit
+    // scores, 16 < s ≤ 4096, and the b·a/t score matrices a multiple of the kernel's batches per
+    // block (4 above 128 keys, 8 up to 128). Otherwise forward_torch_softmax: cast to fp32 (6 B
+    // per score), scale by the layer number (8 B, with query-key layer scaling), masked_fill_
+    // (8 B), softmax in fp32 (8 B), cast back (6 B); each pass's gradient is the same pass, the
+    // fp32 softmax's reads y and dy and writes dx (12 B). vTrain's GPT (h 1024, 16 heads) on
+    // tp 8 has 2 score matrices per sample: micro-batch 1 runs unfused, 2 runs fused.
+    const Model m = from_text(R"({"kind": "transformer", "layers": 2, "hidden": 1024, "heads": 16,
+        "ffn_hidden": 4096, "vocab": 50304, "seq": 1024, "positions": "rope"})");
+    auto core = [&](int b, int tp, int seq, bool scaling, DType dt = DType::fp16) {
+        Workload w;
+        w.micro_batch = b;
+        w.tp = tp;
+        w.seq = seq;
+        w.dtype = dt;
+        w.qk_layer_scaling = scaling;
+        std::vector<Kernel> out;
+        for (const Kernel& k : m.blocks(w)[1].fwd_kernels)
+            if (k.cls == KernelClass::attention && k.op != KernelOp::gemm && k.name != KernelName::context) out.push_back(k);
+        return out;  // the softmax passes and the attention dropout
+    };
+    auto names = [](const std::vector<Kernel>& ks) {
+        std::vector<KernelName> n;
+        for (const Kernel& k : ks) n.push_back(k.name);
+        return n;
+    };
+    using N = KernelName;
+    const std::int64_t s = 1024;
+    SECTION("tp 8, micro-batch 1: 2 matrices, unfused") {
+        const std::int64_t n = 2 * s * s;
+        const auto k = core(1, 8, 1024, true);
+        CHECK(names(k) == std::vector<N>{N::cast, N::scale, N::mask, N::softmax, N::cast, N::softmax});
+        std::vector<std::int64_t> bytes;
+        for (const Kernel& x : k) bytes.push_back(x.bytes);
+        CHECK(bytes == std::vector<std::int64_t>{6 * n, 8 * n, 8 * n, 8 * n, 6 * n, 5 * n});
+        CHECK(k[3].elem_bytes == 4);
+        const std::vector<Kernel> passes(k.begin(), k.end() - 1);
+        std::vector<std::int64_t> grads;
+        for (const Kernel& x : backward_kernels(passes)) grads.push_back(x.bytes);
+        CHECK(grads == std::vector<std::int64_t>{6 * n, 12 * n, 8 * n, 8 * n, 6 * n});
+        // Without query-key layer scaling (Megatron core's default) there is no scale pass.
+        CHECK(names(core(1, 8, 1024, false)) == std::vector<N>{N::cast, N::mask, N::softmax, N::cast, N::softmax});
+    }
+    SECTION("tp 8, micro-batch 2: 4 matrices, the fused kernel") {
+        const auto k = core(2, 8, 1024, true);
+        REQUIRE(names(k) == std::vector<N>{N::softmax, N::softmax});
+        CHECK(k[0].bytes == 4 * s * s * 2 * 2);
+        CHECK(backward_kernels(std::vector<Kernel>{k[0]})[0].bytes == 4 * s * s * 2 * 3);
+    }
+    SECTION("up to 128 keys the kernel takes 8 matrices per block") {
+        CHECK(names(core(1, 4, 64, false)).size() == 5);   // 4 matrices
+        CHECK(names(core(2, 4, 64, false)).size() == 2);   // 8
+        CHECK(names(core(1, 4, 256, false)).size() == 2);  // 4 matrices, 256 keys
+    }
+    SECTION("past 4,096 keys, or fp32 scores, the PyTorch path runs") {
+        CHECK(names(core(4, 1, 4096, false)).size() == 2);
+        CHECK(names(core(4, 1, 8192, false)).size() == 5);
+        CHECK(names(core(4, 1, 1024, true, DType::fp32)) == std::vector<N>{N::scale, N::mask, N::softmax, N::softmax});
+    }
 }
 
 TEST_CASE("kernels: forward FLOPs are the model's, backward twice them", "[core][model][kernel]") {

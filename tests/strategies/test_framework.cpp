@@ -182,3 +182,44 @@ TEST_CASE("megatron-deepspeed's dispatch per kernel is what vTrain's host-bound 
     CHECK(parse_framework("megatron").dispatch_per_kernel == Time::zero());
     CHECK(parse_framework("pytorch").dispatch_per_kernel == Time::zero());
 }
+
+TEST_CASE("query-key layer scaling by release, and what it costs on the unfused softmax path", "[strategies][framework]") {
+    // Megatron-LM's default flipped twice: --no-query-key-layer-scaling (on by default) from
+    // 9acc895 (2021-01-06) until 94a3749 (2023-11-02) made it --apply-query-key-layer-scaling;
+    // Megatron-DeepSpeed kept the old default (megatron/arguments.py:1129-1131 at f4157be).
+    CHECK(parse_framework("megatron-deepspeed").qk_layer_scaling);
+    CHECK(parse_framework("megatron@2.5").qk_layer_scaling);
+    CHECK_FALSE(parse_framework("megatron").qk_layer_scaling);
+    CHECK_FALSE(parse_framework("pytorch").qk_layer_scaling);
+    // vTrain's GPT at tp 8, micro-batch 1: 2 score matrices per rank, too few for the fused
+    // kernel, so each of forward, recompute and backward runs 5 softmax passes for 1 (4 more each)
+    // under Megatron-DeepSpeed, 4 for 1 (3 more) without the scaling: 51 + 12 and 51 + 9 kernels
+    // per layer and micro-batch, against the 51 of micro-batch 2 (4 matrices, fused).
+    const Model m = model_from_json(JsonView(parse_json_text(R"({"kind": "transformer", "name": "gpt-l24-h1024",
+        "layers": 24, "hidden": 1024, "heads": 16, "kv_heads": 16, "ffn_hidden": 4096, "vocab": 50432, "seq": 1024,
+        "norm": "layernorm", "positions": "learned", "biases": true, "gated_mlp": false, "tied_embeddings": true})",
+                                                                 "vtrain.json"),
+                                                 "vtrain.json"),
+                                        "gpt-l24-h1024");
+    const topo::Cluster c = topo::cluster_preset("hgx-a100-4hdr");
+    auto layer_kernels = [&](const char* framework, int micro_batch) {
+        Plan p;
+        p.framework = framework;
+        p.tp = 8;
+        p.recompute = Recompute::full;
+        p.dtype = DType::fp16;
+        p.attention = Attention::eager;
+        p.micro_batch = micro_batch;
+        p.global_batch = micro_batch;
+        const Built b = build(m, c, p);
+        std::size_t kernels = 0;
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.kind == OpKind::compute && op.layer == 12 && op.rank == 0) kernels += b.graph.kernels_of(id).size();
+        }
+        return kernels;
+    };
+    CHECK(layer_kernels("megatron-deepspeed", 1) == 51 + 12);
+    CHECK(layer_kernels("megatron", 1) == 51 + 9);
+    CHECK(layer_kernels("megatron-deepspeed", 2) == 51);
+}
