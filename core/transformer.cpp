@@ -273,10 +273,10 @@ bool megatron_fused_softmax(const Dims& d, bool causal) {
 ///  * eager, as Megatron-LM's unfused path runs it (megatron/core/transformer/dot_product_attention.py):
 ///    the scores Q·Kᵀ as one batched GEMM over the b·a/t heads (baddbmm), the fused
 ///    scale-mask-softmax where its kernel takes the shape (megatron_fused_softmax), else
-///    forward_torch_softmax (fused_softmax.py:299-340): the scores cast to fp32 (Megatron's
+///    forward_torch_softmax (fused_softmax.py:299-341): the scores cast to fp32 (Megatron's
 ///    softmax_in_fp32, on by default for 16-bit runs), multiplied by the layer number when
 ///    apply_query_key_layer_scaling is on (Workload::qk_layer_scaling), masked in place
-///    (attention_mask_func's masked_fill_, megatron/core/transformer/utils.py), softmax in fp32 and
+///    (attention_mask_func's masked_fill_, megatron/core/transformer/utils.py:54-56), softmax in fp32 and
 ///    the cast back: five passes, each over the a·s²·b/t scores, where the fused kernel makes one;
 ///    then attention dropout (read, write, a 1-byte mask), the context P·V as a
 ///    batched GEMM, and the permute of the context back to [s, b, a·vd/t] (a copy). A sliding
