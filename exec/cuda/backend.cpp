@@ -248,10 +248,12 @@ private:
             }
             case KernelOp::softmax: {
                 const std::string what = "softmax over " + std::to_string(k.m) + " rows of " + std::to_string(k.n);
+                const Element se = softmax_element(k, dtype);
                 if (softmax_backward(k))
-                    check(cuda::softmax_backward(in_, in_ + aligned(k.m * k.n * eb), out_, k.m, k.n, e, stream_), what + " (backward)");
+                    check(cuda::softmax_backward(in_, in_ + aligned(k.m * k.n * element_bytes(se)), out_, k.m, k.n, se, stream_),
+                          what + " (backward)");
                 else
-                    check(softmax_forward(in_, out_, k.m, k.n, e, stream_), what);
+                    check(softmax_forward(in_, out_, k.m, k.n, se, stream_), what);
                 return;
             }
             case KernelOp::flash: {

@@ -129,6 +129,10 @@ Element element_of(DType d) {
     return Element::fp32;
 }
 
+Element softmax_element(const Kernel& kernel, DType dtype) {
+    return kernel.elem_bytes == 4 ? Element::fp32 : element_of(dtype);
+}
+
 int element_bytes(Element e) { return e == Element::fp32 ? 4 : 2; }
 
 const char* to_string(Element e) {
@@ -223,10 +227,12 @@ KernelBytes kernel_bytes(const Kernel& k, DType dtype) {
             b.in = a(batch * k.m * k.k * e) + a(batch * k.k * k.n * e);   // A, B
             b.out = a(batch * k.m * k.n * e);                              // C
             break;
-        case KernelOp::softmax:
-            b.in = (softmax_backward(k) ? 2 : 1) * a(k.m * k.n * e);      // x (forward); y, dy (backward)
-            b.out = a(k.m * k.n * e);
+        case KernelOp::softmax: {
+            const std::int64_t se = element_bytes(softmax_element(k, dtype));
+            b.in = (softmax_backward(k) ? 2 : 1) * a(k.m * k.n * se);     // x (forward); y, dy (backward)
+            b.out = a(k.m * k.n * se);
             break;
+        }
         case KernelOp::flash: {
             const std::int64_t d = round_up(std::max<std::int64_t>(k.k, 1), 16);
             const std::int64_t q = a(batch * k.m * d * e), kv = a(batch * k.n * d * e), rows = a(batch * k.m * 4);

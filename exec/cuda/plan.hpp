@@ -90,6 +90,9 @@ bool touches_file(CopyRoute r);
 /// inputs go through the tensor cores rounded to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32).
 enum class Compute : std::uint8_t { fp32, fp32_fast_tf32 };
 Element element_of(DType d);
+/// The elements a softmax kernel runs on: fp32 where its recipe says so (Megatron's unfused
+/// softmax in fp32 inside a 16-bit run, core/transformer.cpp), else the run's dtype.
+Element softmax_element(const Kernel& kernel, DType dtype);
 int element_bytes(Element e);
 const char* to_string(Element e);
 const char* to_string(Compute c);

@@ -227,6 +227,14 @@ TEST_CASE("workspace bytes per kernel: inputs, outputs and Adam's state apart, o
     const Kernel smb = backward_kernels({&sm, 1}).at(0);
     CHECK(softmax_backward(smb));
     CHECK((kernel_bytes(smb, DType::bf16).in == 16384 && kernel_bytes(smb, DType::bf16).out == 8192));
+    // An fp32 softmax in a 16-bit run (Megatron's unfused path) runs on fp32 elements.
+    const Kernel sm32 = softmax_kernel(4, 1024, 4);
+    CHECK(softmax_element(sm32, DType::bf16) == Element::fp32);
+    CHECK(softmax_element(sm, DType::bf16) == Element::bf16);
+    CHECK(kernel_bytes(sm32, DType::bf16).in == 16384);
+    const Kernel sm32b = backward_kernels({&sm32, 1}).at(0);
+    CHECK(softmax_backward(sm32b));
+    CHECK((kernel_bytes(sm32b, DType::fp16).in == 32768 && kernel_bytes(sm32b, DType::fp16).out == 16384));
     // Flash, 2 heads of 100 queries over 200 keys, head dim 64, bf16: Q 25600, K and V 51200
     // each, O 25600 + lse 800 → 1024.
     const KernelBytes ff = kernel_bytes(flash_kernel(2, 100, 200, 64, 2, false), DType::bf16);
