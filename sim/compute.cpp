@@ -57,10 +57,11 @@ Time host_time(Bytes bytes, Flops flops, const topo::NodeGroup& group) {
 
 }  // namespace
 
-double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
+                       bool flash) {
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return device.gemm_efficiency;
     const double d = std::cbrt(static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
-    return device.gemm_efficiency * d / (d + device.gemm_half_dim);
+    return device.gemm_efficiency * d / (d + (flash ? device.flash_half_dim : device.gemm_half_dim));
 }
 
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group) {
@@ -73,8 +74,11 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
     const Flops flops(kernel.flops);
     switch (kernel.op) {
         case KernelOp::gemm:
+            return std::max(dev.gemm_fixed_time +
+                                flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
+                            memory_time(bytes, dev));
         case KernelOp::flash:
-            return std::max(flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
+            return std::max(flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch, true)),
                             memory_time(bytes, dev));
         case KernelOp::softmax:
         case KernelOp::stream:

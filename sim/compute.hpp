@@ -1,6 +1,7 @@
 // The compute cost model: every kernel on its own roofline, and the launch of each kernel.
 //
-//   GEMM / flash attention:  t = max(FLOPs / (peak(dtype) · e(shape)), bytes / (bandwidth · e_mem))
+//   GEMM:                    t = max(t0 + FLOPs / (peak(dtype) · e(shape)), bytes / (bandwidth · e_mem))
+//   flash attention:         t = max(FLOPs / (peak(dtype) · e_flash(shape)), bytes / (bandwidth · e_mem))
 //   memory-bound kernels:    t = max(FLOPs / peak, bytes / (bandwidth · e_mem))
 //   host kernels (an optimizer step offloaded to the CPU): max(bytes / (host bandwidth · host e_mem),
 //                            FLOPs / host CPU peak) — alone; the simulator shares DRAM and cores
@@ -8,7 +9,10 @@
 //
 // e(shape) = e_max · d / (d + d_half), d = (batch·m·n·k)^(1/3): small GEMMs run far below peak,
 // large ones approach the device's e_max (a batched GEMM fills the device like one GEMM of the
-// same total work).
+// same total work); t0 (DeviceKind::gemm_fixed_time) is what a GEMM kernel costs beyond that, its
+// fill and drain, which sets the time of small ones. Where a device's (d_half, t0) come from
+// measured GEMMs (the H100 and H200 presets: OpenXLA's sm_90 matmul table,
+// validation/xla-h100-matmul.csv), e_flash uses the device's flash_half_dim instead.
 //
 // Launches. A GPU runs kernels asynchronously: the host issues one every `launch_overhead` (the
 // driver's launch) plus the framework's dispatch (Python, the dispatcher, autograd:
@@ -38,9 +42,10 @@
 
 namespace smol::sim {
 
-/// Efficiency of a GEMM of `batch` products of m×n×k on `device` (0 < e ≤ gemm_efficiency).
+/// Efficiency of a GEMM of `batch` products of m×n×k on `device` (0 < e ≤ gemm_efficiency);
+/// `flash`: of a FlashAttention kernel, on the device's flash_half_dim.
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
-                       std::int64_t batch = 1);
+                       std::int64_t batch = 1, bool flash = false);
 /// Run time of one kernel on the group's device (or its host CPU), launch excluded.
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group);
 /// Duration of a compute op running `kernels` (empty: the op's own totals as one kernel) on the

@@ -87,8 +87,8 @@ LinkSpec parse_link(const JsonView& j) {
 
 DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     j.expect_only({"cpu", "peak", "memory", "memory_bandwidth", "unified_memory", "launch_overhead",
-                   "gemm_efficiency", "gemm_half_dim", "memory_efficiency", "comm_slowdown", "compute_capability",
-                   "notes"});
+                   "gemm_efficiency", "gemm_half_dim", "gemm_fixed_time", "flash_half_dim", "memory_efficiency",
+                   "comm_slowdown", "compute_capability", "notes"});
     string_list(j, "notes");
     DeviceKind d;
     d.name = name;
@@ -113,6 +113,11 @@ DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     if (!(d.gemm_half_dim > 0)) {
         j.fail_member("gemm_half_dim", "a GEMM size above zero", describe_json(j.raw().at("gemm_half_dim")));
     }
+    d.flash_half_dim = j.number_or("flash_half_dim", d.gemm_half_dim);
+    if (!(d.flash_half_dim > 0)) {
+        j.fail_member("flash_half_dim", "a FlashAttention size above zero", describe_json(j.raw().at("flash_half_dim")));
+    }
+    d.gemm_fixed_time = j.time_or("gemm_fixed_time", Time::zero());
     d.memory_efficiency = j.fraction_or("memory_efficiency", d.memory_efficiency);
     d.comm_slowdown = j.number_or("comm_slowdown", d.comm_slowdown);
     if (!(d.comm_slowdown >= 1.0)) {

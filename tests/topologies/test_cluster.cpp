@@ -84,6 +84,17 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(gb_per_s(g.host_link.bandwidth) == Approx(63.0));  // PCIe Gen5 x16
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(50));     // NDR
     }
+    SECTION("GEMM and FlashAttention curves: the H100 parts' from OpenXLA's table, FlashAttention's the lead; others one curve") {
+        for (const char* name : {"dgx-h100", "grand-teton-h100", "hgx-h200"}) {
+            const DeviceKind& d = cluster_preset(name).groups[0].device;
+            CHECK(d.gemm_half_dim == 88);
+            CHECK(d.gemm_fixed_time == Time::ns(6250));
+            CHECK(d.flash_half_dim == 768);
+        }
+        const DeviceKind& a100 = cluster_preset("dgx-a100").groups[0].device;
+        CHECK(a100.flash_half_dim == a100.gemm_half_dim);
+        CHECK(a100.gemm_fixed_time == Time::zero());
+    }
     SECTION("hgx-h200: the H200 datasheet's dense figures; --devices 1 is the one-GPU machine") {
         const Cluster c = cluster_preset("hgx-h200");
         const NodeGroup& g = c.groups[0];
@@ -392,6 +403,15 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         const std::string m = load_error(doc);
         CHECK_THAT(m, Contains("at /network/nodes_per_leef:"));
         CHECK_THAT(m, Contains("did you mean 'nodes_per_leaf'?"));
+    }
+    SECTION("a negative GEMM fixed time, a zero FlashAttention size") {
+        doc["device_kinds"]["a100-80gb"]["gemm_fixed_time"] = "-2 us";
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/gemm_fixed_time:"));
+        doc["device_kinds"]["a100-80gb"]["gemm_fixed_time"] = "2 us";
+        doc["device_kinds"]["a100-80gb"]["flash_half_dim"] = 0;
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /device_kinds/a100-80gb/flash_half_dim:"));
+        CHECK_THAT(m, Contains("a FlashAttention size above zero"));
     }
     SECTION("efficiency above 1") {
         doc["device_kinds"]["a100-80gb"]["gemm_efficiency"] = 1.5;
