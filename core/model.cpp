@@ -285,6 +285,21 @@ const char* to_string(Positions p) {
 
 const char* to_string(Attention a) { return a == Attention::flash ? "flash" : "eager"; }
 
+/// Whether Megatron's fused scale-mask-softmax kernel takes a layer's scores, as
+/// FusedScaleMaskSoftmax.is_kernel_available decides (NVIDIA/Megatron-LM d98e8a6
+/// megatron/core/fusions/fused_softmax.py:238-270; the same test in microsoft/Megatron-DeepSpeed
+/// f4157be megatron/model/fused_softmax.py:152-172): 16-bit scores, 16 < sk ≤ 4096, sq and sk
+/// multiples of 4, the b·a/t score matrices a multiple of 4 and of the kernel's batches per block
+/// (causal) or sq a multiple of it (padding mask). Batches per block is get_batch_per_block
+/// (megatron/fused_kernels/scaled_masked_softmax.h:419-431): 128 threads per block over warps of
+/// min(32, next power of two ≥ sk) lanes, two rows per warp up to 128 keys, one above: 8 for
+/// sk ≤ 128, else 4. Otherwise the unfused PyTorch path runs (core/transformer.cpp attention_core_kernels).
+bool megatron_fused_softmax(std::int64_t score_matrices, std::int64_t sq, std::int64_t sk, int elem_bytes, bool causal) {
+    if (elem_bytes != 2 || sk <= 16 || sk > 4096 || sq % 4 != 0 || sk % 4 != 0 || score_matrices % 4 != 0) return false;
+    const std::int64_t per_block = sk <= 128 ? 8 : 4;
+    return causal ? score_matrices % per_block == 0 : sq % per_block == 0;
+}
+
 Attention parse_attention(const std::string& text, const ErrorContext& where) {
     if (text == "flash") return Attention::flash;
     if (text == "eager") return Attention::eager;

@@ -128,6 +128,10 @@ struct LayerSpec {
 enum class Attention : std::uint8_t { eager, flash };
 const char* to_string(Attention a);
 Attention parse_attention(const std::string& text, const ErrorContext& where);  // "eager" | "flash"
+/// Whether eager attention's softmax runs as Megatron's fused kernel for `score_matrices`
+/// (b · a/t) matrices of sq × sk scores of `elem_bytes` each, as FusedScaleMaskSoftmax
+/// decides (core/transformer.cpp); otherwise PyTorch's unfused path runs.
+bool megatron_fused_softmax(std::int64_t score_matrices, std::int64_t sq, std::int64_t sk, int elem_bytes, bool causal);
 
 /// How context-parallel attention exchanges keys and values (--cp-comm), Transformer Engine's
 /// cp_comm_type (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py):

@@ -253,20 +253,9 @@ std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
     return k;
 }
 
-/// Whether Megatron's fused scale-mask-softmax kernel takes a layer's scores, as
-/// FusedScaleMaskSoftmax.is_kernel_available decides (NVIDIA/Megatron-LM d98e8a6
-/// megatron/core/fusions/fused_softmax.py:238-270; the same test in microsoft/Megatron-DeepSpeed
-/// f4157be megatron/model/fused_softmax.py:152-172): 16-bit scores, 16 < sk ≤ 4096, sq and sk
-/// multiples of 4, the b·a/t score matrices a multiple of 4 and of the kernel's batches per block
-/// (causal) or sq a multiple of it (padding mask). Batches per block is get_batch_per_block
-/// (megatron/fused_kernels/scaled_masked_softmax.h:419-431): 128 threads per block over warps of
-/// min(32, next power of two ≥ sk) lanes, two rows per warp up to 128 keys, one above: 8 for
-/// sk ≤ 128, else 4. Otherwise the unfused PyTorch path runs (attention_core_kernels).
+/// Whether Megatron's fused softmax takes this rank's scores (core/model.cpp has the rule).
 bool megatron_fused_softmax(const Dims& d, bool causal) {
-    const I sq = d.s, sk = d.s, batches = d.b * d.a / d.t;
-    if (d.e != 2 || sk <= 16 || sk > 4096 || sq % 4 != 0 || sk % 4 != 0 || batches % 4 != 0) return false;
-    const I per_block = sk <= 128 ? 8 : 4;
-    return causal ? batches % per_block == 0 : sq % per_block == 0;
+    return smol::megatron_fused_softmax(d.b * d.a / d.t, d.s, d.s, static_cast<int>(d.e), causal);
 }
 
 /// The attention core of one layer on one rank, one kernel list per implementation.

@@ -157,6 +157,24 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
                              (plan.framework_overrides.dispatch_per_kernel ? std::string("--dispatch-overhead")
                                                                            : info.framework + "'s, calibrated on vTrain's host") +
                              ")");
+    if (model.is_transformer() && l.attention == Attention::eager && dtype_bytes(l.dtype) == 2) {
+        // Megatron's fused softmax takes b·a/t score matrices only in multiples of its block.
+        const std::int64_t per_sample = model.shape().heads / l.tp;
+        const int e = dtype_bytes(l.dtype);
+        if (!megatron_fused_softmax(l.micro_batch * per_sample, l.seq, l.seq, e, true)) {
+            std::string why = "unfused softmax: Megatron's fused kernel does not take " +
+                              std::to_string(l.micro_batch * per_sample) + " score matrices of " + std::to_string(l.seq) +
+                              " × " + std::to_string(l.seq) + " " + to_string(l.dtype) + " per rank, so PyTorch's cast, " +
+                              (l.framework.qk_layer_scaling ? "layer-number scale, " : "") +
+                              "mask, fp32 softmax and cast back run instead of one kernel";
+            for (int b = l.micro_batch + 1; b <= 8 * l.micro_batch; ++b)
+                if (megatron_fused_softmax(b * per_sample, l.seq, l.seq, e, true)) {
+                    why += " (--micro-batch " + std::to_string(b) + " would take it)";
+                    break;
+                }
+            info.notes.push_back(why);
+        }
+    }
     for (int r = 0; r < l.devices; ++r) info.peak.push_back(cluster.device_kind(r).peak_for(l.dtype));
     return info;
 }

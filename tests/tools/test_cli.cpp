@@ -514,3 +514,21 @@ TEST_CASE("the host time per kernel from --dispatch-overhead slows the step and 
     CHECK(slow["iteration_time_s"].get<double>() <= (12 * 26 + 30) * 1.005e-3);
     CHECK(none["iteration_time_s"].get<double>() < 0.1 * slow["iteration_time_s"].get<double>());
 }
+
+TEST_CASE("eager attention too small for Megatron's fused softmax is said in the summary, with the micro-batch that fixes it", "[tools][cli]") {
+    // gpt2-medium's 16 heads over tp 8: 2 score matrices per sample, the fused kernel wants a
+    // multiple of 4 (fused_softmax.py is_kernel_available).
+    auto notes = [](const std::string& micro_batch, const std::string& dtype) {
+        const Result r = cli({"simulate", "--model", "gpt2-medium", "--cluster", "hgx-a100-4hdr", "--tp", "8", "--attention",
+                              "eager", "--dtype", dtype, "--micro-batch", micro_batch, "--global-batch", "4", "--json"});
+        REQUIRE(r.code == 0);
+        const Json j = Json::parse(r.out);
+        return j.contains("notes") ? j["notes"].dump() : std::string();
+    };
+    const std::string one = notes("1", "bf16");
+    CHECK_THAT(one, Catch::Contains("unfused softmax: Megatron's fused kernel does not take 2 score matrices of 1024 × 1024 bf16"));
+    CHECK_THAT(one, Catch::Contains("(--micro-batch 2 would take it)"));
+    CHECK_THAT(one, !Catch::Contains("layer-number scale"));   // Megatron core: no query-key layer scaling
+    CHECK(notes("2", "bf16").find("unfused") == std::string::npos);
+    CHECK(notes("1", "fp32").find("unfused") == std::string::npos);   // fp32 never fuses: nothing to say
+}
