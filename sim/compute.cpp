@@ -61,7 +61,8 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
                        bool flash) {
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return device.gemm_efficiency;
     const double d = std::cbrt(static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
-    return device.gemm_efficiency * d / (d + (flash ? device.flash_half_dim : device.gemm_half_dim));
+    const double half = flash && device.flash_half_dim > 0 ? device.flash_half_dim : device.gemm_half_dim;
+    return device.gemm_efficiency * d / (d + half);
 }
 
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group) {

@@ -113,8 +113,8 @@ DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     if (!(d.gemm_half_dim > 0)) {
         j.fail_member("gemm_half_dim", "a GEMM size above zero", describe_json(j.raw().at("gemm_half_dim")));
     }
-    d.flash_half_dim = j.number_or("flash_half_dim", d.gemm_half_dim);
-    if (!(d.flash_half_dim > 0)) {
+    d.flash_half_dim = j.number_or("flash_half_dim", d.flash_half_dim);
+    if (j.has("flash_half_dim") && !(d.flash_half_dim > 0)) {
         j.fail_member("flash_half_dim", "a FlashAttention size above zero", describe_json(j.raw().at("flash_half_dim")));
     }
     d.gemm_fixed_time = j.time_or("gemm_fixed_time", Time::zero());

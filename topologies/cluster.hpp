@@ -38,8 +38,8 @@ struct DeviceKind {
     /// too small for the device): t = gemm_fixed_time + FLOPs / (peak · e). Zero unless measured.
     Time gemm_fixed_time;
     /// FlashAttention's half-efficiency size (its kernels run on the same curve as GEMMs, with
-    /// their own size); gemm_half_dim when the file does not say.
-    double flash_half_dim = 128;
+    /// their own size); 0: gemm_half_dim's.
+    double flash_half_dim = 0;
     double memory_efficiency = 0.8;       // fraction of memory bandwidth streaming kernels reach
     double comm_slowdown = 1.0;           // compute runs this much slower while comm kernels run
     /// CUDA compute capability (8.0 for A100, 9.0 for H100): picks NCCL's per-architecture tables

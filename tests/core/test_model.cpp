@@ -385,7 +385,8 @@ TEST_CASE("eager attention: Megatron's fused softmax where its kernel takes the 
         w.dtype = dt;
         w.qk_layer_scaling = scaling;
         std::vector<Kernel> out;
-        for (const Kernel& k : m.blocks(w)[1].fwd_kernels)
+        const std::vector<Block> blocks = m.blocks(w);
+        for (const Kernel& k : blocks[1].fwd_kernels)
             if (k.cls == KernelClass::attention && k.op != KernelOp::gemm && k.name != KernelName::context) out.push_back(k);
         return out;  // the softmax passes and the attention dropout
     };

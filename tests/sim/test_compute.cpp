@@ -36,6 +36,12 @@ TEST_CASE("small GEMMs run far below peak, large ones approach the device's effi
     CHECK(gemm_efficiency(g.device, 4096, 4096, 16) == Approx(0.8 * 645.0 / (645.0 + 512)).epsilon(0.01));
     // A batch of 8 GEMMs fills the device like one with 8× the work: d doubles.
     CHECK(gemm_efficiency(g.device, 256, 256, 256, 8) == Approx(eff(512)));
+    // FlashAttention runs on the same curve unless the device gives it its own size.
+    CHECK(gemm_efficiency(g.device, 512, 512, 512, 1, true) == Approx(eff(512)));
+    topo::DeviceKind own = g.device;
+    own.flash_half_dim = 1536;
+    CHECK(gemm_efficiency(own, 512, 512, 512, 1, true) == Approx(0.8 * 512 / (512 + 1536.0)));
+    CHECK(gemm_efficiency(own, 512, 512, 512) == Approx(eff(512)));
 }
 
 TEST_CASE("an op without kernels is priced as one kernel of its class", "[sim][compute]") {
@@ -148,7 +154,7 @@ TEST_CASE("the H100 and H200 presets' GEMM curve is the best fit of OpenXLA's me
             const double e = mean_error(g);
             if (e < best) best = e, best_half = half, best_fixed = 0.25 * quarter_us;
         }
-    const topo::DeviceKind& h100 = topo::cluster_preset("dgx-h100").groups.at(0).device;
+    const topo::DeviceKind h100 = topo::cluster_preset("dgx-h100").groups.at(0).device;
     CHECK(best_half == h100.gemm_half_dim);
     CHECK(best_fixed == Approx(h100.gemm_fixed_time.to_seconds() * 1e6));
     CHECK(best == Approx(0.0695).margin(0.001));

@@ -75,6 +75,24 @@ std::pair<Time, Time> first_sync_and_last_backward(const Plan& p) {
     return {first_sync, last_bwd};
 }
 
+/// vTrain's 24-layer, hidden-1024 GPT (validation/README.md), with the vocabulary Megatron pads to.
+Model vtrain_gpt(int vocab) {
+    const std::string text = R"({"kind": "transformer", "name": "gpt-l24-h1024", "layers": 24, "hidden": 1024, "heads": 16,
+        "kv_heads": 16, "ffn_hidden": 4096, "vocab": )" + std::to_string(vocab) + R"(, "seq": 1024, "norm": "layernorm",
+        "positions": "learned", "biases": true, "gated_mlp": false, "tied_embeddings": true})";
+    return model_from_json(JsonView(parse_json_text(text, "vtrain.json"), "vtrain.json"), "gpt-l24-h1024");
+}
+
+/// Kernels the compute ops of one layer run on rank 0, every pass and micro-batch together.
+std::size_t layer_kernels_on_rank0(const Built& b, int layer) {
+    std::size_t kernels = 0;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.kind == OpKind::compute && op.layer == layer && op.rank == 0) kernels += b.graph.kernels_of(id).size();
+    }
+    return kernels;
+}
+
 }  // namespace
 
 TEST_CASE("gradients: PyTorch DDP overlaps backward, Megatron reduces after it unless asked", "[strategies][framework]") {
@@ -154,12 +172,7 @@ TEST_CASE("megatron-deepspeed's dispatch per kernel is what vTrain's host-bound 
     CHECK(per_layer_ms == Approx(3.034).margin(0.0005));
 
     // Kernels of one layer and micro-batch: forward, recomputed forward and backward on rank 0.
-    const Model m = model_from_json(JsonView(parse_json_text(R"({"kind": "transformer", "name": "gpt-l24-h1024",
-        "layers": 24, "hidden": 1024, "heads": 16, "kv_heads": 16, "ffn_hidden": 4096, "vocab": 50304, "seq": 1024,
-        "norm": "layernorm", "positions": "learned", "biases": true, "gated_mlp": false, "tied_embeddings": true})",
-                                                                 "vtrain.json"),
-                                                 "vtrain.json"),
-                                        "gpt-l24-h1024");
+    const Model m = vtrain_gpt(50304);
     const topo::Cluster c = topo::cluster_preset("hgx-a100-4hdr").first_devices(1);
     Plan p;
     p.framework = "megatron-deepspeed";
@@ -168,11 +181,7 @@ TEST_CASE("megatron-deepspeed's dispatch per kernel is what vTrain's host-bound 
     p.attention = Attention::eager;
     p.global_batch = 1;
     const Built b = build(m, c, p);
-    std::size_t kernels = 0;
-    for (OpId id = 0; id < b.graph.size(); ++id) {
-        const Op& op = b.graph.op(id);
-        if (op.kind == OpKind::compute && op.layer == 12 && op.rank == 0) kernels += b.graph.kernels_of(id).size();
-    }
+    const std::size_t kernels = layer_kernels_on_rank0(b, 12);
     CHECK(kernels == 51);
     const Time launch = c.groups[0].device.launch_overhead;
     const Time dispatch = parse_framework("megatron-deepspeed").dispatch_per_kernel;
@@ -195,12 +204,7 @@ TEST_CASE("query-key layer scaling by release, and what it costs on the unfused 
     // kernel, so each of forward, recompute and backward runs 5 softmax passes for 1 (4 more each)
     // under Megatron-DeepSpeed, 4 for 1 (3 more) without the scaling: 51 + 12 and 51 + 9 kernels
     // per layer and micro-batch, against the 51 of micro-batch 2 (4 matrices, fused).
-    const Model m = model_from_json(JsonView(parse_json_text(R"({"kind": "transformer", "name": "gpt-l24-h1024",
-        "layers": 24, "hidden": 1024, "heads": 16, "kv_heads": 16, "ffn_hidden": 4096, "vocab": 50432, "seq": 1024,
-        "norm": "layernorm", "positions": "learned", "biases": true, "gated_mlp": false, "tied_embeddings": true})",
-                                                                 "vtrain.json"),
-                                                 "vtrain.json"),
-                                        "gpt-l24-h1024");
+    const Model m = vtrain_gpt(50432);
     const topo::Cluster c = topo::cluster_preset("hgx-a100-4hdr");
     auto layer_kernels = [&](const char* framework, int micro_batch) {
         Plan p;
@@ -212,12 +216,7 @@ TEST_CASE("query-key layer scaling by release, and what it costs on the unfused 
         p.micro_batch = micro_batch;
         p.global_batch = micro_batch;
         const Built b = build(m, c, p);
-        std::size_t kernels = 0;
-        for (OpId id = 0; id < b.graph.size(); ++id) {
-            const Op& op = b.graph.op(id);
-            if (op.kind == OpKind::compute && op.layer == 12 && op.rank == 0) kernels += b.graph.kernels_of(id).size();
-        }
-        return kernels;
+        return layer_kernels_on_rank0(b, 12);
     };
     CHECK(layer_kernels("megatron-deepspeed", 1) == 51 + 12);
     CHECK(layer_kernels("megatron", 1) == 51 + 9);
