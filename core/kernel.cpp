@@ -69,6 +69,7 @@ const char* to_string(KernelName k) {
         case KernelName::cast: return "cast";
         case KernelName::scale: return "scale";
         case KernelName::mask: return "mask";
+        case KernelName::grad_accumulate: return "grad_accumulate";
     }
     return "?";
 }

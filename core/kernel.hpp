@@ -50,6 +50,9 @@ enum class KernelName : std::uint8_t {
     // scores cast to fp32 and back, scaled by the layer number, masked. Each is linear in its
     // input, so its gradient is the same pass again.
     cast, scale, mask,
+    // A parameter's gradient added to what earlier micro-batches left (PyTorch's AccumulateGrad,
+    // Megatron's main_grad hook): strategies/data_parallel.hpp accumulation_kernel.
+    grad_accumulate,
 };
 
 /// A pass whose gradient is the same pass again (a permutation, a cast, a scaling, a mask):
@@ -66,6 +69,9 @@ struct Kernel {
     KernelName name = KernelName::other;
     bool backward = false;          // flash: the backward kernel (recomputes the scores)
     bool weight = false;            // gemm: B is a parameter (its gradient is a weight gradient)
+    /// The framework's per-kernel host time (OpGraph::dispatch_overhead) precedes its launch; false
+    /// for kernels autograd's C++ engine launches with no Python in between (AccumulateGrad).
+    bool dispatched = true;
     std::uint8_t elem_bytes = 2;    // gemm / softmax / flash: bytes per element of the operands
     std::int32_t batch = 1;         // gemm / flash: independent problems; softmax: rows
     std::int64_t m = 0, n = 0, k = 0;

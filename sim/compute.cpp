@@ -122,16 +122,17 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
         }
         return done(t);
     }
-    // The host issues kernel i at i·(launch + dispatch); the device runs each when issued and free.
-    const Time issue = launch + dispatch;
-    Time device_free, busy;
-    for (std::size_t i = 0; i < kernels.size(); ++i) {
-        const Time run = kernel_time(kernels[i], op.dtype(), false, group);
-        split[static_cast<std::size_t>(kernels[i].cls)] += run;
+    // The host issues each kernel after the ones before it, launch + dispatch apart (the launch
+    // alone for a kernel autograd's engine issues); the device runs each when issued and free.
+    Time device_free, busy, issued;
+    for (const Kernel& k : kernels) {
+        const Time run = kernel_time(k, op.dtype(), false, group);
+        split[static_cast<std::size_t>(k.cls)] += run;
         busy += run;
-        device_free = std::max(device_free, issue * static_cast<std::int64_t>(i)) + run;
+        device_free = std::max(device_free, issued) + run;
+        issued += k.dispatched ? launch + dispatch : launch;
     }
-    const Time total = std::max(device_free, issue * static_cast<std::int64_t>(kernels.size()));
+    const Time total = std::max(device_free, issued);
     if (by_class && busy > Time::zero())
         for (Time& c : split) c = c * (total / busy);
     return done(total);

@@ -139,6 +139,35 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
     return out;
 }
 
+Kernel accumulation_kernel(std::int64_t params, DType dtype, bool dispatched) {
+    Kernel k = stream_kernel(KernelName::grad_accumulate, KernelClass::elementwise,
+                             checked_mul(params, 3 * dtype_bytes(dtype), "bytes a gradient accumulation moves"),
+                             static_cast<double>(params));
+    k.dispatched = dispatched;
+    return k;
+}
+
+std::vector<std::int32_t> intern_accumulation_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
+                                                      GradAccumulation how) {
+    std::vector<std::int32_t> out(blocks.size(), -1);
+    if (how == GradAccumulation::fused) return out;
+    for (const Block& b : blocks)
+        if (b.params > 0) {
+            const Kernel k = accumulation_kernel(b.params, dtype, how == GradAccumulation::main_grad_hook);
+            out[static_cast<std::size_t>(b.index)] = g.intern_recipe({&k, 1});
+        }
+    return out;
+}
+
+bool accumulates(GradAccumulation how, int mb) {
+    switch (how) {
+        case GradAccumulation::autograd: return mb > 0;
+        case GradAccumulation::main_grad_hook: return true;
+        case GradAccumulation::fused: return false;
+    }
+    return false;
+}
+
 int optimizer_bytes_per_param(const Layout& layout) {
     return layout.dtype == DType::fp32 ? kAdamBytesPerParam : layout.framework.optimizer_bytes_per_param;
 }
@@ -155,12 +184,16 @@ ReduceTiming reduce_timing(const Layout& layout, int zero_stage) {
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd,
                   const std::function<void(int, const Block&, OpId)>& after_bwd,
-                  const std::vector<BlockKernels>* trained, bool activations_to_host) {
+                  const std::vector<BlockKernels>* trained, bool activations_to_host,
+                  std::optional<GradAccumulation> accumulation) {
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
     p.bwd_first = p.fwd;
     const std::vector<BlockRecipes> recipes = intern_block_recipes(g, blocks, trained);
+    const std::vector<std::int32_t> accumulate =
+        accumulation && !(trained && !trained->empty()) ? intern_accumulation_recipes(g, blocks, dtype, *accumulation)
+                                                        : std::vector<std::int32_t>(blocks.size(), -1);
     for (int mb = 0; mb < microbatches; ++mb) {
         std::vector<std::int32_t> act(blocks.size()), host(blocks.size(), -1);
         OpId out = OpGraph::kNoOp;   // the last copy to the host, which the next forward waits for
@@ -194,6 +227,8 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
             if (recipes[b.index].recompute >= 0)
                 first = g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
             p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, recipes[b.index].bwd, dtype);
+            if (accumulate[b.index] >= 0 && accumulates(*accumulation, mb))
+                p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, accumulate[b.index], dtype);
             if (back != OpGraph::kNoOp) g.depend(back, first != OpGraph::kNoOp ? first : p.bwd[mb][b.index]);
             p.bwd_first[mb][b.index] = first != OpGraph::kNoOp ? first : p.bwd[mb][b.index];
             if (after_bwd) after_bwd(mb, b, p.bwd[mb][b.index]);
@@ -287,7 +322,7 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
         };
         passes.push_back(add_passes(g, r, blocks, layout.microbatches, layout.dtype, {},
                                     compressed ? std::function<void(int, const Block&, OpId)>(exchange) : nullptr,
-                                    &training.kernels));
+                                    &training.kernels, false, layout.framework.grad_accumulation));
     }
 
     // Gradient synchronisation in the last micro-batch only (the earlier ones run under no_sync):

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/model.hpp"
@@ -66,6 +67,22 @@ struct BlockRecipes {
 std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Block>& blocks,
                                                const std::vector<BlockKernels>* trained = nullptr);
 
+/// One micro-batch's gradient accumulation over a block's `params` (Framework::grad_accumulation):
+/// a pass that reads the gradient accumulated so far and the new one and writes their sum, three
+/// times the gradient's bytes per parameter. PyTorch runs one such pass per parameter tensor (12
+/// for a GPT layer with biases); here they are one pass of the same traffic, and its launch alone
+/// (not the framework's per-kernel dispatch) when autograd's C++ engine issues it
+/// (`dispatched` false) rather than a Python hook.
+Kernel accumulation_kernel(std::int64_t params, DType dtype, bool dispatched);
+/// Each block's accumulation recipe under `how` (-1: a block without parameters, or `how` fused
+/// into the weight-gradient GEMMs).
+std::vector<std::int32_t> intern_accumulation_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
+                                                      GradAccumulation how);
+/// Whether micro-batch `mb` (0-based) of a step runs the accumulation pass: every later one under
+/// autograd (the first hands its gradient over), every one under Megatron's main_grad hook,
+/// none when fused.
+bool accumulates(GradAccumulation how, int mb);
+
 /// The blocks one replica runs, for the layout's micro-batch, sequence and dtype.
 std::vector<Block> replica_blocks(const Model& model, const Layout& layout, const Plan& plan);
 /// The data-parallel ranks, in ring order.
@@ -110,11 +127,15 @@ struct Passes {
 /// which waits for it — both synchronous in checkpointing.py). `before_bwd(mb, block)` runs just
 /// before a block's backward is added (to add
 /// compute-stream allocations, such as gradient buckets), `after_bwd(mb, block, bwd op)` right
-/// after it (compute-stream work that blocks the rest of backward).
+/// after it (compute-stream work that blocks the rest of backward). With `accumulation`, each
+/// block's backward is followed by its gradient accumulation pass where `accumulates` says so
+/// (before `after_bwd`: a reduction takes the accumulated gradient); LoRA's `trained` adapters
+/// accumulate too little to list.
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd = {},
                   const std::function<void(int, const Block&, OpId)>& after_bwd = {},
-                  const std::vector<BlockKernels>* trained = nullptr, bool activations_to_host = false);
+                  const std::vector<BlockKernels>* trained = nullptr, bool activations_to_host = false,
+                  std::optional<GradAccumulation> accumulation = std::nullopt);
 
 /// How a ZeRO stage's gradient reductions are timed (DeepSpeed's overlap_comm; Megatron's
 /// distributed optimizer): on the comm stream as backward fills each bucket, on the compute

@@ -39,6 +39,20 @@ enum class GatherGranularity {
     flat_unit,        // one all-gather of the FSDP unit's flat parameter
 };
 
+/// How a micro-batch's parameter gradients join those of the micro-batches before it.
+///  * autograd: PyTorch's AccumulateGrad (torch/csrc/autograd/functions/accumulate_grad.h): the
+///    first micro-batch after zero_grad(set_to_none) hands its gradient over, each later one adds
+///    `grad += new` in place, a pass per parameter tensor launched by autograd's C++ engine.
+///    PyTorch DDP and DeepSpeed's engine (stages 0-1 keep each parameter's .grad) run it, and so
+///    does Megatron's model under DeepSpeed (Megatron-DeepSpeed): main_grad belongs to Megatron's
+///    own DDP, which DeepSpeed replaces.
+///  * main_grad_hook: Megatron-LM's LocalDDP (megatron/model/distributed.py _make_param_hook):
+///    `param.main_grad.add_(param.grad.data)` in a hook after every micro-batch, the first
+///    included (the buffer is zeroed at the step's start).
+///  * fused: Megatron core's gradient_accumulation_fusion (on by default): the weight-gradient
+///    GEMM accumulates into main_grad itself (fused_weight_gradient_mlp_cuda, β = 1); no pass.
+enum class GradAccumulation { autograd, main_grad_hook, fused };
+
 struct Framework {
     FrameworkName name = FrameworkName::pytorch;
     std::string version;                // the release whose behaviour this row is ("2.5", "0.5.10")
@@ -75,6 +89,7 @@ struct Framework {
     /// Bytes the optimizer step moves per parameter (mixed precision: Adam plus the framework's
     /// gradient unscale, norm and parameter copies).
     int optimizer_bytes_per_param = 28;
+    GradAccumulation grad_accumulation = GradAccumulation::autograd;
     /// Host time per GPU kernel that the framework spends before the driver's launch (the
     /// device's launch_overhead): Python, the dispatcher, autograd's bookkeeping. Zero where it was
     /// not measured (give --dispatch-overhead); where it outlasts the kernels, the host sets the

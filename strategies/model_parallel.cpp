@@ -167,6 +167,9 @@ public:
         : model_(model), l_(layout), plan_(plan), g_(layout.devices) {
         blocks_ = detail::replica_blocks(model, layout, plan);
         recipes_ = detail::intern_block_recipes(g_, blocks_);
+        // ddp and zero1 (Megatron's distributed optimizer) keep a gradient per parameter through
+        // the step: accumulated as the framework does (Framework::grad_accumulation).
+        accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation);
         moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
@@ -295,6 +298,17 @@ private:
         }
     }
 
+    /// The gradient accumulation pass of `blk` after micro-batch `mb`'s weight gradients, on every
+    /// tensor rank of the context-parallel group starting at replica g (detail::accumulates).
+    void accumulate(const Block& blk, int g, int s, int mb, std::vector<std::vector<OpId>>& last) {
+        const std::int32_t recipe = accumulate_[static_cast<std::size_t>(blk.index)];
+        if (recipe < 0 || !detail::accumulates(l_.framework.grad_accumulation, mb)) return;
+        for (int d = g; d < g + l_.cp; ++d)
+            for (int t = 0; t < emit_tp_; ++t)
+                last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)] =
+                    g_.add_kernels(l_.rank(t, d, s), Phase::bwd, blk.index, mb, recipe, l_.dtype);
+    }
+
     /// One block's compute op on each tensor rank of (d, s), running `recipe`.
     void compute(const Block& blk, int d, int s, Phase phase, int mb, std::int32_t recipe, std::vector<OpId>& last) {
         if (moe_.runs(blk, phase)) return moe_.pass(blk, d, s, phase, mb, last);  // its all-to-alls (strategies/moe.hpp)
@@ -366,9 +380,13 @@ private:
                         const bool split = st.pass == Pass::bwd_input;
                         run(split ? Phase::bwd_input : Phase::bwd, split ? rc.bwd_input : rc.bwd);
                         collectives(split ? Phase::bwd_input : Phase::bwd);
+                        if (!split) accumulate(blk, g, s, mb, last);
                         break;
                     }
-                    case Pass::bwd_weight: run(Phase::bwd_weight, rc.bwd_weight); break;
+                    case Pass::bwd_weight:
+                        run(Phase::bwd_weight, rc.bwd_weight);
+                        accumulate(blk, g, s, mb, last);
+                        break;
                 }
                 if (last_of_chunk && st.pass == release)
                     for (int d = g; d < g + cp; ++d)
@@ -605,6 +623,7 @@ private:
     OpGraph g_;
     std::vector<Block> blocks_;
     std::vector<detail::BlockRecipes> recipes_;   // by block index
+    std::vector<std::int32_t> accumulate_;        // the gradient accumulation recipe by block index (-1: none)
     ExpertParallel moe_;                            // MoE layers' all-to-alls and expert gradients
     ContextParallel cp_;                            // context parallelism's ring attention
     StateBytes sb_{};

@@ -408,6 +408,9 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const bool sharded = plan.strategy == DataParallel::zero3 || plan.strategy == DataParallel::fsdp;
     const bool ps = plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async;
     if (sharded) per_block += 10;
+    // The gradient accumulation pass after each later micro-batch's backward (strategies/
+    // data_parallel.hpp accumulates).
+    if (!sharded && !ps && l.framework.grad_accumulation != GradAccumulation::fused) per_block += 1;
     // Gradient buckets of the rank's share of the parameters (each a collective or a push and a
     // pull, with a timer or a staging buffer): per step, or per update for parameter servers.
     // Their cap: Horovod's fusion buffer for ring, else the bucket size, or the framework's

@@ -199,8 +199,11 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                 for (const auto& [m, buf] : held[d])
                     if (m == mb) g.add_free(buf, Stream::compute, -1, mb);
             };
+        // Stage 1 keeps each parameter's .grad through the accumulation (see above), so autograd
+        // accumulates into it; stage 2's hooks take every micro-batch's gradient into the buckets.
         passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels,
-                                    layout.activation_offload));
+                                    layout.activation_offload,
+                                    stage == 1 ? std::optional(layout.framework.grad_accumulation) : std::nullopt));
     }
 
     if (n > 1 && timing != ReduceTiming::blocking)

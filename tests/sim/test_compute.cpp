@@ -104,6 +104,16 @@ TEST_CASE("the framework's dispatch adds to each kernel's issue on a GPU, not on
     topo::NodeGroup cpu = g;
     cpu.device.is_cpu = true;
     CHECK(compute_time(op, ten, cpu, Time::us(50)) == compute_time(op, ten, cpu));
+    // Kernels autograd's engine issues (AccumulateGrad) skip the framework's dispatch: five of the
+    // ten take the launch alone, 5 · 55 + 5 · 5 = 300 us.
+    std::vector<Kernel> engine = ten;
+    for (std::size_t i = 0; i < engine.size(); i += 2) engine[i].dispatched = false;
+    CHECK(compute_time(op, engine, g, Time::us(50)).to_seconds() == Approx(5 * 55e-6 + 5 * 5e-6).epsilon(1e-6));
+    // The last kernel runs once issued: after nine issues (four dispatched, five not), 9 · 5 + 4 · 50 us.
+    std::vector<Kernel> tail = engine;
+    tail.back() = pass;
+    tail.back().dispatched = true;
+    CHECK(compute_time(op, tail, g, Time::us(50)).to_seconds() == Approx(9 * 5e-6 + 4 * 50e-6 + 1e-3).epsilon(1e-6));
 }
 
 TEST_CASE("the H100 and H200 presets' GEMM curve is the best fit of OpenXLA's measured sm_90 matmul table", "[sim][compute]") {

@@ -183,13 +183,73 @@ TEST_CASE("megatron-deepspeed's dispatch per kernel is what vTrain's host-bound 
     const Built b = build(m, c, p);
     const std::size_t kernels = layer_kernels_on_rank0(b, 12);
     CHECK(kernels == 51);
-    const Time launch = c.groups[0].device.launch_overhead;
+    // Every micro-batch after the first also accumulates the layer's fp16 gradients (autograd's
+    // AccumulateGrad: read both, write the sum), a device-bound pass without the framework's
+    // dispatch: 12·h² + 13·h parameters of a GPT layer with biases.
+    const topo::DeviceKind& dev = c.groups[0].device;
+    const double h = 1024, layer_params = 12 * h * h + 13 * h;
+    const double accumulate_s = 6 * layer_params / (dev.memory_bandwidth.bytes_per_second() * dev.memory_efficiency);
+    CHECK(accumulate_s == Approx(43.6e-6).epsilon(0.005));
+    const Time launch = dev.launch_overhead;
     const Time dispatch = parse_framework("megatron-deepspeed").dispatch_per_kernel;
-    CHECK((dispatch + launch).to_seconds() == Approx(per_layer_ms * 1e-3 / static_cast<double>(kernels)).epsilon(0.005));
+    CHECK((dispatch + launch).to_seconds() ==
+          Approx((per_layer_ms * 1e-3 - accumulate_s) / static_cast<double>(kernels)).epsilon(0.005));
     CHECK(b.graph.dispatch_overhead() == dispatch);
     // Other frameworks were not measured: nothing beyond the driver's launch.
     CHECK(parse_framework("megatron").dispatch_per_kernel == Time::zero());
     CHECK(parse_framework("pytorch").dispatch_per_kernel == Time::zero());
+}
+
+TEST_CASE("gradient accumulation: autograd after the first micro-batch, Megatron's hook on every one, none when fused", "[strategies][framework]") {
+    // Four micro-batches of one sample. A GPT layer with biases holds 12·h² + 13·h parameters
+    // (on one tensor rank of two: the 12·h² + 7·h split ones halved, the 6·h of the row-parallel
+    // biases and the two layer norms whole).
+    const Model m = vtrain_gpt(50304);
+    const std::int64_t h = 1024, whole = 12 * h * h + 13 * h, half = (12 * h * h + 7 * h) / 2 + 6 * h;
+    struct Seen {
+        std::vector<int> microbatches;
+        std::int64_t bytes = -1;
+        bool dispatched = false;
+    };
+    const auto accumulations = [&](const std::string& framework, int tp, DType dtype) {
+        Plan p;
+        p.framework = framework;
+        p.tp = tp;
+        p.dtype = dtype;
+        p.global_batch = 4;
+        const Built b = build(m, topo::cluster_preset("hgx-a100-4hdr").first_devices(tp), p);
+        Seen seen;
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.kind != OpKind::compute || op.layer != 12 || op.rank != 0) continue;
+            for (const Kernel& k : b.graph.kernels_of(id))
+                if (k.name == KernelName::grad_accumulate) {
+                    seen.microbatches.push_back(op.microbatch);
+                    seen.bytes = k.bytes;
+                    seen.dispatched = k.dispatched;
+                }
+        }
+        return seen;
+    };
+    SECTION("PyTorch's AccumulateGrad: the first micro-batch hands its gradient over, each later one adds") {
+        for (const char* framework : {"pytorch", "megatron-deepspeed", "deepspeed"}) {
+            const Seen s = accumulations(framework, 1, DType::bf16);
+            CHECK(s.microbatches == std::vector<int>{1, 2, 3});
+            CHECK(s.bytes == 3 * 2 * whole);   // read the sum so far and the new gradient, write the sum
+            CHECK_FALSE(s.dispatched);         // autograd's C++ engine launches it
+        }
+        CHECK(accumulations("pytorch", 1, DType::fp32).bytes == 3 * 4 * whole);
+        CHECK(accumulations("megatron-deepspeed", 2, DType::fp16).microbatches == std::vector<int>{1, 2, 3});
+    }
+    SECTION("Megatron-LM's LocalDDP hook adds every micro-batch into main_grad, from Python") {
+        const Seen s = accumulations("megatron@2.5", 2, DType::fp16);
+        CHECK(s.microbatches == std::vector<int>{0, 1, 2, 3});
+        CHECK(s.bytes == 3 * 2 * half);
+        CHECK(s.dispatched);
+    }
+    SECTION("Megatron core's weight-gradient GEMMs accumulate into main_grad themselves") {
+        CHECK(accumulations("megatron", 2, DType::bf16).microbatches.empty());
+    }
 }
 
 TEST_CASE("query-key layer scaling by release, and what it costs on the unfused softmax path", "[strategies][framework]") {
