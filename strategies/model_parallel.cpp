@@ -167,9 +167,6 @@ public:
         : model_(model), l_(layout), plan_(plan), g_(layout.devices) {
         blocks_ = detail::replica_blocks(model, layout, plan);
         recipes_ = detail::intern_block_recipes(g_, blocks_);
-        // ddp and zero1 (Megatron's distributed optimizer) keep a gradient per parameter through
-        // the step: accumulated as the framework does (Framework::grad_accumulation).
-        accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation);
         moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
@@ -180,6 +177,17 @@ public:
         schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
                                   plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
         make_chunks();
+        // ddp and zero1 (Megatron's distributed optimizer) keep a gradient per parameter through
+        // the step: accumulated as the framework does (Framework::grad_accumulation), the last
+        // stage's copy of a tied table with the head.
+        accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation);
+        const GradAccumulation how = l_.framework.grad_accumulation;
+        if (tied_bytes_ > 0 && how != GradAccumulation::fused && blocks_.back().kind == Block::Kind::head) {
+            const Block& head = blocks_.back();
+            const Kernel k = detail::accumulation_kernel(head.params + tied_bytes_, l_.dtype,
+                                                         how == GradAccumulation::main_grad_hook);
+            accumulate_[static_cast<std::size_t>(head.index)] = g_.intern_recipe({&k, 1});
+        }
     }
 
     OpGraph build() {
@@ -632,7 +640,7 @@ private:
     int emit_tp_ = 1;                                   // tensor ranks with ops: 1 when they fold too
     PipelineSchedule schedule_;
     std::vector<Chunk> chunks_;
-    std::int64_t tied_bytes_ = 0;
+    std::int64_t tied_bytes_ = 0;   // parameters of the tied table's copy on the last stage
     std::vector<std::vector<std::int32_t>> act_;        // per virtual stage: buffer per (micro-batch, rank slot)
     std::vector<std::vector<OpId>> grad_ready_;         // per rank slot of the current stage: per block
     std::vector<std::vector<Bytes>> gathers_;           // zero1: per device, the buckets to all-gather

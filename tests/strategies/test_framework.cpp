@@ -211,17 +211,18 @@ TEST_CASE("gradient accumulation: autograd after the first micro-batch, Megatron
         std::int64_t bytes = -1;
         bool dispatched = false;
     };
-    const auto accumulations = [&](const std::string& framework, int tp, DType dtype) {
+    const auto accumulations = [&](const std::string& framework, int tp, DType dtype, int pp = 1, int layer = 12) {
         Plan p;
         p.framework = framework;
         p.tp = tp;
+        p.pp = pp;
         p.dtype = dtype;
         p.global_batch = 4;
-        const Built b = build(m, topo::cluster_preset("hgx-a100-4hdr").first_devices(tp), p);
+        const Built b = build(m, topo::cluster_preset("hgx-a100-4hdr").first_devices(tp * pp), p);
         Seen seen;
         for (OpId id = 0; id < b.graph.size(); ++id) {
             const Op& op = b.graph.op(id);
-            if (op.kind != OpKind::compute || op.layer != 12 || op.rank != 0) continue;
+            if (op.kind != OpKind::compute || op.layer != layer || op.rank != tp * (pp - 1)) continue;
             for (const Kernel& k : b.graph.kernels_of(id))
                 if (k.name == KernelName::grad_accumulate) {
                     seen.microbatches.push_back(op.microbatch);
@@ -246,6 +247,13 @@ TEST_CASE("gradient accumulation: autograd after the first micro-batch, Megatron
         CHECK(s.microbatches == std::vector<int>{0, 1, 2, 3});
         CHECK(s.bytes == 3 * 2 * half);
         CHECK(s.dispatched);
+    }
+    SECTION("the last pipeline stage's copy of a tied table accumulates with the head") {
+        // Block 25 is the head: its final LayerNorm (2·h) and, on the last of two stages, the
+        // word-embedding table's copy (50,304 × h) that Megatron keeps for the tied output layer.
+        const Seen s = accumulations("megatron-deepspeed", 1, DType::fp16, 2, 25);
+        CHECK(s.microbatches == std::vector<int>{1, 2, 3});
+        CHECK(s.bytes == 3 * 2 * (2 * h + 50304 * h));
     }
     SECTION("Megatron core's weight-gradient GEMMs accumulate into main_grad themselves") {
         CHECK(accumulations("megatron", 2, DType::bf16).microbatches.empty());
