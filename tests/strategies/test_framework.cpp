@@ -218,7 +218,8 @@ TEST_CASE("gradient accumulation: autograd after the first micro-batch, Megatron
         p.pp = pp;
         p.dtype = dtype;
         p.global_batch = 4;
-        const Built b = build(m, topo::cluster_preset("hgx-a100-4hdr").first_devices(tp * pp), p);
+        const topo::Cluster c = topo::cluster_preset("hgx-a100-4hdr").first_devices(tp * pp);
+        const Built b = build(m, c, p);
         Seen seen;
         for (OpId id = 0; id < b.graph.size(); ++id) {
             const Op& op = b.graph.op(id);
