@@ -58,7 +58,14 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.ep = layout.ep;
     w.expert_imbalance = plan.expert_imbalance;
     w.capacity_factor = plan.capacity_factor;
-    return model.blocks(w);
+    std::vector<Block> blocks = model.blocks(w);
+    // Without pipeline stages the embedding and the tied output layer share the table on every
+    // rank: each micro-batch's two gradients of it are summed (3 × gradient bytes per parameter).
+    if (layout.pp == 1 && model.is_transformer() && model.shape().tied_embeddings && !blocks.empty() &&
+        blocks.front().kind == Block::Kind::embedding)
+        blocks.front().tied_grad_sum =
+            Bytes(checked_mul(model.tied_table_params(layout.tp), 3 * dtype_bytes(layout.dtype), "bytes of a tied table's gradient sum"));
+    return blocks;
 }
 
 std::vector<int> replica_ranks(const Layout& layout) {
@@ -131,9 +138,17 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
             continue;
         }
         r.fwd = g.intern_recipe(b.fwd_kernels);
-        r.bwd = g.intern_recipe(backward_kernels(b.fwd_kernels));
+        std::vector<Kernel> bwd = backward_kernels(b.fwd_kernels), bwd_weight = backward_kernels(b.fwd_kernels, BackwardPart::weight);
+        if (b.tied_grad_sum > Bytes(0)) {
+            // The sum, once both gradients are in (after the lookup's backward, the block's last).
+            Kernel sum = stream_kernel(KernelName::grad_accumulate, KernelClass::elementwise, b.tied_grad_sum.count());
+            sum.dispatched = false;
+            bwd.push_back(sum);
+            bwd_weight.push_back(sum);
+        }
+        r.bwd = g.intern_recipe(bwd);
         r.bwd_input = g.intern_recipe(backward_kernels(b.fwd_kernels, BackwardPart::input));
-        r.bwd_weight = g.intern_recipe(backward_kernels(b.fwd_kernels, BackwardPart::weight));
+        r.bwd_weight = g.intern_recipe(bwd_weight);
         r.recompute = b.recompute_kernels.empty() ? -1 : g.intern_recipe(b.recompute_kernels);
     }
     return out;

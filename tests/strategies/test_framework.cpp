@@ -256,6 +256,30 @@ TEST_CASE("gradient accumulation: autograd after the first micro-batch, Megatron
         CHECK(s.microbatches == std::vector<int>{1, 2, 3});
         CHECK(s.bytes == 3 * 2 * (2 * h + 50304 * h));
     }
+    SECTION("without pipeline stages a tied table's two gradients are summed every micro-batch") {
+        // The lookup's gradient and the output layer's meet in the embedding block's backward:
+        // one pass over the 50,304 × h table (read both, write the sum) in each micro-batch; with
+        // two stages the table's uses sit on different ranks and nothing is summed.
+        const auto sums = [&](int pp) {
+            Plan p;
+            p.framework = "megatron-deepspeed";
+            p.pp = pp;
+            p.dtype = DType::fp16;
+            p.global_batch = 4;
+            const topo::Cluster c = topo::cluster_preset("hgx-a100-4hdr").first_devices(pp);
+            const Built b = build(m, c, p);
+            std::vector<int> mbs;
+            for (OpId id = 0; id < b.graph.size(); ++id) {
+                const Op& op = b.graph.op(id);
+                if (op.kind != OpKind::compute || op.layer != 0 || op.rank != 0) continue;
+                for (const Kernel& k : b.graph.kernels_of(id))
+                    if (k.name == KernelName::grad_accumulate && k.bytes == 3 * 2 * 50304 * h) mbs.push_back(op.microbatch);
+            }
+            return mbs;
+        };
+        CHECK(sums(1) == std::vector<int>{0, 1, 2, 3});
+        CHECK(sums(2).empty());
+    }
     SECTION("Megatron core's weight-gradient GEMMs accumulate into main_grad themselves") {
         CHECK(accumulations("megatron", 2, DType::bf16).microbatches.empty());
     }
