@@ -206,7 +206,7 @@ struct Block {
     /// here and are summed (autograd's InputBuffer, or Megatron core's main_grad hook for the
     /// lookup's), one pass reading both and writing the sum; set on the embedding block when one
     /// replica holds both uses (strategies/data_parallel.cpp replica_blocks).
-    Bytes tied_grad_sum;
+    std::optional<Kernel> tied_grad_sum;
     /// The kernels of one forward pass, in launch order (core/kernel.hpp); backward is derived
     /// from them (backward_kernels).
     std::vector<Kernel> fwd_kernels;

@@ -63,8 +63,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     // rank: each micro-batch's two gradients of it are summed (3 × gradient bytes per parameter).
     if (layout.pp == 1 && model.is_transformer() && model.shape().tied_embeddings && !blocks.empty() &&
         blocks.front().kind == Block::Kind::embedding)
-        blocks.front().tied_grad_sum =
-            Bytes(checked_mul(model.tied_table_params(layout.tp), 3 * dtype_bytes(layout.dtype), "bytes of a tied table's gradient sum"));
+        blocks.front().tied_grad_sum = accumulation_kernel(model.tied_table_params(layout.tp), layout.dtype, false);
     return blocks;
 }
 
@@ -139,12 +138,10 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
         }
         r.fwd = g.intern_recipe(b.fwd_kernels);
         std::vector<Kernel> bwd = backward_kernels(b.fwd_kernels), bwd_weight = backward_kernels(b.fwd_kernels, BackwardPart::weight);
-        if (b.tied_grad_sum > Bytes(0)) {
+        if (b.tied_grad_sum) {
             // The sum, once both gradients are in (after the lookup's backward, the block's last).
-            Kernel sum = stream_kernel(KernelName::grad_accumulate, KernelClass::elementwise, b.tied_grad_sum.count());
-            sum.dispatched = false;
-            bwd.push_back(sum);
-            bwd_weight.push_back(sum);
+            bwd.push_back(*b.tied_grad_sum);
+            bwd_weight.push_back(*b.tied_grad_sum);
         }
         r.bwd = g.intern_recipe(bwd);
         r.bwd_input = g.intern_recipe(backward_kernels(b.fwd_kernels, BackwardPart::input));
@@ -163,12 +160,12 @@ Kernel accumulation_kernel(std::int64_t params, DType dtype, bool dispatched) {
 }
 
 std::vector<std::int32_t> intern_accumulation_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
-                                                      GradAccumulation how) {
+                                                      GradAccumulation how, std::int64_t tied_copy) {
     std::vector<std::int32_t> out(blocks.size(), -1);
     if (how == GradAccumulation::fused) return out;
     for (const Block& b : blocks)
-        if (b.params > 0) {
-            const Kernel k = accumulation_kernel(b.params, dtype, how == GradAccumulation::main_grad_hook);
+        if (const std::int64_t params = b.params + (b.kind == Block::Kind::head ? tied_copy : 0); params > 0) {
+            const Kernel k = accumulation_kernel(params, dtype, how == GradAccumulation::main_grad_hook);
             out[static_cast<std::size_t>(b.index)] = g.intern_recipe({&k, 1});
         }
     return out;

@@ -75,9 +75,10 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
 /// (`dispatched` false) rather than a Python hook.
 Kernel accumulation_kernel(std::int64_t params, DType dtype, bool dispatched);
 /// Each block's accumulation recipe under `how` (-1: a block without parameters, or `how` fused
-/// into the weight-gradient GEMMs).
+/// into the weight-gradient GEMMs); the head also accumulates `tied_copy` parameters, the copy of
+/// a tied table the last pipeline stage keeps.
 std::vector<std::int32_t> intern_accumulation_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
-                                                      GradAccumulation how);
+                                                      GradAccumulation how, std::int64_t tied_copy = 0);
 /// Whether micro-batch `mb` (0-based) of a step runs the accumulation pass: every later one under
 /// autograd (the first hands its gradient over), every one under Megatron's main_grad hook,
 /// none when fused.

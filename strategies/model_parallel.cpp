@@ -180,14 +180,7 @@ public:
         // ddp and zero1 (Megatron's distributed optimizer) keep a gradient per parameter through
         // the step: accumulated as the framework does (Framework::grad_accumulation), the last
         // stage's copy of a tied table with the head.
-        accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation);
-        const GradAccumulation how = l_.framework.grad_accumulation;
-        if (tied_bytes_ > 0 && how != GradAccumulation::fused && blocks_.back().kind == Block::Kind::head) {
-            const Block& head = blocks_.back();
-            const Kernel k = detail::accumulation_kernel(head.params + tied_bytes_, l_.dtype,
-                                                         how == GradAccumulation::main_grad_hook);
-            accumulate_[static_cast<std::size_t>(head.index)] = g_.intern_recipe({&k, 1});
-        }
+        accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation, tied_params_);
     }
 
     OpGraph build() {
@@ -255,8 +248,8 @@ private:
         }
         // Tied embeddings: the head on another stage keeps its own copy of the table (Megatron).
         if (model_.is_transformer() && model_.shape().tied_embeddings && vstages > 1) {
-            tied_bytes_ = model_.tied_table_params(l_.tp);
-            chunks_.back().params += tied_bytes_;
+            tied_params_ = model_.tied_table_params(l_.tp);
+            chunks_.back().params += tied_params_;
         }
     }
 
@@ -586,11 +579,11 @@ private:
     /// Tied embeddings, the optimizer step, and zero1's parameter all-gather, per rank.
     void emit_optimizer() {
         const bool zero1 = plan_.strategy == DataParallel::zero1;
-        if (tied_bytes_ > 0 && l_.pp > 1)
+        if (tied_params_ > 0 && l_.pp > 1)
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const auto ops = g_.add_collective(CollectiveKind::all_reduce, {l_.rank(t, d, 0), l_.rank(t, d, l_.pp - 1)},
-                                                       Bytes(tied_bytes_ * sb_.grads), Stream::comm, Phase::comm);
+                                                       Bytes(tied_params_ * sb_.grads), Stream::comm, Phase::comm);
                     last_comm_[static_cast<std::size_t>(l_.rank(t, d, 0))] = ops[0];
                     last_comm_[static_cast<std::size_t>(l_.rank(t, d, l_.pp - 1))] = ops[1];
                 }
@@ -640,7 +633,7 @@ private:
     int emit_tp_ = 1;                                   // tensor ranks with ops: 1 when they fold too
     PipelineSchedule schedule_;
     std::vector<Chunk> chunks_;
-    std::int64_t tied_bytes_ = 0;   // parameters of the tied table's copy on the last stage
+    std::int64_t tied_params_ = 0;   // parameters of the tied table's copy on the last stage
     std::vector<std::vector<std::int32_t>> act_;        // per virtual stage: buffer per (micro-batch, rank slot)
     std::vector<std::vector<OpId>> grad_ready_;         // per rank slot of the current stage: per block
     std::vector<std::vector<Bytes>> gathers_;           // zero1: per device, the buckets to all-gather
