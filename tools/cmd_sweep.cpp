@@ -32,6 +32,7 @@ struct SweepFlags {
     std::vector<std::string> strategies;
     std::vector<int> tp, pp, micro_batch, cp;
     std::vector<std::string> cp_comm;
+    std::vector<std::string> offload;
     std::string max_memory;
     std::string dispatch_overhead;
     std::optional<double> min_headroom;
@@ -82,8 +83,11 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << with_commas(simulated) << " simulated (" << sim::to_string(o.network) << ")";
     if (r.refined) out << ", the best " << r.refined << " re-simulated flow-level";
     out << "\n";
-    for (const auto& [key, entry] : r.pruned_by_reason())
-        out << "    pruned " << pad(with_commas(entry.first), 7) << " " << pad(key, 16) << " e.g. " << entry.second << "\n";
+    const auto reasons = r.pruned_by_reason();
+    std::size_t key_width = 16;
+    for (const auto& [key, entry] : reasons) key_width = std::max(key_width, key.size());
+    for (const auto& [key, entry] : reasons)
+        out << "    pruned " << pad(with_commas(entry.first), 7) << " " << pad(key, key_width) << " e.g. " << entry.second << "\n";
     const std::size_t oom = r.count(PlanStatus::out_of_memory), over = r.count(PlanStatus::over_limit),
                       failed = r.count(PlanStatus::failed);
     out << "  did not fit: " << with_commas(oom) << " out of memory, " << with_commas(over) << " over the memory limits";
@@ -129,19 +133,39 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         cps |= r.plans[r.ranking[k]].layout.cp > 1;
         cp_width = std::max(cp_width, cp_of(r.plans[r.ranking[k]]).size());
     }
+    // An offload column where a shown plan offloads: "opt cpu" (the optimizer), "cpu" (every state
+    // the strategy can move), "nvme" alike.
+    const auto offload_of = [](const PlanResult& p) -> std::string {
+        const strategies::Plan& x = p.plan;
+        if (x.offload != strategies::Offload::none) return strategies::to_string(x.offload);
+        std::string s;
+        if (x.offload_params != strategies::Offload::none) s = std::string("params ") + strategies::to_string(x.offload_params);
+        if (x.offload_optimizer != strategies::Offload::none)
+            s += std::string(s.empty() ? "" : ", ") + "opt " + strategies::to_string(x.offload_optimizer);
+        return s.empty() ? "-" : s;
+    };
+    bool offloads = false;
+    std::size_t offload_width = 7;
+    for (std::size_t k = 0; k < shown; ++k) {
+        const std::string o = offload_of(r.plans[r.ranking[k]]);
+        offloads |= o != "-";
+        offload_width = std::max(offload_width, o.size());
+    }
     out << "\n  rank  strategy  tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   " << pad("schedule", width + 1)
-        << "mb  recompute  sp  step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
+        << "mb  recompute  sp  " << (offloads ? pad("offload", offload_width + 2) : "")
+        << "step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
         const Outcome& x = *p.result;
         const std::string schedule = pad(schedule_of(p), width);
         char cp[16] = "";
         if (cps) std::snprintf(cp, sizeof cp, "%s ", pad(cp_of(p), cp_width).c_str());
-        char buf[320];
-        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s %-3d %-10s %-3s %-11s %-11s %-7s %-12s %s\n", k + 1,
+        const std::string offload = offloads ? pad(offload_of(p), offload_width + 2) : "";
+        char buf[384];
+        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
                       strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, cp, p.layout.dp, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
-                      to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
+                      offload.c_str(), to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string_binary(x.peak_memory).c_str(), sim::to_string(x.network));
         std::string line = buf;
         if (orders) line.insert(line.size() - 1, std::string(std::max<std::size_t>(1, 9 - std::strlen(sim::to_string(x.network))), ' ') +
@@ -215,6 +239,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"micro_batch", p.plan.micro_batch},
            {"recompute", to_string(p.plan.recompute)},
            {"sp", p.plan.sequence_parallel},
+           {"offload", offload_flags(p.plan)},
            {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
            {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
            {"status", to_string(p.status)},
@@ -252,7 +277,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,cp,cp_comm,dp,schedule,virtual_stages,micro_batch,microbatches,"
-           "recompute,sp,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "recompute,sp,offload,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
@@ -270,6 +295,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
                 << (p.plan.sequence_parallel ? "true" : "false") << ','
+                << quoted(offload_flags(p.plan)) << ','
                 << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ','
                 << quoted(n.result.orders[static_cast<std::size_t>(p.order)].name) << ',' << to_string(p.status) << ',';
             if (p.result) {
@@ -397,6 +423,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         fail_input("--cp-comm has no effect here: it sets how context-parallel attention exchanges keys and values; "
                    "list a --cp size of 2 or more",
                    flag("--cp-comm"));
+    for (const std::string& s : f.offload) o.space.offload.push_back(strategies::parse_offload(s, "--offload"));
     o.space.micro_batch = f.micro_batch;
     if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
     for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--cp", &f.cp}, {"--micro-batch", &f.micro_batch}})
@@ -473,6 +500,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--cp", f->cp, "context-parallel sizes to try, e.g. 1,2,4 (default: 1)")->delimiter(',');
     app->add_option("--cp-comm", f->cp_comm, "with --cp: key-value exchanges to try, of p2p,all-gather,a2a (default: p2p)")->delimiter(',');
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
+    app->add_option("--offload", f->offload,
+                    "where plans that cannot fit without offload may keep model states: cpu, nvme, or none (default: cpu)")
+        ->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");
     app->add_option("--dispatch-overhead", f->dispatch_overhead,

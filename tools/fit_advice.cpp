@@ -23,14 +23,22 @@ int sharding(DataParallel s) {
     }
 }
 
-struct Offloads {
-    Offload params = Offload::none, optimizer = Offload::none, fsdp = Offload::none;
-    std::string flags;
-};
+/// The change is a plan smolcluster runs (resolve accepts it) and can simulate on this machine
+/// (check_simulable: a tiny --bucket-mb that one replica ignores makes billions of ops with ZeRO).
+bool accepted(const Model& model, const topo::Cluster& cluster, const strategies::Plan& p) {
+    try {
+        check_simulable(strategies::resolve(model, cluster, p), p);
+        return true;
+    } catch (const Error& e) {
+        if (!is_input_error(e.kind())) throw;
+        return false;
+    }
+}
 
-/// The offload choices a strategy has, none first.
-std::vector<Offloads> offload_choices(DataParallel s, bool nvme) {
-    std::vector<Offloads> out{{}};
+}  // namespace
+
+std::vector<OffloadChoice> offload_choices(DataParallel s, bool nvme) {
+    std::vector<OffloadChoice> out{{}};
     switch (s) {
         case DataParallel::zero1:
         case DataParallel::zero2: out.push_back({Offload::none, Offload::cpu, Offload::none, "--offload-optimizer cpu"}); break;
@@ -48,19 +56,15 @@ std::vector<Offloads> offload_choices(DataParallel s, bool nvme) {
     return out;
 }
 
-/// The change is a plan smolcluster runs (resolve accepts it) and can simulate on this machine
-/// (check_simulable: a tiny --bucket-mb that one replica ignores makes billions of ops with ZeRO).
-bool accepted(const Model& model, const topo::Cluster& cluster, const strategies::Plan& p) {
-    try {
-        check_simulable(strategies::resolve(model, cluster, p), p);
-        return true;
-    } catch (const Error& e) {
-        if (!is_input_error(e.kind())) throw;
-        return false;
+void apply_offload(strategies::Plan& plan, const OffloadChoice& o) {
+    plan.offload = o.fsdp;
+    plan.offload_params = o.params;
+    plan.offload_optimizer = o.optimizer;
+    if (o.params != Offload::none && o.params == o.optimizer) {
+        plan.offload = o.params;
+        plan.offload_params = plan.offload_optimizer = Offload::none;
     }
 }
-
-}  // namespace
 
 std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cluster& cluster,
                                               const strategies::Plan& plan) {
@@ -80,7 +84,7 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
 
     std::vector<PlanChange> out;
     for (DataParallel s : strategies)
-        for (const Offloads& o : offload_choices(s, nvme))
+        for (const OffloadChoice& o : offload_choices(s, nvme))
             for (Recompute r : recomputes)
                 for (int m : micro_batches) {
                     PlanChange c;
@@ -92,18 +96,11 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
                         c.flags += " --strategy " + std::string(strategies::to_string(s));
                         ++c.changes;
                     }
-                    const bool offloads = o.params != Offload::none || o.optimizer != Offload::none || o.fsdp != Offload::none;
-                    if (offloads) {
+                    if (o.offloads()) {
                         const bool already = plan.offload != Offload::none || plan.offload_params != Offload::none ||
                                              plan.offload_optimizer != Offload::none;
                         if (already && s == plan.strategy) continue;   // the plan's own offload, or one it has
-                        c.plan.offload = o.fsdp != Offload::none ? o.fsdp : Offload::none;
-                        c.plan.offload_params = o.params;
-                        c.plan.offload_optimizer = o.optimizer;
-                        if (o.params != Offload::none && o.params == o.optimizer) {
-                            c.plan.offload = o.params;
-                            c.plan.offload_params = c.plan.offload_optimizer = Offload::none;
-                        }
+                        apply_offload(c.plan, o);
                         c.flags += " " + o.flags;
                         ++c.changes;
                     }

@@ -26,6 +26,30 @@ struct PlanChange {
     int changes = 0;   // how many of the plan's choices it changes
 };
 
+/// One way a strategy keeps model states in host memory or on NVMe: the plan fields it sets and
+/// the `simulate` flags that say it. `fsdp`: PyTorch FSDP's CPUOffload (parameters and gradients).
+struct OffloadChoice {
+    strategies::Offload params = strategies::Offload::none, optimizer = strategies::Offload::none,
+                        fsdp = strategies::Offload::none;
+    std::string flags;
+    bool offloads() const {
+        return params != strategies::Offload::none || optimizer != strategies::Offload::none || fsdp != strategies::Offload::none;
+    }
+    /// The deepest tier it uses: nvme where any state goes there, else cpu (none: no offload).
+    strategies::Offload tier() const {
+        for (strategies::Offload o : {params, optimizer, fsdp})
+            if (o == strategies::Offload::nvme) return o;
+        return offloads() ? strategies::Offload::cpu : strategies::Offload::none;
+    }
+};
+
+/// The offload choices of a strategy, no offload first: DeepSpeed's optimizer offload for ZeRO 1
+/// and 2 (runtime/zero/stage_1_and_2.py cpu_offload), optimizer and then parameters too for ZeRO-3
+/// (to NVMe as well when `nvme`: ZeRO-Infinity, stage 3 only), FSDP's CPUOffload.
+std::vector<OffloadChoice> offload_choices(strategies::DataParallel s, bool nvme);
+/// Sets `plan`'s offload flags to `choice` (and only to it).
+void apply_offload(strategies::Plan& plan, const OffloadChoice& choice);
+
 /// Changes that save device memory, fewest changes first: a strategy that shards more, offload
 /// of the optimizer and parameters (to NVMe where the cluster has it), recompute, a smaller
 /// micro-batch (the global batch kept). Only changes the plan's checks accept.

@@ -10,6 +10,7 @@
 #include "core/json.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/hybrid_cnn.hpp"
+#include "tools/fit_advice.hpp"
 #include "tools/pipeline_split.hpp"
 #include "tools/simulation.hpp"
 #include "topologies/topology.hpp"
@@ -95,6 +96,18 @@ std::string describe_plan(const PlanResult& p) {
     s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
     if (x.sequence_parallel) s += " sp";
     if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
+    if (const std::string o = offload_flags(x); !o.empty()) s += " " + o;
+    return s;
+}
+
+std::string offload_flags(const Plan& x) {
+    std::string s;
+    const auto add = [&](const char* flag, strategies::Offload o) {
+        if (o != strategies::Offload::none) s += std::string(s.empty() ? "" : " ") + flag + " " + strategies::to_string(o);
+    };
+    add("--offload", x.offload);
+    add("--offload-params", x.offload_params);
+    add("--offload-optimizer", x.offload_optimizer);
     return s;
 }
 
@@ -258,6 +271,59 @@ double mean_allowed_bytes(const topo::Cluster& cluster, const SweepOptions& o) {
         sum += allowed;
     }
     return sum / n;
+}
+
+// ---- offload ----------------------------------------------------------------------------------
+
+/// The tiers a sweep offloads to: --offload's list (none: no tier), or host memory by default.
+std::vector<strategies::Offload> offload_tiers(const topo::Cluster& cluster, const std::vector<strategies::Offload>& asked) {
+    if (asked.empty()) return {strategies::Offload::cpu};
+    const bool none = std::find(asked.begin(), asked.end(), strategies::Offload::none) != asked.end();
+    if (none && asked.size() > 1) fail_input("--offload none cannot be listed with cpu or nvme", {"", "", "--offload"});
+    std::vector<strategies::Offload> out;
+    for (strategies::Offload t : asked) {
+        if (t == strategies::Offload::none || std::find(out.begin(), out.end(), t) != out.end()) continue;
+        if (t == strategies::Offload::nvme)
+            for (const topo::NodeGroup& g : cluster.groups)
+                if (!g.nvme_capacity)
+                    fail_input("--offload nvme: the nodes of " + g.name + " have no NVMe drive (no \"nvme\" in the cluster file)",
+                               {"", "", "--offload"});
+        out.push_back(t);
+    }
+    return out;
+}
+
+/// After `group`'s one plan, when it resolved, offloads nothing and cannot fit the devices without
+/// offload (its memory bound is above `allowed`): the same plan with each offload choice of its
+/// strategy on `tiers`, resolved (or pruned with resolve's reason); none on unified memory, where
+/// offload frees nothing.
+void add_offload_variants(const Context& c, double allowed, const std::vector<strategies::Offload>& tiers,
+                          std::vector<Candidate>& group) {
+    if (tiers.empty() || !group.front().layout) return;
+    const Plan p = group.front().plan;   // copies: group grows below
+    const Layout layout = *group.front().layout;
+    if (p.offload != strategies::Offload::none || p.offload_params != strategies::Offload::none ||
+        p.offload_optimizer != strategies::Offload::none)
+        return;
+    const bool nvme = std::find(tiers.begin(), tiers.end(), strategies::Offload::nvme) != tiers.end();
+    const std::vector<OffloadChoice> choices = offload_choices(p.strategy, nvme);
+    if (choices.size() < 2) return;
+    if (static_cast<double>(memory_lower_bound(c.model, c.cluster, p, layout).count()) <= allowed) return;
+    for (const OffloadChoice& choice : choices) {
+        if (!choice.offloads() || std::find(tiers.begin(), tiers.end(), choice.tier()) == tiers.end()) continue;
+        Candidate v{p, std::nullopt, "", ""};
+        apply_offload(v.plan, choice);
+        try {
+            v.layout = strategies::resolve(c.model, c.cluster, v.plan);
+            // Unified memory (Jetson, CPU boards): host memory is the device's, nothing moves.
+            if (v.layout->offload_ignored) continue;
+        } catch (const Error& e) {
+            if (!is_input_error(e.kind())) throw;
+            v.reason = e.detail();
+            v.reason_key = e.context().flag.empty() ? "model" : e.context().flag;
+        }
+        group.push_back(std::move(v));
+    }
 }
 
 // ---- simulating -------------------------------------------------------------------------------
@@ -516,6 +582,15 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
             break;
         }
     }
+    // Offloaded, the optimizer state and the gradients live in host memory (DeepSpeed copies
+    // each gradient out as it is reduced; FSDP's CPUOffload moves parameters and gradients),
+    // and with the parameters offloaded only the layers being computed are on the device.
+    if (l.param_offload != strategies::Offload::none) {
+        states = 0;
+    } else if (l.optimizer_offload != strategies::Offload::none) {
+        const bool sharded = plan.strategy == DataParallel::zero3 || plan.strategy == DataParallel::fsdp;
+        states = params * sb.params / (sharded ? n : 1.0);
+    }
     const int chunks = l.pp * (plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
     (void)cluster;
     return Bytes(static_cast<std::int64_t>(states + activations / chunks));
@@ -537,18 +612,23 @@ SweepResult sweep(const Model& model, const topo::Cluster& cluster, const SweepO
     const Context context{model, cluster, o};
     SweepResult out;
     out.orders = device_orders(cluster);
+    const double allowed = mean_allowed_bytes(cluster, o);
+    const std::vector<strategies::Offload> tiers = offload_tiers(cluster, o.space.offload);
     std::vector<Candidate> candidates;
-    for (Candidate& c : enumerate(context)) {
-        const bool mixed_pipeline = c.layout && stages_on_mixed_devices(cluster, *c.layout);
-        candidates.push_back(std::move(c));
-        if (!mixed_pipeline) continue;
-        for (int k = 1; k < static_cast<int>(out.orders.size()); ++k) {
-            Candidate other = candidates.back();
-            other.order = k;
-            candidates.push_back(std::move(other));
+    for (Candidate& enumerated : enumerate(context)) {
+        std::vector<Candidate> group{std::move(enumerated)};
+        add_offload_variants(context, allowed, tiers, group);
+        for (Candidate& c : group) {
+            const bool mixed_pipeline = c.layout && stages_on_mixed_devices(cluster, *c.layout);
+            candidates.push_back(std::move(c));
+            if (!mixed_pipeline) continue;
+            for (int k = 1; k < static_cast<int>(out.orders.size()); ++k) {
+                Candidate other = candidates.back();
+                other.order = k;
+                candidates.push_back(std::move(other));
+            }
         }
     }
-    const double allowed = mean_allowed_bytes(cluster, o);
     out.plans.resize(candidates.size());
     std::vector<std::size_t> to_simulate;
     for (std::size_t i = 0; i < candidates.size(); ++i) {

@@ -9,6 +9,11 @@
 //     is checked by strategies::resolve itself (later dimensions at their defaults, which are
 //     always valid), so an impossible choice is pruned once, with resolve's own message, before
 //     its later dimensions multiply it.
+//     Offload (--offload) is tried only where a plan cannot fit without it: a resolved plan
+//     of a strategy that can offload (ZeRO 1-3, FSDP) whose memory bound exceeds what the
+//     devices allow is followed by its offload choices (fit_advice.hpp offload_choices, the
+//     tiers --offload lists). Offload only adds copies and host steps to the same plan, so where
+//     the plan fits without it, the variant cannot be faster, and it is never listed.
 //  2. Bound memory. A lower bound on the device memory a plan's busiest device needs (model
 //     states and one chunk of activations, both alive at the first backward; see
 //     memory_lower_bound) prunes plans that cannot fit before any simulation. It never exceeds
@@ -48,6 +53,8 @@ struct SearchSpace {
     std::vector<int> tp, pp, micro_batch;
     std::vector<int> cp;                                // empty: 1 (context parallelism only when asked)
     std::vector<CpComm> cp_comm;                        // with cp > 1; empty: p2p
+    /// Where states may go for plans that cannot fit without (cpu, nvme; none: nowhere); empty: cpu.
+    std::vector<strategies::Offload> offload;
 };
 
 struct SweepOptions {
@@ -127,13 +134,16 @@ struct SweepResult {
 
 /// "ddp tp 2 pp 4 1f1b mb 2 recompute none" — what a table row or a CSV cell shows.
 std::string describe_plan(const PlanResult& p);
+/// The `simulate` flags of a plan's offload ("--offload-optimizer cpu"); empty without offload.
+std::string offload_flags(const strategies::Plan& plan);
 
 /// A lower bound on the device-tier bytes of the busiest device of a resolved plan: the model
 /// states every strategy allocates for the whole step (Rajbhandari et al. 2020: 16Ψ for DDP,
 /// 4Ψ + 12Ψ/N for ZeRO-1, 2Ψ + 14Ψ/N for ZeRO-2, 16Ψ/N for ZeRO-3 and FSDP full sharding; with
 /// tp·pp, Ψ is a pipeline's parameters per tensor rank over pp devices) plus the activations of one
 /// (chunk, micro-batch), which are all alive when the chunk's first backward starts. Averages over
-/// devices stand in for the busiest one, so the bound can only be low.
+/// devices stand in for the busiest one, so the bound can only be low. States a plan offloads
+/// (its optimizer state and gradients, or its parameters too) are left out of it.
 Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
                          const strategies::Layout& layout);
 

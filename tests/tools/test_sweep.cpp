@@ -58,6 +58,8 @@ TEST_CASE("a sweep ranks the same plans the same way on one thread and on two", 
         micro |= p.micro_batch > 1;
     }
     CHECK((pipeline && interleaved && sp && recompute && micro));
+    // Every plan fits its 80 GB A100s without offload, so no offload variant is listed.
+    for (const PlanResult& p : one.plans) CHECK(offload_flags(p.plan).empty());
 }
 
 TEST_CASE("plans pruned by resolve fail to build, and the memory bound never exceeds the peak", "[tools][sweep]") {
@@ -183,6 +185,64 @@ TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][swe
     CHECK(checked >= 3);
     for (const PlanResult& p : r.plans)
         if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
+}
+
+TEST_CASE("a sweep offloads the plans that cannot fit without: Llama 3 8B on four 24 GB GPUs", "[tools][sweep]") {
+    // ZeRO-3 keeps 16 bytes per parameter over 4 ranks, 4 × 8.03e9 = 32 GB a device, above 24 GiB
+    // (25.8 GB); ZeRO-2 more, FSDP as ZeRO-3: without offload nothing fits.
+    const Model model = model_preset("llama3-8b");
+    const topo::Cluster cluster = topo::cluster_preset("workstation-4gpu");
+    SweepOptions o;
+    o.global_batch = 4;
+    o.seq = 2048;
+    o.jobs = 2;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    o.space.strategies = {strategies::DataParallel::zero2, strategies::DataParallel::zero3, strategies::DataParallel::fsdp};
+    o.space.tp = {1};
+    o.space.pp = {1};
+    o.space.micro_batch = {1};
+    o.space.offload = {strategies::Offload::none};
+    const SweepResult none = sweep(model, cluster, o);
+    CHECK(none.ranking.empty());
+    for (const PlanResult& p : none.plans) CHECK(offload_flags(p.plan).empty());
+
+    o.space.offload = {};   // the default: host memory
+    const SweepResult r = sweep(model, cluster, o);
+    REQUIRE_FALSE(r.ranking.empty());
+    const double allowed = static_cast<double>(cluster.device_kind(0).memory.count());
+    const auto twin_of = [&](const PlanResult& v) -> const PlanResult& {
+        for (const PlanResult& p : r.plans)
+            if (offload_flags(p.plan).empty() && p.plan.strategy == v.plan.strategy && p.plan.recompute == v.plan.recompute &&
+                p.plan.micro_batch == v.plan.micro_batch)
+                return p;
+        FAIL("no plan without offload for " << describe_plan(v));
+        return v;
+    };
+    std::set<std::string> flags;
+    for (std::size_t i : r.ranking) CHECK_FALSE(offload_flags(r.plans[i].plan).empty());
+    for (const PlanResult& p : r.plans) {
+        if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
+        const std::string f = offload_flags(p.plan);
+        if (f.empty()) continue;
+        flags.insert(std::string(strategies::to_string(p.plan.strategy)) + " " + f);
+        // Listed only after a plan that cannot fit without it, and saving what it moves: ZeRO-3's
+        // optimizer offload keeps 2 of its 16 bytes per parameter (sharded 4 ways) on the device,
+        // its full offload none.
+        const PlanResult& twin = twin_of(p);
+        CHECK(static_cast<double>(twin.memory_bound.count()) > allowed);
+        if (p.plan.strategy == strategies::DataParallel::zero3) {
+            const double saved = static_cast<double>(twin.memory_bound.count() - p.memory_bound.count());
+            const double per_param = saved / static_cast<double>(model.parameters());
+            CHECK(per_param == Approx(p.plan.offload == strategies::Offload::cpu ? 16.0 / 4 : 14.0 / 4).epsilon(1e-9));
+        }
+    }
+    CHECK(flags == std::set<std::string>{"zero2 --offload-optimizer cpu", "zero3 --offload-optimizer cpu", "zero3 --offload cpu",
+                                         "fsdp --offload cpu"});
+    // The variants come right after their plan, so shards enumerate them alike.
+    for (std::size_t i = 1; i < r.plans.size(); ++i)
+        if (!offload_flags(r.plans[i].plan).empty())
+            CHECK(r.plans[i - 1].plan.strategy == r.plans[i].plan.strategy);
 }
 
 TEST_CASE("an analytic screen re-simulates its best plans flow-level and ranks them first", "[tools][sweep]") {
@@ -368,6 +428,14 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         const Result r = with({"--dispatch-overhead", "fast"});
         CHECK(r.code == 2);
         CHECK(r.err.find("--dispatch-overhead") != std::string::npos);
+    }
+    SECTION("offload") {
+        const Result r = with({"--offload", "none,cpu"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--offload") != std::string::npos);
+        const Result disk = with({"--offload", "disk"});
+        CHECK(disk.code == 2);
+        CHECK(disk.err.find("--offload") != std::string::npos);
     }
     SECTION("no plan fits: exit 3") {
         const Result r = with({"--max-memory", "1 MB", "--tp", "1", "--pp", "1"});
