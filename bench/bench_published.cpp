@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
     std::string model_dir = (std::filesystem::temp_directory_path() / "smolcluster-published-models").string();
     int rows = 0;
     int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    app.add_option("--validation", validation, "folder with vtrain-single-node.csv and published.jsonl")->capture_default_str();
+    app.add_option("--validation", validation, "folder with vtrain-single-node.csv, vtrain-multi-node.csv and published.jsonl")->capture_default_str();
     app.add_option("--source", source, "only this source (vtrain, llama3-herd, dgxc-benchmarking, …)");
     app.add_option("--rows", rows, "only the first N rows of each source (0: all)")->capture_default_str();
     app.add_option("--jobs", jobs, "simulations run at once")->capture_default_str();

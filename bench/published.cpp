@@ -94,14 +94,22 @@ constexpr const char* kVtrainHeader =
 /// vTrain's NCCL all-reduce tables (trace/a100/AR_GPU*_LUT) as a profile: validation/vtrain-nccl/.
 constexpr const char* kVtrainNcclProfile = "vtrain-a100-nccl.json";
 constexpr const char* kVtrainKeys[] = {"gpus", "gbs", "mbs", "h", "heads", "L", "seq", "tp", "dp", "pp", "iter_ms"};
+/// vTrain's data/ground_truth_multi.csv: the same columns after the model's size in billions.
+constexpr const char* kVtrainMultiHeader =
+    "Parameters (billion),# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+    "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)";
 
 }  // namespace
 
 std::vector<Row> read_vtrain_csv(const std::string& path) {
     const std::string name = file_name(path);
     const std::vector<std::string> lines = lines_of(read_text_file(path));
-    if (lines.empty() || lines[0] != kVtrainHeader)
-        fail_input(std::string("the header line of vTrain's ground_truth_single.csv: '") + kVtrainHeader + "'",
+    // The single-node file, or the multi-node one, whose first column (the size in billions, a
+    // label: the shape is in the other columns) is checked and dropped.
+    const bool multi = !lines.empty() && lines[0] == kVtrainMultiHeader;
+    if (lines.empty() || (lines[0] != kVtrainHeader && !multi))
+        fail_input(std::string("the header line of vTrain's ground_truth_single.csv ('") + kVtrainHeader +
+                       "') or ground_truth_multi.csv ('" + kVtrainMultiHeader + "')",
                    "'" + (lines.empty() ? std::string() : lines[0]) + "'", {name, "", ""});
     std::vector<Row> rows;
     for (std::size_t i = 1; i < lines.size(); ++i) {
@@ -111,9 +119,22 @@ std::vector<Row> read_vtrain_csv(const std::string& path) {
         std::stringstream s(lines[i]);
         std::string cell;
         while (std::getline(s, cell, ',')) cells.push_back(cell);
-        if (cells.size() != std::size(kVtrainKeys))
-            fail_input("11 comma-separated fields on line " + std::to_string(line), std::to_string(cells.size()),
-                       {name, "", ""});
+        const std::size_t fields = std::size(kVtrainKeys) + (multi ? 1 : 0);
+        if (cells.size() != fields)
+            fail_input(std::to_string(fields) + " comma-separated fields on line " + std::to_string(line),
+                       std::to_string(cells.size()), {name, "", ""});
+        if (multi) {
+            std::size_t used = 0;
+            double billions = 0;
+            try {
+                billions = std::stod(cells[0], &used);
+            } catch (const std::exception&) {
+            }
+            if (used != cells[0].size() || !(billions > 0))
+                fail_input("a positive size in billions for 'Parameters (billion)' on line " + std::to_string(line),
+                           "'" + cells[0] + "'", {name, "", ""});
+            cells.erase(cells.begin());
+        }
         Json data = Json::object();
         for (std::size_t c = 0; c < cells.size(); ++c) {
             std::size_t used = 0;
@@ -133,8 +154,8 @@ std::vector<Row> read_vtrain_csv(const std::string& path) {
                 data[kVtrainKeys[c]] = static_cast<std::int64_t>(v);
         }
         char id[16];
-        std::snprintf(id, sizeof id, "V%04zu", rows.size() + 1);
-        rows.push_back({id, "vtrain", name, line, std::move(data), fs::path(path).parent_path().string()});
+        std::snprintf(id, sizeof id, multi ? "M%04zu" : "V%04zu", rows.size() + 1);
+        rows.push_back({id, multi ? "vtrain-multi" : "vtrain", name, line, std::move(data), fs::path(path).parent_path().string()});
     }
     return rows;
 }
@@ -229,6 +250,8 @@ std::vector<Row> read_published_jsonl(const std::string& path) {
 
 std::vector<Row> read_validation(const std::string& dir) {
     std::vector<Row> rows = read_vtrain_csv((fs::path(dir) / "vtrain-single-node.csv").string());
+    std::vector<Row> multi = read_vtrain_csv((fs::path(dir) / "vtrain-multi-node.csv").string());
+    rows.insert(rows.end(), std::make_move_iterator(multi.begin()), std::make_move_iterator(multi.end()));
     std::vector<Row> published = read_published_jsonl((fs::path(dir) / "published.jsonl").string());
     rows.insert(rows.end(), std::make_move_iterator(published.begin()), std::make_move_iterator(published.end()));
     return rows;
@@ -473,8 +496,11 @@ Mapping map_vtrain_run(const Row& row, const VtrainRun& v, const std::string& mo
     m.global_batch = v.gbs;
     m.seq = s.seq;
     m.metric = Metric{"iter_ms", MetricKind::step_time, v.iter_ms, 1e-3, "iteration time (ms), measured"};
+    // vTrain's configs: nodes of 8 GPUs ("node_size": 8), config/validation/{single,multi}/.
+    if (v.gpus > 8 && v.gpus % 8 != 0)
+        fail_input("whole nodes of 8 GPUs", std::to_string(v.gpus) + " GPUs", at(row, ""));
     m.args = {"simulate",       "--model",     model_path(model_dir, s), "--cluster", "hgx-a100-4hdr",
-              "--devices",      std::to_string(v.gpus),
+              v.gpus > 8 ? "--nodes" : "--devices", std::to_string(v.gpus > 8 ? v.gpus / 8 : v.gpus),
               "--tp",           std::to_string(v.tp),
               "--pp",           std::to_string(v.pp),
               "--dp",           std::to_string(v.dp),
@@ -810,6 +836,7 @@ using Mapper = Mapping (*)(const Row&, const std::string&);
 const std::map<std::string, Mapper>& mappers() {
     static const std::map<std::string, Mapper> all{
         {"vtrain", map_vtrain},
+        {"vtrain-multi", map_vtrain},
         {"vtrain-samples", map_vtrain_samples},
         {"llama3-herd", map_llama3_herd},
         {"opt", map_opt},

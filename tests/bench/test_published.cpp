@@ -95,6 +95,29 @@ TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][publ
     CHECK(measured_step_seconds(m, 0) == Approx(0.1606027));
 }
 
+TEST_CASE("a multi-node vTrain row maps to whole 8-GPU nodes", "[bench][published]") {
+    // validation/vtrain-multi-node.csv line 2: a 3.6 B model (30 layers, hidden 3072, 32 heads,
+    // seq 2048) on 64 GPUs, global batch 512, micro-batch 8, tp 1, dp 64, pp 1, 3,566.5 ms. The
+    // size in billions is a label: 12 · 30 · 3072² ≈ 3.4e9 in the layers plus the embeddings.
+    const Row& r = row("M0001");
+    CHECK(r.line == 2);
+    CHECK(r.source == "vtrain-multi");
+    const Mapping m = map_row(r, "/models");
+    REQUIRE(m.representable());
+    const std::vector<std::string> expected{
+        "simulate", "--model", "/models/gpt-l30-h3072-a32-f12288-v50304-s2048.json", "--cluster", "hgx-a100-4hdr",
+        "--nodes", "8", "--tp", "1", "--pp", "1", "--dp", "64", "--micro-batch", "8", "--global-batch", "512",
+        "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b", "--profile", kValidation + "/vtrain-a100-nccl.json",
+        "--strategy", "ddp", "--framework", "megatron-deepspeed", "--attention", "eager", "--json"};
+    CHECK(m.args == expected);
+    REQUIRE(m.metric);
+    CHECK(measured_step_seconds(m, 0) == Approx(3.5665));
+    // The 175 B rows are GPT-3's shape: 96 layers of 12,288.
+    const Mapping big = map_row(row("M0089"), "/models");
+    CHECK(big.args[2] == "/models/gpt-l96-h12288-a96-f49152-v50688-s2048.json");   // tp 4: vocabulary padded to 512
+    CHECK(big.args[6] == "64");   // 512 GPUs
+}
+
 TEST_CASE("the published rows map to the plans their sources describe", "[bench][published]") {
     SECTION("Llama 3 405B on 8,192 Grand Teton H100s") {
         const Mapping m = map_row(row("P01"), "/models");
@@ -193,8 +216,10 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
     const auto& rows = all_rows();
     // Counted apart from the reader: every data line of each file is a row.
     CHECK(rows.size() == data_lines(kValidation + "/vtrain-single-node.csv", true) +
+                             data_lines(kValidation + "/vtrain-multi-node.csv", true) +
                              data_lines(kValidation + "/published.jsonl", false));
     CHECK(std::count_if(rows.begin(), rows.end(), [](const Row& r) { return r.source == "vtrain"; }) == 1440);
+    CHECK(std::count_if(rows.begin(), rows.end(), [](const Row& r) { return r.source == "vtrain-multi"; }) == 109);
     std::set<std::string> ids, representable;
     for (const Row& r : rows) {
         INFO(r.id);
@@ -224,12 +249,12 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
         if (id[0] == 'P') published.insert(id);
     CHECK(published == std::set<std::string>{"P01", "P02", "P03", "P05", "P06", "P07", "P09", "P10", "P11", "P20", "P30",
                                              "P32", "P33", "P36", "P44", "P45"});
-    CHECK(representable.size() == 1440 + 16);
+    CHECK(representable.size() == 1440 + 109 + 16);   // both vTrain files whole, and the rows above
 
     // Run the quick ones: every outcome is simulated or not representable, never lost or failed.
     std::vector<Row> quick;
     for (const Row& r : rows)
-        if ((r.source == "vtrain" && quick.size() < 4) || r.id == "P05" || (r.id[0] == 'P' && !representable.count(r.id)) ||
+        if ((r.source == "vtrain" && quick.size() < 4) || r.id == "M0001" || r.id == "P05" || (r.id[0] == 'P' && !representable.count(r.id)) ||
             r.id == "P44" || r.id == "P45")
             quick.push_back(r);
     const auto outcomes = run_rows(quick, (fs::temp_directory_path() / "smolcluster-test-models").string(), 2);
@@ -309,6 +334,19 @@ TEST_CASE("bad validation files are errors that name the file and line", "[bench
         TempFile f("smol-bad-degrees.csv", header + "8,16,8,1024,16,24,1024,1,1,2,372.1\n");
         const auto rows = read_vtrain_csv(f.path.string());
         CHECK_THAT(bad_input_message([&] { map_row(rows.at(0), "/m"); }), Contains("smol-bad-degrees.csv:2") && Contains("8 GPUs"));
+    }
+    SECTION("a multi-node CSV row whose size is not a number, or whose GPUs are not whole nodes") {
+        const std::string multi =
+            "Parameters (billion),# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+            "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n";
+        TempFile f("smol-bad-size.csv", multi + "big,64,512,8,3072,32,30,2048,1,64,1,3566.5\n");
+        CHECK_THAT(bad_input_message([&] { read_vtrain_csv(f.path.string()); }),
+                   Contains("smol-bad-size.csv") && Contains("'Parameters (billion)' on line 2") && Contains("'big'"));
+        TempFile g("smol-part-node.csv", multi + "3.6,12,48,8,3072,32,30,2048,1,12,1,3566.5\n");
+        const auto rows = read_vtrain_csv(g.path.string());
+        REQUIRE(rows.size() == 1);
+        CHECK(rows[0].source == "vtrain-multi");
+        CHECK_THAT(bad_input_message([&] { map_row(rows.at(0), "/m"); }), Contains("whole nodes of 8 GPUs") && Contains("12 GPUs"));
     }
     SECTION("a missing file") {
         CHECK_THAT(bad_input_message([] { read_validation("/nonexistent-validation"); }), Contains("cannot read"));
