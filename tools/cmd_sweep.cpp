@@ -424,6 +424,26 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
                    "list a --cp size of 2 or more",
                    flag("--cp-comm"));
     for (const std::string& s : f.offload) o.space.offload.push_back(strategies::parse_offload(s, "--offload"));
+    // Offload asked for where no searched strategy can offload (ddp, ring, ps) is refused, not ignored.
+    if (!o.space.strategies.empty()) {
+        const auto searched = [&](std::initializer_list<strategies::DataParallel> any) {
+            return std::any_of(o.space.strategies.begin(), o.space.strategies.end(), [&](strategies::DataParallel d) {
+                return std::find(any.begin(), any.end(), d) != any.end();
+            });
+        };
+        const auto asked = [&](strategies::Offload t) {
+            return std::find(o.space.offload.begin(), o.space.offload.end(), t) != o.space.offload.end();
+        };
+        using DP = strategies::DataParallel;
+        if ((asked(strategies::Offload::cpu) || asked(strategies::Offload::nvme)) &&
+            !searched({DP::zero1, DP::zero2, DP::zero3, DP::fsdp}))
+            fail_input("no effect here: none of the --strategies searched keeps states off the device; "
+                       "list zero1, zero2, zero3 or fsdp",
+                       flag("--offload"));
+        if (asked(strategies::Offload::nvme) && !searched({DP::zero3}))
+            fail_input("nvme has no effect here: only zero3 offloads to NVMe (ZeRO-Infinity); add zero3 to --strategies",
+                       flag("--offload"));
+    }
     o.space.micro_batch = f.micro_batch;
     if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
     for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--cp", &f.cp}, {"--micro-batch", &f.micro_batch}})

@@ -436,6 +436,13 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         const Result disk = with({"--offload", "disk"});
         CHECK(disk.code == 2);
         CHECK(disk.err.find("--offload") != std::string::npos);
+        // Asked for, but no strategy searched can offload (there), or none to NVMe.
+        const Result ddp = with({"--strategies", "ddp,ring", "--offload", "cpu"});
+        CHECK(ddp.code == 2);
+        CHECK(ddp.err.find("--offload: no effect here") != std::string::npos);
+        const Result nvme = with({"--strategies", "zero2,fsdp", "--offload", "cpu,nvme"});
+        CHECK(nvme.code == 2);
+        CHECK(nvme.err.find("only zero3") != std::string::npos);
     }
     SECTION("no plan fits: exit 3") {
         const Result r = with({"--max-memory", "1 MB", "--tp", "1", "--pp", "1"});
