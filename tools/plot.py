@@ -264,7 +264,9 @@ def plot_sweep(doc, out, fmt):
         ax.step(xs, ys, where="post", color="#000000", linewidth=1.2, label=f"Pareto front ({len(front)})")
         ax.scatter(xs, ys, s=40, facecolors="none", edgecolors="#000000", linewidths=1.0)
         b = min(front, key=lambda p: p["iteration_time_s"])
-        text = f"fastest: {b['strategy']} tp {b['tp']} pp {b['pp']} mb {b['micro_batch']}, {b['iteration_time_s']:.4g} s"
+        offload = f" {b['offload']}" if b.get("offload") else ""   # sweep --json: the simulate flags, "" without
+        text = (f"fastest: {b['strategy']} tp {b['tp']} pp {b['pp']} mb {b['micro_batch']}{offload}, "
+                f"{b['iteration_time_s']:.4g} s")
         ax.annotate(text, xy=(b["peak_memory_bytes"] / GIB, b["iteration_time_s"]), xytext=(10, -14),
                     textcoords="offset points", fontsize=9)
     if "device_memory_bytes" in s:
