@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "exec/executor.hpp"
 #include "tools/execution.hpp"
+#include "tools/fit_advice.hpp"
 #include "tools/commands.hpp"
 #include "tools/output_file.hpp"
 #include "tools/plan_flags.hpp"
@@ -424,25 +425,24 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
                    "list a --cp size of 2 or more",
                    flag("--cp-comm"));
     for (const std::string& s : f.offload) o.space.offload.push_back(strategies::parse_offload(s, "--offload"));
-    // Offload asked for where no searched strategy can offload (ddp, ring, ps) is refused, not ignored.
+    // Offload asked for where no searched strategy can offload (ddp, ring, ps) is refused, not
+    // ignored; which strategy offloads where is offload_choices' (fit_advice.hpp).
     if (!o.space.strategies.empty()) {
-        const auto searched = [&](std::initializer_list<strategies::DataParallel> any) {
+        const auto reaches = [&](strategies::Offload tier) {
             return std::any_of(o.space.strategies.begin(), o.space.strategies.end(), [&](strategies::DataParallel d) {
-                return std::find(any.begin(), any.end(), d) != any.end();
+                const auto choices = offload_choices(d, tier == strategies::Offload::nvme);
+                return std::any_of(choices.begin(), choices.end(), [&](const OffloadChoice& c) { return c.tier() == tier; });
             });
         };
-        const auto asked = [&](strategies::Offload t) {
-            return std::find(o.space.offload.begin(), o.space.offload.end(), t) != o.space.offload.end();
-        };
-        using DP = strategies::DataParallel;
-        if ((asked(strategies::Offload::cpu) || asked(strategies::Offload::nvme)) &&
-            !searched({DP::zero1, DP::zero2, DP::zero3, DP::fsdp}))
+        for (strategies::Offload tier : o.space.offload) {
+            if (tier == strategies::Offload::none || reaches(tier)) continue;
+            if (tier == strategies::Offload::nvme && reaches(strategies::Offload::cpu))
+                fail_input("nvme has no effect here: only zero3 offloads to NVMe (ZeRO-Infinity); add zero3 to --strategies",
+                           flag("--offload"));
             fail_input("no effect here: none of the --strategies searched keeps states off the device; "
                        "list zero1, zero2, zero3 or fsdp",
                        flag("--offload"));
-        if (asked(strategies::Offload::nvme) && !searched({DP::zero3}))
-            fail_input("nvme has no effect here: only zero3 offloads to NVMe (ZeRO-Infinity); add zero3 to --strategies",
-                       flag("--offload"));
+        }
     }
     o.space.micro_batch = f.micro_batch;
     if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
