@@ -284,7 +284,6 @@ CpuBackend::CpuBackend(const OpGraph& graph, Mpi& mpi, std::string scratch)
 
 CpuBackend::~CpuBackend() {
     for (auto& d : devices_) d.reset();
-    for (auto& [p, bytes] : blocks_) std::free(p);
 }
 
 std::string CpuBackend::describe() const {
@@ -317,8 +316,7 @@ void CpuBackend::prepare(const OpGraph& graph, int rank, const Communicators& co
                                                                         file[static_cast<std::size_t>(s)]);
         workspace_ += Bytes(need[static_cast<std::size_t>(s)]);
     }
-    block_of_.assign(graph.buffers().size(), nullptr);
-    file_of_.assign(graph.buffers().size(), {});
+    buffers_.reset(rank, graph.buffers().size());
 }
 
 StreamDevice& CpuBackend::stream(Stream s) {
@@ -336,67 +334,11 @@ bool CpuBackend::direct_io() const {
 }
 
 void CpuBackend::allocate(std::int32_t buffer) {
-    const Buffer& b = g_.buffers()[static_cast<std::size_t>(buffer)];
-    if (b.bytes <= 0) return;
-    const auto i = static_cast<std::size_t>(buffer);
-    if (b.tier == Tier::nvme) {
-        std::string path;
-        {
-            std::lock_guard<std::mutex> lock(alloc_mu_);
-            if (auto it = free_files_.find(b.bytes); it != free_files_.end()) {
-                path = it->second;
-                free_files_.erase(it);
-            } else {
-                path = scratch_.next_file(rank_, "buffer");
-                files_.push_back(path);
-            }
-        }
-        const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
-        if (fd < 0) fail_io("cannot create", path);
-        const int rc = posix_fallocate(fd, 0, static_cast<off_t>(b.bytes));
-        close(fd);
-        if (rc != 0) {
-            errno = rc;
-            fail_io("cannot reserve " + to_string(Bytes(b.bytes)) + " for", path);
-        }
-        file_of_[i] = path;
-        return;
-    }
-    void* p = nullptr;
-    {
-        std::lock_guard<std::mutex> lock(alloc_mu_);
-        if (auto it = free_blocks_.find(b.bytes); it != free_blocks_.end()) {
-            p = it->second;
-            free_blocks_.erase(it);
-        }
-    }
-    if (!p) {
-        const std::int64_t bytes = round_up(b.bytes, kPage);
-        p = std::aligned_alloc(kPage, static_cast<std::size_t>(bytes));
-        if (!p)
-            throw Error(ErrorKind::bad_input, "rank " + std::to_string(b.rank) + " cannot allocate " + to_string_binary(Bytes(bytes)) +
-                                                  " of " + to_string(static_cast<BufferLabel>(b.label)));
-        // Touch every page: the memory is resident, as a framework's first write makes it.
-        auto* c = static_cast<volatile char*>(p);
-        for (std::int64_t o = 0; o < bytes; o += kPage) c[o] = 0;
-        std::lock_guard<std::mutex> lock(alloc_mu_);
-        blocks_.emplace_back(p, bytes);
-    }
-    block_of_[i] = p;
+    buffers_.allocate(buffer, g_.buffers()[static_cast<std::size_t>(buffer)]);
 }
 
 void CpuBackend::release(std::int32_t buffer) {
-    const Buffer& b = g_.buffers()[static_cast<std::size_t>(buffer)];
-    const auto i = static_cast<std::size_t>(buffer);
-    std::lock_guard<std::mutex> lock(alloc_mu_);
-    if (block_of_[i]) {
-        free_blocks_.emplace(b.bytes, block_of_[i]);
-        block_of_[i] = nullptr;
-    }
-    if (!file_of_[i].empty()) {
-        free_files_.emplace(b.bytes, file_of_[i]);
-        file_of_[i].clear();
-    }
+    buffers_.release(buffer, g_.buffers()[static_cast<std::size_t>(buffer)]);
 }
 
 }  // namespace smol::exec::cpu

@@ -20,13 +20,12 @@
 #pragma once
 
 #include <array>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "exec/cpu/host_buffers.hpp"
 #include "exec/executor.hpp"
 #include "exec/mpi.hpp"
 
@@ -113,13 +112,7 @@ private:
     std::array<std::unique_ptr<Device>, kStreams> devices_;
     Bytes workspace_;
 
-    std::mutex alloc_mu_;
-    std::multimap<std::int64_t, void*> free_blocks_;     // size → kept block
-    std::multimap<std::int64_t, std::string> free_files_;
-    std::vector<void*> block_of_;                        // per buffer, while allocated
-    std::vector<std::string> file_of_;
-    std::vector<std::pair<void*, std::int64_t>> blocks_; // every block made, for the destructor
-    std::vector<std::string> files_;
+    HostBuffers buffers_{scratch_};
 };
 
 }  // namespace smol::exec::cpu

@@ -366,7 +366,6 @@ CudaBackend::~CudaBackend() {
     for (cudaEvent_t e : events_)
         if (e) cudaEventDestroy(e);
     if (step_start_) cudaEventDestroy(step_start_);
-    for (auto& [p, bytes] : host_blocks_) std::free(p);
 }
 
 void CudaBackend::use_device() const { check(cudaSetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")"); }
@@ -465,8 +464,7 @@ void CudaBackend::prepare(const OpGraph& g, int rank, const Communicators& comms
         slot[static_cast<std::size_t>(op.ref)] = devices_[static_cast<std::size_t>(op.stream)]->stream();
     }
     device_block_.assign(buffers, nullptr);
-    host_block_.assign(buffers, nullptr);
-    file_of_.assign(buffers, {});
+    host_buffers_.reset(rank_, buffers);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after preparing the workspaces");
 }
 
@@ -506,48 +504,7 @@ void CudaBackend::allocate(std::int32_t buffer) {
         device_block_[i] = p;
         return;
     }
-    if (b.tier == Tier::nvme) {
-        std::string path;
-        {
-            std::lock_guard<std::mutex> lock(host_mu_);
-            if (auto it = free_files_.find(b.bytes); it != free_files_.end()) {
-                path = it->second;
-                free_files_.erase(it);
-            } else {
-                path = scratch_.next_file(rank_, "buffer");
-            }
-        }
-        const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
-        if (fd < 0) fail_io("cannot create", path);
-        const int rc = posix_fallocate(fd, 0, static_cast<off_t>(b.bytes));
-        close(fd);
-        if (rc != 0) {
-            errno = rc;
-            fail_io("cannot reserve " + text(b.bytes) + " of " + label + " in", path);
-        }
-        file_of_[i] = path;
-        return;
-    }
-    void* p = nullptr;
-    {
-        std::lock_guard<std::mutex> lock(host_mu_);
-        if (auto it = free_host_.find(b.bytes); it != free_host_.end()) {
-            p = it->second;
-            free_host_.erase(it);
-        }
-    }
-    if (!p) {
-        const std::int64_t bytes = round_up(b.bytes, kPage);
-        p = std::aligned_alloc(kPage, static_cast<std::size_t>(bytes));
-        if (!p)
-            throw Error(ErrorKind::bad_input, "rank " + std::to_string(b.rank) + " cannot allocate " + text(bytes) +
-                                                  " of host memory for " + label);
-        auto* c = static_cast<volatile char*>(p);
-        for (std::int64_t o = 0; o < bytes; o += kPage) c[o] = 0;   // resident, as a first write makes it
-        std::lock_guard<std::mutex> lock(host_mu_);
-        host_blocks_.emplace_back(p, bytes);
-    }
-    host_block_[i] = p;
+    host_buffers_.allocate(buffer, b);
 }
 
 void CudaBackend::release(std::int32_t buffer) {
@@ -560,15 +517,7 @@ void CudaBackend::release(std::int32_t buffer) {
                                                       to_string(static_cast<BufferLabel>(b.label)));
         device_block_[i] = nullptr;
     }
-    std::lock_guard<std::mutex> lock(host_mu_);
-    if (host_block_[i]) {
-        free_host_.emplace(b.bytes, host_block_[i]);
-        host_block_[i] = nullptr;
-    }
-    if (!file_of_[i].empty()) {
-        free_files_.emplace(b.bytes, file_of_[i]);
-        file_of_[i].clear();
-    }
+    host_buffers_.release(buffer, b);
 }
 
 void CudaBackend::begin_step() {

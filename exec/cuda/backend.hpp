@@ -37,13 +37,11 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "exec/cpu/backend.hpp"   // cpu::ScratchDir, the NVMe tier's folder
+#include "exec/cpu/backend.hpp"   // cpu::ScratchDir and cpu::HostBuffers, the host and NVMe tiers
 #include "exec/cuda/plan.hpp"
 #include "exec/executor.hpp"
 #include "exec/mpi.hpp"
@@ -126,12 +124,7 @@ private:
     // Buffers of the graph.
     std::vector<cudaStream_t> alloc_stream_, free_stream_;   // per buffer: its alloc's and free's stream
     std::vector<void*> device_block_;                        // per device-tier buffer, while allocated
-    std::mutex host_mu_;
-    std::multimap<std::int64_t, void*> free_host_;           // size → kept pageable block
-    std::vector<void*> host_block_;
-    std::vector<std::pair<void*, std::int64_t>> host_blocks_;   // every block made, for the destructor
-    std::multimap<std::int64_t, std::string> free_files_;
-    std::vector<std::string> file_of_;
+    cpu::HostBuffers host_buffers_{scratch_};                 // host- and NVMe-tier buffers
 };
 
 }  // namespace smol::exec::cuda
