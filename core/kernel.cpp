@@ -70,6 +70,7 @@ const char* to_string(KernelName k) {
         case KernelName::scale: return "scale";
         case KernelName::mask: return "mask";
         case KernelName::grad_accumulate: return "grad_accumulate";
+        case KernelName::quantize: return "quantize";
     }
     return "?";
 }
@@ -92,6 +93,40 @@ Kernel gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_
     g.bytes = checked_mul(checked_mul(elements, elem_bytes, what), batch, what);
     g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
     return g;
+}
+
+const char* to_string(Fp8Recipe r) {
+    switch (r) {
+        case Fp8Recipe::none: return "none";
+        case Fp8Recipe::delayed: return "delayed";
+        case Fp8Recipe::tensorwise: return "tensorwise";
+    }
+    return "?";
+}
+
+Kernel fp8_gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_t n, std::int64_t k,
+                       std::int64_t batch, int out_bytes, bool weight, Fp8Recipe recipe) {
+    Kernel g = gemm_kernel(name, cls, m, n, k, batch, out_bytes, weight);
+    const char* what = "bytes an FP8 GEMM moves";
+    g.bytes = checked_mul(checked_add(checked_add(checked_mul(m, k, what), checked_mul(k, n, what), what),
+                                      checked_mul(checked_mul(m, n, what), out_bytes, what), what),
+                          batch, what);
+    g.fp8 = recipe;
+    return g;
+}
+
+std::vector<Kernel> quantize_kernels(std::int64_t elements, int src_bytes, bool transpose, Fp8Recipe recipe) {
+    const char* what = "bytes a cast to FP8 moves";
+    std::vector<Kernel> out;
+    // Current scaling's amax: a reduction reading the tensor (TE's compute_amax, then the scale
+    // from it, before the cast can start).
+    if (recipe == Fp8Recipe::tensorwise)
+        out.push_back(stream_kernel(KernelName::quantize, KernelClass::elementwise, checked_mul(elements, src_bytes, what),
+                                    static_cast<double>(elements)));
+    // The cast: read the tensor, write one FP8 byte per element (and the transposed copy).
+    out.push_back(stream_kernel(KernelName::quantize, KernelClass::elementwise,
+                                checked_mul(elements, src_bytes + (transpose ? 2 : 1), what), static_cast<double>(elements)));
+    return out;
 }
 
 Kernel softmax_kernel(std::int64_t rows, std::int64_t cols, int elem_bytes) {
@@ -166,8 +201,19 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
             case KernelOp::gemm: {
                 // Each gradient is the same product count as the forward: carry its FLOPs over
                 // (a layer list's GEMM carries the spec's exact FLOPs, not its rounded shape's).
-                Kernel da = gemm_kernel(f.name, f.cls, f.m, f.k, f.n, f.batch, f.elem_bytes, false);
-                Kernel db = gemm_kernel(f.name, f.cls, f.k, f.n, f.m, f.batch, f.elem_bytes, f.weight);
+                // An FP8 linear's backward (TE's Linear backward, transformer_engine/pytorch/module/
+                // linear.py): the incoming gradient cast to FP8 with its transpose, then the data
+                // gradient dC·Bᵀ and the weight gradient Aᵀ·dC, both FP8 GEMMs. A zero-bubble
+                // weight pass reuses the cast its input pass made.
+                const bool fp8 = f.fp8 != Fp8Recipe::none;
+                if (fp8 && inputs)
+                    for (const Kernel& q : quantize_kernels(checked_mul(checked_mul(f.m, f.n, "gradient elements"), f.batch, "gradient elements"),
+                                                            f.elem_bytes, true, f.fp8))
+                        out.push_back(q);
+                Kernel da = fp8 ? fp8_gemm_kernel(f.name, f.cls, f.m, f.k, f.n, f.batch, f.elem_bytes, false, f.fp8)
+                                : gemm_kernel(f.name, f.cls, f.m, f.k, f.n, f.batch, f.elem_bytes, false);
+                Kernel db = fp8 ? fp8_gemm_kernel(f.name, f.cls, f.k, f.n, f.m, f.batch, f.elem_bytes, f.weight, f.fp8)
+                                : gemm_kernel(f.name, f.cls, f.k, f.n, f.m, f.batch, f.elem_bytes, f.weight);
                 da.flops = db.flops = f.flops;
                 if (inputs) out.push_back(da);
                 if (f.weight ? weights : inputs) out.push_back(db);
@@ -191,6 +237,7 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                 }
                 break;
             case KernelOp::stream:
+                if (f.name == KernelName::quantize) break;   // its input's gradient is the GEMM's data gradient
                 if (inputs && same_pass_gradient(f.name)) {
                     out.push_back(f);   // the inverse permutation, the cast back, the same scale or mask
                 } else if (inputs) {

@@ -53,7 +53,19 @@ enum class KernelName : std::uint8_t {
     // A parameter's gradient added to what earlier micro-batches left (PyTorch's AccumulateGrad,
     // Megatron's main_grad hook): strategies/data_parallel.hpp accumulation_kernel.
     grad_accumulate,
+    // A tensor cast to FP8 for an FP8 GEMM (Transformer Engine's quantizers), with the amax
+    // reduction of current scaling: quantize_kernels. Its input's gradient is the GEMM's, so it
+    // has no backward of its own.
+    quantize,
 };
+
+/// FP8 training as Transformer Engine runs it (Megatron core's --fp8-format hybrid with
+/// --fp8-recipe): the linear layers' GEMMs take FP8 operands (E4M3 forward, E5M2 gradients),
+/// everything else stays in the training dtype. `delayed` scales each tensor by an amax history
+/// (TE's DelayedScaling: the cast computes the new amax as it goes); `tensorwise` by the tensor's
+/// own amax (Float8CurrentScaling: an amax reduction pass before each cast).
+enum class Fp8Recipe : std::uint8_t { none, delayed, tensorwise };
+const char* to_string(Fp8Recipe r);
 
 /// A pass whose gradient is the same pass again (a permutation, a cast, a scaling, a mask):
 /// backward_kernels prices it as the forward kernel, not as the generic two-input backward.
@@ -72,7 +84,10 @@ struct Kernel {
     /// The framework's per-kernel host time (OpGraph::dispatch_overhead) precedes its launch; false
     /// for kernels autograd's C++ engine launches with no Python in between (AccumulateGrad).
     bool dispatched = true;
-    std::uint8_t elem_bytes = 2;    // gemm / softmax / flash: bytes per element of the operands
+    /// gemm: FP8 operands (1 byte each) at the device's FP8 rate, the output in `elem_bytes`;
+    /// backward_kernels quantizes the incoming gradient under the same recipe.
+    Fp8Recipe fp8 = Fp8Recipe::none;
+    std::uint8_t elem_bytes = 2;    // gemm / softmax / flash: bytes per element of the operands (fp8 gemm: of its output)
     std::int32_t batch = 1;         // gemm / flash: independent problems; softmax: rows
     std::int64_t m = 0, n = 0, k = 0;
     std::int64_t elements = 0;      // adam: parameters stepped
@@ -86,6 +101,17 @@ struct Kernel {
 /// and C written once. `weight`: B is a parameter matrix (a linear layer), not an activation.
 Kernel gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_t n, std::int64_t k,
                    std::int64_t batch, int elem_bytes, bool weight);
+/// The FP8 GEMM of a linear layer: C[m×n] = A[m×k]·B[k×n], `batch` times, A and B in FP8 (one
+/// byte per element), C written in the training dtype (`out_bytes`); 2·m·n·k FLOPs each.
+Kernel fp8_gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_t n, std::int64_t k,
+                       std::int64_t batch, int out_bytes, bool weight, Fp8Recipe recipe);
+/// Transformer Engine's cast of `elements` elements of `src_bytes` to FP8 (Float8Quantizer,
+/// Float8CurrentScalingQuantizer in transformer_engine/pytorch/tensor/float8_tensor.py): one
+/// kernel reading the tensor and writing its FP8 copy and, `transpose`, the transposed copy a
+/// later GEMM needs (TE's cast-transpose: a weight gradient reads the input column-wise); under
+/// tensorwise scaling an amax reduction reads the tensor first (its scale is then known before
+/// the cast). Two kernels or one.
+std::vector<Kernel> quantize_kernels(std::int64_t elements, int src_bytes, bool transpose, Fp8Recipe recipe);
 /// Softmax over `rows` rows of `cols` elements: read and write each element (about 5 FLOPs each:
 /// max, subtract, exp, sum, scale).
 Kernel softmax_kernel(std::int64_t rows, std::int64_t cols, int elem_bytes);
@@ -111,7 +137,9 @@ enum class BackwardPart : std::uint8_t { all, input, weight };
 /// softmax reads its output and the incoming gradient and writes one gradient (1.5× the forward's
 /// traffic); flash runs its backward kernel; a memory-bound pass reads its saved input and the
 /// incoming gradient and writes a gradient (2× the forward's traffic, as the fused backward
-/// kernels of norms, activations and dropout do).
+/// kernels of norms, activations and dropout do). An FP8 GEMM's gradients are FP8 GEMMs after
+/// the incoming gradient's cast (quantize_kernels, with its transpose; once, in the pass that
+/// computes input gradients); a cast to FP8 has no backward of its own.
 std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPart part = BackwardPart::all);
 
 /// Totals of a kernel list.

@@ -322,6 +322,14 @@ CpComm parse_cp_comm(const std::string& text, const ErrorContext& where) {
     fail_input("p2p, all-gather or a2a (Megatron's --cp-comm-type; a2a+p2p is not modelled)", "\"" + text + "\"", where);
 }
 
+Fp8Recipe parse_fp8_recipe(const std::string& text, const ErrorContext& where) {
+    if (text == "delayed") return Fp8Recipe::delayed;
+    if (text == "tensorwise") return Fp8Recipe::tensorwise;
+    fail_input("delayed (Transformer Engine's DelayedScaling) or tensorwise (Float8CurrentScaling), Megatron core's "
+               "--fp8-recipe names",
+               "\"" + text + "\"", where);
+}
+
 bool TransformerShape::moe_layer(int i) const {
     return moe.experts > 0 && !std::binary_search(moe.dense_layers.begin(), moe.dense_layers.end(), i);
 }

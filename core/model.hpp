@@ -144,6 +144,8 @@ bool megatron_fused_softmax(std::int64_t score_matrices, std::int64_t sq, std::i
 enum class CpComm : std::uint8_t { p2p, all_gather, all_to_all };
 const char* to_string(CpComm c);   // "p2p", "all-gather", "a2a" (Megatron's --cp-comm-type spells "allgather")
 CpComm parse_cp_comm(const std::string& text, const ErrorContext& where);
+/// --fp8: "delayed" or "tensorwise" (Megatron core's --fp8-recipe names; core/kernel.hpp Fp8Recipe).
+Fp8Recipe parse_fp8_recipe(const std::string& text, const ErrorContext& where);
 
 /// The expert part of an MoE layer on one rank, for a strategy that runs experts on other ranks
 /// (strategies/moe.hpp). The block's forward kernels split in three: fwd_kernels[0, dispatch_at)
@@ -207,6 +209,10 @@ struct Block {
     /// lookup's), one pass reading both and writing the sum; set on the embedding block when one
     /// replica holds both uses (strategies/data_parallel.cpp replica_blocks).
     std::optional<Kernel> tied_grad_sum;
+    /// Parameters of the block's FP8 linear layers on this rank: Transformer Engine casts each
+    /// weight to FP8 with its transpose at a step's first micro-batch (its weight workspace, kept
+    /// until the step's end: 2 bytes per parameter; fp8_weight_kernels).
+    std::int64_t fp8_params = 0;
     /// The kernels of one forward pass, in launch order (core/kernel.hpp); backward is derived
     /// from them (backward_kernels).
     std::vector<Kernel> fwd_kernels;
@@ -236,6 +242,9 @@ struct Workload {
     /// Megatron's apply_query_key_layer_scaling: eager attention's unfused softmax path scales the
     /// scores by the layer number, one more pass (Framework::qk_layer_scaling).
     bool qk_layer_scaling = false;
+    /// FP8 linear layers (Transformer Engine): their GEMMs in FP8, each input cast first, and the
+    /// inputs they keep for backward kept in FP8 (core/transformer.cpp).
+    Fp8Recipe fp8 = Fp8Recipe::none;
     int ep = 1;                    // expert parallelism: each rank holds experts / ep routed experts
     /// Tokens the busiest expert receives over the mean (≥ 1; 1: balanced routing). Every rank
     /// waits for the busiest at the combine all-to-all, so each rank's experts are priced (and

@@ -170,6 +170,7 @@ struct Dims {
     Recompute recompute;
     Attention attention;
     bool qk_layer_scaling = false;
+    Fp8Recipe fp8 = Fp8Recipe::none;
     I q() const { return a * hd; }    // query width
     I k() const { return kvh * hd; }  // key width
     I vw() const { return kvh * vd; } // value width
@@ -343,33 +344,47 @@ struct LayerPlan {
     double dispatch_factor = 1;  // capacity factor, or 1
 };
 
+/// A linear layer's GEMM (m tokens of k features through a k × n weight, `batch` times): with
+/// FP8, Transformer Engine's Linear (transformer_engine/pytorch/module/linear.py _Linear.forward):
+/// the input cast to FP8 with the transpose its weight gradient reads, then the FP8 GEMM, whose
+/// output is in the training dtype. The cast is priced on its own where TE fuses it into a
+/// preceding LayerNorm (LayerNormLinear), a pass over the norm's output more than TE makes.
+void linear(std::vector<Kernel>& k, const Dims& d, KernelName name, I m, I n, I kk, I batch = 1) {
+    const int eb = static_cast<int>(d.e);
+    if (d.fp8 == Fp8Recipe::none) {
+        k.push_back(gemm_kernel(name, KernelClass::gemm, m, n, kk, batch, eb, true));
+        return;
+    }
+    for (const Kernel& q : quantize_kernels(m * kk * batch, eb, true, d.fp8)) k.push_back(q);
+    k.push_back(fp8_gemm_kernel(name, KernelClass::gemm, m, n, kk, batch, eb, true, d.fp8));
+}
+
 /// The attention projections (before the core) of one attention block, as kernels.
 void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, bool cross) {
     const I tok = d.tok(), e = d.e, t = d.t;
     const I local = d.sp ? tok / t : tok;  // rows a replicated (duplicated) GEMM sees
-    const int eb = static_cast<int>(e);
     if (m.mla.kv_lora_rank > 0 && !cross) {
         const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank, rope = m.mla.rope_head_dim;
         if (ql > 0) {
-            k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, local, ql, d.h, 1, eb, true));
+            linear(k, d, KernelName::qkv, local, ql, d.h);
             k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * ql * e));
-            k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.q() / t, ql, 1, eb, true));
+            linear(k, d, KernelName::qkv, tok, d.q() / t, ql);
         } else {
-            k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.q() / t, d.h, 1, eb, true));
+            linear(k, d, KernelName::qkv, tok, d.q() / t, d.h);
         }
-        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, local, kvl + rope, d.h, 1, eb, true));
+        linear(k, d, KernelName::qkv, local, kvl + rope, d.h);
         k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * kvl * e));
-        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.a * (d.hd - rope + d.vd) / t, kvl, 1, eb, true));
+        linear(k, d, KernelName::qkv, tok, d.a * (d.hd - rope + d.vd) / t, kvl);
         // RoPE on the rope parts of the queries and the shared key.
         k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * (d.a * rope / t + rope) * e));
         return;
     }
     const I qkv = (d.q() + d.k() + d.vw()) / t;
     if (cross) {  // queries from the decoder, keys and values from the encoder output
-        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, d.q() / t, d.h, 1, eb, true));
-        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, (d.k() + d.vw()) / t, d.h, 1, eb, true));
+        linear(k, d, KernelName::qkv, tok, d.q() / t, d.h);
+        linear(k, d, KernelName::qkv, tok, (d.k() + d.vw()) / t, d.h);
     } else {
-        k.push_back(gemm_kernel(KernelName::qkv, KernelClass::gemm, tok, qkv, d.h, 1, eb, true));
+        linear(k, d, KernelName::qkv, tok, qkv, d.h);
     }
     // ColumnParallelLinear adds its bias in a separate kernel (read and write the output).
     if (m.qkv_bias) k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * qkv * e));
@@ -378,12 +393,19 @@ void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Di
     if (m.qk_norm) k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * tok * (d.q() + d.k()) / t * e));
 }
 
+/// Bytes per element of a linear layer's input kept for its weight gradient: with FP8, the
+/// column-wise FP8 copy Transformer Engine saves instead of the 16-bit tensor (linear.py keeps
+/// `inputmat` after its cast; LayerNormLinear keeps `ln_out` as cast, column-wise only).
+I linear_input_bytes(const Dims& d) { return d.fp8 != Fp8Recipe::none ? 1 : d.e; }
+
 /// Saved for backward by one attention block (before the core's own tensors), per rank: its
 /// input (the norm output) and the projections' saved inputs and outputs (Korthikanti §4.1:
-/// QKV input 2sbh, Q and K 4sbh, V 2sbh, the output projection's input 2sbh, in 16-bit).
+/// QKV input 2sbh, Q and K 4sbh, V 2sbh, the output projection's input 2sbh, in 16-bit). With
+/// FP8 the two linear inputs are FP8 (linear_input_bytes); flash attention still keeps its
+/// 16-bit output O for its own backward, beside the output projection's FP8 copy of it.
 I attention_activations(const TransformerShape& m, const Dims& d, bool causal) {
-    const I tok = d.tok(), e = d.e, t = d.t;
-    I bytes = d.rep(tok * d.h * e);                        // QKV input (the norm output)
+    const I tok = d.tok(), e = d.e, t = d.t, in = linear_input_bytes(d);
+    I bytes = d.rep(tok * d.h * in);                       // QKV input (the norm output)
     if (m.mla.kv_lora_rank > 0) {
         const I local = d.sp ? tok / t : tok;
         const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank;
@@ -395,7 +417,8 @@ I attention_activations(const TransformerShape& m, const Dims& d, bool causal) {
         bytes += tok * d.vw() * e / t;                     // V
         if (m.qk_norm) bytes += tok * (d.q() + d.k()) * e / t;  // q_norm and k_norm inputs
     }
-    bytes += tok * d.o() * e / t;                          // output projection input (flash: its O)
+    const I o_bytes = d.fp8 == Fp8Recipe::none ? e : d.attention == Attention::flash ? e + in : in;
+    bytes += tok * d.o() * o_bytes / t;                    // output projection input (flash: its O)
     bytes += d.rep(tok * d.h);                             // attention dropout mask
     return bytes + attention_core_activations(d, causal);
 }
@@ -421,7 +444,7 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
         add_projections(k, m, d, cross);
         if (!cross) core_at = static_cast<int>(k.size());
         for (const Kernel& a : attention_core_kernels(d, cross ? d.s : lp.keys, cross ? false : lp.causal)) k.push_back(a);
-        k.push_back(gemm_kernel(KernelName::attn_proj, KernelClass::gemm, tok, d.h, d.o() / t, 1, eb, true));
+        linear(k, d, KernelName::attn_proj, tok, d.h, d.o() / t);
         if (m.norms_per_layer >= 4) k.push_back(norm);  // Gemma 2's post_attention_layernorm
         k.push_back(residual);
     };
@@ -431,10 +454,10 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     if (m.norms_per_layer != 1) k.push_back(norm);
     if (!lp.moe) {
         const I up = (mats - 1) * d.f / t, f_rank = d.f / t;
-        k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, tok, up, d.h, 1, eb, true));
+        linear(k, d, KernelName::mlp_up, tok, up, d.h);
         // Bias + activation (GeLU: read f, write f; SwiGLU: read gate and up, write f).
         k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + f_rank) * tok * e));
-        k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, tok, d.h, f_rank, 1, eb, true));
+        linear(k, d, KernelName::mlp_down, tok, d.h, f_rank);
         if (m.norms_per_layer >= 4) k.push_back(norm);  // Gemma 2's post_feedforward_layernorm
         k.push_back(residual);
         return {0, 0};
@@ -450,18 +473,18 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     const I shared = static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden / t;
     if (shared > 0) {
         const I up = (mats - 1) * shared;
-        k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, tok, up, d.h, 1, eb, true));
+        linear(k, d, KernelName::mlp_up, tok, up, d.h);
         k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + shared) * tok * e));
-        k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, tok, d.h, shared, 1, eb, true));
+        linear(k, d, KernelName::mlp_down, tok, d.h, shared);
     }
     if (m.moe.shared_expert_gate) k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, local, 1, d.h, 1, eb, true));
     const int dispatch_at = static_cast<int>(k.size());
     // The local experts as grouped GEMMs (Megatron's GroupedMLP / TEGroupedMLP): one problem per
     // local expert, over the tokens routed to it.
     const I fe = m.moe.ffn_hidden / t, up = (mats - 1) * fe;
-    k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, lp.tpe, up, d.h, lp.local_experts, eb, true));
+    linear(k, d, KernelName::mlp_up, lp.tpe, up, d.h, lp.local_experts);
     k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + fe) * lp.tpe * lp.local_experts * e));
-    k.push_back(gemm_kernel(KernelName::mlp_down, KernelClass::gemm, lp.tpe, d.h, fe, lp.local_experts, eb, true));
+    linear(k, d, KernelName::mlp_down, lp.tpe, d.h, fe, lp.local_experts);
     const int combine_at = static_cast<int>(k.size());
     // Un-permutation: read the K expert outputs and their fp32 probabilities, write the weighted sum.
     k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, copies * d.h * e + copies * 4 + local * d.h * e));
@@ -494,18 +517,21 @@ I layer_activations(const TransformerShape& m, const Dims& d, const LayerPlan& l
     if (d.recompute == Recompute::full) return d.rep(sbh * e);
     I bytes = attention_activations(m, d, lp.causal);
     if (lp.cross) bytes += attention_activations(m, d, false) + d.rep(sbh * e);  // and its norm input
-    bytes += d.rep(sbh * e);                                 // MLP input (the norm output)
+    // A linear input is kept in FP8 under FP8 (linear_input_bytes): the MLP's input and the down
+    // projection's (the activation function's output); the activation function's inputs stay 16-bit.
+    const I in = linear_input_bytes(d), act = (mats == 3 ? 2 : 1) * e + in;
+    bytes += d.rep(sbh * in);                                // MLP input (the norm output)
     if (!lp.moe) {
-        bytes += (mats == 3 ? 3 : 2) * tok * d.f * e / t;    // activation function tensors
+        bytes += act * tok * d.f / t;                        // activation function tensors
     } else {
         const I local = d.sp ? tok / t : tok, fe = m.moe.ffn_hidden / t;
         const I copies = static_cast<I>(std::ceil(static_cast<double>(local * m.moe.top_k) * lp.dispatch_factor));
         bytes += local * m.moe.experts * 4;                  // routing probabilities
-        bytes += lp.routed * d.h * e;                        // expert inputs
-        bytes += lp.routed * (mats == 3 ? 3 : 2) * fe * e;   // expert activation tensors
+        bytes += lp.routed * d.h * in;                       // expert inputs
+        bytes += lp.routed * act * fe;                       // expert activation tensors
         bytes += copies * d.h * e;                           // expert outputs for the weighted combine
         const I shared = static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden / t;
-        bytes += (mats == 3 ? 3 : 2) * tok * shared * e;     // shared experts' activation tensors
+        bytes += act * tok * shared;                         // shared experts' activation tensors
     }
     bytes += d.rep(sbh);                                     // MLP dropout mask
     bytes += d.rep(static_cast<I>(m.norms_per_layer) * sbh * e);  // norm inputs
@@ -594,6 +620,8 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     if (lp.cross) f += attention_core_flops(d, d.s);
     blk.fwd = f;
     blk.bwd = blk.fwd * 2.0;
+    for (const Kernel& kn : blk.fwd_kernels)
+        if (kn.fp8 != Fp8Recipe::none && kn.weight) blk.fp8_params += kn.k * kn.n * kn.batch;
     const std::vector<Kernel> core = attention_core_kernels(d, lp.keys, lp.causal);
     switch (d.recompute) {
         case Recompute::none: blk.recompute = Flops(0); break;
@@ -855,6 +883,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.recompute = w.recompute;
     d.attention = w.attention;
     d.qk_layer_scaling = w.qk_layer_scaling;
+    d.fp8 = w.fp8;
     // Every per-block product below is at most 64 × (tokens × the widest matrix) or 16 × the
     // attention scores (a·s²·b): check those two fit in 64 bits, once, instead of each product.
     {

@@ -65,6 +65,18 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
     return device.gemm_efficiency * d / (d + half);
 }
 
+double fp8_gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
+                           std::int64_t batch) {
+    if (!device.fp8_peak)
+        fail_input("device " + device.name + " has no FP8 peak (\"peak\": {\"fp8\": …} in its cluster description)");
+    const double e8 = device.fp8_gemm_efficiency.value_or(device.gemm_efficiency);
+    if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return e8;
+    const DType ref = device.supports(DType::bf16) ? DType::bf16 : DType::fp16;
+    const double half = device.gemm_half_dim * ((*device.fp8_peak * e8) / (device.peak_for(ref) * device.gemm_efficiency));
+    const double d = std::cbrt(static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
+    return e8 * d / (d + half);
+}
+
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group) {
     const topo::DeviceKind& dev = group.device;
     const Bytes bytes(kernel.bytes);
@@ -75,6 +87,9 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
     const Flops flops(kernel.flops);
     switch (kernel.op) {
         case KernelOp::gemm:
+            if (kernel.fp8 != Fp8Recipe::none)
+                return std::max(dev.gemm_fixed_time + flops / (*dev.fp8_peak * fp8_gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
+                                memory_time(bytes, dev));
             return std::max(dev.gemm_fixed_time +
                                 flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
                             memory_time(bytes, dev));

@@ -1,6 +1,7 @@
 // The compute cost model: every kernel on its own roofline, and the launch of each kernel.
 //
 //   GEMM:                    t = max(t0 + FLOPs / (peak(dtype) · e(shape)), bytes / (bandwidth · e_mem))
+//                            (an FP8 GEMM: peak fp8 and fp8_gemm_efficiency)
 //   flash attention:         t = max(FLOPs / (peak(dtype) · e_flash(shape)), bytes / (bandwidth · e_mem))
 //   memory-bound kernels:    t = max(FLOPs / peak, bytes / (bandwidth · e_mem))
 //   host kernels (an optimizer step offloaded to the CPU): max(bytes / (host bandwidth · host e_mem),
@@ -46,6 +47,14 @@ namespace smol::sim {
 /// `flash`: of a FlashAttention kernel, on the device's flash_half_dim.
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
                        std::int64_t batch = 1, bool flash = false);
+/// Efficiency of an FP8 GEMM (Kernel::fp8) on `device`, of its fp8_peak: fp8_gemm_efficiency at
+/// the 16-bit curve's shape, its half size scaled so that the curve's d² term — the time per
+/// output element a kernel spends beyond its multiply-adds (the epilogue writing a 16-bit output,
+/// the waves' tails), which FP8 operands do not shorten — stays the same in seconds:
+/// d_half,fp8 = d_half · (P_fp8 · e_fp8) / (P_16 · e_16). t0 is the 16-bit curve's. No FP8
+/// GEMM table of these devices is published to fit the shape itself.
+double fp8_gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
+                           std::int64_t batch = 1);
 /// Run time of one kernel on the group's device (or its host CPU), launch excluded.
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group);
 /// Duration of a compute op running `kernels` (empty: the op's own totals as one kernel) on the

@@ -55,6 +55,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.dtype = layout.dtype;
     w.attention = layout.attention;
     w.qk_layer_scaling = layout.framework.qk_layer_scaling;
+    w.fp8 = layout.fp8;
     w.ep = layout.ep;
     w.expert_imbalance = plan.expert_imbalance;
     w.capacity_factor = plan.capacity_factor;
@@ -151,6 +152,23 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
     return out;
 }
 
+std::vector<std::int32_t> intern_fp8_weight_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype) {
+    std::vector<std::int32_t> out(blocks.size(), -1);
+    for (const Block& b : blocks) {
+        // The block's recipe is its FP8 GEMMs' (fp8_params counts their weights).
+        const auto fp8 = std::find_if(b.fwd_kernels.begin(), b.fwd_kernels.end(), [](const Kernel& k) { return k.fp8 != Fp8Recipe::none; });
+        if (b.fp8_params == 0 || fp8 == b.fwd_kernels.end()) continue;
+        out[static_cast<std::size_t>(b.index)] = g.intern_recipe(quantize_kernels(b.fp8_params, dtype_bytes(dtype), true, fp8->fp8));
+    }
+    return out;
+}
+
+Bytes fp8_weight_bytes(const std::vector<Block>& blocks, int first, int last) {
+    std::int64_t n = 0;
+    for (int i = first; i < last; ++i) n = checked_add(n, blocks[static_cast<std::size_t>(i)].fp8_params, "FP8 weight copies");
+    return Bytes(checked_mul(n, 2, "bytes of FP8 weight copies"));
+}
+
 Kernel accumulation_kernel(std::int64_t params, DType dtype, bool dispatched) {
     Kernel k = stream_kernel(KernelName::grad_accumulate, KernelClass::elementwise,
                              checked_mul(params, 3 * dtype_bytes(dtype), "bytes a gradient accumulation moves"),
@@ -206,12 +224,16 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
     const std::vector<std::int32_t> accumulate =
         accumulation && !(trained && !trained->empty()) ? intern_accumulation_recipes(g, blocks, dtype, *accumulation)
                                                         : std::vector<std::int32_t>(blocks.size(), -1);
+    const std::vector<std::int32_t> fp8_cast = intern_fp8_weight_recipes(g, blocks, dtype);
+    if (const Bytes w = fp8_weight_bytes(blocks, 0, static_cast<int>(blocks.size())); w > Bytes(0))
+        alloc_state(g, rank, w, BufferLabel::parameters);
     for (int mb = 0; mb < microbatches; ++mb) {
         std::vector<std::int32_t> act(blocks.size()), host(blocks.size(), -1);
         OpId out = OpGraph::kNoOp;   // the last copy to the host, which the next forward waits for
         for (const Block& b : blocks) {
             act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
             g.add_alloc(act[b.index], Stream::compute, b.index, mb);
+            if (mb == 0 && fp8_cast[b.index] >= 0) g.add_kernels(rank, Phase::fwd, b.index, mb, fp8_cast[b.index], dtype);
             p.fwd[mb][b.index] = g.add_kernels(rank, Phase::fwd, b.index, mb, recipes[b.index].fwd, dtype);
             if (out != OpGraph::kNoOp) g.depend(out, p.fwd[mb][b.index]);
             out = OpGraph::kNoOp;

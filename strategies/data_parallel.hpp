@@ -79,6 +79,14 @@ Kernel accumulation_kernel(std::int64_t params, DType dtype, bool dispatched);
 /// a tied table the last pipeline stage keeps.
 std::vector<std::int32_t> intern_accumulation_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
                                                       GradAccumulation how, std::int64_t tied_copy = 0);
+/// Each block's FP8 weight cast (-1: a block without FP8 linear layers, Block::fp8_params 0):
+/// Transformer Engine casts a linear layer's weight to FP8 with its transpose when the step's
+/// first micro-batch runs it (is_first_microbatch; the copies are reused until the step's end),
+/// one cast of every FP8 weight of the block here (TE's one per weight: the same traffic).
+std::vector<std::int32_t> intern_fp8_weight_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype);
+/// The FP8 weight copies of blocks [first, last): 2 bytes per FP8 parameter (row-wise and
+/// transposed), held for the whole step.
+Bytes fp8_weight_bytes(const std::vector<Block>& blocks, int first, int last);
 /// Whether micro-batch `mb` (0-based) of a step runs the accumulation pass: every later one under
 /// autograd (the first hands its gradient over), every one under Megatron's main_grad hook,
 /// none when fused.

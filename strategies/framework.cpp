@@ -104,6 +104,10 @@ const std::vector<Row>& rows() {
             f.can_overlap_grad_reduce = true;
             f.p2p_batched = true;
             f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
+            // Transformer Engine's FP8 linear layers: --fp8-format hybrid|e4m3 with --fp8-recipe
+            // delayed (the default) or tensorwise (megatron/training/arguments.py, the
+            // Transformer-Engine argument group).
+            f.fp8 = true;
             t.push_back({FrameworkName::megatron, {0, 1}, f});
         }
         {

@@ -98,6 +98,8 @@ struct Framework {
     /// Megatron's apply_query_key_layer_scaling default: Q·Kᵀ scaled by 1 / layer number, which
     /// on eager attention's unfused softmax path is one more pass (core/model.hpp Workload).
     bool qk_layer_scaling = false;
+    /// Runs linear layers in FP8 through Transformer Engine when asked (--fp8): Megatron core.
+    bool fp8 = false;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

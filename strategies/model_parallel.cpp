@@ -181,6 +181,7 @@ public:
         // the step: accumulated as the framework does (Framework::grad_accumulation), the last
         // stage's copy of a tied table with the head.
         accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation, tied_params_);
+        fp8_cast_ = detail::intern_fp8_weight_recipes(g_, blocks_, l_.dtype);
     }
 
     OpGraph build() {
@@ -199,6 +200,8 @@ public:
                                                 std::pair{p * sb_.grads, BufferLabel::gradients},
                                                 std::pair{opt, BufferLabel::optimizer_state}})
                         g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(bytes), label), Stream::compute);
+                    if (const Bytes w = device_fp8_weight_bytes(s); w > Bytes(0))
+                        g_.add_alloc(g_.add_buffer(r, Tier::device, w, BufferLabel::parameters), Stream::compute);
                 }
         emit_pipeline();
         emit_optimizer();
@@ -258,6 +261,15 @@ private:
         for (int c = 0; c < schedule_.chunks; ++c) p += chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))].params;
         return p;
     }
+    /// The FP8 weight copies of device s's chunks (detail::fp8_weight_bytes).
+    Bytes device_fp8_weight_bytes(int s) const {
+        Bytes b;
+        for (int c = 0; c < schedule_.chunks; ++c) {
+            const Chunk& k = chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))];
+            b += detail::fp8_weight_bytes(blocks_, k.first, k.last);
+        }
+        return b;
+    }
     /// Of device_params, the experts' (reduced and sharded over the expert-data-parallel group).
     std::int64_t device_expert_params(int s) const {
         std::int64_t p = 0;
@@ -308,6 +320,17 @@ private:
             for (int t = 0; t < emit_tp_; ++t)
                 last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)] =
                     g_.add_kernels(l_.rank(t, d, s), Phase::bwd, blk.index, mb, recipe, l_.dtype);
+    }
+
+    /// The FP8 weight cast of `blk` before the step's first micro-batch runs it, on every tensor
+    /// rank of the context-parallel group starting at replica g (detail::intern_fp8_weight_recipes).
+    void cast_fp8_weights(const Block& blk, int g, int s, int mb, std::vector<std::vector<OpId>>& last) {
+        const std::int32_t recipe = fp8_cast_[static_cast<std::size_t>(blk.index)];
+        if (recipe < 0 || mb != 0) return;
+        for (int d = g; d < g + l_.cp; ++d)
+            for (int t = 0; t < emit_tp_; ++t)
+                last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)] =
+                    g_.add_kernels(l_.rank(t, d, s), Phase::fwd, blk.index, mb, recipe, l_.dtype);
     }
 
     /// One block's compute op on each tensor rank of (d, s), running `recipe`.
@@ -367,6 +390,7 @@ private:
                 };
                 switch (st.pass) {
                     case Pass::fwd:
+                        cast_fp8_weights(blk, g, s, mb, last);
                         run(Phase::fwd, rc.fwd);
                         collectives(Phase::fwd);
                         break;
@@ -625,6 +649,7 @@ private:
     std::vector<Block> blocks_;
     std::vector<detail::BlockRecipes> recipes_;   // by block index
     std::vector<std::int32_t> accumulate_;        // the gradient accumulation recipe by block index (-1: none)
+    std::vector<std::int32_t> fp8_cast_;          // the FP8 weight cast recipe by block index (-1: none)
     ExpertParallel moe_;                            // MoE layers' all-to-alls and expert gradients
     ContextParallel cp_;                            // context parallelism's ring attention
     StateBytes sb_{};

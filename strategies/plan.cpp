@@ -203,6 +203,36 @@ std::string to_string(const FineTune& f) {
 
 namespace {
 
+/// FP8 linear layers (--fp8) where they run: Transformer Engine under Megatron core, a
+/// transformer's linears in a 16-bit run, on devices with FP8 tensor cores, trained in full.
+void resolve_fp8(const Model& model, const topo::Cluster& cluster, const Plan& plan, Layout& l) {
+    if (plan.fp8 == Fp8Recipe::none) return;
+    const ErrorContext at{"", "", "--fp8"};
+    if (!model.is_transformer())
+        fail_input("--fp8 runs a transformer's linear layers in FP8 (Transformer Engine); " + model.name() +
+                       " is a layer list (CNN / MLP)",
+                   at);
+    if (!l.framework.fp8)
+        fail_input("--fp8 is modelled as Megatron core runs it, with Transformer Engine's FP8 linear layers (--framework "
+                   "megatron); " + describe(l.framework) + " has no FP8 path here",
+                   at);
+    if (l.dtype == DType::fp32)
+        fail_input("--fp8 casts the linear layers of a 16-bit run to FP8 (Transformer Engine keeps 16-bit weights and "
+                   "activations beside them); give --dtype bf16 or fp16, not fp32",
+                   at);
+    for (const auto& g : cluster.groups)
+        if (!g.device.fp8_peak)
+            fail_input("the " + g.device.name + " devices of group '" + g.name + "' have no FP8 peak: FP8 tensor cores "
+                       "came with Ada and Hopper (compute capability 8.9 and 9.0), and a cluster file gives their rate "
+                       "as \"peak\": {\"fp8\": …}",
+                       at);
+    if (plan.finetune.kind != FineTuneKind::full)
+        fail_input("--fp8 is modelled for full training; --finetune " + to_string(plan.finetune) +
+                       " trains 16-bit adapters on frozen weights",
+                   at);
+    l.fp8 = plan.fp8;
+}
+
 /// Where the strategy keeps its model states (--offload, --offload-params, --offload-optimizer),
 /// what is trained (--finetune) and with which optimizer (--optimizer), checked against the
 /// strategy, the model and the cluster.
@@ -433,7 +463,9 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const double per_bucket = plan.compress.method == CompressionMethod::none ? 4 : 10;
     const double bucket_ops =
         ranks * per_bucket * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
-    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16) + bucket_ops;
+    // FP8: each block's weight cast at the first micro-batch, and the copies' buffer.
+    const double fp8_ops = l.fp8 != Fp8Recipe::none ? stage_blocks * v + 1 : 0;
+    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16 + fp8_ops) + bucket_ops;
     return {ops, buckets, bucket_ops};
 }
 
@@ -710,6 +742,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                                    : "have compute capability " + std::to_string(slowest->device.compute_capability).substr(0, 3)),
                        {"", "", "--attention"});
     }
+    resolve_fp8(model, cluster, plan, l);
     resolve_training(model, cluster, plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths
     // (bad_input, --tp) and that the micro-batch's sizes stay in range (out_of_range: the

@@ -145,6 +145,10 @@ struct Plan {
     /// How attention runs (--attention); unset: flash on GPUs of compute capability 8.0 or later
     /// (FlashAttention-2 runs on Ampere and later), eager elsewhere.
     std::optional<Attention> attention;
+    /// FP8 linear layers as Transformer Engine runs them under Megatron core (--fp8 RECIPE):
+    /// their GEMMs at the devices' FP8 rate, the casts before them, FP8 copies of their weights
+    /// and inputs. none: every GEMM in the training dtype.
+    Fp8Recipe fp8 = Fp8Recipe::none;
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.
@@ -182,6 +186,7 @@ struct Layout {
 
     int ep = 1;                       // expert-parallel ranks, within the data-parallel group (strategies/moe.hpp)
     Attention attention = Attention::eager;
+    Fp8Recipe fp8 = Fp8Recipe::none;  // Plan::fp8, checked against the framework, dtype and devices
     /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating
     /// the plan costs in memory, known before either starts.
     std::int64_t estimated_ops = 0;

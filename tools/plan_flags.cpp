@@ -132,6 +132,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--attention", f.attention,
                    "flash (FlashAttention-2) or eager (scores materialised); default: flash on GPUs of compute capability "
                    "8.0 or later, eager elsewhere");
+    app.add_option("--fp8", f.fp8,
+                   "delayed or tensorwise: the linear layers' GEMMs in FP8 as Transformer Engine runs them under Megatron "
+                   "core (--fp8-format hybrid with that --fp8-recipe), on GPUs with FP8 tensor cores (H100, H200)");
     app.add_option("--profile", f.profile,
                    "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
     app.add_option("--slow", f.slow,
@@ -190,6 +193,7 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     if (plan.schedule == strategies::Schedule::interleaved) p += ", virtual stages " + std::to_string(plan.virtual_stages);
     if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
     if (plan.sequence_parallel) p += ", sp";
+    if (l.fp8 != Fp8Recipe::none) p += std::string(", fp8 ") + to_string(l.fp8);
     if (plan.compress.method != strategies::CompressionMethod::none) p += ", compress " + strategies::to_string(plan.compress);
     std::vector<std::pair<std::string, std::string>> out{{"smolcluster-version", SMOL_VERSION},
                                                          {"command-line", command_line},
@@ -217,6 +221,11 @@ void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
         fail_input("has no effect here: smolcluster run measures the host's own dispatch; --dispatch-overhead is the "
                    "simulator's (smolcluster simulate, validate)",
                    flag("--dispatch-overhead"));
+    // The executors run 16- and 32-bit GEMMs (BLAS, cuBLAS); FP8 is the simulator's so far.
+    if (given(f, "--fp8"))
+        fail_input(std::string("has no effect here: smolcluster ") + command +
+                       " runs 16- and 32-bit GEMMs; FP8 linear layers are simulated only (smolcluster simulate --fp8)",
+                   flag("--fp8"));
     // The executors run 1bit's and topk's kernels and exchanges; PowerSGD's factor GEMMs and
     // orthogonalisation are only simulated so far (strategies/compression.hpp).
     if (strategies::parse_compression(f.compress).method == strategies::CompressionMethod::powersgd)
@@ -413,6 +422,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.capacity_factor = f.capacity_factor;
     if (!f.attention.empty()) p.attention = parse_attention(f.attention, flag("--attention"));
     if (!f.cp_comm.empty()) p.cp_comm = parse_cp_comm(f.cp_comm, flag("--cp-comm"));
+    if (!f.fp8.empty()) p.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);
 
     // A flag the plan does not read is refused, so a mistyped plan is not simulated as another.

@@ -88,17 +88,18 @@ LinkSpec parse_link(const JsonView& j) {
 DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     j.expect_only({"cpu", "peak", "memory", "memory_bandwidth", "unified_memory", "launch_overhead",
                    "gemm_efficiency", "gemm_half_dim", "gemm_fixed_time", "flash_half_dim", "memory_efficiency",
-                   "comm_slowdown", "compute_capability", "notes"});
+                   "fp8_gemm_efficiency", "comm_slowdown", "compute_capability", "notes"});
     string_list(j, "notes");
     DeviceKind d;
     d.name = name;
     d.is_cpu = j.boolean_or("cpu", false);
 
     const JsonView peak = j.at("peak");
-    peak.expect_only({"bf16", "fp16", "fp32"});
+    peak.expect_only({"bf16", "fp16", "fp32", "fp8"});
     for (DType t : all_dtypes) {
         if (peak.has(to_string(t))) d.peak[static_cast<int>(t)] = peak.flop_rate(to_string(t));
     }
+    if (peak.has("fp8")) d.fp8_peak = peak.flop_rate("fp8");
     if (!d.supports(DType::bf16) && !d.supports(DType::fp16) && !d.supports(DType::fp32)) {
         peak.fail("a dense matrix peak for at least one of bf16, fp16, fp32", describe_json(peak.raw()));
     }
@@ -118,6 +119,12 @@ DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
         j.fail_member("flash_half_dim", "a FlashAttention size above zero", describe_json(j.raw().at("flash_half_dim")));
     }
     d.gemm_fixed_time = j.time_or("gemm_fixed_time", Time::zero());
+    if (j.has("fp8_gemm_efficiency")) {
+        if (!d.fp8_peak)
+            j.fail_member("fp8_gemm_efficiency", "no FP8 efficiency without an FP8 peak (\"peak\": {\"fp8\": …})",
+                          describe_json(j.raw().at("fp8_gemm_efficiency")));
+        d.fp8_gemm_efficiency = j.fraction_or("fp8_gemm_efficiency", d.gemm_efficiency);
+    }
     d.memory_efficiency = j.fraction_or("memory_efficiency", d.memory_efficiency);
     d.comm_slowdown = j.number_or("comm_slowdown", d.comm_slowdown);
     if (!(d.comm_slowdown >= 1.0)) {

@@ -28,6 +28,13 @@ struct DeviceKind {
     std::string name;                     // "a100-80gb"
     bool is_cpu = false;                  // a CPU board (Pi): fp32 by default, compute on the host
     std::array<std::optional<FlopRate>, 3> peak;  // dense matrix peak per DType (bf16, fp16, fp32)
+    /// FP8 tensor cores (Hopper, Ada): the dense FP8 peak with fp32 accumulation ("peak": {"fp8"});
+    /// unset where the device has none or its description does not say. Only FP8 GEMMs use it
+    /// (core/kernel.hpp Fp8Recipe).
+    std::optional<FlopRate> fp8_peak;
+    /// The fraction of fp8_peak a large FP8 GEMM reaches (default: gemm_efficiency). FP8 GEMMs
+    /// run on the 16-bit curve's shape (sim/compute.cpp gemm_efficiency).
+    std::optional<double> fp8_gemm_efficiency;
     Bytes memory;                         // device memory capacity (the node's DRAM for CPUs)
     Bandwidth memory_bandwidth;
     bool unified_memory = false;          // Jetson / CPU: device memory is host memory

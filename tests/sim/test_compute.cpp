@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/compute.hpp"
+#include "test_support.hpp"
 
 using namespace smol;
 using namespace smol::sim;
@@ -168,4 +169,33 @@ TEST_CASE("the H100 and H200 presets' GEMM curve is the best fit of OpenXLA's me
     CHECK(best_half == h100.gemm_half_dim);
     CHECK(best_fixed == Approx(h100.gemm_fixed_time.to_seconds() * 1e6));
     CHECK(best == Approx(0.0695).margin(0.001));
+}
+
+TEST_CASE("FP8 GEMMs: the FP8 peak and MAMF, on the 16-bit curve's shape with its per-output time kept", "[sim][compute][fp8]") {
+    // The dgx-h100 preset's H100: bf16 989 TFLOP/s at 0.803 (half size 88, 6.25 us fixed); FP8
+    // 1979 TFLOP/s at 0.709 (MAMF).
+    const topo::NodeGroup g = topo::cluster_preset("dgx-h100").groups[0];
+    const topo::DeviceKind& d = g.device;
+    REQUIRE(d.fp8_peak);
+    CHECK(d.fp8_peak->to_tflops() == Approx(1979));
+    CHECK(*d.fp8_gemm_efficiency == Approx(0.709));
+    // Half size 88 · (1979 · 0.709) / (989 · 0.803) = 155.5: the d² term in seconds unchanged.
+    const double half = 88 * (1979 * 0.709) / (989 * 0.803);
+    CHECK(fp8_gemm_efficiency(d, 2048, 2048, 2048) == Approx(0.709 * 2048 / (2048 + half)));
+    const Kernel k = fp8_gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 2048, 2048, 2048, 1, 2, true, Fp8Recipe::delayed);
+    const double expected = 6.25e-6 + 2.0 * 2048 * 2048 * 2048 / (1979e12 * 0.709 * 2048 / (2048 + half));
+    CHECK(kernel_time(k, DType::bf16, false, g).to_seconds() == Approx(expected));
+    // The same GEMM in bf16 takes longer, but not half as long again: the fixed time and the
+    // d² term stay.
+    Kernel bf16 = gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 2048, 2048, 2048, 1, 2, true);
+    const double ratio = kernel_time(bf16, DType::bf16, false, g) / kernel_time(k, DType::bf16, false, g);
+    CHECK(ratio > 1.3);
+    CHECK(ratio < 1979 * 0.709 / (989 * 0.803));
+    // Without fp8_gemm_efficiency the 16-bit efficiency stands in (the half size then scales by the peaks).
+    topo::DeviceKind plain = d;
+    plain.fp8_gemm_efficiency.reset();
+    CHECK(fp8_gemm_efficiency(plain, 4096, 4096, 4096) == Approx(0.803 * 4096 / (4096 + 88.0 * 1979 / 989)));
+    // A device without FP8 tensor cores has no FP8 rate to give.
+    CHECK_THAT(test::bad_input_message([] { (void)fp8_gemm_efficiency(a100_like().device, 64, 64, 64); }),
+               Catch::Contains("no FP8 peak"));
 }

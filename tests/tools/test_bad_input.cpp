@@ -431,5 +431,17 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
                 {"--dispatch-overhead", "measures the host's own dispatch"});
         refused({"run", "--model", "resnet50", "--cluster", "pi5-1gbe", "--compress", "powersgd:4"},
                 {"--compress:", "does not run PowerSGD yet", "1bit or topk:RATIO"});
+        refused({"validate", "--model", "gpt2-small", "--cluster", "dgx-h100", "--framework", "megatron", "--fp8", "delayed"},
+                {"--fp8", "simulated only"});
+    }
+    SECTION("--fp8: a recipe name, FP8 tensor cores, Megatron core") {
+        const auto h100 = [](std::initializer_list<std::string> extra, const std::string& cluster = "dgx-h100") {
+            return simulate(extra, "gpt2-small", cluster);
+        };
+        refused(h100({"--framework", "megatron", "--fp8", "hybrid"}), {"--fp8", "delayed", "tensorwise"});
+        refused(h100({"--framework", "megatron", "--fp8", "delayed"}, "dgx-a100"), {"--fp8", "no FP8 peak"});
+        refused(h100({"--fp8", "delayed"}), {"--fp8", "--framework megatron"});   // ddp at tp 1 runs on pytorch
+        refused(h100({"--framework", "megatron", "--fp8", "delayed", "--dtype", "fp32"}), {"--fp8", "bf16 or fp16"});
+        CHECK(cli(h100({"--framework", "megatron", "--fp8", "tensorwise", "--json"})).code == 0);
     }
 }

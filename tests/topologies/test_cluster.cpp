@@ -438,8 +438,19 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/peak: expected a dense matrix peak"));
     }
     SECTION("unknown dtype in peak") {
+        doc["device_kinds"]["a100-80gb"]["peak"]["fp4"] = "624 TFLOP/s";
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/peak/fp4:"));
+    }
+    SECTION("an FP8 efficiency without an FP8 peak") {
+        doc["device_kinds"]["a100-80gb"]["fp8_gemm_efficiency"] = 0.7;
+        const std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /device_kinds/a100-80gb/fp8_gemm_efficiency:"));
+        CHECK_THAT(m, Contains("without an FP8 peak"));
+    }
+    SECTION("an FP8 efficiency above 1") {
         doc["device_kinds"]["a100-80gb"]["peak"]["fp8"] = "624 TFLOP/s";
-        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/peak/fp8:"));
+        doc["device_kinds"]["a100-80gb"]["fp8_gemm_efficiency"] = 1.5;
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/fp8_gemm_efficiency:"));
     }
     SECTION("NIC count that does not divide the devices") {
         doc["node_groups"][0]["nics"]["count"] = 3;
