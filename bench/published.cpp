@@ -393,7 +393,9 @@ void common_gaps(const Row& row, Mapping& m) {
     const Json& par = member_or_null(d, "par");
     const Json& model = member_or_null(d, "model");
     const std::string prec = text_of(d, "prec");
-    if (contains(prec, "fp8") || contains(prec, "float8")) add_gap(m, "FP8", prec);
+    // FP8 is modelled as Transformer Engine runs it under Megatron core (--fp8); torchao's Float8
+    // (torchtitan) casts and scales its own way.
+    if (contains(prec, "float8")) add_gap(m, "FP8", prec + ": FP8 is modelled as Transformer Engine runs it under Megatron core, not torchao's Float8");
     const bool known_config = known_moe_config(text_of(model, "name")).has_value();
     if ((contains(text_of(d, "tag"), "moe") || integer_of(par, "ep").value_or(1) > 1 || contains(text_of(model, "name"), "moe")) &&
         !known_config)
@@ -402,6 +404,15 @@ void common_gaps(const Row& row, Mapping& m) {
     if (!has_shape(model) && !known_config)
         add_gap(m, "unknown model shape",
                 (model.is_object() ? text_of(model, "name") : text_of(d, "model")) + ": layers, hidden size or heads not given");
+}
+
+/// The --fp8 recipe of a row's precision (NeMo's and Megatron-Bridge's spellings): current scaling
+/// ("FP8 current-scaling", "FP8-CS") is Megatron core's tensorwise recipe, any other FP8 NeMo's
+/// default, Transformer Engine's delayed scaling (fp8_hybrid with an amax history); none for 16-bit rows.
+std::optional<std::string> fp8_recipe(const Row& row) {
+    const std::string prec = text_of(row.data, "prec");
+    if (!contains(prec, "fp8")) return std::nullopt;
+    return contains(prec, "current") || contains(prec, "-cs") ? "tensorwise" : "delayed";
 }
 
 /// A source whose rows the harness cannot map yet: the common gaps, the source's own, and, should
@@ -637,6 +648,11 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
               "--strategy", "zero1", "--recompute", "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
+    if (const auto fp8 = fp8_recipe(row)) {
+        m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
+        m.notes.push_back("FP8 as the recipe runs it (fp8_hybrid): the linear layers' GEMMs in FP8 through Transformer "
+                          "Engine, " + *fp8 + " scaling");
+    }
     return finish(std::move(m));
 }
 
@@ -646,7 +662,83 @@ Mapping map_opt(const Row& row, const std::string&) {
                            {"unknown batch", "gbs_tokens " + text_of(row.data, "gbs_tokens")}});
 }
 
-Mapping map_nemo_performance(const Row& row, const std::string&) { return gaps_only(row, {}); }
+/// A model of NeMo's performance summary by the name its rows give, as the NeMo-Framework-Launcher
+/// recipe the summary ran defines it (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/):
+/// its shape, GPT-2's 50,257-token vocabulary (GPT2BPETokenizer) or Llama's, and the recipe's
+/// activations_checkpoint_granularity.
+struct NemoModel {
+    const char* name;
+    const char* recipe;     // the recipe file, for the notes
+    bool llama;
+    int layers, hidden, heads, kv_heads, ffn_hidden, vocab;
+    const char* recompute;  // "selective" (core attention) or "none" (null)
+};
+const NemoModel* nemo_model(const std::string& name) {
+    static const NemoModel models[] = {
+        {"GPT3-5B", "gpt3/5b_fp8_performance.yaml", false, 24, 4096, 32, 32, 16384, 50257, "selective"},
+        {"GPT3-20B", "gpt3/20b_fp8_performance.yaml", false, 44, 6144, 48, 48, 24576, 50257, "selective"},
+        {"GPT3-175B", "gpt3/175b_fp8_performance.yaml", false, 96, 12288, 96, 96, 49152, 50257, "selective"},
+        {"Llama2-70B", "llama/llama2_70b.yaml", true, 80, 8192, 64, 8, 28672, 32000, "none"},
+        {"Llama3-8B", "llama/llama3_8b.yaml", true, 32, 4096, 32, 8, 14336, 128256, "none"},
+    };
+    for (const NemoModel& m : models)
+        if (name == m.name) return &m;
+    return nullptr;
+}
+
+/// NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07, DGX-H100, FP8): the
+/// row's layout, batch and sequence; the rest as its recipe runs: Transformer Engine's FP8 with
+/// delayed scaling (fp8_hybrid, amax history 1024), sequence parallelism wherever tp > 1, the
+/// distributed optimizer (distributed_fused_adam: zero1), flash attention, the recipe's recompute.
+Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
+    Row row = given;
+    Mapping m;
+    Json& model = row.data["model"];
+    const NemoModel* nm = nemo_model(text_of(model, "name"));
+    if (nm) {
+        model["L"] = nm->layers, model["h"] = nm->hidden, model["heads"] = nm->heads, model["kv"] = nm->kv_heads;
+        model["ffn"] = nm->ffn_hidden;
+    }
+    common_gaps(row, m);
+    choose_metric(row, false, m);
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const Json& d = row.data;
+    const Json& par = member_or_null(d, "par");
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
+                       dp = required_integer(row, par, "dp", "/par"), cp = context_parallel(row, par);
+    const std::int64_t vp = par.contains("vp") ? required_integer(row, par, "vp", "/par") : 1;
+    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
+    if (tp * cp * pp * dp != gpus || gpus % 8 != 0)
+        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
+                   std::to_string(tp * cp * pp * dp) + " for " + std::to_string(gpus), at(row, "/par"));
+    ModelShape s;
+    s.llama = nm->llama;
+    s.layers = nm->layers, s.hidden = nm->hidden, s.heads = nm->heads, s.kv_heads = nm->kv_heads;
+    s.ffn_hidden = nm->ffn_hidden;
+    s.vocab = static_cast<int>(megatron_padded_vocab(nm->vocab, static_cast<int>(tp)));
+    s.seq = static_cast<int>(required_integer(row, model, "seq", "/model"));
+    m.model = s;
+    m.gpus = gpus;
+    m.global_batch = gbs;
+    m.seq = s.seq;
+    m.notes = {std::string("shape and settings from NeMo-Framework-Launcher's ") + nm->recipe + " (recompute " + nm->recompute +
+                   ", sequence parallelism with tp > 1, distributed_fused_adam); the row's layout",
+               "FP8 as the recipe runs it: Transformer Engine, fp8_hybrid with delayed scaling (amax history 1024)",
+               "NeMo overlaps gradient reduce-scatter, parameter all-gather and (ub_tp_comm_overlap) tensor-parallel "
+               "communication; the simulator blocks on tensor-parallel collectives"};
+    m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", std::to_string(gpus / 8),
+              "--tp", std::to_string(tp), "--pp", std::to_string(pp), "--dp", std::to_string(dp), "--strategy", "zero1",
+              "--framework", "megatron", "--overlap-grad-reduce", "--recompute", nm->recompute,
+              "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    if (tp > 1) m.args.insert(m.args.end() - 1, "--sp");
+    if (pp > 1)
+        m.args.insert(m.args.end() - 1, {"--schedule", vp > 1 ? "interleaved" : "1f1b"});
+    if (vp > 1) m.args.insert(m.args.end() - 1, {"--virtual-stages", std::to_string(vp)});
+    if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
+    if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
+    return finish(std::move(m));
+}
 
 /// NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (25.11, DGX-H100): FP8 rows are gaps;
 /// P20 is GPT-OSS-120B, a mixture of experts, in BF16 with expert parallelism, routing
@@ -658,7 +750,12 @@ Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
     const Json& d = row.data;
     const Json& model = member_or_null(d, "model");
     const auto config = known_moe_config(text_of(model, "name"));
-    if (!config && m.gaps.empty()) add_gap(m, "no mapping yet", "only the mixtures of experts of this source are mapped");
+    if (!config && contains(text_of(member_or_null(d, "par"), "shard"), "fsdp"))
+        add_gap(m, "no mapping yet", "Megatron-FSDP (" + text_of(member_or_null(d, "par"), "shard") +
+                                         "): Megatron core's fully sharded data parallelism is not modelled (fsdp is PyTorch's)");
+    if (!config && m.gaps.empty())
+        add_gap(m, "no mapping yet", "only the mixtures of experts of this source are mapped: its dense recipes' recompute and "
+                                     "overlap settings are not extracted");
     if (!m.gaps.empty()) return finish(std::move(m));
     const Json& par = member_or_null(d, "par");
     const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
