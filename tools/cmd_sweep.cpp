@@ -28,6 +28,7 @@ struct SweepFlags {
     std::optional<int> devices;
     std::int64_t global_batch = 0;
     std::optional<int> seq;               // unset: the model's
+    std::string fp8;
     std::string dtype, network = "flow", collective_algo = "auto", objective = "time";
     bool no_fold = false;
     std::vector<std::string> strategies;
@@ -76,7 +77,8 @@ std::string pad(std::string s, std::size_t w) {
 void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, const SweepOptions& o, int top) {
     const SweepResult& r = n.result;
     out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << (n.cluster.num_devices() == 1 ? " device" : " devices") << "), global batch "
-        << o.global_batch << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
+        << o.global_batch << (o.fp8 != Fp8Recipe::none ? std::string(", fp8 ") + to_string(o.fp8) : std::string())
+        << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
     const std::size_t pruned = r.count(PlanStatus::pruned);
     const std::size_t simulated = r.plans.size() - pruned - r.count(PlanStatus::pending);
@@ -393,6 +395,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         fail_input("--seq must be at least 1 (leave it out for the model's), found " + std::to_string(*f.seq), flag("--seq"));
     o.seq = f.seq.value_or(0);
     if (!f.dtype.empty()) o.dtype = parse_dtype(f.dtype, flag("--dtype"));
+    if (!f.fp8.empty()) o.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
     o.fold = !f.no_fold;
     o.network = sim::parse_network_mode(f.network);
     o.algo = sim::parse_collective_algo(f.collective_algo);
@@ -507,6 +510,8 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--global-batch", f->global_batch, "samples per step")->required();
     app->add_option("--seq", f->seq, "sequence length (default: the model's)");
     app->add_option("--dtype", f->dtype, "bf16, fp16 or fp32 (default: the device's)");
+    app->add_option("--fp8", f->fp8,
+                    "delayed or tensorwise: every plan's linear layers in FP8 (Transformer Engine), on Megatron core");
     app->add_option("--network", f->network, "flow, or analytic (screen analytically, re-simulate the best flow-level)")
         ->capture_default_str();
     app->add_option("--refine", f->refine, "with --network analytic: plans re-simulated flow-level")->capture_default_str();

@@ -232,6 +232,8 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.global_batch = c.options.global_batch;
     base.seq = c.options.seq;
     base.dtype = c.options.dtype;
+    base.fp8 = c.options.fp8;
+    if (c.options.fp8 != Fp8Recipe::none) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;
     std::vector<Candidate> done, open{{base, Layout{}, "", ""}};

@@ -61,6 +61,9 @@ struct SweepOptions {
     std::int64_t global_batch = 0;      // required (> 0)
     int seq = 0;                        // 0: the model's
     std::optional<DType> dtype;         // unset: the device's default
+    /// --fp8: every plan's linear layers in FP8 (Transformer Engine), each plan then on Megatron
+    /// core, the framework that runs them; none: 16-bit plans.
+    Fp8Recipe fp8 = Fp8Recipe::none;
     bool fold = true;
     sim::NetworkMode network = sim::NetworkMode::flow;
     sim::CollectiveAlgo algo = sim::CollectiveAlgo::automatic;

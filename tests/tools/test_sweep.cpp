@@ -83,6 +83,35 @@ TEST_CASE("plans pruned by resolve fail to build, and the memory bound never exc
         if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
 }
 
+TEST_CASE("an FP8 sweep runs every plan on Megatron core in FP8, its memory bound below the peak", "[tools][sweep][fp8]") {
+    SweepOptions o;
+    o.global_batch = 8;
+    o.jobs = 2;
+    o.fp8 = Fp8Recipe::delayed;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    o.space.tp = {1, 2};
+    o.space.pp = {1, 2};
+    const Model model = model_preset("gpt2-small");
+    const topo::Cluster cluster = topo::cluster_preset("dgx-h100").first_devices(4);
+    const SweepResult r = sweep(model, cluster, o);
+    REQUIRE_FALSE(r.ranking.empty());
+    bool single = false;
+    for (std::size_t i : r.ranking) {
+        const strategies::Plan& p = r.plans[i].plan;
+        CHECK(p.fp8 == Fp8Recipe::delayed);
+        CHECK(p.framework == "megatron");
+        single |= p.tp == 1 && p.pp == 1;   // Megatron runs plain data parallelism too
+        CHECK(strategies::resolve(model, cluster, p).fp8 == Fp8Recipe::delayed);
+    }
+    CHECK(single);
+    // FSDP and ZeRO-2/3 are not Megatron's: pruned, by the framework.
+    const auto reasons = r.pruned_by_reason();
+    CHECK(reasons.count("--framework") == 1);
+    for (const PlanResult& p : r.plans)
+        if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
+}
+
 TEST_CASE("a sweep searches --cp when asked: context-parallel plans ranked, their memory bound below the peak", "[tools][sweep]") {
     // Llama 3 8B at 8,192 tokens on one DGX H100, cp 1, 2 or 4.
     SweepOptions o;
