@@ -322,6 +322,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
            {"global_batch", o.global_batch},
            {"objective", to_string(o.objective)},
            {"network", sim::to_string(o.network)}};
+    if (o.fp8 != Fp8Recipe::none) j["fp8"] = to_string(o.fp8);
     Json list = Json::array();
     for (const NodeSweep& n : sweeps) {
         const SweepResult& r = n.result;

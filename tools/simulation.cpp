@@ -146,6 +146,7 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.ep = l.ep;
     info.attention = to_string(l.attention);
     info.dtype = to_string(l.dtype);
+    info.fp8 = to_string(l.fp8);
     info.compression = strategies::to_string(plan.compress);
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();

@@ -199,6 +199,7 @@ Json to_json(const Summary& s) {
     j["ep"] = s.info.ep;
     j["attention"] = s.info.attention;
     j["dtype"] = s.info.dtype;
+    j["fp8"] = s.info.fp8 == "none" ? Json(nullptr) : Json(s.info.fp8);
     j["compression"] = s.info.compression;
     j["folded"] = s.info.folded;
     if (!s.info.notes.empty()) j["notes"] = s.info.notes;

@@ -41,6 +41,7 @@ struct StepInfo {
     bool sequence = true;               // false for layer lists (CNN / MLP): no seq, no tokens/s
     bool async_updates = false;         // ps-async: the step is `microbatches` rounds of updates per worker
     std::string dtype;
+    std::string fp8 = "none";           // --fp8: "none", "delayed", "tensorwise"
     std::string compression = "none";   // --compress: "none", "1bit", "topk:0.01"
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
