@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json.hpp"
 #include "tools/cli_fixtures.hpp"
 
 using namespace smol;
@@ -442,6 +443,9 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         refused(h100({"--framework", "megatron", "--fp8", "delayed"}, "dgx-a100"), {"--fp8", "no FP8 peak"});
         refused(h100({"--fp8", "delayed"}), {"--fp8", "--framework megatron"});   // ddp at tp 1 runs on pytorch
         refused(h100({"--framework", "megatron", "--fp8", "delayed", "--dtype", "fp32"}), {"--fp8", "bf16 or fp16"});
-        CHECK(cli(h100({"--framework", "megatron", "--fp8", "tensorwise", "--json"})).code == 0);
+        const Result ok = cli(h100({"--framework", "megatron", "--fp8", "tensorwise", "--json"}));
+        REQUIRE(ok.code == 0);
+        CHECK(Json::parse(ok.out)["fp8"] == "tensorwise");
+        CHECK(Json::parse(cli(h100({"--framework", "megatron", "--json"})).out)["fp8"].is_null());
     }
 }
