@@ -743,6 +743,58 @@ Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
 /// NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (25.11, DGX-H100): FP8 rows are gaps;
 /// P20 is GPT-OSS-120B, a mixture of experts, in BF16 with expert parallelism, routing
 /// force-balanced (Megatron's --moe-router-force-load-balancing: --expert-imbalance 1, the default).
+/// Megatron-Bridge's dense Llama rows (scripts/performance/configs/llama/llama31_workload_base_configs.py,
+/// LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V1: 1,024 H100s, tp 8, pp 8, cp 2, vp 8, global batch
+/// 512, micro-batch 1, no recompute, the distributed optimizer, sequence parallelism; FP8 current
+/// scaling). Llama 3.1 405B's 126 layers on 64 virtual stages: Megatron counts the embedding and
+/// the loss as a layer each (account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split),
+/// so the first and last chunks hold one layer, every other chunk two.
+Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir, Mapping m) {
+    Row row = given;
+    const Json& d = row.data;
+    const Json& par = member_or_null(d, "par");
+    if (contains(text_of(par, "shard"), "fsdp"))
+        add_gap(m, "no mapping yet", "Megatron-FSDP (" + text_of(par, "shard") +
+                                         "): Megatron core's fully sharded data parallelism is not modelled (fsdp is PyTorch's)");
+    if (text_of(member_or_null(d, "model"), "name") != "Llama3.1-405B")
+        add_gap(m, "no mapping yet", "only this source's Llama 3.1 405B and mixture-of-experts recipes are extracted");
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
+                       dp = required_integer(row, par, "dp", "/par"), cp = context_parallel(row, par),
+                       vp = required_integer(row, par, "vp", "/par");
+    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
+    if (tp * cp * pp * dp != gpus || gpus % 8 != 0)
+        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
+                   std::to_string(tp * cp * pp * dp) + " for " + std::to_string(gpus), at(row, "/par"));
+    // Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 × 16,384, 128 heads, 8 key-value heads.
+    ModelShape s;
+    s.llama = true;
+    s.layers = 126, s.hidden = 16384, s.heads = 128, s.kv_heads = 8, s.ffn_hidden = 53248, s.vocab = 128256;
+    s.seq = static_cast<int>(required_integer(row, member_or_null(d, "model"), "seq", "/model"));
+    const std::int64_t chunks = pp * vp;
+    if ((s.layers + 2) % chunks != 0)
+        fail_input("pp × vp dividing Llama 3.1 405B's 126 layers and its embedding and loss", std::to_string(chunks), at(row, "/par"));
+    const std::int64_t per = (s.layers + 2) / chunks;
+    std::string stages;
+    for (std::int64_t k = 0; k < chunks; ++k) stages += (k ? "," : "") + std::to_string(k == 0 || k == chunks - 1 ? per - 1 : per);
+    m.model = s;
+    m.gpus = gpus;
+    m.global_batch = gbs;
+    m.seq = s.seq;
+    m.notes = {"settings from Megatron-Bridge's LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V1 (no recompute, the distributed "
+               "optimizer, sequence parallelism); the embedding and the loss each count as a layer of the pipeline split",
+               "FP8 current scaling: --fp8 tensorwise",
+               "context parallelism as Megatron runs it: Transformer Engine's ring attention (p2p)"};
+    m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", std::to_string(gpus / 8),
+              "--tp", std::to_string(tp), "--pp", std::to_string(pp), "--dp", std::to_string(dp), "--cp", std::to_string(cp),
+              "--sp", "--strategy", "zero1", "--framework", "megatron", "--overlap-grad-reduce", "--schedule", "interleaved",
+              "--virtual-stages", std::to_string(vp), "--stage-layers", stages, "--recompute", "none",
+              "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
+    return finish(std::move(m));
+}
+
 Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
     Mapping m;
     common_gaps(row, m);
@@ -750,12 +802,12 @@ Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
     const Json& d = row.data;
     const Json& model = member_or_null(d, "model");
     const auto config = known_moe_config(text_of(model, "name"));
-    if (!config && contains(text_of(member_or_null(d, "par"), "shard"), "fsdp"))
-        add_gap(m, "no mapping yet", "Megatron-FSDP (" + text_of(member_or_null(d, "par"), "shard") +
-                                         "): Megatron core's fully sharded data parallelism is not modelled (fsdp is PyTorch's)");
-    if (!config && m.gaps.empty())
-        add_gap(m, "no mapping yet", "only the mixtures of experts of this source are mapped: its dense recipes' recompute and "
-                                     "overlap settings are not extracted");
+    if (!config) {
+        // A dense model: the shape comes with its recipe, not from the row.
+        m.gaps.erase(std::remove_if(m.gaps.begin(), m.gaps.end(), [](const Gap& g) { return g.feature == "unknown model shape"; }),
+                     m.gaps.end());
+        return map_megatron_bridge_dense(row, model_dir, std::move(m));
+    }
     if (!m.gaps.empty()) return finish(std::move(m));
     const Json& par = member_or_null(d, "par");
     const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");

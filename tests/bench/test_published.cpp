@@ -177,6 +177,23 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(l, {"--recompute", "none"}));
         CHECK(has_args(l, {"--fp8", "delayed"}));
     }
+    SECTION("Megatron-Bridge's Llama 3.1 405B in FP8 current scaling: 126 layers on 64 virtual stages") {
+        const Mapping m = map_row(row("P19"), "/models");
+        REQUIRE(m.representable());
+        CHECK(model_file_name(*m.model) == "llama-l126-h16384-a128-kv8-f53248-v128256-s8192.json");
+        CHECK(has_args(m, {"--tp", "8", "--pp", "8", "--dp", "8", "--cp", "2", "--sp"}));
+        CHECK(has_args(m, {"--schedule", "interleaved", "--virtual-stages", "8"}));
+        CHECK(has_args(m, {"--fp8", "tensorwise"}));
+        // The embedding and the loss count as layers: 128 over 64 chunks, one layer on the first and the last.
+        const auto at = std::find(m.args.begin(), m.args.end(), "--stage-layers");
+        REQUIRE(at != m.args.end());
+        const std::string stages = *(at + 1);
+        CHECK(stages.rfind("1,2,2,", 0) == 0);
+        CHECK(stages.size() == 2 * 64 - 1);
+        CHECK(stages.substr(stages.size() - 4) == ",2,1");
+        // 512 samples of 8,192 tokens at 292 tokens/s on each of 1,024 GPUs.
+        CHECK(measured_step_seconds(m, 0) == Approx(512.0 * 8192 / (292.0 * 1024)));
+    }
     SECTION("Llama 3 405B at 131,072 tokens: cp 16 over 16 nodes") {
         const Mapping m = map_row(row("P03"), "/models");
         REQUIRE(m.representable());
@@ -269,15 +286,16 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
     // Llama 3 405B with context parallelism 16 (P03), Llama 3.1 70B with context parallelism 2
     // (P09-P11), GPT-OSS-120B with expert parallelism (P20), DeepSpeed's ZeRO-3 with offload on
     // Azure at its stated micro-batches (P30, P32, P33), ZeRO-Offload's 10 B on one V100 (P36), the
-    // two vTrain samples (P44, P45), and in FP8 GPT-3 175B (P08) and NeMo's performance summary
-    // (P12-P17); the other 24 need hardware, batches, shapes or recipes the rows do not give.
+    // two vTrain samples (P44, P45), and in FP8 GPT-3 175B (P08), NeMo's performance summary
+    // (P12-P17) and Megatron-Bridge's Llama 3.1 405B (P19); the other 23 need hardware, batches,
+    // shapes or recipes the rows do not give.
     std::set<std::string> published;
     for (const std::string& id : representable)
         if (id[0] == 'P') published.insert(id);
     CHECK(published == std::set<std::string>{"P01", "P02", "P03", "P05", "P06", "P07", "P08", "P09", "P10", "P11", "P12",
-                                             "P13", "P14", "P15", "P16", "P17", "P20", "P30", "P32", "P33", "P36", "P44",
-                                             "P45"});
-    CHECK(representable.size() == 1440 + 109 + 23);   // both vTrain files whole, and the rows above
+                                             "P13", "P14", "P15", "P16", "P17", "P19", "P20", "P30", "P32", "P33", "P36",
+                                             "P44", "P45"});
+    CHECK(representable.size() == 1440 + 109 + 24);   // both vTrain files whole, and the rows above
 
     // Run the quick ones: every outcome is simulated or not representable, never lost or failed.
     std::vector<Row> quick;
