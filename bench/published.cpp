@@ -448,6 +448,29 @@ std::int64_t required_integer(const Row& row, const Json& obj, const char* key, 
     return *v;
 }
 
+/// A row's layout on whole 8-GPU nodes: /hw/gpus, /par's tp, pp, dp, cp (1 when absent) and vp
+/// (required with `vp_required`, else 1 when absent), /gbs and /mbs; tp × cp × pp × dp must be the GPUs.
+struct RowLayout {
+    std::int64_t gpus, tp, pp, dp, cp, vp, gbs, mbs;
+};
+RowLayout row_layout(const Row& row, bool vp_required) {
+    const Json& d = row.data;
+    const Json& par = member_or_null(d, "par");
+    RowLayout l{};
+    l.gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    l.tp = required_integer(row, par, "tp", "/par");
+    l.pp = required_integer(row, par, "pp", "/par");
+    l.dp = required_integer(row, par, "dp", "/par");
+    l.cp = context_parallel(row, par);
+    l.vp = vp_required || par.contains("vp") ? required_integer(row, par, "vp", "/par") : 1;
+    l.gbs = required_integer(row, d, "gbs", "");
+    l.mbs = required_integer(row, d, "mbs", "");
+    if (l.tp * l.cp * l.pp * l.dp != l.gpus || l.gpus % 8 != 0)
+        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
+                   std::to_string(l.tp * l.cp * l.pp * l.dp) + " for " + std::to_string(l.gpus), at(row, "/par"));
+    return l;
+}
+
 /// The row's model (at /model) as a shape; kv heads default to the heads, the MLP to 4 × hidden.
 ModelShape shape_of(const Row& row, bool llama, std::int64_t seq) {
     const Json& model = member_or_null(row.data, "model");
@@ -615,15 +638,7 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
     choose_metric(row, false, m);
     if (!m.gaps.empty()) return finish(std::move(m));
     const Json& d = row.data;
-    const Json& par = member_or_null(d, "par");
-    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
-    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
-                       vp = required_integer(row, par, "vp", "/par"), dp = required_integer(row, par, "dp", "/par"),
-                       cp = context_parallel(row, par);
-    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
-    if (tp * cp * pp * dp != gpus || gpus % 8 != 0)
-        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
-                   std::to_string(tp * cp * pp * dp) + " for " + std::to_string(gpus), at(row, "/par"));
+    const auto [gpus, tp, pp, dp, cp, vp, gbs, mbs] = row_layout(row, /*vp_required=*/true);
     const bool llama = contains(text_of(member_or_null(d, "model"), "name"), "llama");
     const ModelShape s = shape_of(row, llama, required_integer(row, member_or_null(d, "model"), "seq", "/model"));
     m.model = s;
@@ -702,16 +717,7 @@ Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
     common_gaps(row, m);
     choose_metric(row, false, m);
     if (!m.gaps.empty()) return finish(std::move(m));
-    const Json& d = row.data;
-    const Json& par = member_or_null(d, "par");
-    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
-    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
-                       dp = required_integer(row, par, "dp", "/par"), cp = context_parallel(row, par);
-    const std::int64_t vp = par.contains("vp") ? required_integer(row, par, "vp", "/par") : 1;
-    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
-    if (tp * cp * pp * dp != gpus || gpus % 8 != 0)
-        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
-                   std::to_string(tp * cp * pp * dp) + " for " + std::to_string(gpus), at(row, "/par"));
+    const auto [gpus, tp, pp, dp, cp, vp, gbs, mbs] = row_layout(row, /*vp_required=*/false);
     ModelShape s;
     s.llama = nm->llama;
     s.layers = nm->layers, s.hidden = nm->hidden, s.heads = nm->heads, s.kv_heads = nm->kv_heads;
@@ -759,14 +765,7 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
     if (text_of(member_or_null(d, "model"), "name") != "Llama3.1-405B")
         add_gap(m, "no mapping yet", "only this source's Llama 3.1 405B and mixture-of-experts recipes are extracted");
     if (!m.gaps.empty()) return finish(std::move(m));
-    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
-    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par"),
-                       dp = required_integer(row, par, "dp", "/par"), cp = context_parallel(row, par),
-                       vp = required_integer(row, par, "vp", "/par");
-    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
-    if (tp * cp * pp * dp != gpus || gpus % 8 != 0)
-        fail_input("tp × cp × pp × dp = GPUs, in whole 8-GPU nodes",
-                   std::to_string(tp * cp * pp * dp) + " for " + std::to_string(gpus), at(row, "/par"));
+    const auto [gpus, tp, pp, dp, cp, vp, gbs, mbs] = row_layout(row, /*vp_required=*/true);
     // Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 × 16,384, 128 heads, 8 key-value heads.
     ModelShape s;
     s.llama = true;
