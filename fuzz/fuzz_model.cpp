@@ -24,6 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             w.seq = m.is_transformer() ? std::min(m.shape().max_seq, 64) : 0;
             (void)m.blocks(w);
             (void)m.flops_per_iteration(8, w.seq == 0 ? 1 : w.seq, Recompute::full);
+            if (m.is_transformer()) {   // and its linear layers in FP8 (Transformer Engine's casts and copies)
+                w.fp8 = Fp8Recipe::tensorwise;
+                (void)m.blocks(w);
+            }
         }
     } catch (const Error&) {
         // A clear error is the expected answer to bad input.

@@ -3,7 +3,7 @@
 // analytic. The bytes choose a model preset, a cluster preset and its node count, and every plan
 // field (strategy, tp, pp, dp, cp, schedule, virtual stages, stage layers, sp, recompute, batch,
 // micro-batch, seq, dtype, bucket and fusion sizes, parameter-server and FSDP settings, framework,
-// overlap switches, folding), each over its whole type's range so the resolver meets the
+// overlap switches, folding, FP8), each over its whole type's range so the resolver meets the
 // overflows and zeros a hand-written command line would. A resolved, built, simulated plan or a
 // smol::Error are the only answers. Seeds: fuzz/corpus/plan.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -92,6 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // Last, so the corpus's older seeds keep their meaning.
         p.cp = in.ConsumeBool() ? 1 : degree(in);
         p.cp_comm = pick(in, cp_comms);
+        static const Fp8Recipe fp8s[] = {Fp8Recipe::none, Fp8Recipe::delayed, Fp8Recipe::tensorwise};
+        p.fp8 = pick(in, fp8s);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.
