@@ -211,7 +211,9 @@ struct Block {
     std::optional<Kernel> tied_grad_sum;
     /// Parameters of the block's FP8 linear layers on this rank: Transformer Engine casts each
     /// weight to FP8 with its transpose at a step's first micro-batch (its weight workspace, kept
-    /// until the step's end: 2 bytes per parameter; fp8_weight_kernels).
+    /// until the step's end: 2 bytes per parameter). The sum of k·n·batch over fwd_kernels'
+    /// FP8 weight GEMMs (core/transformer.cpp); the cast's kernels are quantize_kernels
+    /// (core/kernel.hpp), interned by strategies/data_parallel.hpp intern_fp8_weight_recipes.
     std::int64_t fp8_params = 0;
     /// The kernels of one forward pass, in launch order (core/kernel.hpp); backward is derived
     /// from them (backward_kernels).
