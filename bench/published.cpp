@@ -606,7 +606,7 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
     m.notes = {"FSDP of optimizer states and gradients (parameters kept after forward) as zero1, the distributed optimizer",
                "stages as the paper cuts them: one layer fewer on the first and the last",
                "the paper's tuned interleaved schedule has no published virtual-stage count: 1F1B",
-               "attention by FlashAttention (the default on H100): its backward recomputes the scores; no other recompute",
+               "fused attention as the plan's default framework (Megatron core) runs it on the H100, cuDNN's kernel: the paper names no attention kernel; its backward recomputes the scores; no other recompute",
                "sequence parallelism not stated: off"};
     if (cp > 1)
         m.notes.push_back("context parallelism as Llama 3 runs it: K and V all-gathered over the CP group before attention "

@@ -104,6 +104,15 @@ const char* to_string(Fp8Recipe r) {
     return "?";
 }
 
+const char* to_string(AttentionBackend b) { return b == AttentionBackend::fused ? "fused" : "flash"; }
+
+AttentionBackend parse_attention_backend(const std::string& text, const std::string& flag) {
+    if (text == "flash") return AttentionBackend::flash;
+    if (text == "fused") return AttentionBackend::fused;
+    fail_input("flash (FlashAttention-2) or fused (cuDNN's fused attention, Transformer Engine's FusedAttention)",
+               "\"" + text + "\"", {"", "", flag});
+}
+
 Kernel fp8_gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_t n, std::int64_t k,
                        std::int64_t batch, int out_bytes, bool weight, Fp8Recipe recipe) {
     Kernel g = gemm_kernel(name, cls, m, n, k, batch, out_bytes, weight);
@@ -233,6 +242,8 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                     // windowed mask skips the same blocks in backward).
                     Kernel b = flash_kernel(f.batch, f.m, f.n, f.k, f.elem_bytes, true);
                     b.flops = 2.5 * f.flops;
+                    b.causal = f.causal;
+                    b.backend = f.backend;
                     out.push_back(b);
                 }
                 break;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace smol {
@@ -28,8 +29,8 @@ inline constexpr int kKernelClasses = 4;
 enum class KernelOp : std::uint8_t {
     gemm,       // `batch` independent products C[m×n] = A[m×k]·B[k×n] (a batched GEMM when batch > 1)
     softmax,    // `batch` rows of `n` elements: max, exp, sum, scale (reads and writes each element)
-    flash,      // fused attention (FlashAttention-2): `batch` heads of m queries over n keys, head dim k;
-                // forward when `backward` is false
+    flash,      // fused attention (FlashAttention-2 or cuDNN's, `Kernel::backend`): `batch` heads of m
+                // queries over n keys, head dim k; forward when `backward` is false
     stream,     // a memory-bound pass reading and writing `bytes` in total (norm, activation, residual,
                 // dropout, bias add, cast, embedding gather, cross-entropy)
     adam,       // Adam over `elements` parameters: fp32 master weight, moments and gradient
@@ -67,6 +68,16 @@ enum class KernelName : std::uint8_t {
 enum class Fp8Recipe : std::uint8_t { none, delayed, tensorwise };
 const char* to_string(Fp8Recipe r);
 
+/// Which library's fused attention kernel runs (Megatron core's --attention-backend, whose
+/// AttnBackend names these two `flash` and `fused`): FlashAttention-2 (the flash-attn package,
+/// also PyTorch SDPA's flash backend) or cuDNN's fused attention (Transformer Engine's
+/// FusedAttention, its F16_arbitrary_seqlen sub-backend). Same work, same traffic; their rates
+/// differ (topologies/attention_rates.hpp).
+enum class AttentionBackend : std::uint8_t { flash, fused };
+const char* to_string(AttentionBackend b);
+/// "flash" | "fused"; bad_input naming the flag `flag` otherwise.
+AttentionBackend parse_attention_backend(const std::string& text, const std::string& flag);
+
 /// A pass whose gradient is the same pass again (a permutation, a cast, a scaling, a mask):
 /// backward_kernels prices it as the forward kernel, not as the generic two-input backward.
 bool same_pass_gradient(KernelName name);
@@ -80,6 +91,8 @@ struct Kernel {
     KernelClass cls = KernelClass::elementwise;
     KernelName name = KernelName::other;
     bool backward = false;          // flash: the backward kernel (recomputes the scores)
+    bool causal = false;            // flash: under a causal (or sliding-window) mask, whose skipped blocks `flops` leaves out
+    AttentionBackend backend = AttentionBackend::flash;  // flash: whose kernel
     bool weight = false;            // gemm: B is a parameter (its gradient is a weight gradient)
     /// The framework's per-kernel host time (OpGraph::dispatch_overhead) precedes its launch; false
     /// for kernels autograd's C++ engine launches with no Python in between (AccumulateGrad).

@@ -241,6 +241,9 @@ struct Workload {
     Recompute recompute = Recompute::none;
     DType dtype = DType::bf16;
     Attention attention = Attention::eager;
+    /// Whose kernel runs flash attention (Megatron core's --attention-backend; strategies/plan.cpp
+    /// picks the framework's default).
+    AttentionBackend attention_backend = AttentionBackend::flash;
     /// Megatron's apply_query_key_layer_scaling: eager attention's unfused softmax path scales the
     /// scores by the layer number, one more pass (Framework::qk_layer_scaling).
     bool qk_layer_scaling = false;

@@ -171,6 +171,7 @@ std::int32_t OpGraph::intern_recipe(std::span<const Kernel> kernels) {
     for (const Kernel& k : kernels) {
         mix(static_cast<std::uint64_t>(k.op) | static_cast<std::uint64_t>(k.cls) << 8 | static_cast<std::uint64_t>(k.name) << 16 |
             static_cast<std::uint64_t>(k.backward) << 24 | static_cast<std::uint64_t>(k.weight) << 25 | static_cast<std::uint64_t>(k.dispatched) << 26 |
+            static_cast<std::uint64_t>(k.causal) << 27 | static_cast<std::uint64_t>(k.backend) << 28 |
             static_cast<std::uint64_t>(k.elem_bytes) << 32);
         for (std::int64_t v : {std::int64_t{k.batch}, k.m, k.n, k.k, k.elements, k.bytes}) mix(static_cast<std::uint64_t>(v));
         std::uint64_t bits;

@@ -169,6 +169,7 @@ struct Dims {
     bool sp;
     Recompute recompute;
     Attention attention;
+    AttentionBackend attention_backend = AttentionBackend::flash;
     bool qk_layer_scaling = false;
     Fp8Recipe fp8 = Fp8Recipe::none;
     I q() const { return a * hd; }    // query width
@@ -190,6 +191,15 @@ Flops gemm_flops(double m, double n, double k) { return Flops(2.0 * m * n * k); 
 double causal_pairs(I s, I keys) {
     const double sd = static_cast<double>(s), w = static_cast<double>(std::min(s, keys));
     return w * (w + 1) / 2 + (sd - w) * w;
+}
+
+/// A fused attention kernel of `d`'s backend, `causal` when its mask skips blocks (what its rate
+/// depends on: topologies/attention_rates.hpp).
+Kernel fused_attention(const Dims& d, I heads, I q, I kv, I head_dim, bool causal) {
+    Kernel k = flash_kernel(heads, q, std::max<I>(1, kv), std::max<I>(1, head_dim), static_cast<int>(d.e), false);
+    k.causal = causal;
+    k.backend = d.attention_backend;
+    return k;
 }
 
 /// The bytes of one context-parallel rank's Q, K, V and attention output: its b · s/cp tokens,
@@ -232,23 +242,33 @@ std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
     if (d.cp_comm == CpComm::all_to_all) {
         const auto [q, k, v, o] = cp_tensors(d);
         auto copy = [](I bytes) { return stream_kernel(KernelName::cp_permute, KernelClass::attention, 2 * bytes); };
-        Kernel core = flash_kernel(heads / d.cp, d.seq, std::max<I>(1, std::min(keys, d.seq)), d_mean, static_cast<int>(e), false);
+        Kernel core = fused_attention(d, heads / d.cp, d.seq, std::min(keys, d.seq), d_mean, causal);
         core.flops = 2.0 * pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);   // the rank's pairs
         return {copy(q), copy(k), copy(v), copy(q), copy(k), copy(v), core, copy(o), copy(o)};
     }
     if (d.cp_comm == CpComm::all_gather) {
         const I chunk = std::max<I>(1, d.s / 2);
-        Kernel k = flash_kernel(heads, chunk, std::max<I>(1, std::min(keys, d.seq / 2)), d_mean, static_cast<int>(e), false);
+        // Each kernel's mask (causal_bottom_right: context_parallel.py:3078-3079 at
+        // TransformerEngine d0067d0) cuts only its last chunk × chunk block out of
+        // chunk × keys: at the mean key length seq/2 that is 1/(2·cp) of its blocks, so it runs
+        // at the rate of an unmasked kernel (a causal square's imbalance is not there).
+        Kernel k = fused_attention(d, heads, chunk, std::min(keys, d.seq / 2), d_mean, false);
         k.flops = pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);   // half the pairs, 4·d FLOPs each
         return {k, k};
     }
-    Kernel step = flash_kernel(heads, d.s, std::max<I>(1, d.s / 2), d_mean, static_cast<int>(e), false);
+    // Step 0 runs under the causal mask (its two chunks' diagonal); the later steps' blocks are
+    // whole and unmasked: cp_p2p_fwd_fused_attn (context_parallel.py:854-884 at TransformerEngine
+    // d0067d0) keeps the mask for the "diagonal" section and passes "no_mask" for the lower and
+    // upper triangles. Every later step is priced as the lower triangle (all queries, half the keys).
+    Kernel step = fused_attention(d, heads, d.s, d.s / 2, d_mean, false);
     step.flops = 2.0 * pairs / static_cast<double>(d.cp) * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);
+    Kernel first = step;
+    first.causal = causal;
     const I out = heads * d.s * d.vd;   // the rank's attention output, elements
     const Kernel correction = stream_kernel(KernelName::context, KernelClass::attention, out * (e + 8) + heads * d.s * 4);
     std::vector<Kernel> k;
     for (I i = 0; i < d.cp; ++i) {
-        k.push_back(step);
+        k.push_back(i == 0 ? first : step);
         k.push_back(correction);
     }
     return k;
@@ -282,8 +302,7 @@ std::vector<Kernel> attention_core_kernels(const Dims& d, I keys, bool causal) {
     const int eb = static_cast<int>(e);
     if (d.cp > 1) return context_parallel_core(d, keys, causal);
     if (d.attention == Attention::flash) {
-        const I d_mean = (d.hd + d.vd) / 2;
-        Kernel k = flash_kernel(heads, d.s, keys, std::max<I>(1, d_mean), eb, false);
+        Kernel k = fused_attention(d, heads, d.s, keys, (d.hd + d.vd) / 2, causal);
         const double pairs = causal ? causal_pairs(d.s, keys) : static_cast<double>(d.s) * static_cast<double>(keys);
         k.flops = 2.0 * pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);
         return {k};
@@ -882,6 +901,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.e = dtype_bytes(w.dtype);
     d.recompute = w.recompute;
     d.attention = w.attention;
+    d.attention_backend = w.attention_backend;
     d.qk_layer_scaling = w.qk_layer_scaling;
     d.fp8 = w.fp8;
     // Every per-block product below is at most 64 × (tokens × the widest matrix) or 16 × the

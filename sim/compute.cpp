@@ -65,6 +65,15 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
     return device.gemm_efficiency * d / (d + half);
 }
 
+FlopRate attention_rate(const topo::AttentionRates& table, const Kernel& k) {
+    const FlopRate r = table.rate(k.backend, k.backward, k.causal, static_cast<double>(k.k), static_cast<double>(k.n));
+    // One thread block per 128-row tile of a head: of queries in forward, of keys in backward
+    // (FlashAttention-2 parallelises its backward over key blocks, Dao 2023 §3.2).
+    const double rows = static_cast<double>(k.backward ? k.n : k.m);
+    const double blocks = static_cast<double>(k.batch) * std::ceil(rows / 128);
+    return r * std::min(1.0, blocks / table.sms);
+}
+
 double fp8_gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
                            std::int64_t batch) {
     if (!device.fp8_peak)
@@ -94,6 +103,8 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
                                 flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
                             memory_time(bytes, dev));
         case KernelOp::flash:
+            if (dev.attention_rates && dtype_bytes(dtype) == 2)
+                return std::max(flops / attention_rate(*dev.attention_rates, kernel), memory_time(bytes, dev));
             return std::max(flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch, true)),
                             memory_time(bytes, dev));
         case KernelOp::softmax:

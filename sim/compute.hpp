@@ -2,7 +2,9 @@
 //
 //   GEMM:                    t = max(t0 + FLOPs / (peak(dtype) · e(shape)), bytes / (bandwidth · e_mem))
 //                            (an FP8 GEMM: peak fp8 and fp8_gemm_efficiency)
-//   flash attention:         t = max(FLOPs / (peak(dtype) · e_flash(shape)), bytes / (bandwidth · e_mem))
+//   flash attention:         t = max(FLOPs / rate, bytes / (bandwidth · e_mem)), the rate measured for
+//                            its library, direction, mask, head dim and key length where the device
+//                            has a table (topologies/attention_rates.hpp), else peak(dtype) · e_flash(shape)
 //   memory-bound kernels:    t = max(FLOPs / peak, bytes / (bandwidth · e_mem))
 //   host kernels (an optimizer step offloaded to the CPU): max(bytes / (host bandwidth · host e_mem),
 //                            FLOPs / host CPU peak) — alone; the simulator shares DRAM and cores
@@ -13,7 +15,8 @@
 // same total work); t0 (DeviceKind::gemm_fixed_time) is what a GEMM kernel costs beyond that, its
 // fill and drain, which sets the time of small ones. Where a device's (d_half, t0) come from
 // measured GEMMs (the H100 and H200 presets: OpenXLA's sm_90 matmul table,
-// validation/xla-h100-matmul.csv), e_flash uses the device's flash_half_dim instead.
+// validation/xla-h100-matmul.csv), e_flash uses the device's flash_half_dim instead (a device
+// without measured attention rates).
 //
 // Launches. A GPU runs kernels asynchronously: the host issues one every `launch_overhead` (the
 // driver's launch) plus the framework's dispatch (Python, the dispatcher, autograd:
@@ -47,6 +50,11 @@ namespace smol::sim {
 /// `flash`: of a FlashAttention kernel, on the device's flash_half_dim.
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
                        std::int64_t batch = 1, bool flash = false);
+/// The rate of a fused attention kernel (KernelOp::flash) on a device with measured attention
+/// rates: the table's at the kernel's backend, direction, mask, head dimension and key length,
+/// times its fill, min(1, thread blocks / SMs) with one block per 128 rows of a head (queries in
+/// forward, keys in backward).
+FlopRate attention_rate(const topo::AttentionRates& table, const Kernel& kernel);
 /// Efficiency of an FP8 GEMM (Kernel::fp8) on `device`, of its fp8_peak: fp8_gemm_efficiency at
 /// the 16-bit curve's shape, its half size scaled so that the curve's d² term — the time per
 /// output element a kernel spends beyond its multiply-adds (the epilogue writing a 16-bit output,

@@ -54,6 +54,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.recompute = plan.recompute;
     w.dtype = layout.dtype;
     w.attention = layout.attention;
+    w.attention_backend = layout.attention_backend;
     w.qk_layer_scaling = layout.framework.qk_layer_scaling;
     w.fp8 = layout.fp8;
     w.ep = layout.ep;

@@ -735,6 +735,20 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             if (!slowest || g.device.is_cpu || g.device.compute_capability < slowest->device.compute_capability) slowest = &g;
         const bool flash_runs = slowest && !slowest->device.is_cpu && slowest->device.compute_capability >= 8.0;
         l.attention = plan.attention ? *plan.attention : flash_runs ? Attention::flash : Attention::eager;
+        if (plan.attention_backend && l.attention != Attention::flash)
+            fail_input("--attention-backend picks the kernel of flash attention; eager attention runs none (leave it out, "
+                       "or --attention flash)",
+                       {"", "", "--attention-backend"});
+        // Transformer Engine, which Megatron core runs attention through, prefers cuDNN's fused
+        // attention to FlashAttention on compute capability 9.0 and later ("Disabling
+        // FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
+        // transformer_engine/pytorch/attention/dot_product_attention/utils.py:1647-1653 at
+        // NVIDIA/TransformerEngine d0067d0); PyTorch's SDPA and the flash-attn package run
+        // FlashAttention-2.
+        const bool hopper = slowest && !slowest->device.is_cpu && slowest->device.compute_capability >= 9.0;
+        l.attention_backend = plan.attention_backend ? *plan.attention_backend
+                              : l.framework.name == FrameworkName::megatron && hopper ? AttentionBackend::fused
+                                                                                      : AttentionBackend::flash;
         if (l.attention == Attention::flash && !flash_runs)
             fail_input("--attention flash needs GPUs of compute capability 8.0 or later (FlashAttention-2 runs on Ampere, "
                        "Ada and Hopper); the " + slowest->device.name + " devices of group '" + slowest->name + "' " +

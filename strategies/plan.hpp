@@ -145,6 +145,9 @@ struct Plan {
     /// How attention runs (--attention); unset: flash on GPUs of compute capability 8.0 or later
     /// (FlashAttention-2 runs on Ampere and later), eager elsewhere.
     std::optional<Attention> attention;
+    /// Whose fused attention kernel runs flash attention (--attention-backend, Megatron core's
+    /// flag); unset: the framework's choice (Layout::attention_backend).
+    std::optional<AttentionBackend> attention_backend;
     /// FP8 linear layers as Transformer Engine runs them under Megatron core (--fp8 RECIPE):
     /// their GEMMs at the devices' FP8 rate, the casts before them, FP8 copies of their weights
     /// and inputs. none: every GEMM in the training dtype.
@@ -186,6 +189,10 @@ struct Layout {
 
     int ep = 1;                       // expert-parallel ranks, within the data-parallel group (strategies/moe.hpp)
     Attention attention = Attention::eager;
+    /// Whose kernel runs flash attention: cuDNN's fused attention under Megatron core on Hopper
+    /// and later (Transformer Engine's choice), FlashAttention-2 elsewhere, unless
+    /// --attention-backend says.
+    AttentionBackend attention_backend = AttentionBackend::flash;
     Fp8Recipe fp8 = Fp8Recipe::none;  // Plan::fp8, checked against the framework, dtype and devices
     /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating
     /// the plan costs in memory, known before either starts.

@@ -132,6 +132,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--attention", f.attention,
                    "flash (FlashAttention-2) or eager (scores materialised); default: flash on GPUs of compute capability "
                    "8.0 or later, eager elsewhere");
+    app.add_option("--attention-backend", f.attention_backend,
+                   "flash (FlashAttention-2) or fused (cuDNN's fused attention, Transformer Engine's FusedAttention): whose "
+                   "kernel runs flash attention; default: fused under --framework megatron on compute capability 9.0 and "
+                   "later (Transformer Engine's choice), flash elsewhere");
     app.add_option("--fp8", f.fp8,
                    "delayed or tensorwise: the linear layers' GEMMs in FP8 as Transformer Engine runs them under Megatron "
                    "core (--fp8-format hybrid with that --fp8-recipe), on GPUs with FP8 tensor cores (H100, H200)");
@@ -421,6 +425,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.expert_imbalance = f.expert_imbalance;
     p.capacity_factor = f.capacity_factor;
     if (!f.attention.empty()) p.attention = parse_attention(f.attention, flag("--attention"));
+    if (!f.attention_backend.empty())
+        p.attention_backend = parse_attention_backend(f.attention_backend, "--attention-backend");
     if (!f.cp_comm.empty()) p.cp_comm = parse_cp_comm(f.cp_comm, flag("--cp-comm"));
     if (!f.fp8.empty()) p.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);

@@ -64,6 +64,7 @@ struct PlanFlags {
     double expert_imbalance = 1, capacity_factor = 0;
     std::string cp_comm;                 // empty: p2p
     std::string attention;               // empty: flash on GPUs of compute capability ≥ 8.0, else eager
+    std::string attention_backend;       // empty: the framework's (cuDNN under Megatron core on Hopper)
     std::string fp8;                     // empty: no FP8; delayed or tensorwise (--fp8)
     std::string profile;                 // --profile: a calibration profile applied to the cluster
     std::string slow;                    // --slow RANK:FACTOR[:nic=FACTOR],… (topo::Cluster::with_slow_devices)

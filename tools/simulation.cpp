@@ -145,6 +145,7 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     if (plan.seq == 0) info.seq_note = model.seq_note();
     info.ep = l.ep;
     info.attention = to_string(l.attention);
+    if (l.attention == Attention::flash) info.attention_backend = to_string(l.attention_backend);
     info.dtype = to_string(l.dtype);
     info.fp8 = to_string(l.fp8);
     info.compression = strategies::to_string(plan.compress);

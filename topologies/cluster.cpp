@@ -87,7 +87,7 @@ LinkSpec parse_link(const JsonView& j) {
 
 DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     j.expect_only({"cpu", "peak", "memory", "memory_bandwidth", "unified_memory", "launch_overhead",
-                   "gemm_efficiency", "gemm_half_dim", "gemm_fixed_time", "flash_half_dim", "memory_efficiency",
+                   "gemm_efficiency", "gemm_half_dim", "gemm_fixed_time", "flash_half_dim", "attention_rates", "memory_efficiency",
                    "fp8_gemm_efficiency", "comm_slowdown", "compute_capability", "notes"});
     string_list(j, "notes");
     DeviceKind d;
@@ -117,6 +117,18 @@ DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     d.flash_half_dim = j.number_or("flash_half_dim", d.flash_half_dim);
     if (j.has("flash_half_dim") && !(d.flash_half_dim > 0)) {
         j.fail_member("flash_half_dim", "a FlashAttention size above zero", describe_json(j.raw().at("flash_half_dim")));
+    }
+    if (j.has("attention_rates")) {
+        const std::string table = j.string("attention_rates");
+        d.attention_rates = attention_rates(table);
+        if (!d.attention_rates) {
+            std::string names;
+            for (const std::string& n : attention_rate_names()) names += (names.empty() ? "" : ", ") + n;
+            j.fail_member("attention_rates", "the name of a built-in table of measured attention kernels (" + names + ")",
+                          "\"" + table + "\"" + did_you_mean(table, attention_rate_names()));
+        }
+        if (d.is_cpu)
+            j.fail_member("attention_rates", "no fused attention rates on a CPU device (\"cpu\": true)", "\"" + table + "\"");
     }
     d.gemm_fixed_time = j.time_or("gemm_fixed_time", Time::zero());
     if (j.has("fp8_gemm_efficiency")) {

@@ -20,6 +20,7 @@
 #include "core/json.hpp"
 #include "core/model.hpp"
 #include "core/units.hpp"
+#include "topologies/attention_rates.hpp"
 #include "topologies/measured.hpp"
 
 namespace smol::topo {
@@ -44,8 +45,12 @@ struct DeviceKind {
     /// A GEMM kernel's time beyond its FLOPs at that efficiency (the fill and drain of a kernel
     /// too small for the device): t = gemm_fixed_time + FLOPs / (peak · e). Zero unless measured.
     Time gemm_fixed_time;
-    /// FlashAttention's half-efficiency size (its kernels run on the same curve as GEMMs, with
-    /// their own size); 0: gemm_half_dim's.
+    /// Fused attention kernels' measured rates ("attention_rates": the name of a built-in table,
+    /// topologies/attention_rates.hpp), or null: they then run on the GEMM curve, at
+    /// flash_half_dim.
+    const AttentionRates* attention_rates = nullptr;
+    /// FlashAttention's half-efficiency size where the device has no attention_rates (its kernels
+    /// run on the same curve as GEMMs, with their own size); 0: gemm_half_dim's.
     double flash_half_dim = 0;
     double memory_efficiency = 0.8;       // fraction of memory bandwidth streaming kernels reach
     double comm_slowdown = 1.0;           // compute runs this much slower while comm kernels run

@@ -171,6 +171,38 @@ TEST_CASE("the H100 and H200 presets' GEMM curve is the best fit of OpenXLA's me
     CHECK(best == Approx(0.0695).margin(0.001));
 }
 
+TEST_CASE("fused attention on a device with measured rates: the table's rate for its library, mask and shape, times its fill",
+          "[sim][compute][attention]") {
+    const topo::NodeGroup g = topo::cluster_preset("dgx-h100").groups[0];
+    REQUIRE(g.device.attention_rates);
+    // 16 heads (tp 8 of Llama 3 70B's 64, one sample) of 8,192 causal queries, head dim 128:
+    // s(s + 1)/2 pairs, 4·128 FLOPs each, 1,024 query tiles (≥ 132 SMs: full).
+    Kernel k = flash_kernel(16, 8192, 8192, 128, 2, false);
+    k.causal = true;
+    k.flops = 8192.0 * 8193 / 2 * 4 * 128 * 16;
+    k.backend = AttentionBackend::fused;
+    CHECK(kernel_time(k, DType::bf16, false, g).to_seconds() == Approx(k.flops / 529e12));   // cuDNN, Figure 5 (d)
+    k.backend = AttentionBackend::flash;
+    CHECK(kernel_time(k, DType::bf16, false, g).to_seconds() == Approx(k.flops / 333e12));   // FlashAttention-2
+    // Its backward: 2.5× the FLOPs, the causal backward row (518 · 529 / 600 for cuDNN).
+    k.backend = AttentionBackend::fused;
+    const std::vector<Kernel> back = backward_kernels(std::vector<Kernel>{k});
+    REQUIRE(back.size() == 1);
+    CHECK(back[0].causal);
+    CHECK(back[0].backend == AttentionBackend::fused);
+    CHECK(kernel_time(back[0], DType::bf16, false, g).to_seconds() == Approx(2.5 * k.flops / (518e12 * 529 / 600)));
+    // One sample of 8 heads over 1,024 queries: 8 × 8 = 64 query tiles on 132 SMs.
+    Kernel small = flash_kernel(8, 1024, 1024, 128, 2, false);
+    small.backend = AttentionBackend::fused;
+    CHECK(kernel_time(small, DType::bf16, false, g).to_seconds() == Approx(small.flops / (574e12 * 64 / 132)));
+    // A device without a table: the GEMM curve at flash_half_dim, as before.
+    topo::NodeGroup plain = g;
+    plain.device.attention_rates = nullptr;
+    plain.device.flash_half_dim = 768;
+    const double d = std::cbrt(16.0 * 8192 * 8192 * 128);
+    CHECK(kernel_time(k, DType::bf16, false, plain).to_seconds() == Approx(k.flops / (989e12 * 0.803 * d / (d + 768))));
+}
+
 TEST_CASE("FP8 GEMMs: the FP8 peak and MAMF, on the 16-bit curve's shape with its per-output time kept", "[sim][compute][fp8]") {
     // The dgx-h100 preset's H100: bf16 989 TFLOP/s at 0.803 (half size 88, 6.25 us fixed); FP8
     // 1979 TFLOP/s at 0.709 (MAMF).

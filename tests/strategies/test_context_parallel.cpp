@@ -100,9 +100,14 @@ TEST_CASE("context parallelism gives each rank 1/cp of a layer's GEMMs, attentio
     // (QKᵀ and PV), 1/cp of them on each rank, in cp ring steps.
     const double pairs = 4096.0 * 4097 / 2, heads = 2 * 8;
     CHECK(kernel_flops(p, KernelOp::flash) == Approx(pairs * 4 * 64 * heads / cp));
-    int steps = 0;
-    for (const Kernel& k : p.fwd_kernels) steps += k.op == KernelOp::flash;
+    int steps = 0, masked = 0;
+    for (const Kernel& k : p.fwd_kernels) {
+        steps += k.op == KernelOp::flash;
+        masked += k.op == KernelOp::flash && k.causal;
+    }
     CHECK(steps == cp);
+    // Only the first step is under the causal mask (its chunks' diagonal); TE passes "no_mask" after.
+    CHECK(masked == 1);
     // Model FLOPs per rank: 1/cp of the whole (the non-causal count, s × s pairs, split by query).
     CHECK(p.fwd.count() * cp == Approx(w.fwd.count()));
     // Memory: every saved tensor is per token (flash keeps no s² term), so 1/cp of it.
@@ -172,7 +177,11 @@ TEST_CASE("all-gathered context parallelism: K and V all-gathered before attenti
     const Block gathered = m.blocks(w)[1];
     // The same attention work, as two kernels (the rank's two chunks) instead of cp steps.
     int kernels = 0;
-    for (const Kernel& k : gathered.fwd_kernels) kernels += k.op == KernelOp::flash;
+    for (const Kernel& k : gathered.fwd_kernels) {
+        kernels += k.op == KernelOp::flash;
+        // causal_bottom_right masks one chunk × chunk block of chunk × keys: priced unmasked.
+        if (k.op == KernelOp::flash) CHECK_FALSE(k.causal);
+    }
     CHECK(kernels == 2);
     CHECK(kernel_flops(gathered, KernelOp::flash) == Approx(kernel_flops(ring, KernelOp::flash)));
     CHECK(kernel_flops(gathered, KernelOp::gemm) == Approx(kernel_flops(ring, KernelOp::gemm)));

@@ -315,3 +315,35 @@ TEST_CASE("query-key layer scaling by release, and what it costs on the unfused 
     CHECK(layer_kernels("megatron", 1) == 51 + 9);
     CHECK(layer_kernels("megatron-deepspeed", 2) == 51);
 }
+
+TEST_CASE("flash attention's kernel: cuDNN's under Megatron core on Hopper, FlashAttention-2 elsewhere", "[strategies][framework][attention]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster h100 = topo::cluster_preset("dgx-h100"), a100 = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.strategy = DataParallel::ddp;
+    p.framework = "megatron";
+    // Transformer Engine prefers FusedAttention on compute capability 9.0 (utils.py:1647-1653).
+    CHECK(resolve(m, h100, p).attention_backend == AttentionBackend::fused);
+    CHECK(resolve(m, a100, p).attention_backend == AttentionBackend::flash);
+    p.framework = "pytorch";
+    CHECK(resolve(m, h100, p).attention_backend == AttentionBackend::flash);
+    p.attention_backend = AttentionBackend::fused;   // --attention-backend fused (SDPA's cuDNN backend)
+    CHECK(resolve(m, h100, p).attention_backend == AttentionBackend::fused);
+    // The blocks' attention kernels carry it, and their mask.
+    Workload w;
+    w.seq = 1024;
+    w.attention = Attention::flash;
+    w.attention_backend = AttentionBackend::fused;
+    int kernels = 0;
+    for (const Block& b : m.blocks(w))
+        for (const Kernel& k : b.fwd_kernels)
+            if (k.op == KernelOp::flash) {
+                ++kernels;
+                CHECK(k.backend == AttentionBackend::fused);
+                CHECK(k.causal);
+            }
+    CHECK(kernels == 12);
+    // Eager attention runs no fused kernel: naming one is refused.
+    p.attention = Attention::eager;
+    CHECK_THAT(test::bad_input_message([&] { resolve(m, h100, p); }), Catch::Contains("--attention-backend"));
+}

@@ -448,4 +448,19 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         CHECK(Json::parse(ok.out)["fp8"] == "tensorwise");
         CHECK(Json::parse(cli(h100({"--framework", "megatron", "--json"})).out)["fp8"].is_null());
     }
+    SECTION("--attention-backend: a kernel library's name, flash attention only") {
+        refused(simulate({"--attention-backend", "cudnn"}, "gpt2-small", "dgx-h100"),
+                {"--attention-backend", "flash (FlashAttention-2) or fused", "\"cudnn\""});
+        refused(simulate({"--attention", "eager", "--attention-backend", "fused"}, "gpt2-small", "dgx-h100"),
+                {"--attention-backend", "eager attention runs none"});
+        const auto json = [](std::initializer_list<std::string> extra) {
+            const Result r = cli(simulate(extra, "gpt2-small", "dgx-h100"));
+            REQUIRE(r.code == 0);
+            return Json::parse(r.out);
+        };
+        CHECK(json({"--framework", "megatron", "--json"})["attention_backend"] == "fused");
+        CHECK(json({"--json"})["attention_backend"] == "flash");
+        CHECK(json({"--attention-backend", "fused", "--json"})["attention_backend"] == "fused");
+        CHECK(json({"--attention", "eager", "--json"})["attention_backend"].is_null());
+    }
 }

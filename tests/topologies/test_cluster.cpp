@@ -84,14 +84,17 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(gb_per_s(g.host_link.bandwidth) == Approx(63.0));  // PCIe Gen5 x16
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(50));     // NDR
     }
-    SECTION("GEMM and FlashAttention curves: the H100 parts' from OpenXLA's table, FlashAttention's the lead; others one curve") {
+    SECTION("GEMM curves and attention rates: the H100 parts' from OpenXLA's table and the FlashAttention-3 paper; others one curve") {
         for (const char* name : {"dgx-h100", "grand-teton-h100", "hgx-h200"}) {
             const DeviceKind d = cluster_preset(name).groups[0].device;
             CHECK(d.gemm_half_dim == 88);
             CHECK(d.gemm_fixed_time == Time::ns(6250));
-            CHECK(d.flash_half_dim == 768);
+            REQUIRE(d.attention_rates != nullptr);
+            CHECK(d.attention_rates->name == "h100-sxm5");
+            CHECK(d.flash_half_dim == 0);
         }
         const DeviceKind a100 = cluster_preset("dgx-a100").groups[0].device;
+        CHECK(a100.attention_rates == nullptr);
         CHECK(a100.flash_half_dim == 0);   // the GEMM curve's size
         CHECK(a100.gemm_fixed_time == Time::zero());
     }
@@ -412,6 +415,19 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         const std::string m = load_error(doc);
         CHECK_THAT(m, Contains("at /device_kinds/a100-80gb/flash_half_dim:"));
         CHECK_THAT(m, Contains("a FlashAttention size above zero"));
+    }
+    SECTION("attention rates: an unknown table, a CPU") {
+        doc["device_kinds"]["a100-80gb"]["attention_rates"] = "h100-sxm";
+        std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /device_kinds/a100-80gb/attention_rates:"));
+        CHECK_THAT(m, Contains("a built-in table of measured attention kernels (h100-sxm5)"));
+        CHECK_THAT(m, Contains("did you mean 'h100-sxm5'?"));
+        doc["device_kinds"]["a100-80gb"]["attention_rates"] = 7;
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/attention_rates:"));
+        doc["device_kinds"]["a100-80gb"]["attention_rates"] = "h100-sxm5";
+        doc["device_kinds"]["a100-80gb"]["cpu"] = true;
+        m = load_error(doc);
+        CHECK_THAT(m, Contains("no fused attention rates on a CPU device"));
     }
     SECTION("efficiency above 1") {
         doc["device_kinds"]["a100-80gb"]["gemm_efficiency"] = 1.5;

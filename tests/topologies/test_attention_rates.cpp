@@ -1,0 +1,88 @@
+// The built-in fused attention rates: the measured points as published, the interpolation rules
+// by hand, and the derived rows checked against a measurement they were not derived from.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "topologies/attention_rates.hpp"
+
+using namespace smol;
+using namespace smol::topo;
+using Catch::Detail::Approx;
+
+namespace {
+const AttentionRates& h100() {
+    const AttentionRates* t = attention_rates("h100-sxm5");
+    REQUIRE(t != nullptr);
+    return *t;
+}
+double tf(AttentionBackend b, bool backward, bool causal, double d, double kv) {
+    return h100().rate(b, backward, causal, d, kv).to_tflops();
+}
+constexpr auto flash = AttentionBackend::flash;
+constexpr auto fused = AttentionBackend::fused;
+}  // namespace
+
+TEST_CASE("attention rates: the FlashAttention-3 paper's H100 points, as published", "[topologies][attention]") {
+    CHECK(attention_rates("a100") == nullptr);
+    CHECK(h100().sms == 132);
+    // Figure 5 (d): causal forward, head dim 128 — cuDNN 315 … 539, FlashAttention-2 191 … 335.
+    CHECK(tf(fused, false, true, 128, 512) == Approx(315));
+    CHECK(tf(fused, false, true, 128, 8192) == Approx(529));
+    CHECK(tf(flash, false, true, 128, 16384) == Approx(335));
+    // (a) unmasked, head dim 64; (e) unmasked, 256; (b), (f) causal.
+    CHECK(tf(fused, false, false, 64, 2048) == Approx(395));
+    CHECK(tf(flash, false, false, 256, 1024) == Approx(313));
+    CHECK(tf(fused, false, true, 256, 4096) == Approx(483));
+    CHECK(tf(flash, false, true, 64, 512) == Approx(180));
+    // Figure 6: unmasked backward, head dims 64 and 128.
+    CHECK(tf(fused, true, false, 128, 8192) == Approx(518));
+    CHECK(tf(flash, true, false, 64, 16384) == Approx(291));
+}
+
+TEST_CASE("attention rates: between, beyond and below the measured points", "[topologies][attention]") {
+    // Linear in log2(keys): 3,072 keys is not the midpoint of log2 2k … 4k; 2^11.5 = 2,896 is.
+    CHECK(tf(fused, false, true, 128, std::pow(2.0, 11.5)) == Approx((484 + 518) / 2.0));
+    // Linear in log2(head dim): 2^6.5 ≈ 90.5 halfway between 64 and 128.
+    CHECK(tf(fused, false, true, std::pow(2.0, 6.5), 8192) == Approx((379 + 529) / 2.0));
+    // Beyond 16k keys and outside 64 … 256 the nearest point.
+    CHECK(tf(fused, false, true, 128, 131072) == Approx(539));
+    CHECK(tf(fused, false, true, 32, 8192) == Approx(379));
+    CHECK(tf(fused, false, true, 512, 8192) == Approx(497));
+    // Below 512 keys: r ∝ kv / (kv + h) through (512, 315) and (1024, 410):
+    // 410/315 = 2(512 + h)/(1024 + h) → h = 1024 · (410/315 − 1) / (2 − 410/315) = 442.2.
+    const double rho = 410.0 / 315, h = 1024 * (rho - 1) / (2 - rho);
+    CHECK(h == Approx(442.2).epsilon(1e-3));
+    CHECK(tf(fused, false, true, 128, 256) == Approx(315 * (256 / (256 + h)) / (512 / (512 + h))));
+    CHECK(tf(fused, false, true, 128, 256) == Approx(215.2).epsilon(2e-3));
+    // Backward at head dim 256 was not measured: the 128 row's.
+    CHECK(tf(flash, true, false, 256, 4096) == Approx(310));
+}
+
+TEST_CASE("attention rates: the derived causal backward against FlashAttention-2's own H100 measurement",
+          "[topologies][attention]") {
+    // Causal backward = unmasked backward × the forward's causal / unmasked ratio, by hand at one point:
+    CHECK(tf(fused, true, true, 128, 8192) == Approx(518.0 * 529 / 600));
+    // The check it was not derived from: FlashAttention-2's causal forward + backward on the H100 SXM5
+    // (Dao-AILab/flash-attention assets/flash2_h100_fwd_bwd_benchmark.png, panels (c), (d)), TFLOP/s
+    // counted as 3.5 × the forward's FLOPs over both kernels' time.
+    const double seqs[] = {512, 1024, 2048, 4096, 8192, 16384};
+    const double measured64[] = {141, 192, 232, 257, 273, 284};
+    const double measured128[] = {163, 221, 265, 294, 308, 328};
+    for (int i = 0; i < 6; ++i) {
+        for (int d : {64, 128}) {
+            const double fwd = tf(flash, false, true, d, seqs[i]), bwd = tf(flash, true, true, d, seqs[i]);
+            const double both = 3.5 / (1 / fwd + 2.5 / bwd);
+            const double measured = d == 64 ? measured64[i] : measured128[i];
+            INFO("head dim " << d << ", " << seqs[i] << " keys: derived " << both << " TFLOP/s, measured " << measured);
+            CHECK(std::abs(both / measured - 1) < (i == 0 ? 0.12 : 0.08));
+        }
+    }
+    // And unmasked (panels (a), (b)), where both figures were measured: the two papers agree.
+    const double unmasked128[] = {248, 294, 320, 326, 335, 338};
+    for (int i = 0; i < 6; ++i) {
+        const double fwd = tf(flash, false, false, 128, seqs[i]), bwd = tf(flash, true, false, 128, seqs[i]);
+        INFO(seqs[i] << " keys");
+        CHECK(std::abs(3.5 / (1 / fwd + 2.5 / bwd) / unmasked128[i] - 1) < 0.06);
+    }
+}
