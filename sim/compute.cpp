@@ -103,7 +103,7 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
                                 flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
                             memory_time(bytes, dev));
         case KernelOp::flash:
-            if (dev.attention_rates && dtype_bytes(dtype) == 2)
+            if (dev.attention_rates && dtype_bytes(dtype) == 2 && dev.attention_rates->has(kernel.backend))
                 return std::max(flops / attention_rate(*dev.attention_rates, kernel), memory_time(bytes, dev));
             return std::max(flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch, true)),
                             memory_time(bytes, dev));

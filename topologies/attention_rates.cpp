@@ -64,6 +64,33 @@ AttentionRates h100_sxm5() {
     return t;
 }
 
+/// A100 SXM4 80GB, FlashAttention-2 only (cuDNN's fused attention was not measured there), same
+/// set-up as the H100's: `assets/flash2_a100_fwd_bwd_benchmark.png` in Dao-AILab/flash-attention
+/// 0251105a (the FlashAttention-2 paper's A100 figure), forward + backward, causal and unmasked,
+/// head dimensions 64 and 128, read from the bars' labels (two labels the legend hides, unmasked
+/// head dim 64 at 1k and 128 at 512, read from the bars' heights against the axis: 153 and 151).
+/// Only the pair's combined rate is published: forward and backward each run at it, so their sum
+/// is the measured time (the split between them is not; under full recompute the forward that
+/// runs again is priced at the pair's rate). Head dimension 256: at 128.
+AttentionRates a100_sxm4() {
+    AttentionRates t;
+    t.name = "a100-sxm4";
+    t.source = "FlashAttention-2 paper's A100 SXM4 80GB forward + backward figure, bf16";
+    t.sms = 108;   // NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs
+    const int flash = static_cast<int>(AttentionBackend::flash);
+    auto set = [&](bool causal, int dim, std::initializer_list<double> v) {
+        for (bool backward : {false, true}) std::copy(v.begin(), v.end(), t.tflops[flash][backward][causal][dim]);
+    };
+    set(true, 0, {88, 119, 140, 156, 165, 171});
+    set(true, 1, {99, 133, 155, 173, 182, 189});
+    set(false, 0, {132, 153, 162, 171, 175, 176});
+    set(false, 1, {151, 173, 187, 196, 201, 203});
+    for (bool backward : {false, true})
+        for (bool causal : {false, true})
+            std::copy_n(t.tflops[flash][backward][causal][1], AttentionRates::kSeqs, t.tflops[flash][backward][causal][2]);
+    return t;
+}
+
 /// One curve at `kv` keys (TFLOP/s).
 double along_keys(const double (&r)[AttentionRates::kSeqs], double kv) {
     const double x = std::log2(std::max(kv, 1.0) / kFirstSeq);
@@ -96,10 +123,10 @@ std::vector<double> AttentionRates::curve(AttentionBackend backend, bool backwar
 }
 
 const AttentionRates* attention_rates(const std::string& name) {
-    static const AttentionRates h100 = h100_sxm5();
-    return name == h100.name ? &h100 : nullptr;
+    static const AttentionRates h100 = h100_sxm5(), a100 = a100_sxm4();
+    return name == h100.name ? &h100 : name == a100.name ? &a100 : nullptr;
 }
 
-std::vector<std::string> attention_rate_names() { return {"h100-sxm5"}; }
+std::vector<std::string> attention_rate_names() { return {"a100-sxm4", "h100-sxm5"}; }
 
 }  // namespace smol::topo

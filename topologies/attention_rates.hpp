@@ -40,6 +40,10 @@ struct AttentionRates {
     /// TFLOP/s [backend][backward][causal][head dim][key length]; 0 where not measured.
     double tflops[2][2][2][kDims][kSeqs] = {};
 
+    /// Whether the table holds `backend`'s kernels (a device without them prices that backend on
+    /// the GEMM curve).
+    bool has(AttentionBackend backend) const { return tflops[static_cast<int>(backend)][0][0][0][0] > 0; }
+
     /// The rate of one kernel: `kv` keys per query (the window where one is smaller), head
     /// dimension `head_dim`, the fill excluded.
     FlopRate rate(AttentionBackend backend, bool backward, bool causal, double head_dim, double kv) const;

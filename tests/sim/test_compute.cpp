@@ -195,6 +195,13 @@ TEST_CASE("fused attention on a device with measured rates: the table's rate for
     Kernel small = flash_kernel(8, 1024, 1024, 128, 2, false);
     small.backend = AttentionBackend::fused;
     CHECK(kernel_time(small, DType::bf16, false, g).to_seconds() == Approx(small.flops / (574e12 * 64 / 132)));
+    // A table without the kernel's library (the A100's has no cuDNN rates): the GEMM curve.
+    const topo::NodeGroup a100 = topo::cluster_preset("dgx-a100").groups[0];
+    const double d100 = std::cbrt(16.0 * 8192 * 8192 * 128);
+    CHECK(kernel_time(k, DType::bf16, false, a100).to_seconds() == Approx(k.flops / (312e12 * 0.869 * d100 / (d100 + 512))));
+    k.backend = AttentionBackend::flash;
+    CHECK(kernel_time(k, DType::bf16, false, a100).to_seconds() == Approx(k.flops / 182e12));
+    k.backend = AttentionBackend::fused;
     // A device without a table: the GEMM curve at flash_half_dim, as before.
     topo::NodeGroup plain = g;
     plain.device.attention_rates = nullptr;

@@ -24,7 +24,7 @@ constexpr auto fused = AttentionBackend::fused;
 }  // namespace
 
 TEST_CASE("attention rates: the FlashAttention-3 paper's H100 points, as published", "[topologies][attention]") {
-    CHECK(attention_rates("a100") == nullptr);
+    CHECK(attention_rates("h100") == nullptr);
     CHECK(h100().sms == 132);
     // Figure 5 (d): causal forward, head dim 128 — cuDNN 315 … 539, FlashAttention-2 191 … 335.
     CHECK(tf(fused, false, true, 128, 512) == Approx(315));
@@ -85,4 +85,20 @@ TEST_CASE("attention rates: the derived causal backward against FlashAttention-2
         INFO(seqs[i] << " keys");
         CHECK(std::abs(3.5 / (1 / fwd + 2.5 / bwd) / unmasked128[i] - 1) < 0.06);
     }
+}
+
+TEST_CASE("attention rates: the A100's FlashAttention-2, forward and backward at their pair's measured rate", "[topologies][attention]") {
+    const AttentionRates* a100 = attention_rates("a100-sxm4");
+    REQUIRE(a100 != nullptr);
+    CHECK(a100->sms == 108);
+    CHECK(a100->has(flash));
+    CHECK_FALSE(a100->has(fused));   // cuDNN was not measured there
+    CHECK(h100().has(fused));
+    // FlashAttention-2 paper, A100 forward + backward, panel (d): causal, head dim 128, 182 TFLOP/s at 8k.
+    const double f = a100->rate(flash, false, true, 128, 8192).to_tflops(), b = a100->rate(flash, true, true, 128, 8192).to_tflops();
+    CHECK(f == Approx(182));
+    // A forward of F FLOPs and its backward of 2.5 F take 3.5 F / 182 TFLOP/s: the measured pair.
+    CHECK(3.5 / (1 / f + 2.5 / b) == Approx(182));
+    CHECK(a100->rate(flash, true, false, 64, 16384).to_tflops() == Approx(176));
+    CHECK(a100->rate(flash, false, false, 256, 2048).to_tflops() == Approx(187));   // 256: the 128 row
 }

@@ -94,7 +94,9 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
             CHECK(d.flash_half_dim == 0);
         }
         const DeviceKind a100 = cluster_preset("dgx-a100").groups[0].device;
-        CHECK(a100.attention_rates == nullptr);
+        REQUIRE(a100.attention_rates != nullptr);
+        CHECK(a100.attention_rates->name == "a100-sxm4");
+        CHECK(cluster_preset("workstation-4gpu").groups[0].device.attention_rates == nullptr);
         CHECK(a100.flash_half_dim == 0);   // the GEMM curve's size
         CHECK(a100.gemm_fixed_time == Time::zero());
     }
@@ -420,7 +422,7 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         doc["device_kinds"]["a100-80gb"]["attention_rates"] = "h100-sxm";
         std::string m = load_error(doc);
         CHECK_THAT(m, Contains("at /device_kinds/a100-80gb/attention_rates:"));
-        CHECK_THAT(m, Contains("a built-in table of measured attention kernels (h100-sxm5)"));
+        CHECK_THAT(m, Contains("a built-in table of measured attention kernels (a100-sxm4, h100-sxm5)"));
         CHECK_THAT(m, Contains("did you mean 'h100-sxm5'?"));
         doc["device_kinds"]["a100-80gb"]["attention_rates"] = 7;
         CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/attention_rates:"));
