@@ -736,8 +736,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         const bool flash_runs = slowest && !slowest->device.is_cpu && slowest->device.compute_capability >= 8.0;
         l.attention = plan.attention ? *plan.attention : flash_runs ? Attention::flash : Attention::eager;
         if (plan.attention_backend && l.attention != Attention::flash)
-            fail_input("--attention-backend picks the kernel of flash attention; eager attention runs none (leave it out, "
-                       "or --attention flash)",
+            fail_input("--attention-backend picks the kernel of flash attention; eager attention runs none " +
+                           (plan.attention ? std::string("(leave it out, or --attention flash)")
+                                           : "(the " + slowest->device.name + " devices of group '" + slowest->name +
+                                                 "' run eager attention: FlashAttention needs GPUs of compute capability 8.0 or later)"),
                        {"", "", "--attention-backend"});
         // Transformer Engine, which Megatron core runs attention through, prefers cuDNN's fused
         // attention to FlashAttention on compute capability 9.0 and later ("Disabling

@@ -64,6 +64,8 @@ struct SweepOptions {
     /// --fp8: every plan's linear layers in FP8 (Transformer Engine), each plan then on Megatron
     /// core, the framework that runs them; none: 16-bit plans.
     Fp8Recipe fp8 = Fp8Recipe::none;
+    /// --attention-backend: every plan's flash attention kernel; unset: each plan's framework's.
+    std::optional<AttentionBackend> attention_backend;
     bool fold = true;
     sim::NetworkMode network = sim::NetworkMode::flow;
     sim::CollectiveAlgo algo = sim::CollectiveAlgo::automatic;

@@ -112,6 +112,28 @@ TEST_CASE("an FP8 sweep runs every plan on Megatron core in FP8, its memory boun
         if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
 }
 
+TEST_CASE("a sweep with --attention-backend runs every plan's flash attention on that kernel", "[tools][sweep][attention]") {
+    SweepOptions o;
+    o.global_batch = 8;
+    o.jobs = 2;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    o.space.tp = {1, 2};
+    o.space.pp = {1};
+    const Model model = model_preset("gpt2-small");
+    const topo::Cluster cluster = topo::cluster_preset("dgx-h100").first_devices(4);
+    // By default each plan's framework picks: Megatron's plans cuDNN's, PyTorch's FSDP FlashAttention-2.
+    const SweepResult plain = sweep(model, cluster, o);
+    std::set<AttentionBackend> defaults;
+    for (std::size_t i : plain.ranking) defaults.insert(strategies::resolve(model, cluster, plain.plans[i].plan).attention_backend);
+    CHECK(defaults.size() == 2);
+    o.attention_backend = AttentionBackend::flash;
+    const SweepResult r = sweep(model, cluster, o);
+    REQUIRE(r.ranking.size() == plain.ranking.size());
+    for (std::size_t i : r.ranking)
+        CHECK(strategies::resolve(model, cluster, r.plans[i].plan).attention_backend == AttentionBackend::flash);
+}
+
 TEST_CASE("a sweep searches --cp when asked: context-parallel plans ranked, their memory bound below the peak", "[tools][sweep]") {
     // Llama 3 8B at 8,192 tokens on one DGX H100, cp 1, 2 or 4.
     SweepOptions o;
