@@ -256,14 +256,16 @@ std::vector<Kernel> context_parallel_core(const Dims& d, I keys, bool causal) {
         k.flops = pairs * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);   // half the pairs, 4·d FLOPs each
         return {k, k};
     }
-    // Step 0 runs under the causal mask (its two chunks' diagonal); the later steps' blocks are
-    // whole and unmasked: cp_p2p_fwd_fused_attn (context_parallel.py:854-884 at TransformerEngine
-    // d0067d0) keeps the mask for the "diagonal" section and passes "no_mask" for the lower and
-    // upper triangles. Every later step is priced as the lower triangle (all queries, half the keys).
+    // Step 0 is the "diagonal" section: the rank's two chunks against themselves under the causal
+    // mask; the later steps' blocks are whole and unmasked, the "lower-triangle" (both query chunks
+    // against the first key chunk) or the "upper-triangle" (the second query chunk against both):
+    // cp_p2p_fwd_fused_attn (context_parallel.py:854-884 at TransformerEngine d0067d0) keeps the
+    // mask for the diagonal and passes "no_mask" for the triangles. Every step covers 2·chunk²
+    // pairs; every later step is priced as the lower triangle (all queries, half the keys).
     Kernel step = fused_attention(d, heads, d.s, d.s / 2, d_mean, false);
     step.flops = 2.0 * pairs / static_cast<double>(d.cp) * static_cast<double>(d.hd + d.vd) * static_cast<double>(heads);
-    Kernel first = step;
-    first.causal = causal;
+    Kernel first = fused_attention(d, heads, d.s, d.s, d_mean, causal);
+    first.flops = step.flops;
     const I out = heads * d.s * d.vd;   // the rank's attention output, elements
     const Kernel correction = stream_kernel(KernelName::context, KernelClass::attention, out * (e + 8) + heads * d.s * 4);
     std::vector<Kernel> k;

@@ -102,11 +102,15 @@ TEST_CASE("context parallelism gives each rank 1/cp of a layer's GEMMs, attentio
     CHECK(kernel_flops(p, KernelOp::flash) == Approx(pairs * 4 * 64 * heads / cp));
     int steps = 0, masked = 0;
     for (const Kernel& k : p.fwd_kernels) {
-        steps += k.op == KernelOp::flash;
-        masked += k.op == KernelOp::flash && k.causal;
+        if (k.op != KernelOp::flash) continue;
+        ++steps;
+        // Only the first step is under the causal mask, the rank's two chunks against themselves;
+        // TE passes "no_mask" after, each later step all queries against one chunk of keys.
+        masked += k.causal;
+        CHECK(k.m == 4096 / cp);
+        CHECK(k.n == (k.causal ? 4096 / cp : 4096 / cp / 2));
     }
     CHECK(steps == cp);
-    // Only the first step is under the causal mask (its chunks' diagonal); TE passes "no_mask" after.
     CHECK(masked == 1);
     // Model FLOPs per rank: 1/cp of the whole (the non-causal count, s × s pairs, split by query).
     CHECK(p.fwd.count() * cp == Approx(w.fwd.count()));
