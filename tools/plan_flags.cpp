@@ -130,8 +130,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "GShard expert capacity: each expert takes (padded to) this many times its balanced share; 0: dropless")
         ->capture_default_str();
     app.add_option("--attention", f.attention,
-                   "flash (FlashAttention-2) or eager (scores materialised); default: flash on GPUs of compute capability "
-                   "8.0 or later, eager elsewhere");
+                   "flash (fused attention: FlashAttention-2's or cuDNN's kernel, --attention-backend) or eager (scores "
+                   "materialised); default: flash on GPUs of compute capability 8.0 or later, eager elsewhere");
     app.add_option("--attention-backend", f.attention_backend,
                    "flash (FlashAttention-2) or fused (cuDNN's fused attention, Transformer Engine's FusedAttention): whose "
                    "kernel runs flash attention; default: fused under --framework megatron on compute capability 9.0 and "
@@ -230,6 +230,13 @@ void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
         fail_input(std::string("has no effect here: smolcluster ") + command +
                        " runs 16- and 32-bit GEMMs; FP8 linear layers are simulated only (smolcluster simulate --fp8)",
                    flag("--fp8"));
+    // The executors run their own fused attention kernel (exec/cuda/kernels.cu, exec/cpu), neither
+    // FlashAttention-2's nor cuDNN's: the library is the simulator's choice.
+    if (given(f, "--attention-backend"))
+        fail_input(std::string("has no effect here: smolcluster ") + command +
+                       " runs the executor's own fused attention kernel, neither FlashAttention-2's nor cuDNN's; "
+                       "--attention-backend is the simulator's (smolcluster simulate, sweep)",
+                   flag("--attention-backend"));
     // The executors run 1bit's and topk's kernels and exchanges; PowerSGD's factor GEMMs and
     // orthogonalisation are only simulated so far (strategies/compression.hpp).
     if (strategies::parse_compression(f.compress).method == strategies::CompressionMethod::powersgd)

@@ -434,6 +434,8 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
                 {"--compress:", "does not run PowerSGD yet", "1bit or topk:RATIO"});
         refused({"validate", "--model", "gpt2-small", "--cluster", "dgx-h100", "--framework", "megatron", "--fp8", "delayed"},
                 {"--fp8", "simulated only"});
+        refused({"run", "--model", "gpt2-small", "--cluster", "dgx-h100", "--attention-backend", "fused"},
+                {"--attention-backend", "the executor's own fused attention kernel"});
     }
     SECTION("--fp8: a recipe name, FP8 tensor cores, Megatron core") {
         const auto h100 = [](std::initializer_list<std::string> extra, const std::string& cluster = "dgx-h100") {
