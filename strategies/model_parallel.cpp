@@ -298,12 +298,19 @@ private:
         if (tp_groups_.empty()) tp_groups_.resize(static_cast<std::size_t>(l_.pp) * static_cast<std::size_t>(l_.dp_cp()));
         std::vector<int>& group = tp_groups_[static_cast<std::size_t>(s) * static_cast<std::size_t>(l_.dp_cp()) + static_cast<std::size_t>(d)];
         if (group.empty()) group = tp_group(d, s);
+        // With FP8 linears, sequence parallelism's forward all-gathers move the FP8 copy of the
+        // norm's output, one byte an element (Transformer Engine quantizes before it gathers:
+        // gather_along_first_dim(ln_out, tp_group, quantizer=…), module/layernorm_linear.py:294-313
+        // at NVIDIA/TransformerEngine d0067d0); their reduce-scatters and backward stay 16-bit.
+        const bool fp8_gather = sp_ && blk.fp8_params > 0 && (phase == Phase::fwd || phase == Phase::recompute);
+        const Bytes gather_bytes = fp8_gather ? Bytes(blk.tp_bytes_per_collective.count() / dtype_bytes(l_.dtype))
+                                              : blk.tp_bytes_per_collective;
         for (int k = 0; k < blk.tp_collectives_fwd; ++k) {
             const CollectiveKind kinds[2] = {CollectiveKind::all_gather, CollectiveKind::reduce_scatter};
             const int n = sp_ ? 2 : 1;
             for (int j = 0; j < n; ++j) {
                 const auto cid = g_.declare_collective(sp_ ? kinds[j] : CollectiveKind::all_reduce, group,
-                                                       blk.tp_bytes_per_collective);
+                                                       sp_ && j == 0 ? gather_bytes : blk.tp_bytes_per_collective);
                 for (int t = 0; t < emit_tp_; ++t)
                     last[static_cast<std::size_t>(t)] =
                         g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], Stream::compute, phase, blk.index, mb, k);

@@ -148,3 +148,44 @@ TEST_CASE("an FP8 step of a GEMM-bound plan is faster, by less than the peaks' r
     // Not more than the FP8 GEMMs' own speed-up: 1979 · 0.709 over 989 · 0.803.
     CHECK(plain / fp8 < 1979 * 0.709 / (989 * 0.803));
 }
+
+TEST_CASE("FP8 with sequence parallelism: the forward all-gathers move the FP8 copy, the rest stays 16-bit", "[strategies][fp8]") {
+    // Transformer Engine quantizes the norm's output before gathering it (layernorm_linear.py:294-313).
+    const Model gpt = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(2);
+    Plan p = fp8_plan();
+    p.tp = 2;
+    p.sequence_parallel = true;
+    p.global_batch = 2;
+    Plan plain_plan = p;
+    plain_plan.fp8 = Fp8Recipe::none;
+    // The transformer layers (the blocks with FP8 linears), then the bytes of every tensor-parallel
+    // collective op of one, by kind and phase.
+    std::set<int> layers;
+    {
+        const std::vector<Block> blocks = strategies::detail::replica_blocks(gpt, resolve(gpt, c, p), p);
+        for (std::size_t i = 0; i < blocks.size(); ++i)
+            if (blocks[i].fp8_params > 0) layers.insert(static_cast<int>(i));
+    }
+    REQUIRE(layers.size() == 24);
+    auto bytes_of = [&](const Plan& plan) {
+        const Built b = build(gpt, c, plan);
+        std::map<std::pair<CollectiveKind, Phase>, std::set<std::int64_t>> out;
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.kind != OpKind::collective || !layers.count(op.layer)) continue;
+            const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+            if (col.kind == CollectiveKind::all_gather || col.kind == CollectiveKind::reduce_scatter)
+                out[{col.kind, op.phase}].insert(col.bytes);
+        }
+        return out;
+    };
+    const auto fp8 = bytes_of(p), bf16 = bytes_of(plain_plan);
+    // One sample of 1,024 tokens × 1,024 features: 2 MiB in bf16 per gather.
+    const std::int64_t sbh = 1024 * 1024 * 2;
+    REQUIRE(bf16.at({CollectiveKind::all_gather, Phase::fwd}) == std::set<std::int64_t>{sbh});
+    CHECK(fp8.at({CollectiveKind::all_gather, Phase::fwd}) == std::set<std::int64_t>{sbh / 2});
+    CHECK(fp8.at({CollectiveKind::reduce_scatter, Phase::fwd}) == std::set<std::int64_t>{sbh});
+    CHECK(fp8.at({CollectiveKind::all_gather, Phase::bwd}) == std::set<std::int64_t>{sbh});
+    CHECK(fp8.at({CollectiveKind::reduce_scatter, Phase::bwd}) == std::set<std::int64_t>{sbh});
+}
