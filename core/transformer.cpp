@@ -368,15 +368,28 @@ struct LayerPlan {
 /// A linear layer's GEMM (m tokens of k features through a k × n weight, `batch` times): with
 /// FP8, Transformer Engine's Linear (transformer_engine/pytorch/module/linear.py _Linear.forward):
 /// the input cast to FP8 with the transpose its weight gradient reads, then the FP8 GEMM, whose
-/// output is in the training dtype. The cast is priced on its own where TE fuses it into a
-/// preceding LayerNorm (LayerNormLinear), a pass over the norm's output more than TE makes.
-void linear(std::vector<Kernel>& k, const Dims& d, KernelName name, I m, I n, I kk, I batch = 1) {
+/// output is in the training dtype.
+/// A linear right after a norm is TE's LayerNormLinear (Megatron core's TE layer spec makes the
+/// norm before the QKV and first MLP projections part of them, TELayerNormColumnParallelLinear):
+/// under delayed scaling the norm kernel writes the FP8 copy itself, no cast after it
+/// (module/layernorm_linear.py:244-268 at NVIDIA/TransformerEngine d0067d0, with_quantized_norm);
+/// its output is the FP8 copy and its transpose, or under sequence parallelism the copy alone,
+/// whose transpose TE makes after the gather (Float8Quantizer.supports_only_rowwise_all_gather,
+/// :230-232). Under current scaling (tensorwise) TE's norm writes its 16-bit output for the amax
+/// before the cast: the norm, the amax and the cast stay three passes. `fusable`: false where the
+/// spec keeps the norm a module of its own (MLA's input norm, TENorm, before its down projections).
+void linear(std::vector<Kernel>& k, const Dims& d, KernelName name, I m, I n, I kk, I batch = 1, bool fusable = true) {
     const int eb = static_cast<int>(d.e);
     if (d.fp8 == Fp8Recipe::none) {
         k.push_back(gemm_kernel(name, KernelClass::gemm, m, n, kk, batch, eb, true));
         return;
     }
-    for (const Kernel& q : quantize_kernels(m * kk * batch, eb, true, d.fp8)) k.push_back(q);
+    if (fusable && d.fp8 == Fp8Recipe::delayed && !k.empty() && k.back().name == KernelName::norm && k.back().op == KernelOp::stream) {
+        Kernel& norm = k.back();   // reads e bytes an element, wrote e
+        norm.bytes = norm.bytes / (2 * d.e) * (d.e + (d.sp ? 1 : 2));
+    } else {
+        for (const Kernel& q : quantize_kernels(m * kk * batch, eb, true, d.fp8)) k.push_back(q);
+    }
     k.push_back(fp8_gemm_kernel(name, KernelClass::gemm, m, n, kk, batch, eb, true, d.fp8));
 }
 
@@ -386,12 +399,14 @@ void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Di
     const I local = d.sp ? tok / t : tok;  // rows a replicated (duplicated) GEMM sees
     if (m.mla.kv_lora_rank > 0 && !cross) {
         const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank, rope = m.mla.rope_head_dim;
+        // Megatron core's MLA spec: the input norm a TENorm of its own, the q and kv norms inside
+        // their up projections (TELayerNormColumnParallelLinear).
         if (ql > 0) {
-            linear(k, d, KernelName::qkv, local, ql, d.h);
+            linear(k, d, KernelName::qkv, local, ql, d.h, 1, false);
             k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * ql * e));
             linear(k, d, KernelName::qkv, tok, d.q() / t, ql);
         } else {
-            linear(k, d, KernelName::qkv, tok, d.q() / t, d.h);
+            linear(k, d, KernelName::qkv, tok, d.q() / t, d.h, 1, false);
         }
         linear(k, d, KernelName::qkv, local, kvl + rope, d.h);
         k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * kvl * e));
@@ -401,8 +416,8 @@ void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Di
         return;
     }
     const I qkv = (d.q() + d.k() + d.vw()) / t;
-    if (cross) {  // queries from the decoder, keys and values from the encoder output
-        linear(k, d, KernelName::qkv, tok, d.q() / t, d.h);
+    if (cross) {  // queries from the decoder, keys and values from the encoder output (the norm before: a TENorm)
+        linear(k, d, KernelName::qkv, tok, d.q() / t, d.h, 1, false);
         linear(k, d, KernelName::qkv, tok, (d.k() + d.vw()) / t, d.h);
     } else {
         linear(k, d, KernelName::qkv, tok, qkv, d.h);

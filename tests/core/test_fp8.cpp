@@ -80,27 +80,56 @@ TEST_CASE("an FP8 linear's backward: the gradient cast, then FP8 data and weight
 TEST_CASE("an FP8 layer: its four linears in FP8 after their casts, attention, norms and the head 16-bit", "[core][model][fp8]") {
     const Model m = small_gpt();
     const TransformerShape& s = m.shape();
-    const std::int64_t h = s.hidden, t = 2;
+    const std::int64_t h = s.hidden, t = 2, tokens = 2 * 1024;
     Workload w;
     w.micro_batch = 2;
     w.tp = static_cast<int>(t);
     w.attention = Attention::flash;
     const std::vector<Block> plain = m.blocks(w);
+    // The kernel before each FP8 GEMM, and the GEMMs' names, under a recipe.
+    auto before_fp8 = [&](Fp8Recipe r, bool sp, std::vector<KernelName>& gemms) {
+        Workload x = w;
+        x.fp8 = r;
+        x.sequence_parallel = sp;
+        std::vector<Kernel> out;
+        const Block layer = m.blocks(x)[1];
+        for (std::size_t i = 0; i < layer.fwd_kernels.size(); ++i) {
+            if (layer.fwd_kernels[i].fp8 == Fp8Recipe::none) continue;
+            gemms.push_back(layer.fwd_kernels[i].name);
+            REQUIRE(i > 0);
+            out.push_back(layer.fwd_kernels[i - 1]);
+        }
+        return out;
+    };
+    const std::vector<KernelName> four{KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down};
+    // Tensorwise: every GEMM's input cast on its own (after its amax): m × k elements, 2 bytes read, 2 written.
+    std::vector<KernelName> names;
+    const std::vector<Kernel> cur = before_fp8(Fp8Recipe::tensorwise, false, names);
+    CHECK(names == four);
+    for (const Kernel& c : cur) CHECK(c.name == KernelName::quantize);
+    // Delayed: the QKV and first MLP projections are TE's LayerNormLinear, whose norm writes the
+    // FP8 copy and its transpose (2 bytes read, 1 + 1 written: the 16-bit norm's traffic); the
+    // output and down projections' inputs are cast: tokens × h/t and tokens × 4h/t elements.
+    names.clear();
+    const std::vector<Kernel> del = before_fp8(Fp8Recipe::delayed, false, names);
+    CHECK(names == four);
+    REQUIRE(del.size() == 4);
+    CHECK(del[0].name == KernelName::norm);
+    CHECK(del[0].bytes == tokens * h * 4);
+    CHECK(del[2].name == KernelName::norm);
+    CHECK(del[1].name == KernelName::quantize);
+    CHECK(del[1].bytes == tokens * h / t * 4);
+    CHECK(del[3].name == KernelName::quantize);
+    CHECK(del[3].bytes == tokens * 4 * h / t * 4);
+    // With sequence parallelism the norm runs on the rank's tokens/t and writes the FP8 copy alone,
+    // which is gathered (its transpose for the weight gradient comes in backward): 2 bytes read, 1 written.
+    names.clear();
+    const std::vector<Kernel> sp = before_fp8(Fp8Recipe::delayed, true, names);
+    CHECK(sp[0].name == KernelName::norm);
+    CHECK(sp[0].bytes == tokens / t * h * 3);
     w.fp8 = Fp8Recipe::delayed;
     const std::vector<Block> fp8 = m.blocks(w);
     const Block& layer = fp8[1];
-    std::vector<KernelName> fp8_gemms;
-    for (std::size_t i = 0; i < layer.fwd_kernels.size(); ++i) {
-        const Kernel& k = layer.fwd_kernels[i];
-        if (k.fp8 == Fp8Recipe::none) continue;
-        fp8_gemms.push_back(k.name);
-        // The kernel before is the cast of this GEMM's input: its m × k elements, 2 bytes read, 2 written.
-        REQUIRE(i > 0);
-        const Kernel& cast = layer.fwd_kernels[i - 1];
-        CHECK(cast.name == KernelName::quantize);
-        CHECK(cast.bytes == k.m * k.k * 4);
-    }
-    CHECK(fp8_gemms == std::vector<KernelName>{KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down});
     // GPT's four weight matrices hold 12h² parameters, split over the tensor ranks.
     CHECK(layer.fp8_params == 12 * h * h / t);
     CHECK(plain[1].fp8_params == 0);
