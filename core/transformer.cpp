@@ -375,8 +375,10 @@ struct LayerPlan {
 /// (module/layernorm_linear.py:244-268 at NVIDIA/TransformerEngine d0067d0, with_quantized_norm);
 /// its output is the FP8 copy and its transpose, or under sequence parallelism the copy alone,
 /// whose transpose TE makes after the gather (Float8Quantizer.supports_only_rowwise_all_gather,
-/// :230-232). Under current scaling (tensorwise) TE's norm writes its 16-bit output for the amax
-/// before the cast: the norm, the amax and the cast stay three passes. `fusable`: false where the
+/// :230-232). Under current scaling (tensorwise) TE's norm writes its 16-bit output and finds its
+/// amax in the same pass, then the cast follows (FUSED_NORM_AMAX_FP8, csrc/extensions/
+/// normalization.cpp:93-119; FULLY_FUSED is the delayed case): no amax pass of its own; the cast
+/// runs on the norm's tokens (the shard, before the gather, under sp). `fusable`: false where the
 /// spec keeps the norm a module of its own (MLA's input norm, TENorm, before its down projections).
 void linear(std::vector<Kernel>& k, const Dims& d, KernelName name, I m, I n, I kk, I batch = 1, bool fusable = true) {
     const int eb = static_cast<int>(d.e);
@@ -384,9 +386,13 @@ void linear(std::vector<Kernel>& k, const Dims& d, KernelName name, I m, I n, I 
         k.push_back(gemm_kernel(name, KernelClass::gemm, m, n, kk, batch, eb, true));
         return;
     }
-    if (fusable && d.fp8 == Fp8Recipe::delayed && !k.empty() && k.back().name == KernelName::norm && k.back().op == KernelOp::stream) {
+    const bool after_norm = fusable && !k.empty() && k.back().name == KernelName::norm && k.back().op == KernelOp::stream;
+    if (after_norm && d.fp8 == Fp8Recipe::delayed) {
         Kernel& norm = k.back();   // reads e bytes an element, wrote e
         norm.bytes = norm.bytes / (2 * d.e) * (d.e + (d.sp ? 1 : 2));
+    } else if (after_norm) {
+        const I elements = k.back().bytes / (2 * d.e);
+        k.push_back(quantize_kernels(elements, eb, !d.sp, d.fp8).back());   // the cast, without its amax pass
     } else {
         for (const Kernel& q : quantize_kernels(m * kk * batch, eb, true, d.fp8)) k.push_back(q);
     }

@@ -102,11 +102,34 @@ TEST_CASE("an FP8 layer: its four linears in FP8 after their casts, attention, n
         return out;
     };
     const std::vector<KernelName> four{KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down};
-    // Tensorwise: every GEMM's input cast on its own (after its amax): m × k elements, 2 bytes read, 2 written.
+    // Tensorwise: every GEMM's input cast on its own, m × k elements, 2 bytes read, 2 written (the
+    // FP8 copy and its transpose). After a norm (QKV, first MLP) the norm found the amax as it wrote
+    // (TE's FUSED_NORM_AMAX_FP8): the cast follows it directly; elsewhere an amax pass (2 bytes an
+    // element) comes first.
     std::vector<KernelName> names;
     const std::vector<Kernel> cur = before_fp8(Fp8Recipe::tensorwise, false, names);
     CHECK(names == four);
     for (const Kernel& c : cur) CHECK(c.name == KernelName::quantize);
+    CHECK(cur[0].bytes == tokens * h * 4);
+    CHECK(cur[1].bytes == tokens * h / t * 4);
+    {
+        Workload x = w;
+        x.fp8 = Fp8Recipe::tensorwise;
+        const std::vector<Block> blocks = m.blocks(x);
+        const std::vector<Kernel>& fk = blocks[1].fwd_kernels;
+        std::vector<std::size_t> at;
+        for (std::size_t i = 0; i < fk.size(); ++i)
+            if (fk[i].fp8 != Fp8Recipe::none) at.push_back(i);
+        REQUIRE(at.size() == 4);
+        CHECK(fk[at[0] - 2].name == KernelName::norm);       // norm, cast, QKV
+        CHECK(fk[at[1] - 2].name == KernelName::quantize);   // amax, cast, output projection
+        CHECK(fk[at[1] - 2].bytes == tokens * h / t * 2);
+        CHECK(fk[at[2] - 2].name == KernelName::norm);       // norm, cast, first MLP projection
+    }
+    // Under sequence parallelism the cast after the norm runs on the rank's tokens/t, before the
+    // gather, and writes the FP8 copy alone: 2 bytes read, 1 written.
+    names.clear();
+    CHECK(before_fp8(Fp8Recipe::tensorwise, true, names)[0].bytes == tokens / t * h * 3);
     // Delayed: the QKV and first MLP projections are TE's LayerNormLinear, whose norm writes the
     // FP8 copy and its transpose (2 bytes read, 1 + 1 written: the 16-bit norm's traffic); the
     // output and down projections' inputs are cast: tokens × h/t and tokens × 4h/t elements.
