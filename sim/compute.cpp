@@ -55,6 +55,18 @@ Time host_time(Bytes bytes, Flops flops, const topo::NodeGroup& group) {
     return group.host_peak ? std::max(memory, flops / *group.host_peak) : memory;
 }
 
+/// The rate of a fused attention kernel (KernelOp::flash) on a device with measured attention
+/// rates: the table's at the kernel's backend, direction, mask, head dimension and key length,
+/// times its fill, min(1, thread blocks / SMs).
+FlopRate attention_rate(const topo::AttentionRates& table, const Kernel& k) {
+    const FlopRate r = table.rate(k.backend, k.backward, k.causal, static_cast<double>(k.k), static_cast<double>(k.n));
+    // One thread block per 128-row tile of a head: of queries in forward, of keys in backward
+    // (FlashAttention-2 parallelises its backward over key blocks, Dao 2023 §3.2).
+    const double rows = static_cast<double>(k.backward ? k.n : k.m);
+    const double blocks = static_cast<double>(k.batch) * std::ceil(rows / 128);
+    return r * std::min(1.0, blocks / table.sms);
+}
+
 }  // namespace
 
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
@@ -63,15 +75,6 @@ double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int6
     const double d = std::cbrt(static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k));
     const double half = flash && device.flash_half_dim > 0 ? device.flash_half_dim : device.gemm_half_dim;
     return device.gemm_efficiency * d / (d + half);
-}
-
-FlopRate attention_rate(const topo::AttentionRates& table, const Kernel& k) {
-    const FlopRate r = table.rate(k.backend, k.backward, k.causal, static_cast<double>(k.k), static_cast<double>(k.n));
-    // One thread block per 128-row tile of a head: of queries in forward, of keys in backward
-    // (FlashAttention-2 parallelises its backward over key blocks, Dao 2023 §3.2).
-    const double rows = static_cast<double>(k.backward ? k.n : k.m);
-    const double blocks = static_cast<double>(k.batch) * std::ceil(rows / 128);
-    return r * std::min(1.0, blocks / table.sms);
 }
 
 double fp8_gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,

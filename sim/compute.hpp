@@ -50,11 +50,6 @@ namespace smol::sim {
 /// `flash`: of a FlashAttention kernel, on the device's flash_half_dim.
 double gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::int64_t n, std::int64_t k,
                        std::int64_t batch = 1, bool flash = false);
-/// The rate of a fused attention kernel (KernelOp::flash) on a device with measured attention
-/// rates: the table's at the kernel's backend, direction, mask, head dimension and key length,
-/// times its fill, min(1, thread blocks / SMs) with one block per 128 rows of a head (queries in
-/// forward, keys in backward).
-FlopRate attention_rate(const topo::AttentionRates& table, const Kernel& kernel);
 /// Efficiency of an FP8 GEMM (Kernel::fp8) on `device`, of its fp8_peak: fp8_gemm_efficiency at
 /// the 16-bit curve's shape, its half size scaled so that the curve's d² term — the time per
 /// output element a kernel spends beyond its multiply-adds (the epilogue writing a 16-bit output,

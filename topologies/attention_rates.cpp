@@ -33,7 +33,6 @@ constexpr double kFirstDim = 64;    // head dimensions: 64 · 2^j
 AttentionRates h100_sxm5() {
     AttentionRates t;
     t.name = "h100-sxm5";
-    t.source = "FlashAttention-3 paper (arXiv 2407.08608) Figures 5 and 6, H100 SXM5 80GB, bf16";
     t.sms = 132;   // NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs on the SXM5 part
     const int flash = static_cast<int>(AttentionBackend::flash), fused = static_cast<int>(AttentionBackend::fused);
     auto set = [&](int backend, bool backward, bool causal, int dim, std::initializer_list<double> v) {
@@ -79,7 +78,6 @@ AttentionRates h100_sxm5() {
 AttentionRates a100_sxm4() {
     AttentionRates t;
     t.name = "a100-sxm4";
-    t.source = "FlashAttention-2 paper's A100 SXM4 80GB forward + backward figure, bf16";
     t.sms = 108;   // NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs
     const int flash = static_cast<int>(AttentionBackend::flash);
     auto set = [&](bool causal, int dim, std::initializer_list<double> v) {
@@ -121,16 +119,24 @@ FlopRate AttentionRates::rate(AttentionBackend backend, bool backward, bool caus
     return FlopRate::tflops(lo + (hi - lo) * f);
 }
 
-std::vector<double> AttentionRates::curve(AttentionBackend backend, bool backward, bool causal, int dim_index) const {
-    const auto& r = tflops[static_cast<int>(backend)][backward][causal][dim_index];
-    return {r, r + kSeqs};
+namespace {
+/// Every built-in table, by name.
+const std::vector<AttentionRates>& tables() {
+    static const std::vector<AttentionRates> all{a100_sxm4(), h100_sxm5()};
+    return all;
 }
+}  // namespace
 
 const AttentionRates* attention_rates(const std::string& name) {
-    static const AttentionRates h100 = h100_sxm5(), a100 = a100_sxm4();
-    return name == h100.name ? &h100 : name == a100.name ? &a100 : nullptr;
+    for (const AttentionRates& t : tables())
+        if (t.name == name) return &t;
+    return nullptr;
 }
 
-std::vector<std::string> attention_rate_names() { return {"a100-sxm4", "h100-sxm5"}; }
+std::vector<std::string> attention_rate_names() {
+    std::vector<std::string> names;
+    for (const AttentionRates& t : tables()) names.push_back(t.name);
+    return names;
+}
 
 }  // namespace smol::topo

@@ -32,8 +32,7 @@
 namespace smol::topo {
 
 struct AttentionRates {
-    std::string name;        // "h100-sxm5"
-    std::string source;      // where the figures come from
+    std::string name;        // "h100-sxm5"; the figures' sources are beside them (attention_rates.cpp)
     int sms = 0;             // the device's streaming multiprocessors (fill)
     static constexpr int kSeqs = 6;    // key lengths 512, 1k, 2k, 4k, 8k, 16k
     static constexpr int kDims = 3;    // head dimensions 64, 128, 256
@@ -47,8 +46,6 @@ struct AttentionRates {
     /// The rate of one kernel: `kv` keys per query (the window where one is smaller), head
     /// dimension `head_dim`, the fill excluded.
     FlopRate rate(AttentionBackend backend, bool backward, bool causal, double head_dim, double kv) const;
-    /// The six measured or derived points of one curve (TFLOP/s), for tests and reports.
-    std::vector<double> curve(AttentionBackend backend, bool backward, bool causal, int dim_index) const;
 };
 
 /// The built-in table called `name` ("h100-sxm5"), or nullptr.
