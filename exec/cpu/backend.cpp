@@ -169,13 +169,13 @@ void run_kernel(const Kernel& k, float* w, int& adam_step) {
                 float* oh = vh + kv * d;
                 float* lse = oh + q * d;
                 if (!k.backward) {
-                    flash_forward(qh, kh, vh, oh, lse, q, kv, d, scale, scratch);
+                    flash_forward(qh, kh, vh, oh, lse, q, kv, d, scale, scratch, k.causal);
                 } else {
                     float* d_o = lse + q;
                     float* dq = d_o + q * d;
                     float* dk = dq + q * d;
                     float* dv = dk + kv * d;
-                    flash_backward(qh, kh, vh, oh, d_o, lse, dq, dk, dv, q, kv, d, scale, scratch);
+                    flash_backward(qh, kh, vh, oh, d_o, lse, dq, dk, dv, q, kv, d, scale, scratch, k.causal);
                 }
             }
             break;

@@ -75,6 +75,13 @@ void scale_row(float* x, std::int64_t n, float a) {
     for (std::int64_t i = 0; i < n; ++i) x[i] *= a;
 }
 
+/// Sets the entries of a rows × cols tile (queries from i0, keys from j0) whose key comes after
+/// its query (j > i) to `value`: −∞ for scores, 0 for probabilities.
+void mask_above_diagonal(float* tile, std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols, float value) {
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = std::max<std::int64_t>(0, i0 + r + 1 - j0); c < cols; ++c) tile[r * cols + c] = value;
+}
+
 }  // namespace
 
 void set_blas_threads(int threads) {
@@ -122,7 +129,7 @@ std::int64_t flash_scratch_floats(std::int64_t d) {
 }
 
 void flash_forward(const float* q, const float* k, const float* v, float* o, float* lse, std::int64_t q_len,
-                   std::int64_t kv_len, std::int64_t d, float scale, float* scratch) {
+                   std::int64_t kv_len, std::int64_t d, float scale, float* scratch, bool causal) {
     constexpr std::int64_t B = kFlashBlock;
     float* s = scratch;                      // B × B scores, then probabilities
     float* m = scratch + 2 * B * B;          // running row maxima
@@ -134,11 +141,15 @@ void flash_forward(const float* q, const float* k, const float* v, float* o, flo
         std::fill(oi, oi + br * d, 0.0f);
         std::fill(m, m + br, -std::numeric_limits<float>::infinity());
         std::fill(l, l + br, 0.0f);
-        for (std::int64_t j0 = 0; j0 < kv_len; j0 += B) {
+        // Under the causal mask the key blocks after the tile's last query are skipped, as
+        // FlashAttention-2 does (Dao 2023 §3.1.1); the block holding the diagonal is masked.
+        const std::int64_t kv_end = causal ? std::min(kv_len, i0 + br) : kv_len;
+        for (std::int64_t j0 = 0; j0 < kv_end; j0 += B) {
             const std::int64_t bc = std::min(B, kv_len - j0);
             const int bci = static_cast<int>(bc);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(br), bci, di, scale, q + i0 * d, di,
                         k + j0 * d, di, 0.0f, s, bci);
+            if (causal) mask_above_diagonal(s, i0, br, j0, bc, -std::numeric_limits<float>::infinity());
             for (std::int64_t r = 0; r < br; ++r) {
                 float* row = s + r * bc;
                 const float mx = std::max(m[r], row_max(row, bc));
@@ -159,7 +170,7 @@ void flash_forward(const float* q, const float* k, const float* v, float* o, flo
 
 void flash_backward(const float* q, const float* k, const float* v, const float* o, const float* d_o,
                     const float* lse, float* dq, float* dk, float* dv, std::int64_t q_len, std::int64_t kv_len,
-                    std::int64_t d, float scale, float* scratch) {
+                    std::int64_t d, float scale, float* scratch, bool causal) {
     constexpr std::int64_t B = kFlashBlock;
     float* p = scratch;                      // B × B probabilities
     float* dp = scratch + B * B;             // B × B gradient of the probabilities, then of the scores
@@ -176,7 +187,8 @@ void flash_backward(const float* q, const float* k, const float* v, const float*
     for (std::int64_t j0 = 0; j0 < kv_len; j0 += B) {
         const std::int64_t bc = std::min(B, kv_len - j0);
         const int bci = static_cast<int>(bc);
-        for (std::int64_t i0 = 0; i0 < q_len; i0 += B) {
+        // Causal: the query tiles before this key tile see none of it.
+        for (std::int64_t i0 = causal ? j0 / B * B : 0; i0 < q_len; i0 += B) {
             const std::int64_t br = std::min(B, q_len - i0);
             const int bri = static_cast<int>(br);
             // P = exp(scale · Q_i K_jᵀ − lse_i)
@@ -187,6 +199,7 @@ void flash_backward(const float* q, const float* k, const float* v, const float*
                 const float shift = lse[i0 + r];
                 for (std::int64_t c = 0; c < bc; ++c) row[c] = exp_inline(row[c] - shift);
             }
+            if (causal) mask_above_diagonal(p, i0, br, j0, bc, 0.0f);
             // dV_j += Pᵀ dO_i
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bci, di, bri, 1.0f, p, bci, d_o + i0 * d, di, 1.0f,
                         dv + j0 * d, di);

@@ -41,13 +41,16 @@ std::int64_t flash_scratch_floats(std::int64_t d);
 
 /// One head: O = softmax(Q·Kᵀ·scale)·V, Q q×d, K and V kv×d, O q×d; lse (q floats) receives
 /// each row's log-sum-exp, which the backward pass uses. `scratch`: flash_scratch_floats(d).
+/// `causal`: query i sees keys 0…i only (all of them once i ≥ kv − 1), and the tiles the mask
+/// empties are skipped: Σᵢ min(i + 1, kv) query-key pairs, the work a causal or sliding-window
+/// kernel of the op graph counts (core/transformer.cpp causal_pairs).
 void flash_forward(const float* q, const float* k, const float* v, float* o, float* lse, std::int64_t q_len,
-                   std::int64_t kv_len, std::int64_t d, float scale, float* scratch);
+                   std::int64_t kv_len, std::int64_t d, float scale, float* scratch, bool causal);
 /// One head's gradients dQ, dK, dV from dO, with O and lse from the forward pass (scores
-/// recomputed per tile). `scratch`: flash_scratch_floats(d) + q_len.
+/// recomputed per tile), under the forward's mask. `scratch`: flash_scratch_floats(d) + q_len.
 void flash_backward(const float* q, const float* k, const float* v, const float* o, const float* d_o,
                     const float* lse, float* dq, float* dk, float* dv, std::int64_t q_len, std::int64_t kv_len,
-                    std::int64_t d, float scale, float* scratch);
+                    std::int64_t d, float scale, float* scratch, bool causal);
 
 /// y[i] = a·x[i] + b.
 void stream(const float* x, float* y, std::int64_t n, float a, float b);

@@ -260,14 +260,16 @@ private:
                 const FlashTiles t = flash_tiles(k.k, owner_.smem_limit_);
                 const float scale = 1.0f / std::sqrt(static_cast<float>(std::max<std::int64_t>(1, k.k)));
                 const std::int64_t q = aligned(batch * k.m * t.d * eb), kv = aligned(batch * k.n * t.d * eb);
-                const std::string what = "flash attention " + std::string(k.backward ? "backward" : "forward") + " over " +
+                const std::string what = std::string(k.causal ? "causal " : "") + "flash attention " +
+                                         std::string(k.backward ? "backward" : "forward") + " over " +
                                          std::to_string(batch) + " heads of " + std::to_string(k.m) + " × " +
                                          std::to_string(k.n) + ", head dim " + std::to_string(k.k);
                 const char* Q = in_;
                 const char* K = Q + q;
                 const char* V = K + kv;
                 if (!k.backward) {
-                    check(flash_forward(Q, K, V, out_, reinterpret_cast<float*>(out_ + q), batch, k.m, k.n, t, scale, e, stream_),
+                    check(flash_forward(Q, K, V, out_, reinterpret_cast<float*>(out_ + q), batch, k.m, k.n, t, scale, k.causal, e,
+                                        stream_),
                           what);
                 } else {
                     const char* O = V + kv;
@@ -277,7 +279,8 @@ private:
                     char* dK = out_ + aligned(batch * k.m * t.d * 4);
                     char* dV = dK + kv;
                     auto* delta = reinterpret_cast<float*>(dV + kv);
-                    check(flash_backward(Q, K, V, O, dO, lse, delta, dQ, dK, dV, batch, k.m, k.n, t, scale, e, stream_), what);
+                    check(flash_backward(Q, K, V, O, dO, lse, delta, dQ, dK, dV, batch, k.m, k.n, t, scale, k.causal, e, stream_),
+                          what);
                 }
                 return;
             }

@@ -199,7 +199,7 @@ __device__ void load_tile(T* dst, const T* src, std::int64_t row0, int rows, std
 template <typename T>
 __global__ void flash_fwd_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                  T* __restrict__ O, float* __restrict__ LSE, std::int64_t q_len, std::int64_t kv_len,
-                                 int d, float scale) {
+                                 int d, float scale, bool causal) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int br = 16 * warps;
@@ -229,7 +229,11 @@ __global__ void flash_fwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
     const int r0 = 16 * warp;
     const int my_row = r0 + lane / 2, half = lane % 2;
 
-    for (std::int64_t j0 = 0; j0 < kv_len; j0 += bc) {
+    // Causal: query q sees keys 0…q; the key tiles after the tile's last query are skipped
+    // (FlashAttention-2, Dao 2023 §3.1.1), the tiles across the diagonal masked.
+    const std::int64_t kv_end = causal ? min(kv_len, q0 + br) : kv_len;
+    const std::int64_t my_q = q0 + my_row;
+    for (std::int64_t j0 = 0; j0 < kv_end; j0 += bc) {
         __syncthreads();   // every warp is done with the previous K and V tiles
         load_tile(Ks, Kh, j0, bc, kv_len, d);
         load_tile(Vs, Vh, j0, bc, kv_len, d);
@@ -256,15 +260,15 @@ __global__ void flash_fwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
             const float* srow = S + my_row * bc;
             float mx = -INFINITY;
             for (int c = c0; c < c0 + cols; ++c)
-                if (j0 + c < kv_len) mx = fmaxf(mx, srow[c] * scale);
+                if (j0 + c < kv_len && (!causal || j0 + c <= my_q)) mx = fmaxf(mx, srow[c] * scale);
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             const float m_old = row_max[my_row];
-            const float m_new = fmaxf(m_old, mx);   // finite: the tile has at least one key
+            const float m_new = fmaxf(m_old, mx);   // finite: every row sees key 0, in the first tile
             const float alpha = __expf(m_old - m_new);
             float sum = 0.0f;
             T* prow = P + my_row * bc;
             for (int c = c0; c < c0 + cols; ++c) {
-                const float p = j0 + c < kv_len ? __expf(srow[c] * scale - m_new) : 0.0f;
+                const float p = j0 + c < kv_len && (!causal || j0 + c <= my_q) ? __expf(srow[c] * scale - m_new) : 0.0f;
                 prow[c] = from_float<T>(p);
                 sum += p;
             }
@@ -296,7 +300,7 @@ __global__ void flash_fwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
     }
 
     // O = acc / sum; lse = max + log(sum), for the rows that exist.
-    const std::int64_t q = q0 + my_row;
+    const std::int64_t q = my_q;
     if (q < q_len) {
         const float inv = 1.0f / row_sum[my_row];
         T* orow = O + (head * q_len + q) * d;
@@ -322,7 +326,7 @@ template <typename T>
 __global__ void flash_bwd_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                  const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ delta,
                                  float* __restrict__ dQ, T* __restrict__ dK, T* __restrict__ dV, std::int64_t q_len,
-                                 std::int64_t kv_len, int d, float scale) {
+                                 std::int64_t kv_len, int d, float scale, bool causal) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int br = 16 * warps, bc = br;
@@ -355,7 +359,9 @@ __global__ void flash_bwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
     const int my_row = r0 + lane / 2, half = lane % 2;
     float* my_scratch = scratch + warp * 256;
 
-    for (std::int64_t i0 = 0; i0 < q_len; i0 += br) {
+    // Causal: the query tiles before this key tile see none of it (br = bc, so the first one that
+    // does starts at j0).
+    for (std::int64_t i0 = causal ? j0 : 0; i0 < q_len; i0 += br) {
         __syncthreads();   // every warp is done with the previous query tile
         load_tile(Qs, Qh, i0, br, q_len, d);
         load_tile(dOs, dOh, i0, br, q_len, d);
@@ -380,12 +386,14 @@ __global__ void flash_bwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
             wmma::store_matrix_sync(S + r0 * bc + nt * 16, acc, bc, wmma::mem_row_major);
         }
         __syncwarp();
-        // P = exp(S·scale − lse), zero for keys past the end.
+        // P = exp(S·scale − lse), zero for keys past the end and, causal, after the row's query.
         {
             const int cols = bc / 2, c0 = half * cols;
             const float shift = lse_s[my_row];
+            const std::int64_t last = causal ? i0 + my_row : kv_len;
             for (int c = c0; c < c0 + cols; ++c)
-                P[my_row * bc + c] = from_float<T>(j0 + c < kv_len ? __expf(S[my_row * bc + c] * scale - shift) : 0.0f);
+                P[my_row * bc + c] =
+                    from_float<T>(j0 + c < kv_len && j0 + c <= last ? __expf(S[my_row * bc + c] * scale - shift) : 0.0f);
         }
         __syncwarp();
         // dP = dO_i V_jᵀ, into S.
@@ -483,19 +491,21 @@ bool flash_grid(std::int64_t len, std::int64_t tile, std::int64_t heads, dim3& g
 
 template <typename T>
 cudaError_t flash_forward_t(const void* q, const void* k, const void* v, void* o, float* lse, std::int64_t heads,
-                            std::int64_t q_len, std::int64_t kv_len, const FlashTiles& t, float scale, cudaStream_t s) {
+                            std::int64_t q_len, std::int64_t kv_len, const FlashTiles& t, float scale, bool causal,
+                            cudaStream_t s) {
     dim3 grid;
     if (q_len < 1 || kv_len < 1 || !flash_grid(q_len, 16 * t.warps, heads, grid)) return cudaErrorInvalidValue;
     flash_fwd_kernel<T><<<grid, t.warps * kWarp, t.fwd_smem, s>>>(static_cast<const T*>(q), static_cast<const T*>(k),
                                                                   static_cast<const T*>(v), static_cast<T*>(o), lse,
-                                                                  q_len, kv_len, static_cast<int>(t.d), scale);
+                                                                  q_len, kv_len, static_cast<int>(t.d), scale, causal);
     return launched();
 }
 
 template <typename T>
 cudaError_t flash_backward_t(const void* q, const void* k, const void* v, const void* o, const void* d_o,
                              const float* lse, float* delta, float* dq, void* dk, void* dv, std::int64_t heads,
-                             std::int64_t q_len, std::int64_t kv_len, const FlashTiles& t, float scale, cudaStream_t s) {
+                             std::int64_t q_len, std::int64_t kv_len, const FlashTiles& t, float scale, bool causal,
+                             cudaStream_t s) {
     dim3 grid;
     if (q_len < 1 || kv_len < 1 || !flash_grid(kv_len, 16 * t.warps, heads, grid)) return cudaErrorInvalidValue;
     const int d = static_cast<int>(t.d);
@@ -507,7 +517,7 @@ cudaError_t flash_backward_t(const void* q, const void* k, const void* v, const 
         return e;
     flash_bwd_kernel<T><<<grid, t.warps * kWarp, t.bwd_smem, s>>>(
         static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(d_o), lse,
-        delta, dq, static_cast<T*>(dk), static_cast<T*>(dv), q_len, kv_len, d, scale);
+        delta, dq, static_cast<T*>(dk), static_cast<T*>(dv), q_len, kv_len, d, scale, causal);
     return launched();
 }
 
@@ -611,12 +621,13 @@ cudaError_t flash_configure(const FlashTiles& t) {
 }
 
 cudaError_t flash_forward(const void* q, const void* k, const void* v, void* o, float* lse, std::int64_t heads,
-                          std::int64_t q_len, std::int64_t kv_len, const FlashTiles& t, float scale, Element e,
+                          std::int64_t q_len, std::int64_t kv_len, const FlashTiles& t, float scale, bool causal, Element e,
                           cudaStream_t s) {
     if (t.d % 16 != 0 || t.d < 16 || (t.warps != 2 && t.warps != 4)) return cudaErrorInvalidValue;
     switch (e) {
-        case Element::fp16: return flash_forward_t<__half>(q, k, v, o, lse, heads, q_len, kv_len, t, scale, s);
-        case Element::bf16: return flash_forward_t<__nv_bfloat16>(q, k, v, o, lse, heads, q_len, kv_len, t, scale, s);
+        case Element::fp16: return flash_forward_t<__half>(q, k, v, o, lse, heads, q_len, kv_len, t, scale, causal, s);
+        case Element::bf16:
+            return flash_forward_t<__nv_bfloat16>(q, k, v, o, lse, heads, q_len, kv_len, t, scale, causal, s);
         case Element::fp32: break;
     }
     return cudaErrorInvalidValue;
@@ -624,14 +635,14 @@ cudaError_t flash_forward(const void* q, const void* k, const void* v, void* o, 
 
 cudaError_t flash_backward(const void* q, const void* k, const void* v, const void* o, const void* d_o, const float* lse,
                            float* delta, float* dq, void* dk, void* dv, std::int64_t heads, std::int64_t q_len,
-                           std::int64_t kv_len, const FlashTiles& t, float scale, Element e, cudaStream_t s) {
+                           std::int64_t kv_len, const FlashTiles& t, float scale, bool causal, Element e, cudaStream_t s) {
     if (t.d % 16 != 0 || t.d < 16 || (t.warps != 2 && t.warps != 4)) return cudaErrorInvalidValue;
     switch (e) {
         case Element::fp16:
-            return flash_backward_t<__half>(q, k, v, o, d_o, lse, delta, dq, dk, dv, heads, q_len, kv_len, t, scale, s);
+            return flash_backward_t<__half>(q, k, v, o, d_o, lse, delta, dq, dk, dv, heads, q_len, kv_len, t, scale, causal, s);
         case Element::bf16:
             return flash_backward_t<__nv_bfloat16>(q, k, v, o, d_o, lse, delta, dq, dk, dv, heads, q_len, kv_len, t,
-                                                   scale, s);
+                                                   scale, causal, s);
         case Element::fp32: break;
     }
     return cudaErrorInvalidValue;

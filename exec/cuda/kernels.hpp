@@ -44,14 +44,17 @@ cudaError_t softmax_backward(const void* y, const void* dy, void* dx, std::int64
 /// `tiles` asks (cudaFuncSetAttribute); call once per device before the first launch.
 cudaError_t flash_configure(const FlashTiles& tiles);
 /// O = softmax(Q·Kᵀ·scale)·V per head; lse[h·q_len + i] = the row's log-sum-exp (scaled scores).
+/// `causal`: query i sees keys 0…i only, and the tiles the mask empties are not computed (the
+/// CPU backend's flash_forward has the same mask: exec/cpu/kernels.hpp).
 cudaError_t flash_forward(const void* q, const void* k, const void* v, void* o, float* lse, std::int64_t heads,
-                          std::int64_t q_len, std::int64_t kv_len, const FlashTiles& tiles, float scale, Element e,
-                          cudaStream_t stream);
-/// dQ (fp32, written from zero), dK, dV from dO, with O and lse of the forward; `delta` is
-/// scratch of heads·q_len floats.
+                          std::int64_t q_len, std::int64_t kv_len, const FlashTiles& tiles, float scale, bool causal,
+                          Element e, cudaStream_t stream);
+/// dQ (fp32, written from zero), dK, dV from dO, with O and lse of the forward, under its mask;
+/// `delta` is scratch of heads·q_len floats.
 cudaError_t flash_backward(const void* q, const void* k, const void* v, const void* o, const void* d_o, const float* lse,
                            float* delta, float* dq, void* dk, void* dv, std::int64_t heads, std::int64_t q_len,
-                           std::int64_t kv_len, const FlashTiles& tiles, float scale, Element e, cudaStream_t stream);
+                           std::int64_t kv_len, const FlashTiles& tiles, float scale, bool causal, Element e,
+                           cudaStream_t stream);
 
 cudaError_t stream_pass(const float* x, float* y, std::int64_t n, float a, float b, int fma, cudaStream_t stream);
 

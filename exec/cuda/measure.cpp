@@ -179,13 +179,14 @@ GpuFigures measure_device(int device, const MeasureOptions& o) {
                 const float scale = 1.0f / std::sqrt(static_cast<float>(d));
                 auto* lse_p = reinterpret_cast<float*>(lse.get());
                 const double fwd = time_each(s, reps, [&] {
-                    check(flash_forward(q.get(), k.get(), v.get(), o_.get(), lse_p, heads, len, len, t, scale, Element::bf16, s),
+                    check(flash_forward(q.get(), k.get(), v.get(), o_.get(), lse_p, heads, len, len, t, scale, false, Element::bf16,
+                                        s),
                           "flash forward");
                 });
                 const double bwd = time_each(s, reps, [&] {
                     check(flash_backward(q.get(), k.get(), v.get(), o_.get(), d_o.get(), lse_p,
                                          reinterpret_cast<float*>(delta.get()), reinterpret_cast<float*>(dq.get()), dk.get(),
-                                         dv.get(), heads, len, len, t, scale, Element::bf16, s),
+                                         dv.get(), heads, len, len, t, scale, false, Element::bf16, s),
                           "flash backward");
                 });
                 // FLOPs as core/kernel.cpp counts them: 4·q·kv·d per head forward, 2.5× that backward.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "cuda_support.hpp"
@@ -36,7 +37,8 @@ struct AttentionRef {
 
 /// One batch of heads, [heads][len][d], in double.
 AttentionRef attention_reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                                 const std::vector<float>& d_o, int heads, int nq, int nk, int d, double scale) {
+                                 const std::vector<float>& d_o, int heads, int nq, int nk, int d, double scale,
+                                 bool causal) {
     AttentionRef r;
     r.o.assign(static_cast<std::size_t>(heads) * nq * d, 0);
     r.lse.assign(static_cast<std::size_t>(heads) * nq, 0);
@@ -55,17 +57,19 @@ AttentionRef attention_reference(const std::vector<float>& q, const std::vector<
         double* dV = r.dv.data() + static_cast<std::size_t>(h) * nk * d;
         std::vector<double> P(static_cast<std::size_t>(nq) * nk);
         for (int i = 0; i < nq; ++i) {
+            // Causal: query i sees keys 0…i; P stays 0 beyond.
+            const int seen = causal ? std::min(nk, i + 1) : nk;
             double mx = -1e300;
-            for (int j = 0; j < nk; ++j) {
+            for (int j = 0; j < seen; ++j) {
                 double s = 0;
                 for (int c = 0; c < d; ++c) s += static_cast<double>(Q[at(i, c)]) * K[at(j, c)];
                 P[static_cast<std::size_t>(i) * nk + j] = s * scale;
                 mx = std::max(mx, s * scale);
             }
             double sum = 0;
-            for (int j = 0; j < nk; ++j) sum += std::exp(P[static_cast<std::size_t>(i) * nk + j] - mx);
+            for (int j = 0; j < seen; ++j) sum += std::exp(P[static_cast<std::size_t>(i) * nk + j] - mx);
             r.lse[static_cast<std::size_t>(h) * nq + i] = mx + std::log(sum);
-            for (int j = 0; j < nk; ++j) {
+            for (int j = 0; j < seen; ++j) {
                 double& p = P[static_cast<std::size_t>(i) * nk + j];
                 p = std::exp(p - mx) / sum;
                 for (int c = 0; c < d; ++c) O[at(i, c)] += p * V[at(j, c)];
@@ -158,37 +162,91 @@ TEST_CASE("flash attention forward and backward against attention in double", "[
     const int limit = smem_limit();
     for (Element e : {Element::bf16, Element::fp16})
         for (int d : {16, 64, 128})
-            for (int warps : {2, 4}) {
-                const FlashTiles t{d, warps, flash_fwd_smem(d, warps), flash_bwd_smem(d, warps)};
-                if (t.fwd_smem > limit || t.bwd_smem > limit) continue;
-                INFO(to_string(e) << ", head dim " << d << ", " << warps << " warps");
-                // Lengths that leave partial tiles on both sides.
-                const int heads = 3, nq = 100, nk = 130;
-                const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-                const std::size_t qn = static_cast<std::size_t>(heads) * nq * d, kn = static_cast<std::size_t>(heads) * nk * d;
-                const auto q = test::rounded(test::uniform(qn, 11), e), k = test::rounded(test::uniform(kn, 12), e),
-                           v = test::rounded(test::uniform(kn, 13), e), d_o = test::rounded(test::uniform(qn, 14), e);
-                DeviceMemory Q(qn * 2), K(kn * 2), V(kn * 2), O(qn * 2), dO(qn * 2), lse(heads * nq * 4), delta(heads * nq * 4),
-                    dQ(qn * 4), dK(kn * 2), dV(kn * 2);
-                test::upload(Q.get(), test::encode(q, e));
-                test::upload(K.get(), test::encode(k, e));
-                test::upload(V.get(), test::encode(v, e));
-                test::upload(dO.get(), test::encode(d_o, e));
-                check(flash_configure(t), "flash_configure");
-                check(flash_forward(Q.get(), K.get(), V.get(), O.get(), lse.get<float>(), heads, nq, nk, t,
-                                    static_cast<float>(scale), e, nullptr),
-                      "flash forward");
-                check(flash_backward(Q.get(), K.get(), V.get(), O.get(), dO.get(), lse.get<float>(), delta.get<float>(),
-                                     dQ.get<float>(), dK.get(), dV.get(), heads, nq, nk, t, static_cast<float>(scale), e, nullptr),
-                      "flash backward");
-                check(cudaDeviceSynchronize(), "sync");
-                const AttentionRef ref = attention_reference(q, k, v, d_o, heads, nq, nk, d, scale);
-                CHECK(test::relative_error(test::download(O.get(), qn, e), ref.o) < tolerance(e));
-                CHECK(test::relative_error(test::download(lse.get(), static_cast<std::size_t>(heads) * nq, Element::fp32), ref.lse) < 1e-3);
-                CHECK(test::relative_error(test::download(dQ.get(), qn, Element::fp32), ref.dq) < 2 * tolerance(e));
-                CHECK(test::relative_error(test::download(dK.get(), kn, e), ref.dk) < 2 * tolerance(e));
-                CHECK(test::relative_error(test::download(dV.get(), kn, e), ref.dv) < 2 * tolerance(e));
-            }
+            for (int warps : {2, 4})
+                for (bool causal : {false, true}) {
+                    const FlashTiles t{d, warps, flash_fwd_smem(d, warps), flash_bwd_smem(d, warps)};
+                    if (t.fwd_smem > limit || t.bwd_smem > limit) continue;
+                    INFO(to_string(e) << ", head dim " << d << ", " << warps << " warps" << (causal ? ", causal" : ""));
+                    // Lengths that leave partial tiles on both sides; causal, a square whose diagonal
+                    // crosses partial tiles.
+                    const int heads = 3, nq = causal ? 130 : 100, nk = 130;
+                    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+                    const std::size_t qn = static_cast<std::size_t>(heads) * nq * d, kn = static_cast<std::size_t>(heads) * nk * d;
+                    const auto q = test::rounded(test::uniform(qn, 11), e), k = test::rounded(test::uniform(kn, 12), e),
+                               v = test::rounded(test::uniform(kn, 13), e), d_o = test::rounded(test::uniform(qn, 14), e);
+                    DeviceMemory Q(qn * 2), K(kn * 2), V(kn * 2), O(qn * 2), dO(qn * 2), lse(heads * nq * 4), delta(heads * nq * 4),
+                        dQ(qn * 4), dK(kn * 2), dV(kn * 2);
+                    test::upload(Q.get(), test::encode(q, e));
+                    test::upload(K.get(), test::encode(k, e));
+                    test::upload(V.get(), test::encode(v, e));
+                    test::upload(dO.get(), test::encode(d_o, e));
+                    check(flash_configure(t), "flash_configure");
+                    check(flash_forward(Q.get(), K.get(), V.get(), O.get(), lse.get<float>(), heads, nq, nk, t,
+                                        static_cast<float>(scale), causal, e, nullptr),
+                          "flash forward");
+                    check(flash_backward(Q.get(), K.get(), V.get(), O.get(), dO.get(), lse.get<float>(), delta.get<float>(),
+                                         dQ.get<float>(), dK.get(), dV.get(), heads, nq, nk, t, static_cast<float>(scale), causal, e,
+                                         nullptr),
+                          "flash backward");
+                    check(cudaDeviceSynchronize(), "sync");
+                    const AttentionRef ref = attention_reference(q, k, v, d_o, heads, nq, nk, d, scale, causal);
+                    CHECK(test::relative_error(test::download(O.get(), qn, e), ref.o) < tolerance(e));
+                    CHECK(test::relative_error(test::download(lse.get(), static_cast<std::size_t>(heads) * nq, Element::fp32), ref.lse) < 1e-3);
+                    CHECK(test::relative_error(test::download(dQ.get(), qn, Element::fp32), ref.dq) < 2 * tolerance(e));
+                    CHECK(test::relative_error(test::download(dK.get(), kn, e), ref.dk) < 2 * tolerance(e));
+                    CHECK(test::relative_error(test::download(dV.get(), kn, e), ref.dv) < 2 * tolerance(e));
+                }
+}
+
+TEST_CASE("causal flash attention never reads the tiles its mask empties", "[cuda][kernels]") {
+    // 256 queries and keys, bf16, 4 warps (query tiles of 64, backward key tiles of 64). Poisoned
+    // with NaN: forward, the keys and values after the first 64, which query tile 0 must skip (a
+    // tile computed and then masked would carry the NaN into P·V); backward, the first 64 queries
+    // and output gradients, which key tiles 1-3 must skip.
+    const int heads = 1, n = 256, d = 64, warps = 4, tile = 16 * warps;
+    const FlashTiles t{d, warps, flash_fwd_smem(d, warps), flash_bwd_smem(d, warps)};
+    REQUIRE(t.fwd_smem <= smem_limit());
+    REQUIRE(t.bwd_smem <= smem_limit());
+    const Element e = Element::bf16;
+    const float scale = 0.125f, nan = std::numeric_limits<float>::quiet_NaN();
+    const std::size_t len = static_cast<std::size_t>(n) * d, head = static_cast<std::size_t>(tile) * d;
+    auto q = test::rounded(test::uniform(len, 31), e), k = test::rounded(test::uniform(len, 32), e),
+         v = test::rounded(test::uniform(len, 33), e), d_o = test::rounded(test::uniform(len, 34), e);
+    const AttentionRef ref = attention_reference(q, k, v, d_o, heads, n, n, d, scale, true);
+    DeviceMemory Q(len * 2), K(len * 2), V(len * 2), O(len * 2), dO(len * 2), lse(n * 4), delta(n * 4), dQ(len * 4),
+        dK(len * 2), dV(len * 2);
+    check(flash_configure(t), "flash_configure");
+    {
+        auto kp = k, vp = v;
+        std::fill(kp.begin() + static_cast<std::ptrdiff_t>(head), kp.end(), nan);
+        std::fill(vp.begin() + static_cast<std::ptrdiff_t>(head), vp.end(), nan);
+        test::upload(Q.get(), test::encode(q, e));
+        test::upload(K.get(), test::encode(kp, e));
+        test::upload(V.get(), test::encode(vp, e));
+        check(flash_forward(Q.get(), K.get(), V.get(), O.get(), lse.get<float>(), heads, n, n, t, scale, true, e, nullptr),
+              "flash forward");
+        check(cudaDeviceSynchronize(), "sync");
+        const auto o = test::download(O.get(), head, e);
+        CHECK(test::relative_error(o, std::vector<double>(ref.o.begin(), ref.o.begin() + static_cast<std::ptrdiff_t>(head))) <
+              tolerance(e));
+    }
+    test::upload(K.get(), test::encode(k, e));
+    test::upload(V.get(), test::encode(v, e));
+    check(flash_forward(Q.get(), K.get(), V.get(), O.get(), lse.get<float>(), heads, n, n, t, scale, true, e, nullptr),
+          "flash forward");
+    std::fill(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(head), nan);
+    std::fill(d_o.begin(), d_o.begin() + static_cast<std::ptrdiff_t>(head), nan);
+    test::upload(Q.get(), test::encode(q, e));
+    test::upload(dO.get(), test::encode(d_o, e));
+    check(flash_backward(Q.get(), K.get(), V.get(), O.get(), dO.get(), lse.get<float>(), delta.get<float>(), dQ.get<float>(),
+                         dK.get(), dV.get(), heads, n, n, t, scale, true, e, nullptr),
+          "flash backward");
+    check(cudaDeviceSynchronize(), "sync");
+    const auto dk = test::download(dK.get(), len, e), dv = test::download(dV.get(), len, e);
+    for (std::size_t i = head; i < len; ++i) {
+        CHECK(std::isfinite(dk[i]));
+        CHECK(std::isfinite(dv[i]));
+    }
 }
 
 TEST_CASE("the memory-bound pass computes y = a·x + b with its extra multiply-adds, aligned or not", "[cuda][kernels]") {

@@ -3,7 +3,9 @@
 // attention, torch.optim.Adam's update written out for Adam.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -37,26 +39,30 @@ std::vector<double> naive_gemm(const std::vector<float>& a, const std::vector<fl
     return c;
 }
 
-/// Reference attention for one head in double: P = softmax(Q·Kᵀ·scale), O = P·V.
+/// Reference attention for one head in double: P = softmax(Q·Kᵀ·scale), O = P·V; `causal`:
+/// query i sees keys 0…i (P = 0 beyond), and lse holds each row's log Σ exp over what it sees.
 struct AttentionResult {
-    std::vector<double> p, o;
+    std::vector<double> p, o, lse;
 };
 AttentionResult naive_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                          std::int64_t nq, std::int64_t nk, std::int64_t d, double scale) {
+                          std::int64_t nq, std::int64_t nk, std::int64_t d, double scale, bool causal = false) {
     AttentionResult a;
     a.p.assign(static_cast<std::size_t>(nq * nk), 0);
     a.o.assign(static_cast<std::size_t>(nq * d), 0);
+    a.lse.assign(static_cast<std::size_t>(nq), 0);
     for (std::int64_t i = 0; i < nq; ++i) {
+        const std::int64_t seen = causal ? std::min(nk, i + 1) : nk;
         double mx = -1e300;
-        for (std::int64_t j = 0; j < nk; ++j) {
+        for (std::int64_t j = 0; j < seen; ++j) {
             double s = 0;
             for (std::int64_t c = 0; c < d; ++c) s += static_cast<double>(q[static_cast<std::size_t>(i * d + c)]) * k[static_cast<std::size_t>(j * d + c)];
             a.p[static_cast<std::size_t>(i * nk + j)] = s * scale;
             mx = std::max(mx, s * scale);
         }
         double sum = 0;
-        for (std::int64_t j = 0; j < nk; ++j) sum += (a.p[static_cast<std::size_t>(i * nk + j)] = std::exp(a.p[static_cast<std::size_t>(i * nk + j)] - mx));
-        for (std::int64_t j = 0; j < nk; ++j) a.p[static_cast<std::size_t>(i * nk + j)] /= sum;
+        for (std::int64_t j = 0; j < seen; ++j) sum += (a.p[static_cast<std::size_t>(i * nk + j)] = std::exp(a.p[static_cast<std::size_t>(i * nk + j)] - mx));
+        a.lse[static_cast<std::size_t>(i)] = mx + std::log(sum);
+        for (std::int64_t j = 0; j < seen; ++j) a.p[static_cast<std::size_t>(i * nk + j)] /= sum;
         for (std::int64_t j = 0; j < nk; ++j)
             for (std::int64_t c = 0; c < d; ++c)
                 a.o[static_cast<std::size_t>(i * d + c)] += a.p[static_cast<std::size_t>(i * nk + j)] * v[static_cast<std::size_t>(j * d + c)];
@@ -106,41 +112,72 @@ TEST_CASE("softmax rows sum to one and equal exp(x - max) / sum", "[exec][kernel
 }
 
 TEST_CASE("flash attention forward equals softmax(Q Kt / sqrt d) V, over several tiles", "[exec][kernels]") {
-    // 150 queries over 90 keys: three query tiles and two key tiles, the last ones partial.
-    const std::int64_t nq = 150, nk = 90, d = 32;
+    // 150 queries over 90 keys: three query tiles and two key tiles, the last ones partial; under
+    // the causal mask also over 150 keys (the diagonal crossing tiles, the tiles above it empty).
+    const auto [nq, nk, causal] = GENERATE(table<std::int64_t, std::int64_t, bool>({{150, 90, false}, {150, 90, true}, {150, 150, true}}));
+    CAPTURE(nq, nk, causal);
+    const std::int64_t d = 32;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const auto q = random_floats(static_cast<std::size_t>(nq * d), 4), k = random_floats(static_cast<std::size_t>(nk * d), 5),
                v = random_floats(static_cast<std::size_t>(nk * d), 6);
     std::vector<float> o(static_cast<std::size_t>(nq * d)), lse(static_cast<std::size_t>(nq));
     std::vector<float> scratch(static_cast<std::size_t>(cpu::flash_scratch_floats(d)));
-    cpu::flash_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), nq, nk, d, static_cast<float>(scale), scratch.data());
-    const AttentionResult ref = naive_attention(q, k, v, nq, nk, d, scale);
+    cpu::flash_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), nq, nk, d, static_cast<float>(scale), scratch.data(),
+                       causal);
+    const AttentionResult ref = naive_attention(q, k, v, nq, nk, d, scale, causal);
     for (std::size_t i = 0; i < o.size(); ++i) CHECK(o[i] == Approx(ref.o[i]).margin(2e-5));
-    // lse: the log of Σ exp(scores) of the row.
-    for (std::int64_t i = 0; i < nq; i += 37) {
-        double sum = 0;
-        for (std::int64_t j = 0; j < nk; ++j) {
-            double s = 0;
-            for (std::int64_t c = 0; c < d; ++c) s += static_cast<double>(q[static_cast<std::size_t>(i * d + c)]) * k[static_cast<std::size_t>(j * d + c)];
-            sum += std::exp(s * scale);
-        }
-        CHECK(lse[static_cast<std::size_t>(i)] == Approx(std::log(sum)).margin(1e-5));
+    // lse: the log of Σ exp(scores) over the keys the row sees.
+    for (std::size_t i = 0; i < lse.size(); ++i) CHECK(lse[i] == Approx(ref.lse[i]).margin(1e-5));
+}
+
+TEST_CASE("causal flash attention never reads the tiles its mask empties", "[exec][kernels]") {
+    // 256 queries and keys, four tiles each. Poisoned with NaN: forward, the keys and values of
+    // tiles 1-3, which query tile 0 must skip (a tile computed and then masked would carry the
+    // NaN into P·V); backward, the queries and output gradients of tile 0, which the key tiles
+    // 1-3 must skip.
+    const std::int64_t n = 256, d = 16, tile = cpu::kFlashBlock;
+    const float scale = 0.25f, nan = std::numeric_limits<float>::quiet_NaN();
+    auto q = random_floats(static_cast<std::size_t>(n * d), 21), k = random_floats(static_cast<std::size_t>(n * d), 22),
+         v = random_floats(static_cast<std::size_t>(n * d), 23), d_o = random_floats(static_cast<std::size_t>(n * d), 24);
+    std::vector<float> o(q.size()), lse(static_cast<std::size_t>(n)), dq(q.size()), dk(k.size()), dv(v.size());
+    std::vector<float> scratch(static_cast<std::size_t>(cpu::flash_scratch_floats(d) + n));
+    {
+        auto kp = k, vp = v;
+        std::fill(kp.begin() + tile * d, kp.end(), nan);
+        std::fill(vp.begin() + tile * d, vp.end(), nan);
+        cpu::flash_forward(q.data(), kp.data(), vp.data(), o.data(), lse.data(), n, n, d, scale, scratch.data(), true);
+        const AttentionResult ref = naive_attention(q, k, v, n, n, d, scale, true);
+        for (std::int64_t i = 0; i < tile * d; ++i) CHECK(o[static_cast<std::size_t>(i)] == Approx(ref.o[static_cast<std::size_t>(i)]).margin(2e-5));
+    }
+    cpu::flash_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), n, n, d, scale, scratch.data(), true);
+    std::fill(q.begin(), q.begin() + tile * d, nan);
+    std::fill(d_o.begin(), d_o.begin() + tile * d, nan);
+    cpu::flash_backward(q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data(), n, n, d,
+                        scale, scratch.data(), true);
+    for (std::size_t i = static_cast<std::size_t>(tile * d); i < dk.size(); ++i) {
+        CHECK(std::isfinite(dk[i]));
+        CHECK(std::isfinite(dv[i]));
     }
 }
 
 TEST_CASE("flash attention backward equals the gradients of softmax(Q Kt / sqrt d) V", "[exec][kernels]") {
-    const std::int64_t nq = 70, nk = 80, d = 16;
+    // Under the causal mask with more keys than queries the last keys are seen by no query (their
+    // gradients 0); over 130 × 130 the diagonal crosses three tiles.
+    const auto [nq, nk, causal] = GENERATE(table<std::int64_t, std::int64_t, bool>({{70, 80, false}, {70, 80, true}, {130, 130, true}}));
+    CAPTURE(nq, nk, causal);
+    const std::int64_t d = 16;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const auto q = random_floats(static_cast<std::size_t>(nq * d), 7), k = random_floats(static_cast<std::size_t>(nk * d), 8),
                v = random_floats(static_cast<std::size_t>(nk * d), 9), d_o = random_floats(static_cast<std::size_t>(nq * d), 10);
     std::vector<float> o(static_cast<std::size_t>(nq * d)), lse(static_cast<std::size_t>(nq));
     std::vector<float> scratch(static_cast<std::size_t>(cpu::flash_scratch_floats(d) + nq));
-    cpu::flash_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), nq, nk, d, static_cast<float>(scale), scratch.data());
+    cpu::flash_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), nq, nk, d, static_cast<float>(scale), scratch.data(),
+                       causal);
     std::vector<float> dq(o.size()), dk(k.size()), dv(v.size());
     cpu::flash_backward(q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data(), nq,
-                        nk, d, static_cast<float>(scale), scratch.data());
+                        nk, d, static_cast<float>(scale), scratch.data(), causal);
     // dV = Pᵀ dO; dP = dO Vᵀ; dS = P ∘ (dP − rowsum(dO ∘ O)); dQ = scale·dS K; dK = scale·dSᵀ Q.
-    const AttentionResult ref = naive_attention(q, k, v, nq, nk, d, scale);
+    const AttentionResult ref = naive_attention(q, k, v, nq, nk, d, scale, causal);
     std::vector<double> rdq(dq.size(), 0), rdk(dk.size(), 0), rdv(dv.size(), 0);
     for (std::int64_t i = 0; i < nq; ++i) {
         double delta = 0;
