@@ -201,12 +201,13 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(m, {"--cp", "16", "--cp-comm", "all-gather"}));   // Llama 3 all-gathers K and V (§3.3.2)
         CHECK(model_file_name(*m.model) == "llama-l126-h16384-a128-kv8-f53248-v128256-s131072.json");
     }
-    SECTION("GPT-OSS-120B on 64 H100s: pp 4, expert parallelism 8 inside dp 16, from its config.json") {
+    SECTION("GPT-OSS-120B on 64 H100s: pp 4, expert parallelism 8 inside dp 16, from its config.json, at its recipe's micro-batch") {
         const Mapping m = map_row(row("P20"), "/models");
         REQUIRE(m.representable());
         CHECK(has_args(m, {"--model", "/models/gpt-oss-120b.json", "--cluster", "dgx-h100", "--nodes", "8", "--tp", "1",
                            "--pp", "4", "--dp", "16", "--ep", "8"}));
-        CHECK(has_args(m, {"--micro-batch", "4", "--global-batch", "512", "--seq", "4096", "--dtype", "bf16"}));
+        // Megatron-Bridge v0.2.0's GPT_OSS_120B_H100_BF16_BASE_CONFIG: micro_batch_size 1 (the row's 4 is the B200 row's).
+        CHECK(has_args(m, {"--micro-batch", "1", "--global-batch", "512", "--seq", "4096", "--dtype", "bf16"}));
         REQUIRE(m.model_config);
         CHECK(m.model_config->second.at("model_type") == "gpt_oss");
         CHECK_FALSE(m.model);
