@@ -104,12 +104,21 @@ const char* to_string(Fp8Recipe r) {
     return "?";
 }
 
-const char* to_string(AttentionBackend b) { return b == AttentionBackend::fused ? "fused" : "flash"; }
+const char* to_string(AttentionBackend b) {
+    switch (b) {
+        case AttentionBackend::flash: return "flash";
+        case AttentionBackend::fused: return "fused";
+        case AttentionBackend::flash3: return "flash3";
+    }
+    return "?";
+}
 
 AttentionBackend parse_attention_backend(const std::string& text, const std::string& flag) {
     if (text == "flash") return AttentionBackend::flash;
     if (text == "fused") return AttentionBackend::fused;
-    fail_input("flash (FlashAttention-2) or fused (cuDNN's fused attention, Transformer Engine's FusedAttention)",
+    if (text == "flash3") return AttentionBackend::flash3;
+    fail_input("flash (FlashAttention-2), fused (cuDNN's fused attention, Transformer Engine's FusedAttention) or flash3 "
+               "(FlashAttention-3, Hopper only)",
                "\"" + text + "\"", {"", "", flag});
 }
 

@@ -29,7 +29,7 @@ inline constexpr int kKernelClasses = 4;
 enum class KernelOp : std::uint8_t {
     gemm,       // `batch` independent products C[m×n] = A[m×k]·B[k×n] (a batched GEMM when batch > 1)
     softmax,    // `batch` rows of `n` elements: max, exp, sum, scale (reads and writes each element)
-    flash,      // fused attention (FlashAttention-2 or cuDNN's, `Kernel::backend`): `batch` heads of m
+    flash,      // fused attention (FlashAttention-2 or -3 or cuDNN's, `Kernel::backend`): `batch` heads of m
                 // queries over n keys, head dim k; forward when `backward` is false
     stream,     // a memory-bound pass reading and writing `bytes` in total (norm, activation, residual,
                 // dropout, bias add, cast, embedding gather, cross-entropy)
@@ -69,13 +69,15 @@ enum class Fp8Recipe : std::uint8_t { none, delayed, tensorwise };
 const char* to_string(Fp8Recipe r);
 
 /// Which library's fused attention kernel runs (Megatron core's --attention-backend, whose
-/// AttnBackend names these two `flash` and `fused`): FlashAttention-2 (the flash-attn package,
-/// also PyTorch SDPA's flash backend) or cuDNN's fused attention (Transformer Engine's
-/// FusedAttention, its F16_arbitrary_seqlen sub-backend). Same work, same traffic; their rates
-/// differ (topologies/attention_rates.hpp).
-enum class AttentionBackend : std::uint8_t { flash, fused };
+/// AttnBackend names the first two `flash` and `fused`): FlashAttention-2 (the flash-attn package,
+/// also PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's
+/// FusedAttention, its F16_arbitrary_seqlen sub-backend), or FlashAttention-3 (flash-attn's
+/// Hopper build, `flash_attn_interface`; what Transformer Engine's FlashAttention runs on sm90
+/// when it is installed). Same work, same traffic; their rates differ
+/// (topologies/attention_rates.hpp).
+enum class AttentionBackend : std::uint8_t { flash, fused, flash3 };
 const char* to_string(AttentionBackend b);
-/// "flash" | "fused"; bad_input naming the flag `flag` otherwise.
+/// "flash" | "fused" | "flash3"; bad_input naming the flag `flag` otherwise.
 AttentionBackend parse_attention_backend(const std::string& text, const std::string& flag);
 
 /// A pass whose gradient is the same pass again (a permutation, a cast, a scaling, a mask):

@@ -94,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.cp_comm = pick(in, cp_comms);
         static const Fp8Recipe fp8s[] = {Fp8Recipe::none, Fp8Recipe::delayed, Fp8Recipe::tensorwise};
         p.fp8 = pick(in, fp8s);
-        if (in.ConsumeBool()) p.attention_backend = in.ConsumeBool() ? AttentionBackend::fused : AttentionBackend::flash;
+        if (in.ConsumeBool()) p.attention_backend = static_cast<AttentionBackend>(in.ConsumeIntegralInRange<int>(0, 2));
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

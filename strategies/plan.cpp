@@ -751,6 +751,20 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         l.attention_backend = plan.attention_backend ? *plan.attention_backend
                               : l.framework.name == FrameworkName::megatron && hopper ? AttentionBackend::fused
                                                                                       : AttentionBackend::flash;
+        // FlashAttention-3 is built for sm90 alone (flash-attn's hopper/ README: "Requirements:
+        // H100 / H800 GPU"), and Transformer Engine disables it on any other compute capability
+        // ("Disabling FlashAttention 3 for compute capability != sm90",
+        // attention/dot_product_attention/utils.py at NVIDIA/TransformerEngine d0067d0).
+        if (l.attention == Attention::flash && l.attention_backend == AttentionBackend::flash3 && flash_runs) {
+            const topo::NodeGroup* other = nullptr;
+            for (const topo::NodeGroup& g : cluster.groups)
+                if (g.device.is_cpu || g.device.compute_capability < 9.0 || g.device.compute_capability >= 10.0) other = &g;
+            if (other)
+                fail_input("--attention-backend flash3 (FlashAttention-3) runs on Hopper GPUs alone (compute capability 9.0); the " +
+                               other->device.name + " devices of group '" + other->name + "' have compute capability " +
+                               std::to_string(other->device.compute_capability).substr(0, 3) + " (flash: FlashAttention-2)",
+                           {"", "", "--attention-backend"});
+        }
         if (l.attention == Attention::flash && !flash_runs)
             fail_input("--attention flash needs GPUs of compute capability 8.0 or later (FlashAttention-2 runs on Ampere, "
                        "Ada and Hopper); the " + slowest->device.name + " devices of group '" + slowest->name + "' " +

@@ -518,8 +518,8 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--fp8", f->fp8,
                     "delayed or tensorwise: every plan's linear layers in FP8 (Transformer Engine), on Megatron core");
     app->add_option("--attention-backend", f->attention_backend,
-                    "flash (FlashAttention-2) or fused (cuDNN's): every plan's flash attention kernel (default: each "
-                    "plan's framework's)");
+                    "flash (FlashAttention-2), fused (cuDNN's) or flash3 (FlashAttention-3, Hopper): every plan's flash "
+                    "attention kernel (default: each plan's framework's)");
     app->add_option("--network", f->network, "flow, or analytic (screen analytically, re-simulate the best flow-level)")
         ->capture_default_str();
     app->add_option("--refine", f->refine, "with --network analytic: plans re-simulated flow-level")->capture_default_str();

@@ -130,12 +130,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "GShard expert capacity: each expert takes (padded to) this many times its balanced share; 0: dropless")
         ->capture_default_str();
     app.add_option("--attention", f.attention,
-                   "flash (fused attention: FlashAttention-2's or cuDNN's kernel, --attention-backend) or eager (scores "
+                   "flash (fused attention: FlashAttention-2's, -3's or cuDNN's kernel, --attention-backend) or eager (scores "
                    "materialised); default: flash on GPUs of compute capability 8.0 or later, eager elsewhere");
     app.add_option("--attention-backend", f.attention_backend,
-                   "flash (FlashAttention-2) or fused (cuDNN's fused attention, Transformer Engine's FusedAttention): whose "
-                   "kernel runs flash attention; default: fused under --framework megatron on compute capability 9.0 and "
-                   "later (Transformer Engine's choice), flash elsewhere");
+                   "flash (FlashAttention-2), fused (cuDNN's fused attention, Transformer Engine's FusedAttention) or flash3 "
+                   "(FlashAttention-3, Hopper only): whose kernel runs flash attention; default: fused under --framework "
+                   "megatron on compute capability 9.0 and later (Transformer Engine's choice), flash elsewhere");
     app.add_option("--fp8", f.fp8,
                    "delayed or tensorwise: the linear layers' GEMMs in FP8 as Transformer Engine runs them under Megatron "
                    "core (--fp8-format hybrid with that --fp8-recipe), on GPUs with FP8 tensor cores (H100, H200)");
@@ -231,10 +231,10 @@ void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
                        " runs 16- and 32-bit GEMMs; FP8 linear layers are simulated only (smolcluster simulate --fp8)",
                    flag("--fp8"));
     // The executors run their own fused attention kernel (exec/cuda/kernels.cu, exec/cpu), neither
-    // FlashAttention-2's nor cuDNN's: the library is the simulator's choice.
+    // FlashAttention's nor cuDNN's: the library is the simulator's choice.
     if (given(f, "--attention-backend"))
         fail_input(std::string("has no effect here: smolcluster ") + command +
-                       " runs the executor's own fused attention kernel, neither FlashAttention-2's nor cuDNN's; "
+                       " runs the executor's own fused attention kernel, neither FlashAttention's nor cuDNN's; "
                        "--attention-backend is the simulator's (smolcluster simulate, sweep)",
                    flag("--attention-backend"));
     // The executors run 1bit's and topk's kernels and exchanges; PowerSGD's factor GEMMs and

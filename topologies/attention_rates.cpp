@@ -13,14 +13,19 @@ constexpr double kFirstDim = 64;    // head dimensions: 64 · 2^j
 /// H100 SXM5 80GB, bf16/fp16, batch × sequence = 16k tokens, hidden 2,048 (heads = 2048 / head
 /// dim): every point runs ≥ 2,048 query tiles, over 15 waves of the 132 SMs.
 ///
-/// Forward, FlashAttention-2 and cuDNN, each mask and head dimension: the FlashAttention-3 paper
-/// (Shah et al. 2024, arXiv 2407.08608, Figure 5), `assets/flash3_fp16_fwd.png` in
-/// Dao-AILab/flash-attention 0251105a, read from the bars' labels.
+/// Forward, FlashAttention-2, cuDNN and FlashAttention-3, each mask and head dimension: the
+/// FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608, Figure 5),
+/// `assets/flash3_fp16_fwd.png` in Dao-AILab/flash-attention 0251105a, read from the bars' labels;
+/// one label the legend hides (FlashAttention-3, no mask, head dim 256, 1k) read from the bar's
+/// height against the five labelled bars of its series (linear in pixels to ±1 TFLOP/s): 627.
 /// Backward, without a mask, head dimensions 64 and 128: the same paper's Figure 6, which is not in
-/// the repository; its labels as transcribed from the paper. Checked against a figure that is:
-/// FlashAttention-2's unmasked forward + backward from these rows (3.5 / (1/fwd + 2.5/bwd)) is
-/// within 5.4 % of `assets/flash2_h100_fwd_bwd_benchmark.png` at every length
-/// (tests/topologies/test_attention_rates.cpp).
+/// the repository; its labels as transcribed from the paper (FlashAttention-3's from a second
+/// transcription, whose FlashAttention-2 and cuDNN labels are the first's, label for label).
+/// Checked against a figure that is: FlashAttention-2's unmasked forward + backward from these
+/// rows (3.5 / (1/fwd + 2.5/bwd)) is within 5.4 % of `assets/flash2_h100_fwd_bwd_benchmark.png`
+/// at every length. FlashAttention-3's forward rows against a measurement in text: pytorch/benchmark
+/// ff65cb6 (its flash_v3 at the paper's sizes, head dim 128, no mask: 430, 517, 566, 590, 614, 621
+/// TFLOP/s) is 4–10 % below them (tests/topologies/test_attention_rates.cpp).
 ///
 /// Derived, not measured:
 ///  * backward under the causal mask = backward without it × the forward's causal / unmasked
@@ -34,7 +39,8 @@ AttentionRates h100_sxm5() {
     AttentionRates t;
     t.name = "h100-sxm5";
     t.sms = 132;   // NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs on the SXM5 part
-    const int flash = static_cast<int>(AttentionBackend::flash), fused = static_cast<int>(AttentionBackend::fused);
+    const int flash = static_cast<int>(AttentionBackend::flash), fused = static_cast<int>(AttentionBackend::fused),
+              flash3 = static_cast<int>(AttentionBackend::flash3);
     auto set = [&](int backend, bool backward, bool causal, int dim, std::initializer_list<double> v) {
         std::copy(v.begin(), v.end(), t.tflops[backend][backward][causal][dim]);
     };
@@ -45,6 +51,9 @@ AttentionRates h100_sxm5() {
     set(fused, false, true, 0, {225, 288, 334, 363, 379, 388});
     set(fused, false, true, 1, {315, 410, 484, 518, 529, 539});
     set(fused, false, true, 2, {308, 391, 450, 483, 497, 509});
+    set(flash3, false, true, 0, {197, 265, 371, 420, 460, 473});
+    set(flash3, false, true, 1, {292, 423, 521, 579, 602, 616});
+    set(flash3, false, true, 2, {286, 427, 537, 612, 628, 642});
     // Forward, no mask.
     set(flash, false, false, 0, {282, 306, 318, 321, 322, 324});
     set(flash, false, false, 1, {309, 350, 362, 366, 370, 370});
@@ -52,12 +61,17 @@ AttentionRates h100_sxm5() {
     set(fused, false, false, 0, {335, 373, 395, 408, 412, 413});
     set(fused, false, false, 1, {497, 574, 617, 609, 600, 595});
     set(fused, false, false, 2, {470, 546, 580, 581, 580, 581});
+    set(flash3, false, false, 0, {333, 392, 460, 476, 496, 497});
+    set(flash3, false, false, 1, {467, 565, 625, 638, 646, 648});
+    set(flash3, false, false, 2, {482, 627, 707, 736, 746, 756});
     // Backward, no mask: head dim 64, 128.
     set(flash, true, false, 0, {198, 238, 264, 279, 287, 291});
     set(flash, true, false, 1, {214, 260, 291, 310, 318, 322});
     set(fused, true, false, 0, {266, 348, 395, 417, 432, 433});
     set(fused, true, false, 1, {305, 408, 465, 499, 518, 516});
-    for (int b : {flash, fused}) {
+    set(flash3, true, false, 0, {272, 363, 422, 453, 472, 474});
+    set(flash3, true, false, 1, {316, 424, 501, 542, 559, 561});
+    for (int b : {flash, fused, flash3}) {
         std::copy_n(t.tflops[b][1][0][1], AttentionRates::kSeqs, t.tflops[b][1][0][2]);
         for (int dim = 0; dim < AttentionRates::kDims; ++dim)
             for (int i = 0; i < AttentionRates::kSeqs; ++i)

@@ -1,5 +1,6 @@
-// Fused attention kernels as measured: the rate (FLOP/s) of FlashAttention-2's and cuDNN's fused
-// attention kernels on one device, by direction, mask, head dimension and key length.
+// Fused attention kernels as measured: the rate (FLOP/s) of FlashAttention-2's, FlashAttention-3's
+// and cuDNN's fused attention kernels on one device, by direction, mask, head dimension and key
+// length.
 //
 // A fused attention kernel does not run on the GEMM curve. Each thread block loads a tile of
 // queries once and loops over the key/value tiles, so what its load and epilogue cost is
@@ -36,8 +37,9 @@ struct AttentionRates {
     int sms = 0;             // the device's streaming multiprocessors (fill)
     static constexpr int kSeqs = 6;    // key lengths 512, 1k, 2k, 4k, 8k, 16k
     static constexpr int kDims = 3;    // head dimensions 64, 128, 256
+    static constexpr int kBackends = 3;   // AttentionBackend: flash, fused, flash3
     /// TFLOP/s [backend][backward][causal][head dim][key length]; 0 where not measured.
-    double tflops[2][2][2][kDims][kSeqs] = {};
+    double tflops[kBackends][2][2][kDims][kSeqs] = {};
 
     /// Whether the table holds `backend`'s kernels (a device without them prices that backend on
     /// the GEMM curve).

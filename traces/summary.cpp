@@ -339,7 +339,9 @@ void print_table(std::ostream& out, const Summary& s) {
         << (i.cp > 1 ? " · cp " + std::to_string(i.cp) + (i.cp_comm == "p2p" ? "" : " (" + i.cp_comm + ")") : std::string()) << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
-        << (i.attention.empty() ? "" : ", " + i.attention + " attention" + (i.attention_backend == "fused" ? " (cuDNN)" : "")) << ", "
+        << (i.attention.empty() ? "" : ", " + i.attention + " attention" + (i.attention_backend == "fused"    ? " (cuDNN)"
+                                                                           : i.attention_backend == "flash3" ? " (FlashAttention-3)"
+                                                                                                             : "")) << ", "
         << (i.measured ? "measured" : i.network + " network") << (i.framework.empty() ? "" : ", as " + i.framework)
         << fold_note(i) << "\n";
     if (!i.seq_note.empty() && i.sequence) out << "  seq " << i.seq << ": " << i.seq_note << "\n";

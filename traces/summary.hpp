@@ -38,7 +38,7 @@ struct StepInfo {
     std::string seq_note;
     int ep = 1;                         // expert-parallel ranks (mixtures of experts)
     std::string attention;              // "flash" or "eager"
-    std::string attention_backend;      // flash attention's kernel: "flash" (FlashAttention-2) or "fused" (cuDNN); "" for eager
+    std::string attention_backend;      // flash attention's kernel: "flash" (FlashAttention-2), "fused" (cuDNN) or "flash3"; "" for eager
     bool sequence = true;               // false for layer lists (CNN / MLP): no seq, no tokens/s
     bool async_updates = false;         // ps-async: the step is `microbatches` rounds of updates per worker
     std::string dtype;

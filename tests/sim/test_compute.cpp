@@ -184,6 +184,11 @@ TEST_CASE("fused attention on a device with measured rates: the table's rate for
     CHECK(kernel_time(k, DType::bf16, false, g).to_seconds() == Approx(k.flops / 529e12));   // cuDNN, Figure 5 (d)
     k.backend = AttentionBackend::flash;
     CHECK(kernel_time(k, DType::bf16, false, g).to_seconds() == Approx(k.flops / 333e12));   // FlashAttention-2
+    k.backend = AttentionBackend::flash3;
+    CHECK(kernel_time(k, DType::bf16, false, g).to_seconds() == Approx(k.flops / 602e12));   // FlashAttention-3
+    // Its backward: the unmasked backward (559) × the forward's causal / unmasked ratio (602 / 646).
+    CHECK(kernel_time(backward_kernels(std::vector<Kernel>{k})[0], DType::bf16, false, g).to_seconds() ==
+          Approx(2.5 * k.flops / (559e12 * 602 / 646)));
     // Its backward: 2.5× the FLOPs, the causal backward row (518 · 529 / 600 for cuDNN).
     k.backend = AttentionBackend::fused;
     const std::vector<Kernel> back = backward_kernels(std::vector<Kernel>{k});

@@ -347,3 +347,23 @@ TEST_CASE("flash attention's kernel: cuDNN's under Megatron core on Hopper, Flas
     p.attention = Attention::eager;
     CHECK_THAT(test::bad_input_message([&] { resolve(m, h100, p); }), Catch::Contains("--attention-backend"));
 }
+
+TEST_CASE("FlashAttention-3 runs on Hopper alone", "[strategies][framework][attention]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster h100 = topo::cluster_preset("dgx-h100"), h200 = topo::cluster_preset("hgx-h200"),
+                        a100 = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.strategy = DataParallel::ddp;
+    p.attention_backend = AttentionBackend::flash3;
+    CHECK(resolve(m, h100, p).attention_backend == AttentionBackend::flash3);
+    CHECK(resolve(m, h200, p).attention_backend == AttentionBackend::flash3);
+    // sm80: refused, naming the devices, their compute capability and what runs there instead.
+    const std::string msg = test::bad_input_message([&] { resolve(m, a100, p); });
+    CHECK_THAT(msg, Catch::Contains("--attention-backend"));
+    CHECK_THAT(msg, Catch::Contains("Hopper"));
+    CHECK_THAT(msg, Catch::Contains("compute capability 8.0"));
+    CHECK(parse_attention_backend("flash3", "--attention-backend") == AttentionBackend::flash3);
+    CHECK(std::string(to_string(AttentionBackend::flash3)) == "flash3");
+    CHECK_THAT(test::bad_input_message([] { parse_attention_backend("flash4", "--attention-backend"); }),
+               Catch::Contains("flash3"));
+}

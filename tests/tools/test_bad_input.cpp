@@ -452,7 +452,9 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
     }
     SECTION("--attention-backend: a kernel library's name, flash attention only") {
         refused(simulate({"--attention-backend", "cudnn"}, "gpt2-small", "dgx-h100"),
-                {"--attention-backend", "flash (FlashAttention-2) or fused", "\"cudnn\""});
+                {"--attention-backend", "flash (FlashAttention-2), fused", "flash3", "\"cudnn\""});
+        refused(simulate({"--attention-backend", "flash3"}, "gpt2-small", "dgx-a100"),
+                {"--attention-backend", "Hopper", "compute capability 8.0"});
         refused(simulate({"--attention", "eager", "--attention-backend", "fused"}, "gpt2-small", "dgx-h100"),
                 {"--attention-backend", "eager attention runs none"});
         const auto json = [](std::initializer_list<std::string> extra) {
@@ -464,5 +466,9 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         CHECK(json({"--json"})["attention_backend"] == "flash");
         CHECK(json({"--attention-backend", "fused", "--json"})["attention_backend"] == "fused");
         CHECK(json({"--attention", "eager", "--json"})["attention_backend"].is_null());
+        CHECK(json({"--attention-backend", "flash3", "--json"})["attention_backend"] == "flash3");
+        const Result text = cli(simulate({"--attention-backend", "flash3"}, "gpt2-small", "dgx-h100"));
+        REQUIRE(text.code == 0);
+        CHECK_THAT(text.out, Catch::Contains("flash attention (FlashAttention-3)"));
     }
 }
