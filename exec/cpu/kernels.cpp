@@ -187,8 +187,8 @@ void flash_backward(const float* q, const float* k, const float* v, const float*
     for (std::int64_t j0 = 0; j0 < kv_len; j0 += B) {
         const std::int64_t bc = std::min(B, kv_len - j0);
         const int bci = static_cast<int>(bc);
-        // Causal: the query tiles before this key tile see none of it.
-        for (std::int64_t i0 = causal ? j0 / B * B : 0; i0 < q_len; i0 += B) {
+        // Causal: the query tiles before this key tile see none of it (tiles of both are B wide).
+        for (std::int64_t i0 = causal ? j0 : 0; i0 < q_len; i0 += B) {
             const std::int64_t br = std::min(B, q_len - i0);
             const int bri = static_cast<int>(br);
             // P = exp(scale · Q_i K_jᵀ − lse_i)
