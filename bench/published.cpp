@@ -820,18 +820,21 @@ Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
     // The micro-batch is the recipe's, not the row's. The 25.11 container ran Megatron-Bridge
     // v0.2.0, whose scripts/performance/configs/gpt_oss/workload_base_configs.py gives the H100
     // recipe (GPT_OSS_120B_H100_BF16_BASE_CONFIG: pp 4, BASE_GPT_OSS_120B_CONFIG's ep 8, gbs 512)
-    // micro_batch_size 1: only the GB300, GB200 and B200 recipes set 4. The row's MBS 4 and GA 2
-    // are the B200 row's above it (GA 2 = 512 / (64 × 4) needs dp 64, so pp 1); the 26.02 summary
-    // (docs/performance-summary.md at c0b9a0003) lists the same H100 recipe at MBS 1.
+    // micro_batch_size 1: only the GB300, GB200 and B200 recipes set 4. P20's MBS 4 and GA 2 are
+    // the B200 row's above it (GA 2 = 512 / (64 × 4) needs dp 64, so pp 1); the 26.02 summary
+    // (docs/performance-summary.md at c0b9a0003, P48) lists the same H100 recipe (v0.3.0's
+    // GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2: V1 at gbs 1,280) at MBS 1.
     const std::int64_t mbs = 1;
     m.model_config = config;
     m.gpus = gpus;
     m.global_batch = gbs;
     m.seq = static_cast<int>(seq);
     m.notes = {"dp = GPUs / (tp x pp) = " + std::to_string(dp) + ", the expert-parallel groups inside it (Megatron)",
-               "micro-batch " + std::to_string(mbs) + " as Megatron-Bridge v0.2.0's H100 recipe runs it (GPT_OSS_120B_H100_BF16_BASE_CONFIG), "
-               "not the row's " + std::to_string(row_mbs) + ": its mbs " + std::to_string(row_mbs) + " and ga " + text_of(d, "ga") +
-               " are the B200 row's (pp 1); gbs / (dp x mbs) = " + std::to_string(gbs / (dp * mbs)) + " micro-batches",
+               "micro-batch " + std::to_string(mbs) + " as Megatron-Bridge's H100 recipe runs it (GPT_OSS_120B_H100_BF16_BASE_CONFIG)" +
+                   (row_mbs == mbs ? std::string()
+                                   : ", not the row's " + std::to_string(row_mbs) + ": its mbs and ga (" + text_of(d, "ga") +
+                                         ") are the B200 row's (pp 1)") +
+                   "; gbs / (dp x mbs) = " + std::to_string(gbs / (dp * mbs)) + " micro-batches",
                "Megatron's distributed optimizer (Megatron-Bridge's default): zero1; no recompute, flash attention, 1F1B",
                "routing force-balanced: --expert-imbalance 1"};
     m.args = {"simulate", "--model", (fs::path(model_dir) / config->first).string(), "--cluster", "dgx-h100",

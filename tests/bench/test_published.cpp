@@ -213,6 +213,12 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK_FALSE(m.model);
         // tokens/s per GPU: 512 × 4096 tokens over 64 GPUs at 5,630 tokens/s each.
         CHECK(measured_step_seconds(m, 0) == Approx(512.0 * 4096 / (5630.0 * 64)));
+        // The same recipe in the 26.02 summary, at global batch 1,280 and the micro-batch it states.
+        const Mapping v2 = map_row(row("P48"), "/models");
+        REQUIRE(v2.representable());
+        CHECK(has_args(v2, {"--pp", "4", "--dp", "16", "--ep", "8"}));
+        CHECK(has_args(v2, {"--micro-batch", "1", "--global-batch", "1280", "--seq", "4096", "--dtype", "bf16"}));
+        CHECK(measured_step_seconds(v2, 0) == Approx(1280.0 * 4096 / (5993.0 * 64)));
     }
     SECTION("the vTrain samples of published.jsonl map like their CSV rows") {
         // P44 is line 45 of the CSV: 8,128,4,1024,16,20,1024,1,8,1,484.820972.
@@ -285,7 +291,7 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
     }
     // By hand from published.jsonl: Llama 3 on 8K and 16K GPUs (P01, P02), GPT-3 175B in BF16 (P05-P07),
     // Llama 3 405B with context parallelism 16 (P03), Llama 3.1 70B with context parallelism 2
-    // (P09-P11), GPT-OSS-120B with expert parallelism (P20), DeepSpeed's ZeRO-3 with offload on
+    // (P09-P11), GPT-OSS-120B with expert parallelism (P20, P48), DeepSpeed's ZeRO-3 with offload on
     // Azure at its stated micro-batches (P30, P32, P33), ZeRO-Offload's 10 B on one V100 (P36), the
     // two vTrain samples (P44, P45), and in FP8 GPT-3 175B (P08), NeMo's performance summary
     // (P12-P17) and Megatron-Bridge's Llama 3.1 405B (P19); the other 23 need hardware, batches,
@@ -295,8 +301,8 @@ TEST_CASE("every row of both files is simulated or reported with a reason", "[be
         if (id[0] == 'P') published.insert(id);
     CHECK(published == std::set<std::string>{"P01", "P02", "P03", "P05", "P06", "P07", "P08", "P09", "P10", "P11", "P12",
                                              "P13", "P14", "P15", "P16", "P17", "P19", "P20", "P30", "P32", "P33", "P36",
-                                             "P44", "P45"});
-    CHECK(representable.size() == 1440 + 109 + 24);   // both vTrain files whole, and the rows above
+                                             "P44", "P45", "P48"});
+    CHECK(representable.size() == 1440 + 109 + 25);   // both vTrain files whole, and the rows above
 
     // Run the quick ones: every outcome is simulated or not representable, never lost or failed.
     std::vector<Row> quick;
