@@ -755,10 +755,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         // H100 / H800 GPU"), and Transformer Engine disables it on any other compute capability
         // ("Disabling FlashAttention 3 for compute capability != sm90",
         // attention/dot_product_attention/utils.py at NVIDIA/TransformerEngine d0067d0).
+        // (flash_runs: no CPU group, `slowest` would be one.)
         if (l.attention == Attention::flash && l.attention_backend == AttentionBackend::flash3 && flash_runs) {
             const topo::NodeGroup* other = nullptr;
             for (const topo::NodeGroup& g : cluster.groups)
-                if (g.device.is_cpu || g.device.compute_capability < 9.0 || g.device.compute_capability >= 10.0) other = &g;
+                if (g.device.compute_capability < 9.0 || g.device.compute_capability >= 10.0) other = &g;
             if (other)
                 fail_input("--attention-backend flash3 (FlashAttention-3) runs on Hopper GPUs alone (compute capability 9.0); the " +
                                other->device.name + " devices of group '" + other->name + "' have compute capability " +
