@@ -727,51 +727,70 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     }
     l.ep = plan.ep;
     check_expert_parallel(model, plan, l);
-    // Attention: FlashAttention-2 where every device runs it (Ampere and later: flash-attn's README,
-    // "FlashAttention-2 currently supports Ampere, Ada, or Hopper GPUs"), eager elsewhere.
+    // Attention. GPUs run FlashAttention-2 from Ampere on (flash-attn's README, "FlashAttention-2
+    // currently supports Ampere, Ada, or Hopper GPUs"); CPUs run PyTorch's own flash kernel
+    // (F.scaled_dot_product_attention → _scaled_dot_product_flash_attention_for_cpu, pytorch
+    // 008ec6b aten/src/ATen/native/cpu/FlashAttentionKernel.cpp cpu_flash_attention), tiled as
+    // FlashAttention-2 and skipping the key blocks past a query block under the causal mask
+    // (`num_keys = is_causal ? std::min(m + qBlockSize, kvSize) : kvSize`) — what the CPU
+    // executor's flash kernels do. Flash is the default on GPU clusters that all run it; a cluster
+    // with CPUs defaults to eager attention (the scores materialised), which --attention flash
+    // replaces.
     {
-        const topo::NodeGroup* slowest = nullptr;
-        for (const auto& g : cluster.groups)
-            if (!slowest || g.device.is_cpu || g.device.compute_capability < slowest->device.compute_capability) slowest = &g;
-        const bool flash_runs = slowest && !slowest->device.is_cpu && slowest->device.compute_capability >= 8.0;
-        l.attention = plan.attention ? *plan.attention : flash_runs ? Attention::flash : Attention::eager;
-        if (plan.attention_backend && l.attention != Attention::flash)
+        const topo::NodeGroup* old_gpu = nullptr;  // a GPU group FlashAttention-2 does not run on
+        const topo::NodeGroup* cpu = nullptr;
+        for (const auto& g : cluster.groups) {
+            if (g.device.is_cpu) {
+                if (!cpu) cpu = &g;
+            } else if (g.device.compute_capability < 8.0 &&
+                       (!old_gpu || g.device.compute_capability < old_gpu->device.compute_capability)) {
+                old_gpu = &g;
+            }
+        }
+        const auto capability = [](const topo::NodeGroup& g) { return std::to_string(g.device.compute_capability).substr(0, 3); };
+        l.attention = plan.attention ? *plan.attention : !old_gpu && !cpu ? Attention::flash : Attention::eager;
+        if (plan.attention_backend && l.attention != Attention::flash) {
+            const topo::NodeGroup& why = old_gpu ? *old_gpu : *cpu;
             fail_input("--attention-backend picks the kernel of flash attention; eager attention runs none " +
                            (plan.attention ? std::string("(leave it out, or --attention flash)")
-                                           : "(the " + slowest->device.name + " devices of group '" + slowest->name +
-                                                 "' run eager attention: FlashAttention needs GPUs of compute capability 8.0 or later)"),
+                            : old_gpu      ? "(the " + why.device.name + " devices of group '" + why.name +
+                                            "' run eager attention: FlashAttention needs GPUs of compute capability 8.0 or later)"
+                                           : "(the " + why.device.name + " devices of group '" + why.name +
+                                            "' are CPUs, which default to eager attention: add --attention flash)"),
                        {"", "", "--attention-backend"});
+        }
+        if (l.attention == Attention::flash && old_gpu)
+            fail_input("--attention flash needs GPUs of compute capability 8.0 or later (FlashAttention-2 runs on Ampere, "
+                       "Ada and Hopper); the " + old_gpu->device.name + " devices of group '" + old_gpu->name +
+                           "' have compute capability " + capability(*old_gpu),
+                       {"", "", "--attention"});
         // Transformer Engine, which Megatron core runs attention through, prefers cuDNN's fused
         // attention to FlashAttention on compute capability 9.0 and later ("Disabling
         // FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
         // transformer_engine/pytorch/attention/dot_product_attention/utils.py:1647-1653 at
         // NVIDIA/TransformerEngine d0067d0); PyTorch's SDPA and the flash-attn package run
         // FlashAttention-2.
-        const bool hopper = slowest && !slowest->device.is_cpu && slowest->device.compute_capability >= 9.0;
+        bool hopper = !cluster.groups.empty();
+        for (const auto& g : cluster.groups) hopper = hopper && !g.device.is_cpu && g.device.compute_capability >= 9.0;
         l.attention_backend = plan.attention_backend ? *plan.attention_backend
                               : l.framework.name == FrameworkName::megatron && hopper ? AttentionBackend::fused
                                                                                       : AttentionBackend::flash;
+        if (l.attention == Attention::flash && cpu && l.attention_backend != AttentionBackend::flash)
+            fail_input("--attention-backend " + std::string(to_string(l.attention_backend)) +
+                           " runs on NVIDIA GPUs; the " + cpu->device.name + " devices of group '" + cpu->name +
+                           "' are CPUs, whose flash attention is PyTorch's CPU kernel (--attention-backend flash)",
+                       {"", "", "--attention-backend"});
         // FlashAttention-3 is built for sm90 alone (flash-attn's hopper/ README: "Requirements:
         // H100 / H800 GPU"), and Transformer Engine disables it on any other compute capability
         // ("Disabling FlashAttention 3 for compute capability != sm90",
         // attention/dot_product_attention/utils.py at NVIDIA/TransformerEngine d0067d0).
-        // (flash_runs: no CPU group, `slowest` would be one.)
-        if (l.attention == Attention::flash && l.attention_backend == AttentionBackend::flash3 && flash_runs) {
-            const topo::NodeGroup* other = nullptr;
+        if (l.attention == Attention::flash && l.attention_backend == AttentionBackend::flash3)
             for (const topo::NodeGroup& g : cluster.groups)
-                if (g.device.compute_capability < 9.0 || g.device.compute_capability >= 10.0) other = &g;
-            if (other)
-                fail_input("--attention-backend flash3 (FlashAttention-3) runs on Hopper GPUs alone (compute capability 9.0); the " +
-                               other->device.name + " devices of group '" + other->name + "' have compute capability " +
-                               std::to_string(other->device.compute_capability).substr(0, 3) + " (flash: FlashAttention-2)",
-                           {"", "", "--attention-backend"});
-        }
-        if (l.attention == Attention::flash && !flash_runs)
-            fail_input("--attention flash needs GPUs of compute capability 8.0 or later (FlashAttention-2 runs on Ampere, "
-                       "Ada and Hopper); the " + slowest->device.name + " devices of group '" + slowest->name + "' " +
-                           (slowest->device.is_cpu ? std::string("are CPUs")
-                                                   : "have compute capability " + std::to_string(slowest->device.compute_capability).substr(0, 3)),
-                       {"", "", "--attention"});
+                if (g.device.compute_capability < 9.0 || g.device.compute_capability >= 10.0)
+                    fail_input("--attention-backend flash3 (FlashAttention-3) runs on Hopper GPUs alone (compute capability 9.0); the " +
+                                   g.device.name + " devices of group '" + g.name + "' have compute capability " + capability(g) +
+                                   " (flash: FlashAttention-2)",
+                               {"", "", "--attention-backend"});
     }
     resolve_fp8(model, cluster, plan, l);
     resolve_training(model, cluster, plan, l);

@@ -129,9 +129,24 @@ TEST_CASE("bad input exits 2 with a message that names the place", "[tools][cli]
         const Result r = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--attention", "fast"});
         CHECK(r.code == 2);
         CHECK_THAT(r.err, Catch::Contains("--attention: expected flash or eager"));
-        const Result pi = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--attention", "flash"});
-        CHECK(pi.code == 2);
-        CHECK_THAT(pi.err, Catch::Contains("are CPUs"));
+        const Result v100 = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx2-v100", "--attention", "flash"});
+        CHECK(v100.code == 2);
+        CHECK_THAT(v100.err, Catch::Contains("have compute capability 7.0"));
+        // CPUs run PyTorch's own flash kernel: flash on request (eager by default), FlashAttention-2's
+        // backend only.
+        const Result pi = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--attention", "flash", "--json"});
+        CHECK(pi.code == 0);
+        const Result pi_eager = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--json"});
+        CHECK(pi_eager.code == 0);
+        CHECK(Json::parse(pi.out)["peak_memory_bytes"] < Json::parse(pi_eager.out)["peak_memory_bytes"]);
+        const Result cudnn = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--attention", "flash",
+                                  "--attention-backend", "fused"});
+        CHECK(cudnn.code == 2);
+        CHECK_THAT(cudnn.err, Catch::Contains("--attention-backend fused runs on NVIDIA GPUs"));
+        CHECK_THAT(cudnn.err, Catch::Contains("are CPUs"));
+        const Result implied = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--attention-backend", "flash"});
+        CHECK(implied.code == 2);
+        CHECK_THAT(implied.err, Catch::Contains("are CPUs, which default to eager attention: add --attention flash"));
     }
 }
 
