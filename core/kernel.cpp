@@ -1,5 +1,6 @@
 #include "core/kernel.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -161,18 +162,26 @@ Kernel softmax_kernel(std::int64_t rows, std::int64_t cols, int elem_bytes) {
     return s;
 }
 
-Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::int64_t d, int elem_bytes, bool backward) {
+double causal_pairs(std::int64_t q, std::int64_t keys) {
+    const double qd = static_cast<double>(q), w = static_cast<double>(std::min(q, keys));
+    return w * (w + 1) / 2 + (qd - w) * w;
+}
+
+Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::int64_t d, int elem_bytes, bool backward,
+                    bool causal) {
     Kernel f;
     f.op = KernelOp::flash;
     f.cls = KernelClass::attention;
     f.name = KernelName::scores;
     f.backward = backward;
+    f.causal = causal;
     f.elem_bytes = static_cast<std::uint8_t>(elem_bytes);
     f.batch = batch_count(heads);
     f.m = q;
     f.n = kv;
     f.k = d;
-    const double per_head = 4.0 * static_cast<double>(q) * static_cast<double>(kv) * static_cast<double>(d);
+    const double pairs = causal ? causal_pairs(q, kv) : static_cast<double>(q) * static_cast<double>(kv);
+    const double per_head = 4.0 * pairs * static_cast<double>(d);
     f.flops = (backward ? 2.5 : 1.0) * per_head * static_cast<double>(heads);
     // Forward reads Q, K, V and writes O (plus the log-sum-exp, q floats); backward also reads O,
     // dO and writes dQ, dK, dV.
@@ -249,9 +258,8 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                 if (inputs) {
                     // 2.5× the forward's FLOPs, whatever pairs the forward counted (a causal or
                     // windowed mask skips the same blocks in backward).
-                    Kernel b = flash_kernel(f.batch, f.m, f.n, f.k, f.elem_bytes, true);
+                    Kernel b = flash_kernel(f.batch, f.m, f.n, f.k, f.elem_bytes, true, f.causal);
                     b.flops = 2.5 * f.flops;
-                    b.causal = f.causal;
                     b.backend = f.backend;
                     out.push_back(b);
                 }

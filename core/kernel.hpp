@@ -130,11 +130,17 @@ std::vector<Kernel> quantize_kernels(std::int64_t elements, int src_bytes, bool 
 /// Softmax over `rows` rows of `cols` elements: read and write each element (about 5 FLOPs each:
 /// max, subtract, exp, sum, scale).
 Kernel softmax_kernel(std::int64_t rows, std::int64_t cols, int elem_bytes);
+/// Query-key pairs a causal attention computes over `q` queries when each sees at most `keys`
+/// keys: Σᵢ min(i + 1, keys). FlashAttention-2 skips the key blocks the causal or window mask
+/// excludes (Dao 2023 §3.1.1), so its work is these pairs, not q × keys.
+double causal_pairs(std::int64_t q, std::int64_t keys);
 /// FlashAttention-2 over `heads` (batch × heads per rank) of `q` queries, `kv` keys, head dim `d`:
 /// forward 4·q·kv·d FLOPs per head (QKᵀ and PV), backward 10·q·kv·d (2.5× forward: the scores are
-/// recomputed, then dV, dP, dQ, dK — Dao 2023 §3.1). Traffic: Q, K, V, O (and their gradients in
-/// backward) once, never the q×kv scores.
-Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::int64_t d, int elem_bytes, bool backward);
+/// recomputed, then dV, dP, dQ, dK — Dao 2023 §3.1); `causal`: query i sees keys 0…i, and the
+/// FLOPs count causal_pairs(q, kv) pairs instead of q·kv. Traffic: Q, K, V, O (and their
+/// gradients in backward) once, never the q×kv scores.
+Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::int64_t d, int elem_bytes, bool backward,
+                    bool causal = false);
 /// A memory-bound pass moving `bytes` (reads + writes) with `flops` arithmetic.
 Kernel stream_kernel(KernelName name, KernelClass cls, std::int64_t bytes, double flops = 0);
 /// Adam over `params` parameters moving `bytes_per_param` bytes each, 12 FLOPs each

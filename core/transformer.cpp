@@ -185,19 +185,10 @@ struct Dims {
 
 Flops gemm_flops(double m, double n, double k) { return Flops(2.0 * m * n * k); }
 
-/// Query-key pairs a causal attention computes over s queries when each sees at most `keys`
-/// keys: Σᵢ min(i + 1, keys). FlashAttention-2 skips the key blocks the causal or window mask
-/// excludes (Dao 2023 §3.1.1), so its work is these pairs, not s².
-double causal_pairs(I s, I keys) {
-    const double sd = static_cast<double>(s), w = static_cast<double>(std::min(s, keys));
-    return w * (w + 1) / 2 + (sd - w) * w;
-}
-
 /// A fused attention kernel of `d`'s backend, `causal` when its mask skips blocks (what its rate
 /// depends on: topologies/attention_rates.hpp).
 Kernel fused_attention(const Dims& d, I heads, I q, I kv, I head_dim, bool causal) {
-    Kernel k = flash_kernel(heads, q, std::max<I>(1, kv), std::max<I>(1, head_dim), static_cast<int>(d.e), false);
-    k.causal = causal;
+    Kernel k = flash_kernel(heads, q, std::max<I>(1, kv), std::max<I>(1, head_dim), static_cast<int>(d.e), false, causal);
     k.backend = d.attention_backend;
     return k;
 }

@@ -300,18 +300,20 @@ private:
         std::vector<Series> adam;
         for (std::int64_t n : adam_params)
             adam.push_back(b.kernel(adam_kernel(n, 28), reps_for(static_cast<double>(n) / 3e8, target, 2, 40)));
-        // Flash attention, one head: queries × keys × head dim.
+        // Flash attention, one head: queries × keys × head dim, without a mask and under the causal
+        // one (whose whole diagonal tiles make a short sequence's rate per computed pair lower).
         const std::vector<double> seqs = o_.quick ? std::vector<double>{128, 512} : std::vector<double>{128, 1024};
         const std::vector<double> head_dims = o_.quick ? std::vector<double>{64} : std::vector<double>{64, 128};
-        std::vector<Series> flash[2];
-        for (int bwd = 0; bwd < 2; ++bwd)
-            for (double q : seqs)
-                for (double kv : seqs)
-                    for (double d : head_dims) {
-                        const Kernel f = flash_kernel(1, static_cast<std::int64_t>(q), static_cast<std::int64_t>(kv),
-                                                      static_cast<std::int64_t>(d), 4, bwd == 1);
-                        flash[bwd].push_back(b.kernel(f, reps_for(f.flops / lead_flops_, target, 2, 20)));
-                    }
+        std::vector<Series> flash[2][2];   // [causal][backward]
+        for (int causal = 0; causal < 2; ++causal)
+            for (int bwd = 0; bwd < 2; ++bwd)
+                for (double q : seqs)
+                    for (double kv : seqs)
+                        for (double d : head_dims) {
+                            const Kernel f = flash_kernel(1, static_cast<std::int64_t>(q), static_cast<std::int64_t>(kv),
+                                                          static_cast<std::int64_t>(d), 4, bwd == 1, causal == 1);
+                            flash[causal][bwd].push_back(b.kernel(f, reps_for(f.flops / lead_flops_, target, 2, 20)));
+                        }
         // Register arithmetic: a pass that moves nothing.
         const Series arithmetic = b.kernel(stream_kernel(KernelName::other, KernelClass::elementwise, 0, 2e8), 3);
         // Dispatch: one op of 1000 kernels that do (almost) nothing.
@@ -341,18 +343,21 @@ private:
             c.adam.x.push_back(static_cast<double>(adam_params[i]));
             c.adam.y.push_back(static_cast<double>(adam_params[i]) / median_of(adam[i], kernel_s));
         }
-        for (int bwd = 0; bwd < 2; ++bwd) {
-            topo::ShapeTable& t = bwd ? c.flash_bwd : c.flash_fwd;
-            t.m = t.n = seqs;
-            t.k = head_dims;
-            std::size_t i = 0;
-            for (double q : seqs)
-                for (double kv : seqs)
-                    for (double d : head_dims) {
-                        const double flops = (bwd ? 10.0 : 4.0) * q * kv * d;
-                        t.rate.push_back(flops / median_of(flash[bwd][i++], kernel_s));
-                    }
-        }
+        for (int causal = 0; causal < 2; ++causal)
+            for (int bwd = 0; bwd < 2; ++bwd) {
+                topo::ShapeTable& t = causal ? (bwd ? c.flash_bwd_causal : c.flash_fwd_causal) : (bwd ? c.flash_bwd : c.flash_fwd);
+                t.m = t.n = seqs;
+                t.k = head_dims;
+                std::size_t i = 0;
+                for (double q : seqs)
+                    for (double kv : seqs)
+                        for (double d : head_dims) {
+                            const double flops = flash_kernel(1, static_cast<std::int64_t>(q), static_cast<std::int64_t>(kv),
+                                                              static_cast<std::int64_t>(d), 4, bwd == 1, causal == 1)
+                                                     .flops;
+                            t.rate.push_back(flops / median_of(flash[causal][bwd][i++], kernel_s));
+                        }
+            }
         c.arithmetic = 2e8 / median_of(arithmetic, kernel_s);
         c.dispatch = Time::seconds(median_of(dispatch, [&](OpId id) { return op_seconds(tl, id); }) / 1000.0);
         double best = 0;

@@ -23,7 +23,8 @@ std::optional<Time> measured_time(const Kernel& k, const topo::MeasuredCompute& 
             if (m.gemm.empty()) return std::nullopt;
             return Time::seconds(k.flops / m.gemm.at(static_cast<double>(k.m), static_cast<double>(k.n), static_cast<double>(k.k)));
         case KernelOp::flash: {
-            const topo::ShapeTable& t = k.backward ? m.flash_bwd : m.flash_fwd;
+            const topo::ShapeTable& t = k.causal ? (k.backward ? m.flash_bwd_causal : m.flash_fwd_causal)
+                                                 : (k.backward ? m.flash_bwd : m.flash_fwd);
             if (t.empty()) return std::nullopt;
             return Time::seconds(k.flops / t.at(static_cast<double>(k.m), static_cast<double>(k.n), static_cast<double>(k.k)));
         }

@@ -49,6 +49,10 @@ struct MeasuredCompute {
     ShapeTable gemm;          // FLOP/s of one m×n×k product (a batched GEMM runs them one by one)
     ShapeTable flash_fwd;     // FLOP/s of one head of FlashAttention-2 forward, q × kv × head dim
     ShapeTable flash_bwd;     // and backward
+    /// The same under the causal mask, FLOP/s of the pairs it computes (causal_pairs): the tiles
+    /// across the diagonal run whole and masked, so a short sequence's useful rate is lower.
+    ShapeTable flash_fwd_causal;
+    ShapeTable flash_bwd_causal;
     Curve stream;             // bytes moved (read + written) → bytes/s of a streaming pass
     Curve softmax;            // elements → elements/s
     Curve adam;               // parameters → parameters/s

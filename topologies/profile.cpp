@@ -10,7 +10,9 @@ namespace smol::topo {
 
 namespace {
 
-constexpr int kFormat = 1;
+/// Format 2 added the causal flash tables to `compute`; a format-1 profile without `compute`
+/// (network and memory only) reads the same in both.
+constexpr int kFormat = 2;
 
 const std::vector<std::pair<CollectiveKind, const char*>>& kind_names() {
     static const std::vector<std::pair<CollectiveKind, const char*>> names{
@@ -127,6 +129,8 @@ Json to_json(const Profile& p) {
                           {"gemm", table_json(c.gemm, "flops_per_s")},
                           {"flash_forward", table_json(c.flash_fwd, "flops_per_s")},
                           {"flash_backward", table_json(c.flash_bwd, "flops_per_s")},
+                          {"flash_forward_causal", table_json(c.flash_fwd_causal, "flops_per_s")},
+                          {"flash_backward_causal", table_json(c.flash_bwd_causal, "flops_per_s")},
                           {"stream", curve_json(c.stream, "bytes", "bytes_per_s")},
                           {"softmax", curve_json(c.softmax, "elements", "elements_per_s")},
                           {"adam", curve_json(c.adam, "parameters", "parameters_per_s")}};
@@ -140,7 +144,12 @@ Json to_json(const Profile& p) {
 
 Profile profile_from_json(const JsonView& j) {
     j.expect_only({"smolcluster_profile", "measured_on", "compute", "memory", "network"});
-    if (j.integer("smolcluster_profile") != kFormat)
+    const std::int64_t format = j.integer("smolcluster_profile");
+    if (format == 1 && j.has("compute"))
+        j.fail_member("compute", "the causal attention timings of format " + std::to_string(kFormat) +
+                                     " (run smolcluster calibrate again)",
+                      "a format-1 profile's compute section, timed without the causal mask");
+    if (format != kFormat && format != 1)
         j.fail_member("smolcluster_profile", "format " + std::to_string(kFormat) + " (this smolcluster's)",
                       describe_json(j.raw().at("smolcluster_profile")));
     Profile p;
@@ -168,7 +177,7 @@ Profile profile_from_json(const JsonView& j) {
     if (p.has_compute) {
         const JsonView c = j.at("compute");
         c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "flash_forward", "flash_backward",
-                       "stream", "softmax", "adam"});
+                       "flash_forward_causal", "flash_backward_causal", "stream", "softmax", "adam"});
         p.compute.dispatch = Time::seconds(positive(c, "dispatch_s"));
         p.compute.comm_slowdown = c.number("comm_slowdown");
         if (!(p.compute.comm_slowdown >= 1.0))
@@ -177,6 +186,8 @@ Profile profile_from_json(const JsonView& j) {
         p.compute.gemm = read_table(c.at("gemm"), "flops_per_s");
         p.compute.flash_fwd = read_table(c.at("flash_forward"), "flops_per_s");
         p.compute.flash_bwd = read_table(c.at("flash_backward"), "flops_per_s");
+        p.compute.flash_fwd_causal = read_table(c.at("flash_forward_causal"), "flops_per_s");
+        p.compute.flash_bwd_causal = read_table(c.at("flash_backward_causal"), "flops_per_s");
         p.compute.stream = read_curve(c.at("stream"), "bytes", "bytes_per_s");
         p.compute.softmax = read_curve(c.at("softmax"), "elements", "elements_per_s");
         p.compute.adam = read_curve(c.at("adam"), "parameters", "parameters_per_s");

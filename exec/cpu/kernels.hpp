@@ -43,7 +43,7 @@ std::int64_t flash_scratch_floats(std::int64_t d);
 /// each row's log-sum-exp, which the backward pass uses. `scratch`: flash_scratch_floats(d).
 /// `causal`: query i sees keys 0…i only (all of them once i ≥ kv − 1), and the tiles the mask
 /// empties are skipped: Σᵢ min(i + 1, kv) query-key pairs, the work a causal or sliding-window
-/// kernel of the op graph counts (core/transformer.cpp causal_pairs).
+/// kernel of the op graph counts (core/kernel.hpp causal_pairs).
 void flash_forward(const float* q, const float* k, const float* v, float* o, float* lse, std::int64_t q_len,
                    std::int64_t kv_len, std::int64_t d, float scale, float* scratch, bool causal);
 /// One head's gradients dQ, dK, dV from dO, with O and lse from the forward pass (scores

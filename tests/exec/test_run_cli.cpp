@@ -186,6 +186,12 @@ TEST_CASE("calibrate --quick under mpirun writes a profile that simulate reads",
     CHECK(p.ranks_per_node == 2);
     CHECK(p.nodes == 1);
     CHECK_FALSE(p.compute.gemm.empty());
+    // Flash attention timed without a mask and under the causal one, on the same grid.
+    for (const topo::ShapeTable* t : {&p.compute.flash_fwd, &p.compute.flash_bwd, &p.compute.flash_fwd_causal, &p.compute.flash_bwd_causal}) {
+        CHECK(t->m == p.compute.flash_fwd.m);
+        CHECK(t->k == p.compute.flash_fwd.k);
+        CHECK(t->rate.size() == t->m.size() * t->n.size() * t->k.size());
+    }
     CHECK(p.compute.comm_slowdown >= 1.0);
     for (const char* kind : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier"}) {
         bool found = false;
@@ -219,6 +225,15 @@ TEST_CASE("validate under mpirun compares the simulated and measured steps, exit
     const Job strict = shell(mpirun(2) + bin + " validate --model gpt-tiny --cluster localhost --seq 64 --warmup 0 --tolerance 0");
     CHECK(strict.code == 1);
     CHECK_THAT(strict.output, Contains("FAILED: |step error|"));
+}
+
+TEST_CASE("run --attention flash on CPUs runs the executor's flash kernels", "[exec][cli]") {
+    const Job j = shell(mpirun(2) + bin + tiny + " --attention flash --json");
+    REQUIRE(j.code == 0);
+    const auto json = nlohmann::json::parse(j.output);
+    CHECK(json["measured"] == true);
+    CHECK(json["attention"] == "flash");
+    CHECK(json["iteration_time_s"].get<double>() > 0);
 }
 
 TEST_CASE("the backend follows the cluster's devices, --backend and --tf32 are checked", "[exec][cli]") {

@@ -22,6 +22,9 @@ topo::MeasuredCompute compute_tables() {
     m.gemm.rate[0] = 10e9;
     m.gemm.rate[7] = 80e9;
     m.flash_fwd = m.flash_bwd = m.gemm;
+    // Under the causal mask: a quarter of the rate at the small corner, the same at the large one.
+    m.flash_fwd_causal = m.flash_bwd_causal = m.gemm;
+    m.flash_fwd_causal.rate[0] = m.flash_bwd_causal.rate[0] = 2.5e9;
     m.stream = {{1e3, 1e6, 1e9}, {50e9, 50e9, 10e9}};
     m.softmax = {{1e3, 1e6}, {1e9, 1e9}};
     m.adam = {{1e3, 1e8}, {2e9, 5e8}};
@@ -99,6 +102,29 @@ TEST_CASE("fp32 kernels are priced from the measured tables, with the measured d
     CHECK(split[0] + split[1] + split[2] + split[3] == t);
     // bf16 was not measured: the roofline prices it.
     CHECK(sim::kernel_time(pass, DType::bf16, false, g) != Time::seconds(1e6 / 50e9));
+}
+
+TEST_CASE("a causal flash kernel is priced from the causal table, over the pairs it computes", "[sim][measured]") {
+    const topo::Cluster c = measured_cluster(1);
+    const topo::NodeGroup& g = c.groups[0];
+    for (const bool bwd : {false, true}) {
+        const Kernel full = flash_kernel(4, 64, 64, 64, 4, bwd);
+        const Kernel causal = flash_kernel(4, 64, 64, 64, 4, bwd, true);
+        // 64·65/2 pairs of 64² per head: the FLOPs count what the kernel computes.
+        CHECK(causal.flops == Approx(full.flops * (64.0 * 65 / 2) / (64.0 * 64)));
+        CHECK(sim::kernel_time(full, DType::fp32, false, g) == Time::seconds(full.flops / 10e9));
+        CHECK(sim::kernel_time(causal, DType::fp32, false, g) == Time::seconds(causal.flops / 2.5e9));
+        // At the large corner both tables hold 80 GFLOP/s: the causal kernel takes its pairs' share.
+        const Kernel big = flash_kernel(1, 1024, 1024, 1024, 4, bwd), big_causal = flash_kernel(1, 1024, 1024, 1024, 4, bwd, true);
+        CHECK(sim::kernel_time(big_causal, DType::fp32, false, g).to_seconds() ==
+              Approx(sim::kernel_time(big, DType::fp32, false, g).to_seconds() * 1025.0 / 2048));
+    }
+    // The backward a graph derives from a causal forward keeps the mask, so it reads the causal table.
+    const Kernel fwd = flash_kernel(4, 64, 64, 64, 4, false, true);
+    const std::vector<Kernel> bwd = backward_kernels(std::span<const Kernel>(&fwd, 1));
+    REQUIRE(bwd.size() == 1);
+    CHECK(bwd[0].causal);
+    CHECK(sim::kernel_time(bwd[0], DType::fp32, false, g) == Time::seconds(2.5 * fwd.flops / 2.5e9));
 }
 
 TEST_CASE("measured collectives and sends take the measured time, other group sizes the model", "[sim][measured]") {

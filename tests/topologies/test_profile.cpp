@@ -29,6 +29,8 @@ Profile sample(int ranks_per_node = 2) {
     c.gemm.m = c.gemm.n = c.gemm.k = {64, 1024};
     c.gemm.rate = {1e10, 2e10, 2e10, 3e10, 2e10, 3e10, 3e10, 8e10};
     c.flash_fwd = c.flash_bwd = c.gemm;
+    c.flash_fwd_causal = c.flash_bwd_causal = c.gemm;
+    for (double& r : c.flash_fwd_causal.rate) r /= 2;
     c.stream = {{1e4, 1e8}, {5e10, 1e10}};
     c.softmax = {{1e4, 1e7}, {5e8, 4e8}};
     c.adam = {{1e4, 1e7}, {2e9, 1e9}};
@@ -72,6 +74,8 @@ TEST_CASE("a profile survives its JSON round trip", "[topologies][profile]") {
     CHECK(to_json(q) == j);
     CHECK(q.ranks_per_node == 2);
     CHECK(q.compute.gemm.rate == p.compute.gemm.rate);
+    CHECK(q.compute.flash_fwd_causal.rate == p.compute.flash_fwd_causal.rate);
+    CHECK(q.compute.flash_bwd_causal.rate == p.compute.flash_bwd_causal.rate);
     CHECK(q.compute.dispatch == Time::ns(50));
     REQUIRE(q.network.transfers.size() == 2);
     CHECK(q.network.p2p(1) != nullptr);
@@ -87,8 +91,22 @@ TEST_CASE("bad profiles are bad_input errors naming the JSON path", "[topologies
         CHECK_THAT(m, Contains("p.json: at /compute/gemm_rate"));
     }
     SECTION("another format") {
-        doc["smolcluster_profile"] = 2;
-        CHECK_THAT(read_error(doc), Contains("at /smolcluster_profile"));
+        doc["smolcluster_profile"] = 3;
+        const std::string m = read_error(doc);
+        CHECK_THAT(m, Contains("at /smolcluster_profile"));
+        CHECK_THAT(m, Contains("format 2 (this smolcluster's)"));
+    }
+    SECTION("a format-1 profile's compute section, timed without the causal mask") {
+        doc["smolcluster_profile"] = 1;
+        doc["compute"].erase("flash_forward_causal");
+        doc["compute"].erase("flash_backward_causal");
+        const std::string m = read_error(doc);
+        CHECK_THAT(m, Contains("at /compute"));
+        CHECK_THAT(m, Contains("run smolcluster calibrate again"));
+    }
+    SECTION("a compute section without the causal tables") {
+        doc["compute"].erase("flash_backward_causal");
+        CHECK_THAT(read_error(doc), Contains("flash_backward_causal"));
     }
     SECTION("sizes that do not increase") {
         doc["compute"]["stream"]["bytes"] = {1e8, 1e4};
@@ -122,6 +140,18 @@ TEST_CASE("bad profiles are bad_input errors naming the JSON path", "[topologies
         doc["network"].push_back(doc["network"][0]);
         CHECK_THAT(read_error(doc), Contains("one curve per kind, ranks and nodes"));
     }
+}
+
+TEST_CASE("a format-1 profile without compute still reads: its network and memory are unchanged", "[topologies][profile]") {
+    Json doc = to_json(sample());
+    doc.erase("compute");
+    Json old = doc;
+    old["smolcluster_profile"] = 1;
+    const Profile p = profile_from_json(JsonView(old, "p.json"));
+    CHECK_FALSE(p.has_compute);
+    CHECK(p.network.transfers.size() == 2);
+    CHECK(p.file_read.bytes_per_second() == Approx(2e9));
+    CHECK(to_json(p) == doc);   // written back as this format
 }
 
 TEST_CASE("a profile replaces the cluster's leads with what was measured", "[topologies][profile]") {
