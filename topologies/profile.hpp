@@ -2,7 +2,7 @@
 // read back (strictly: an unknown key is an error) to replace a cluster's datasheet leads.
 //
 //   {
-//     "smolcluster_profile": 1,
+//     "smolcluster_profile": 2,
 //     "measured_on": {"hosts": ["pi0", "pi1"], "cpu_model": "…", "cores": 4, "nodes": 2,
 //                     "ranks_per_node": 4, "blas": "OpenBLAS 0.3.21 …", "blas_threads": 1,
 //                     "mpi": "Open MPI v4.1.4", "date": "2025-01-31T12:00:00Z", "quick": false,
@@ -12,6 +12,7 @@
 //       "gemm": {"m": [16, 64, …], "n": […], "k": […], "flops_per_s": [… m·n·k values, k fastest]},
 //       "flash_forward": {…same shape, m = queries, n = keys, k = head dim},
 //       "flash_backward": {…},
+//       "flash_forward_causal": {…}, "flash_backward_causal": {…},   (the same, under the causal mask)
 //       "stream": {"bytes": […], "bytes_per_s": […]},
 //       "softmax": {"elements": […], "elements_per_s": […]},
 //       "adam": {"parameters": […], "parameters_per_s": […]}
