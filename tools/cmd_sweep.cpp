@@ -29,6 +29,7 @@ struct SweepFlags {
     std::int64_t global_batch = 0;
     std::optional<int> seq;               // unset: the model's
     std::string fp8;
+    std::string attention;
     std::string attention_backend;
     std::string dtype, network = "flow", collective_algo = "auto", objective = "time";
     bool no_fold = false;
@@ -79,6 +80,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     const SweepResult& r = n.result;
     out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << (n.cluster.num_devices() == 1 ? " device" : " devices") << "), global batch "
         << o.global_batch << (o.fp8 != Fp8Recipe::none ? std::string(", fp8 ") + to_string(o.fp8) : std::string())
+        << (o.attention ? std::string(", ") + to_string(*o.attention) + " attention" : std::string())
         << (o.attention_backend ? std::string(", attention backend ") + to_string(*o.attention_backend) : std::string())
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
@@ -325,6 +327,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
            {"objective", to_string(o.objective)},
            {"network", sim::to_string(o.network)}};
     if (o.fp8 != Fp8Recipe::none) j["fp8"] = to_string(o.fp8);
+    if (o.attention) j["attention"] = to_string(*o.attention);
     if (o.attention_backend) j["attention_backend"] = to_string(*o.attention_backend);
     Json list = Json::array();
     for (const NodeSweep& n : sweeps) {
@@ -400,6 +403,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     o.seq = f.seq.value_or(0);
     if (!f.dtype.empty()) o.dtype = parse_dtype(f.dtype, flag("--dtype"));
     if (!f.fp8.empty()) o.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
+    if (!f.attention.empty()) o.attention = parse_attention(f.attention, flag("--attention"));
     if (!f.attention_backend.empty()) o.attention_backend = parse_attention_backend(f.attention_backend, "--attention-backend");
     o.fold = !f.no_fold;
     o.network = sim::parse_network_mode(f.network);
@@ -517,6 +521,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--dtype", f->dtype, "bf16, fp16 or fp32 (default: the device's)");
     app->add_option("--fp8", f->fp8,
                     "delayed or tensorwise: every plan's linear layers in FP8 (Transformer Engine), on Megatron core");
+    app->add_option("--attention", f->attention,
+                    "flash or eager: every plan's attention (default: flash on GPUs of compute capability 8.0 or later, "
+                    "eager elsewhere; on CPUs flash is PyTorch's CPU flash kernel)");
     app->add_option("--attention-backend", f->attention_backend,
                     "flash (FlashAttention-2), fused (cuDNN's) or flash3 (FlashAttention-3, Hopper): every plan's flash "
                     "attention kernel (default: each plan's framework's)");

@@ -233,6 +233,7 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.seq = c.options.seq;
     base.dtype = c.options.dtype;
     base.fp8 = c.options.fp8;
+    base.attention = c.options.attention;
     base.attention_backend = c.options.attention_backend;
     if (c.options.fp8 != Fp8Recipe::none) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
     base.fold = c.options.fold;

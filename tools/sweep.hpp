@@ -64,6 +64,9 @@ struct SweepOptions {
     /// --fp8: every plan's linear layers in FP8 (Transformer Engine), each plan then on Megatron
     /// core, the framework that runs them; none: 16-bit plans.
     Fp8Recipe fp8 = Fp8Recipe::none;
+    /// --attention: every plan's attention (flash or eager); unset: the devices' default (flash on
+    /// GPUs from Ampere on, eager elsewhere).
+    std::optional<Attention> attention;
     /// --attention-backend: every plan's flash attention kernel; unset: each plan's framework's.
     std::optional<AttentionBackend> attention_backend;
     bool fold = true;

@@ -134,6 +134,41 @@ TEST_CASE("a sweep with --attention-backend runs every plan's flash attention on
         CHECK(strategies::resolve(model, cluster, r.plans[i].plan).attention_backend == AttentionBackend::flash);
 }
 
+TEST_CASE("a sweep with --attention flash on CPUs runs every plan on the CPU flash kernel, in less memory", "[tools][sweep][attention]") {
+    SweepOptions o;
+    o.global_batch = 8;
+    o.jobs = 2;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    o.space.pp = {1};
+    const Model model = model_preset("gpt2-small");
+    const topo::Cluster cluster = topo::cluster_preset("pi5-1gbe");
+    // CPUs default to eager attention; with --attention flash every plan runs flash, and no plan's
+    // peak memory grows: eager attention keeps the scores (Korthikanti's 5·a·s²·b per layer),
+    // which sets the peak where activations do, and not where the optimizer step does.
+    const SweepResult eager = sweep(model, cluster, o);
+    o.attention = Attention::flash;
+    const SweepResult flash = sweep(model, cluster, o);
+    REQUIRE_FALSE(flash.ranking.empty());
+    REQUIRE(flash.ranking.size() == eager.ranking.size());
+    REQUIRE(flash.plans.size() == eager.plans.size());   // the same plans, enumerated alike
+    for (std::size_t i : flash.ranking) CHECK(strategies::resolve(model, cluster, flash.plans[i].plan).attention == Attention::flash);
+    for (std::size_t i : eager.ranking) CHECK(strategies::resolve(model, cluster, eager.plans[i].plan).attention == Attention::eager);
+    int smaller = 0;
+    for (std::size_t i : flash.ranking) {
+        REQUIRE(eager.plans[i].result);
+        CHECK(flash.plans[i].result->peak_memory <= eager.plans[i].result->peak_memory);
+        smaller += flash.plans[i].result->peak_memory < eager.plans[i].result->peak_memory;
+    }
+    CHECK(smaller > 0);
+    // On a GPU before Ampere, flash attention is impossible: every plan is pruned, naming the flag.
+    const SweepResult v100 = sweep(model, topo::cluster_preset("dgx2-v100"), o);
+    CHECK(v100.ranking.empty());
+    bool named = false;
+    for (const auto& p : v100.plans) named = named || p.reason.find("--attention flash needs GPUs") != std::string::npos;
+    CHECK(named);
+}
+
 TEST_CASE("a sweep searches --cp when asked: context-parallel plans ranked, their memory bound below the peak", "[tools][sweep]") {
     // Llama 3 8B at 8,192 tokens on one DGX H100, cp 1, 2 or 4.
     SweepOptions o;
@@ -454,6 +489,11 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         const Result r = with({"--objective", "speed"});
         CHECK(r.code == 2);
         CHECK(r.err.find("--objective") != std::string::npos);
+    }
+    SECTION("attention") {
+        const Result r = with({"--attention", "fast"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--attention: expected flash or eager") != std::string::npos);
     }
     SECTION("headroom") {
         const Result r = with({"--min-headroom", "1.5"});
