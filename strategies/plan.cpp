@@ -749,16 +749,15 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         }
         const auto capability = [](const topo::NodeGroup& g) { return std::to_string(g.device.compute_capability).substr(0, 3); };
         l.attention = plan.attention ? *plan.attention : !old_gpu && !cpu ? Attention::flash : Attention::eager;
-        if (plan.attention_backend && l.attention != Attention::flash) {
-            const topo::NodeGroup& why = old_gpu ? *old_gpu : *cpu;
+        if (plan.attention_backend && l.attention != Attention::flash)
+            // Eager without --attention: the default, for an old GPU or a CPU group.
             fail_input("--attention-backend picks the kernel of flash attention; eager attention runs none " +
                            (plan.attention ? std::string("(leave it out, or --attention flash)")
-                            : old_gpu      ? "(the " + why.device.name + " devices of group '" + why.name +
+                            : old_gpu      ? "(the " + old_gpu->device.name + " devices of group '" + old_gpu->name +
                                             "' run eager attention: FlashAttention needs GPUs of compute capability 8.0 or later)"
-                                           : "(the " + why.device.name + " devices of group '" + why.name +
+                                           : "(the " + cpu->device.name + " devices of group '" + cpu->name +
                                             "' are CPUs, which default to eager attention: add --attention flash)"),
                        {"", "", "--attention-backend"});
-        }
         if (l.attention == Attention::flash && old_gpu)
             fail_input("--attention flash needs GPUs of compute capability 8.0 or later (FlashAttention-2 runs on Ampere, "
                        "Ada and Hopper); the " + old_gpu->device.name + " devices of group '" + old_gpu->name +
