@@ -31,6 +31,7 @@ struct Plan {
 
 const std::vector<Plan> plans{
     {"ddp", "--strategy ddp"},
+    {"ddp flash", "--strategy ddp --attention flash"},   // PyTorch's CPU flash kernel, causal
     {"ring", "--strategy ring"},
     {"ps", "--strategy ps"},
     {"ps-async", "--strategy ps-async --staleness 1"},
