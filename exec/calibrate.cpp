@@ -305,6 +305,7 @@ private:
         const std::vector<double> seqs = o_.quick ? std::vector<double>{128, 512} : std::vector<double>{128, 1024};
         const std::vector<double> head_dims = o_.quick ? std::vector<double>{64} : std::vector<double>{64, 128};
         std::vector<Series> flash[2][2];   // [causal][backward]
+        std::vector<double> flash_flops[2][2];
         for (int causal = 0; causal < 2; ++causal)
             for (int bwd = 0; bwd < 2; ++bwd)
                 for (double q : seqs)
@@ -313,6 +314,7 @@ private:
                             const Kernel f = flash_kernel(1, static_cast<std::int64_t>(q), static_cast<std::int64_t>(kv),
                                                           static_cast<std::int64_t>(d), 4, bwd == 1, causal == 1);
                             flash[causal][bwd].push_back(b.kernel(f, reps_for(f.flops / lead_flops_, target, 2, 20)));
+                            flash_flops[causal][bwd].push_back(f.flops);
                         }
         // Register arithmetic: a pass that moves nothing.
         const Series arithmetic = b.kernel(stream_kernel(KernelName::other, KernelClass::elementwise, 0, 2e8), 3);
@@ -348,15 +350,8 @@ private:
                 topo::ShapeTable& t = causal ? (bwd ? c.flash_bwd_causal : c.flash_fwd_causal) : (bwd ? c.flash_bwd : c.flash_fwd);
                 t.m = t.n = seqs;
                 t.k = head_dims;
-                std::size_t i = 0;
-                for (double q : seqs)
-                    for (double kv : seqs)
-                        for (double d : head_dims) {
-                            const double flops = flash_kernel(1, static_cast<std::int64_t>(q), static_cast<std::int64_t>(kv),
-                                                              static_cast<std::int64_t>(d), 4, bwd == 1, causal == 1)
-                                                     .flops;
-                            t.rate.push_back(flops / median_of(flash[causal][bwd][i++], kernel_s));
-                        }
+                for (std::size_t i = 0; i < flash[causal][bwd].size(); ++i)   // the grid in the order it was timed
+                    t.rate.push_back(flash_flops[causal][bwd][i] / median_of(flash[causal][bwd][i], kernel_s));
             }
         c.arithmetic = 2e8 / median_of(arithmetic, kernel_s);
         c.dispatch = Time::seconds(median_of(dispatch, [&](OpId id) { return op_seconds(tl, id); }) / 1000.0);
