@@ -428,6 +428,7 @@ void FlowNetwork::record_samples(Time now) {
     sampled_.erase(std::unique(sampled_.begin(), sampled_.end()), sampled_.end());
     for (std::int32_t l : sampled_) {
         const auto i = static_cast<std::size_t>(l);
+        if (!sample_only_.empty() && !sample_only_[i]) continue;
         double load = 0;
         for (const OnLink& e : on_link(l)) load += flows_[e.flow].rate * e.weight;
         const auto util = static_cast<float>(std::min(1.0, load / link_[i].capacity));

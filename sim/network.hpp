@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/timeline.hpp"
@@ -70,8 +71,12 @@ public:
     std::size_t active_flows() const { return active_; }
     /// Current rate of a flow (of each member), for tests.
     Bandwidth rate(FlowId f) const { return Bandwidth::bytes_per_s(flows_[f].rate * 1e12); }
-    /// Record link utilisation samples (for traces) into `out` on every solve.
-    void record_links(std::vector<LinkSample>* out) { samples_ = out; }
+    /// Record link utilisation samples (for traces) into `out` on every solve: of every link, or
+    /// where `only` is given (indexed by link id), of the links it marks.
+    void record_links(std::vector<LinkSample>* out, std::vector<bool> only = {}) {
+        samples_ = out;
+        sample_only_ = std::move(only);
+    }
     std::uint64_t solves() const { return solves_; }
     /// Flows refilled over all solves (the work the incremental solve does), for benchmarks.
     std::uint64_t refilled() const { return refilled_; }
@@ -190,6 +195,7 @@ private:
     std::uint64_t refilled_ = 0;
     FlowId detached_ = kNoFlow;   // the flow running alone, not entered on its links
     std::vector<LinkSample>* samples_ = nullptr;
+    std::vector<bool> sample_only_;   // record_links: the links sampled (empty: all)
 };
 
 }  // namespace smol::sim

@@ -242,8 +242,19 @@ public:
         for (const Collective& c : g.collectives()) needed_.push_back(static_cast<std::uint32_t>(live_members(c.communicator).size()));
         p2p_ready_.assign(g.p2ps().size(), 0);
         if (o.record_links) {
-            network_.record_links(&tl_.links);
             for (std::size_t l = 0; l < t.links().size(); ++l) tl_.link_names.push_back(t.link_name(static_cast<LinkId>(l)));
+            if (o.link_ranks.empty()) {
+                network_.record_links(&tl_.links);
+            } else {
+                watched_rank_.assign(static_cast<std::size_t>(ranks), false);
+                watched_link_.assign(t.links().size(), false);
+                for (int r : o.link_ranks) {
+                    if (r < 0 || r >= ranks) throw Error(ErrorKind::internal, "simulator: link rank " + std::to_string(r) + " out of range");
+                    watched_rank_[static_cast<std::size_t>(r)] = true;
+                    for (LinkId l : host_[static_cast<std::size_t>(c.device(r).node)].links)
+                        if (l >= 0) watched_link_[static_cast<std::size_t>(l)] = true;
+                }
+            }
         }
     }
 
@@ -251,6 +262,11 @@ public:
         const auto wall0 = std::chrono::steady_clock::now();
         try {
             if (options_.network == NetworkMode::flow && !options_.record_links) merge_links();
+            if (!watched_rank_.empty()) {
+                // Every plan first, which marks the links the watched ranks' flows cross.
+                build_plans();
+                network_.record_links(&tl_.links, watched_link_);
+            }
             for (OpId id = 0; id < graph_.size(); ++id)
                 if (remaining_[id] == 0) ready_.push_back(id);
             drain_ready();
@@ -647,6 +663,21 @@ private:
     /// links: the rates are the same, and a collective over every rank crosses a few classes.
     /// Link samples (traces) name the links, so a run recording them keeps the links.
     void merge_links() {
+        build_plans();
+        LinkClasses classes(link_bandwidths(topo_));
+        for (const Plan& plan : plans_)
+            for (const Plan::Phase& ph : plan.phases)
+                for (const Plan::Flow& f : ph.flows) classes.refine(f.links, f.weights);
+        classes.finish();
+        for (Plan& plan : plans_)
+            for (Plan::Phase& ph : plan.phases)
+                for (Plan::Flow& f : ph.flows) classes.map(f.links, f.weights);
+        network_ = FlowNetwork(classes.capacities());
+        links_merged_ = true;
+    }
+
+    /// Every transfer's plan, before the run.
+    void build_plans() {
         for (OpId id = 0; id < graph_.size(); ++id) {
             starting_ = id;
             const Op& op = graph_.op(id);
@@ -665,16 +696,14 @@ private:
             }
         }
         starting_ = OpGraph::kNoOp;
-        LinkClasses classes(link_bandwidths(topo_));
-        for (const Plan& plan : plans_)
-            for (const Plan::Phase& ph : plan.phases)
-                for (const Plan::Flow& f : ph.flows) classes.refine(f.links, f.weights);
-        classes.finish();
-        for (Plan& plan : plans_)
-            for (Plan::Phase& ph : plan.phases)
-                for (Plan::Flow& f : ph.flows) classes.map(f.links, f.weights);
-        network_ = FlowNetwork(classes.capacities());
-        links_merged_ = true;
+    }
+
+    /// Marks `route` as watched when a watched rank sends or receives over it (SimOptions::link_ranks).
+    void watch(int src, int dst, std::span<const LinkId> route) {
+        if (watched_rank_.empty() ||
+            !(watched_rank_[static_cast<std::size_t>(src)] || watched_rank_[static_cast<std::size_t>(dst)]))
+            return;
+        for (LinkId l : route) watched_link_[static_cast<std::size_t>(l)] = true;
     }
 
     const Plan* remember(const PlanKey& key, Plan&& plan) {
@@ -705,7 +734,9 @@ private:
                 for (const auto& f : ph.flows) {
                     const Bytes wire = f.bytes * (1.0 / eff);
                     const Bandwidth cap = s.bandwidth_time > Time::zero() ? wire / s.bandwidth_time : Bandwidth();
-                    flows.add(ctx_.routes.route(f.src, f.dst), wire, cap);
+                    const auto route = ctx_.routes.route(f.src, f.dst);
+                    watch(f.src, f.dst, route);
+                    flows.add(route, wire, cap);
                 }
                 out.flows = flows.take();
                 plan.phases.push_back(std::move(out));
@@ -717,7 +748,11 @@ private:
             Plan::Phase out;
             out.latency = step_latency(ph, s.protocol, ctx_.routes) * static_cast<std::int64_t>(ph.steps);
             PhaseFlows flows(link_slot_);
-            for (const auto& f : ph.flows) flows.add(ctx_.routes.route(f.src, f.dst), f.bytes * (1.0 / eff), Bandwidth());
+            for (const auto& f : ph.flows) {
+                const auto route = ctx_.routes.route(f.src, f.dst);
+                watch(f.src, f.dst, route);
+                flows.add(route, f.bytes * (1.0 / eff), Bandwidth());
+            }
             out.flows = flows.take();
             plan.phases.push_back(std::move(out));
         }
@@ -759,13 +794,16 @@ private:
                           static_cast<std::uint64_t>(p.bytes)};
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         if (const auto t = measured_p2p_time(cluster_, p.src, p.dst, Bytes(p.bytes))) return remember(key, measured_plan(*t));
+        watch(p.src, p.dst, topo_.route(topo_.device_vertex(p.src), topo_.device_vertex(p.dst)));
         std::vector<std::pair<topo::VertexId, topo::VertexId>> mirrored;
         if (net) {
             // Mirrors of an inter-node transfer share the fabric with it. (Intra-node links of a
             // mirror replica carry only that replica's traffic, the same as its representative's.)
             const auto ms = graph_.mirrors(p.src), md = graph_.mirrors(p.dst);
-            for (std::size_t i = 0; i < ms.size(); ++i)
+            for (std::size_t i = 0; i < ms.size(); ++i) {
                 mirrored.emplace_back(topo_.device_vertex(ms[i]), topo_.device_vertex(md[i]));
+                watch(ms[i], md[i], topo_.route(mirrored.back().first, mirrored.back().second));
+            }
         }
         return single_flow_plan(key, topo_.device_vertex(p.src), topo_.device_vertex(p.dst), Bytes(p.bytes),
                                 net ? costs.hop_net : costs.hop_intra, mirrored);
@@ -789,8 +827,9 @@ private:
     const Plan* copy_plan(const Op& op) {
         const PlanKey key{(2ull << 62) | (static_cast<std::uint64_t>(op.rank) << 8) | op.sub,
                           static_cast<std::uint64_t>(op.bytes)};
-        return single_flow_plan(key, tier_vertex(op.rank, op.copy_from()), tier_vertex(op.rank, op.copy_to()),
-                                Bytes(op.bytes), Time::zero());
+        const topo::VertexId from = tier_vertex(op.rank, op.copy_from()), to = tier_vertex(op.rank, op.copy_to());
+        if (!watched_rank_.empty()) watch(op.rank, op.rank, topo_.route(from, to));
+        return single_flow_plan(key, from, to, Bytes(op.bytes), Time::zero());
     }
 
     // ---- host compute ---------------------------------------------------------------------------
@@ -940,6 +979,8 @@ private:
     std::vector<std::uint32_t> free_transfers_;
     std::deque<Plan> plans_;
     bool links_merged_ = false;   // plans_' flows cross link classes (merge_links)
+    std::vector<bool> watched_rank_;   // SimOptions::link_ranks, per rank; empty: every link is sampled
+    std::vector<bool> watched_link_;   // the links their traffic crosses, marked as the plans are made
     std::unordered_map<PlanKey, const Plan*, PlanKeyHash> plan_index_;
 };
 

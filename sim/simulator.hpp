@@ -22,6 +22,8 @@
 // span were measured takes the measured time (sim/measured.hpp) instead of the flow model's.
 #pragma once
 
+#include <vector>
+
 #include "core/op_graph.hpp"
 #include "core/timeline.hpp"
 #include "sim/collectives.hpp"
@@ -38,6 +40,10 @@ struct SimOptions {
     NetworkMode network = NetworkMode::flow;
     CollectiveAlgo algo = CollectiveAlgo::automatic;
     bool record_links = false;    // link utilisation samples, for traces
+    /// With record_links: sample only the links that these ranks' traffic crosses (the routes of
+    /// their sends, receives and collective flows, their copies and their nodes' host memory), as
+    /// a trace of a few ranks of a big cluster shows them; empty: every link.
+    std::vector<int> link_ranks;
     bool record_memory = true;    // every memory change, for traces
     bool record_kernel_classes = false;   // Timeline::kernel_class_time, for validation
 };

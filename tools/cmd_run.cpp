@@ -32,7 +32,7 @@ int run_in_session(const RunFlags& f, const topo::Cluster& cluster, exec::Sessio
     if (const int status = execute_plan(session, f.plan, f.exec, cluster, io, e)) return status;
     if (!session.root()) return 0;
     const bool tracing = !f.trace.trace.empty();
-    if (tracing) write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, e->built.graph, e->measured.timeline,
+    if (tracing) write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, e->built.graph, e->measured.timeline,
                              run_metadata(io.command_line, e->model, cluster, e->built.layout, e->plan));
     if (f.json) {
         Json j = to_json(e->summary);

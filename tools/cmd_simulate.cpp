@@ -24,10 +24,11 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     print_warnings(f.plan, io.err);
     sim::SimOptions opt = resolve_sim_options(f.plan);
     const bool tracing = !f.trace.trace.empty();
-    opt.record_links = tracing;
     opt.record_memory = tracing;
     // Every trace flag is checked before the simulation, which may take minutes.
     check_trace_flags(f.trace, cluster.num_devices());
+    opt.record_links = tracing;
+    if (tracing) opt.link_ranks = link_ranks(f.trace.trace_ranks, cluster.num_devices());
 
     Simulation run = simulate_plan(model, cluster, plan, opt);
     if (run.built.layout.offload_ignored)
@@ -48,7 +49,7 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     const traces::Summary& s = run.summary;
 
     if (tracing)
-        write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, cluster, run.built.graph, run.timeline,
+        write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, run.built.graph, run.timeline,
                     run_metadata(io.command_line, model, cluster, run.built.layout, plan));
     if (f.json)
         io.out << to_json(s).dump(2, ' ', false, Json::error_handler_t::replace) << '\n';

@@ -30,15 +30,16 @@ int validate_in_session(const ValidateFlags& f, const topo::Cluster& cluster, ex
     sim::SimOptions options = resolve_sim_options(f.plan);
     options.record_kernel_classes = true;
     options.record_links = !f.trace_sim.empty();
+    if (options.record_links) options.link_ranks = link_ranks(f.trace_ranks, cluster.num_devices());
     const Timeline simulated = sim::simulate(e->built.graph, cluster, options);
     const traces::Comparison c = traces::compare(e->built.graph, simulated, e->measured.timeline);
     const bool passed = std::fabs(c.step_error) <= f.tolerance;
 
     const auto metadata = run_metadata(io.command_line, e->model, cluster, e->built.layout, e->plan);
     if (!f.trace_sim.empty())
-        write_trace(f.trace_sim, f.trace_ranks, f.force, cluster, e->built.graph, simulated, metadata, "--trace-sim");
+        write_trace(f.trace_sim, f.trace_ranks, f.force, e->built.graph, simulated, metadata, "--trace-sim");
     if (!f.trace_real.empty())
-        write_trace(f.trace_real, f.trace_ranks, f.force, cluster, e->built.graph, e->measured.timeline, metadata,
+        write_trace(f.trace_real, f.trace_ranks, f.force, e->built.graph, e->measured.timeline, metadata,
                     "--trace-real");
     if (f.json) {
         Json j = traces::to_json(e->built.graph, c);

@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <set>
 #include <sstream>
 
 #include "tools/gzip_stream.hpp"
 #include "topologies/profile.hpp"
 #include "tools/output_file.hpp"
-#include "topologies/topology.hpp"
 #include "strategies/deepspeed_config.hpp"
 #include "traces/chrome_trace.hpp"
 
@@ -499,6 +497,12 @@ void print_warnings(const PlanFlags& f, std::ostream& err) {
     f.warnings.clear();
 }
 
+std::vector<int> link_ranks(const std::string& trace_ranks, int devices) {
+    std::vector<int> ranks = parse_ranks(trace_ranks, devices);
+    if (static_cast<int>(ranks.size()) == devices) ranks.clear();
+    return ranks;
+}
+
 std::vector<int> parse_ranks(const std::string& text, int devices) {
     std::vector<int> out;
     if (text.empty()) {
@@ -534,43 +538,13 @@ std::vector<int> parse_ranks(const std::string& text, int devices) {
     return out;
 }
 
-namespace {
-
-/// The links that traffic to or from `ranks` crosses: routes to every peer of their sends,
-/// receives and collectives, and to their host memory and NVMe (copies).
-std::vector<bool> links_of(const OpGraph& g, const topo::Topology& topology, const std::vector<int>& ranks) {
-    std::vector<bool> traced(static_cast<std::size_t>(g.ranks()), false), keep(topology.links().size(), false);
-    for (int r : ranks) traced[static_cast<std::size_t>(r)] = true;
-    auto mark = [&](topo::VertexId a, topo::VertexId b) {
-        if (a < 0 || b < 0 || a == b) return;
-        for (topo::LinkId l : topology.route(a, b)) keep[static_cast<std::size_t>(l)] = true;
-        for (topo::LinkId l : topology.route(b, a)) keep[static_cast<std::size_t>(l)] = true;
-    };
-    std::set<std::pair<int, int>> pairs;
-    for (const P2P& p : g.p2ps())
-        if (traced[static_cast<std::size_t>(p.src)] || traced[static_cast<std::size_t>(p.dst)]) pairs.insert({p.src, p.dst});
-    for (const auto& members : g.communicators())
-        for (int m : members)
-            if (traced[static_cast<std::size_t>(m)])
-                for (int o : members) pairs.insert({m, o});
-    for (const auto& [a, b] : pairs) mark(topology.device_vertex(a), topology.device_vertex(b));
-    for (int r : ranks) {
-        mark(topology.device_vertex(r), topology.host_vertex(r));
-        mark(topology.host_vertex(r), topology.nvme_vertex(r));
-    }
-    return keep;
-}
-
-}  // namespace
-
 /// Writes the trace to a temporary file beside its final name (OutputFile), then renames it, so a
 /// failure never leaves half a file or a stray temporary one.
-void write_trace(const std::string& file, const std::string& trace_ranks, bool force, const topo::Cluster& cluster,
+void write_trace(const std::string& file, const std::string& trace_ranks, bool force,
                  const OpGraph& g, const Timeline& tl,
                  const std::vector<std::pair<std::string, std::string>>& metadata, const char* flag_name) {
     traces::TraceOptions opt;
     opt.ranks = parse_ranks(trace_ranks, g.ranks());
-    if (static_cast<int>(opt.ranks.size()) < g.ranks()) opt.link_filter = links_of(g, topo::Topology(cluster), opt.ranks);
     opt.metadata = metadata;
     // Each traced rank's device memory, for the memory plot's capacity line: "0:80000000000,1:…".
     std::string capacity;

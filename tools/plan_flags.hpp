@@ -115,10 +115,13 @@ void check_trace_flags(const TraceFlags& f, int devices);
 /// Ranks named by --trace-ranks ("0,1,8", ranges "0-7,64-71"), sorted and without repeats;
 /// empty text: all ranks up to 64 devices, else 0-7.
 std::vector<int> parse_ranks(const std::string& text, int devices);
+/// The ranks whose links a trace of `trace_ranks` shows (SimOptions::link_ranks): empty when it
+/// traces every rank.
+std::vector<int> link_ranks(const std::string& trace_ranks, int devices);
 /// Writes the Chrome trace of `tl` to `path` through a temporary file renamed into place, so a
 /// failure never leaves half a file; gzip-compressed when the name ends in ".gz". `cluster`
 /// gives the routes of the link filter; `metadata` goes into the trace's "metadata" object.
-void write_trace(const std::string& path, const std::string& trace_ranks, bool force, const topo::Cluster& cluster,
+void write_trace(const std::string& path, const std::string& trace_ranks, bool force,
                  const OpGraph& g, const Timeline& tl,
                  const std::vector<std::pair<std::string, std::string>>& metadata = {},
                  const char* flag_name = "--trace");

@@ -552,12 +552,8 @@ private:
 
     void write_network() {
         const int pid = graph_.ranks();
-        std::vector<std::uint32_t> order;
-        const auto& keep = options_.link_filter;
-        for (std::uint32_t i = 0; i < tl_.links.size(); ++i) {
-            const auto l = static_cast<std::size_t>(tl_.links[i].link);
-            if (keep.empty() || (l < keep.size() && keep[l])) order.push_back(i);
-        }
+        std::vector<std::uint32_t> order(tl_.links.size());
+        for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
         std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
             const LinkSample& x = tl_.links[a];
             const LinkSample& y = tl_.links[b];

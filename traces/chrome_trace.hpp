@@ -19,11 +19,9 @@ namespace smol::traces {
 
 struct TraceOptions {
     std::vector<int> ranks;   // ranks to write; empty: all of them (huge runs write a subset)
-    bool links = true;        // the network process, when the timeline has link samples
-    /// Which links the network process shows (indexed by link id); empty: every link with samples.
-    /// The command line passes the links the traced ranks' traffic crosses, so a trace of 8 ranks
-    /// out of 1,024 does not carry the utilisation of 50,000 links.
-    std::vector<bool> link_filter;
+    /// The network process, when the timeline has link samples (a simulation of a few traced
+    /// ranks samples only the links their traffic crosses: sim::SimOptions::link_ranks).
+    bool links = true;
     /// Run metadata (model, cluster, plan, command line, version), written in order as the
     /// top-level "metadata" object, which Perfetto, the classic viewer and DevTools show.
     std::vector<std::pair<std::string, std::string>> metadata;

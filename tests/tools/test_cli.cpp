@@ -297,8 +297,9 @@ TEST_CASE("the installed binary returns the same exit codes", "[tools][cli]") {
 #endif
 
 TEST_CASE("a trace of some ranks shows only the links their traffic crosses", "[tools][trace]") {
-    // tp 8 · pp 2 on two DGX nodes: rank 0 talks to its tensor group (node 0's NVSwitch) and to
-    // rank 8 (node 1, GPU 0) for the pipeline; node 1's other GPUs are none of its business.
+    // tp 8 · pp 2 on two DGX nodes: rank 0 sends to GPU 1 and receives from GPU 7 in its tensor
+    // group's ring (node 0's NVSwitch), and talks to rank 8 (node 1, GPU 0) for the pipeline; the
+    // links between the switch and GPUs 2-6 carry the rest of the ring, none of rank 0's traffic.
     const fs::path p = fs::temp_directory_path() / "smol-trace-links.json";
     fs::remove(p);
     REQUIRE(cli({"simulate", "--model", "gpt2-medium", "--cluster", "dgx-a100", "--nodes", "2", "--tp", "8", "--pp", "2",
@@ -310,10 +311,13 @@ TEST_CASE("a trace of some ranks shows only the links their traffic crosses", "[
         if (e["ph"] == "C" && e["args"].contains("utilisation")) links.insert(e["name"].get<std::string>());
     fs::remove(p);
     CHECK(links.count("node0/gpu0->node0/nvswitch") == 1);
-    CHECK(links.count("node0/gpu1->node0/nvswitch") == 1);
+    CHECK(links.count("node0/nvswitch->node0/gpu1") == 1);
+    CHECK(links.count("node0/gpu7->node0/nvswitch") == 1);
+    CHECK(links.count("node0/nvswitch->node0/gpu0") == 1);
     bool node1_gpu0 = false;
     for (const auto& l : links) {
         CHECK(l.find("node1/gpu5") == std::string::npos);
+        CHECK(l.find("node0/gpu3") == std::string::npos);
         node1_gpu0 = node1_gpu0 || l.find("node1/gpu0") != std::string::npos;
     }
     CHECK(node1_gpu0);
