@@ -267,7 +267,7 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
 }
 
 Network parse_network(const JsonView& j) {
-    j.expect_only({"fabric", "switch_latency", "nodes_per_leaf", "oversubscription", "notes"});
+    j.expect_only({"fabric", "switch_latency", "nodes_per_leaf", "oversubscription", "routing", "notes"});
     string_list(j, "notes");
     Network n;
     const std::string fabric = j.string("fabric");
@@ -290,6 +290,18 @@ Network parse_network(const JsonView& j) {
     if (!(n.oversubscription >= 1.0)) {
         j.fail_member("oversubscription", "a downlink:uplink ratio of at least 1 (1 = non-blocking)",
                       describe_json(j.raw().at("oversubscription")));
+    }
+    if (j.has("routing")) {
+        const std::string routing = j.string("routing");
+        if (n.fabric != FabricKind::fat_tree)
+            j.fail_member("routing", "no routing: it picks among a fat tree's spines, and \"fabric\" is \"switch\"",
+                          in_quotes(routing));
+        if (routing == "ecmp") n.routing = Routing::ecmp;
+        else if (routing == "destination") n.routing = Routing::destination;
+        else
+            j.fail_member("routing", "\"ecmp\" (Ethernet's hash of each flow) or \"destination\" (InfiniBand's forwarding by destination)" +
+                                         did_you_mean(routing, {"ecmp", "destination"}),
+                          in_quotes(routing));
     }
     return n;
 }
@@ -330,6 +342,8 @@ const char* to_string(IntraKind k) {
     }
     return "?";
 }
+
+const char* to_string(Routing r) { return r == Routing::destination ? "destination" : "ecmp"; }
 
 const char* to_string(FabricKind k) {
     switch (k) {

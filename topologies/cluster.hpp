@@ -124,12 +124,21 @@ struct NodeGroup {
 enum class FabricKind { single_switch, fat_tree };
 const char* to_string(FabricKind k);
 
+/// How a fat tree picks among equal-cost spines. `ecmp`: a hash of (source, destination), as an
+/// Ethernet (RoCE) switch hashes a flow's headers. `destination`: by the destination alone, as an
+/// InfiniBand switch forwards by the destination LID in its linear forwarding table, which
+/// OpenSM's fat-tree routing fills so that destination d leaves a leaf by up-port d mod k (d-mod-k):
+/// a shift between pods (node i of one to node i of another) then meets no other flow on a spine.
+enum class Routing { ecmp, destination };
+const char* to_string(Routing r);
+
 struct Network {
     FabricKind fabric = FabricKind::single_switch;
     Time switch_latency;              // per switch traversal
     // Fat tree (leaf/spine), rail-optimized when nodes have one NIC per device:
     int nodes_per_leaf = 0;           // 0: one leaf per rail holding every node (two levels only if needed)
     double oversubscription = 1.0;    // leaf downlink : uplink bandwidth ratio (1 = non-blocking)
+    Routing routing = Routing::ecmp;  // fat tree: the spine a route takes
 };
 
 /// One device slowed on the command line (--slow RANK:FACTOR[:nic=FACTOR]): its compute

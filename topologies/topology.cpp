@@ -211,6 +211,7 @@ std::string node_prefix(int node) { return "node" + std::to_string(node) + "/"; 
 VertexId Topology::add_vertex(VertexKind kind, std::string name) {
     vertices_.push_back({kind, std::move(name)});
     out_links_.emplace_back();
+    node_of_vertex_.push_back(building_node_);
     return static_cast<VertexId>(vertices_.size() - 1);
 }
 
@@ -234,6 +235,7 @@ Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.swi
                          (g.device.is_cpu || g.device.unified_memory);
         const LinkSpec memory_link{g.host_memory_bandwidth, no_latency};
         for (int i = 0; i < g.count; ++i, ++node) {
+            building_node_ = node;
             const std::string prefix = node_prefix(node);
             const VertexId host = add_vertex(VertexKind::host_memory, prefix + "host");
             host_vertex_of_node_.push_back(host);
@@ -297,8 +299,10 @@ Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.swi
         }
     }
 
+    building_node_ = -1;
     const Network& net = cluster.network;
     const int nodes = node;
+    routing_ = net.routing;
     // A NIC slowed by its group's nic_speed or by --slow RANK:F:nic=F moves that fraction of its
     // bandwidth; its latency stays (the wire is the same, the host side feeds it slower).
     const auto nic_spec = [&](int n, std::size_t j) {
@@ -323,6 +327,7 @@ Topology::Topology(const Cluster& cluster) : switch_latency_(cluster.network.swi
         port = std::max(port, g.nic_link.bandwidth);
     }
     const int per_leaf = net.nodes_per_leaf > 0 ? std::min(net.nodes_per_leaf, nodes) : std::max(nodes, 1);
+    nodes_per_leaf_ = per_leaf;
     const int pods = (nodes + per_leaf - 1) / per_leaf;
     std::vector<VertexId> leaves;
     for (int i = 0; i < pods * rails; ++i) leaves.push_back(add_vertex(VertexKind::network_switch, "leaf" + std::to_string(i)));
@@ -433,8 +438,13 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     }
 
     const std::uint64_t pair = mix(route_key(a, b));
+    // Destination routing (d-mod-k): every choice among equal links or meeting vertices, which
+    // are the spines in link and vertex order, by the destination node's port on its leaf.
+    const std::int32_t b_node = node_of_vertex_[static_cast<std::size_t>(b)];
+    const bool by_destination = routing_ == Routing::destination && b_node >= 0;
+    const auto port = static_cast<std::uint64_t>(by_destination ? b_node % nodes_per_leaf_ : 0);
     auto pick = [&](const std::vector<LinkId>& choices, VertexId at) {
-        return choices[mix(pair ^ static_cast<std::uint64_t>(at)) % choices.size()];
+        return choices[(by_destination ? port : mix(pair ^ static_cast<std::uint64_t>(at))) % choices.size()];
     };
     double widest = 0;
     for (VertexId v : meet) widest = std::max(widest, std::min(fwd.width[v], bwd.width[v]));
@@ -442,7 +452,8 @@ void Topology::compute_route(VertexId a, VertexId b) const {
     for (VertexId v : meet) {
         if (std::min(fwd.width[v], bwd.width[v]) >= widest) widest_meet.push_back(v);
     }
-    const VertexId middle = widest_meet[pair % widest_meet.size()];
+    if (by_destination) std::sort(widest_meet.begin(), widest_meet.end());
+    const VertexId middle = widest_meet[(by_destination ? port : pair) % widest_meet.size()];
 
     auto lost = [&](VertexId v) {
         return Error(ErrorKind::internal, "route search from " + vertices_[a].name + " to " + vertices_[b].name +

@@ -1,7 +1,8 @@
 // The cluster as a graph: vertices are devices, host memories, NVMe drives, NICs and switches;
 // edges are directed links, each with a bandwidth and a latency (a full-duplex cable is two
 // links). Routes are shortest paths in hops; where a fabric has equal-cost paths (spines of a
-// fat tree) a deterministic hash of (source, destination) picks one, like ECMP.
+// fat tree) a deterministic hash of (source, destination) picks one, like ECMP, or with
+// Network::routing destination, the destination's port on its leaf modulo the spines (d-mod-k).
 //
 // Devices, host memories and NVMe drives are endpoints: routes never pass through them.
 //
@@ -85,6 +86,10 @@ private:
     std::vector<VertexId> host_vertex_of_node_;
     std::vector<VertexId> nvme_vertex_of_node_;
     std::vector<int> node_of_rank_;
+    std::vector<std::int32_t> node_of_vertex_;        // per vertex: its node, -1 for a network switch
+    int building_node_ = -1;                           // the node whose vertices add_vertex is adding
+    Routing routing_ = Routing::ecmp;
+    int nodes_per_leaf_ = 1;                           // of the fat tree (every node where it has one leaf per rail)
     Time switch_latency_;
     mutable std::unordered_map<std::uint64_t, std::vector<LinkId>> routes_;
 };

@@ -57,6 +57,28 @@ TEST_CASE("a folded 3D plan simulates to the same step as its full expansion", "
     same_ranks(folded, full, 1e-4);
 }
 
+TEST_CASE("across the pods of an InfiniBand fat tree a folded interleaved plan is its full expansion",
+          "[strategies][folding]") {
+    // Two nodes per leaf: the stages of tp 8 · pp 4 sit in four pods, and every replica's sends
+    // to the next stage cross a spine at the same moment. Routed by destination (d-mod-k), each
+    // replica's transfer has a spine of its own, as its representative's does.
+    topo::Cluster c = topo::cluster_preset("dgx-h100").with_nodes(8);
+    c.network.nodes_per_leaf = 2;
+    REQUIRE(c.network.routing == topo::Routing::destination);
+    Plan p;
+    p.tp = 8;
+    p.pp = 4;
+    p.schedule = Schedule::interleaved;
+    p.virtual_stages = 2;
+    p.strategy = DataParallel::zero1;
+    p.sequence_parallel = true;
+    p.global_batch = 16;
+    const tools::Simulation folded = run("gpt2-medium", c, p, true), full = run("gpt2-medium", c, p, false);
+    REQUIRE(folded.built.graph.folded());
+    CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-9));
+    same_ranks(folded, full, 1e-9);
+}
+
 TEST_CASE("folded data-parallel replicas simulate to the same step as the full expansion", "[strategies][folding]") {
     // Every data-parallel strategy that folds, on a GPU cluster with eight replicas per node and
     // on a Pi cluster of one replica per board; gradient accumulation (2 micro-batches) included.

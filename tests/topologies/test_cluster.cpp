@@ -169,6 +169,9 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(gb_per_s(g.nic_link.bandwidth) == Approx(400.0 / 8));
         CHECK(c.network.nodes_per_leaf * g.devices_per_node == 3072);
         CHECK(c.network.oversubscription == Approx(7));
+        CHECK(c.network.routing == Routing::ecmp);   // Ethernet hashes each flow
+        for (const char* ib : {"dgx-a100", "dgx-h100", "dgx2-v100", "hgx-h200"})
+            CHECK(cluster_preset(ib).network.routing == Routing::destination);   // InfiniBand forwards by destination
     }
     SECTION("ndm-a100-v4: 8 x 200 Gb/s HDR per VM, 1,900 GiB host memory") {
         const NodeGroup g = cluster_preset("ndm-a100-v4").groups[0];   // a copy: the Cluster is a temporary
@@ -491,6 +494,14 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         const std::string m = load_error(doc);
         CHECK_THAT(m, Contains("at /network/fabric:"));
         CHECK_THAT(m, Contains("did you mean 'fat-tree'?"));
+    }
+    SECTION("routing: a fat tree's, ecmp or destination") {
+        doc["network"] = Json{{"fabric", "switch"}, {"switch_latency", "1 us"}, {"routing", "destination"}};
+        CHECK_THAT(load_error(doc), Contains("at /network/routing:"));   // a single switch has no spines
+        doc["network"]["fabric"] = "fat-tree";
+        doc["network"]["routing"] = "dmodk";
+        CHECK_THAT(load_error(doc), Contains("\"ecmp\""));
+        CHECK_THAT(load_error(doc), Contains("found \"dmodk\""));
     }
     SECTION("oversubscription below 1") {
         doc["network"]["oversubscription"] = 0.5;

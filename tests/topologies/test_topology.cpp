@@ -1,4 +1,4 @@
-// The routed topology: vertex layout per node kind, routes (hops, latency, bandwidth), ECMP over
+// The routed topology: vertex layout per node kind, routes (hops, latency, bandwidth), ECMP or d-mod-k over
 // spines, and the rule that routes never pass through an endpoint.
 #include <catch2/catch.hpp>
 
@@ -155,7 +155,7 @@ TEST_CASE("Workstation: GPUs peer through the PCIe root", "[topologies][topology
     CHECK(count_kind(t, VertexKind::nvswitch) == 0);
 }
 
-TEST_CASE("Fat tree: spines only between pods and ECMP spreads over them", "[topologies][topology]") {
+TEST_CASE("Fat tree: spines only between pods, and routes spread over them", "[topologies][topology]") {
     SECTION("one pod has no spines") {
         const Topology t(cluster_preset("dgx-a100").with_nodes(20));
         for (const auto& v : t.vertices()) CHECK(v.name.rfind("spine", 0) != 0);
@@ -181,6 +181,29 @@ TEST_CASE("Fat tree: spines only between pods and ECMP spreads over them", "[top
         }
         CHECK(spines.size() > 1);
         CHECK(spines.size() >= 10);  // 160 routes over 20 spines
+    }
+    SECTION("destination routing (d-mod-k): node i of one pod reaches node i of another by spine i, whatever the source") {
+        Cluster c = cluster_preset("dgx-a100").with_nodes(60);   // 3 pods of 20
+        c.network.routing = Routing::destination;
+        const Topology t(c);
+        auto spine_of = [&](int src_node, int dst_node, int k) {
+            std::string spine;
+            for (const auto& n : path_names(t, t.device_vertex(rank_of(c, src_node, k)), t.device_vertex(rank_of(c, dst_node, k))))
+                if (n.rfind("spine", 0) == 0) spine = n;
+            return spine;
+        };
+        for (int k = 0; k < 8; ++k) {
+            std::set<std::string> used;
+            for (int i = 0; i < 20; ++i) {
+                // A shift between pods: 20 routes on rail k, each over a spine of its own.
+                const std::string s = spine_of(i, 20 + i, k);
+                CHECK(s == "spine" + std::to_string(i));
+                used.insert(s);
+                // The spine is the destination's: from any node of any other pod.
+                CHECK(spine_of(40 + (i + 7) % 20, 20 + i, k) == s);
+            }
+            CHECK(used.size() == 20);
+        }
     }
     SECTION("oversubscription thins the spine layer") {
         Cluster c = cluster_preset("dgx-a100").with_nodes(40);
