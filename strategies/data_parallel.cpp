@@ -83,7 +83,7 @@ std::vector<OpId> add_replica_collective(OpGraph& g, const Layout& layout, Colle
     if (!layout.folded) return g.add_collective(kind, members, bytes, stream, phase, layer, microbatch, index);
     const std::int32_t c = g.declare_collective(kind, members, bytes);
     std::vector<OpId> ops(members.size(), OpGraph::kNoOp);
-    // fold_width > 1 only without tensor and pipeline parallelism, where replica d is rank d.
+    // The data-parallel builders' collectives: no tensor or pipeline parallelism, replica d is rank d.
     for (std::size_t i = 0; i < members.size(); ++i)
         if (layout.fold_width > 1 ? members[i] < layout.fold_width : members[i] == layout.rank(0, 0, 0))
             ops[i] = g.add_collective_op(c, members[i], stream, phase, layer, microbatch, index);

@@ -170,7 +170,7 @@ public:
         moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
-        emit_dp_ = l_.folded ? l_.cp : l_.dp_cp();   // folded: one context-parallel group
+        emit_dp_ = l_.folded ? l_.cp * l_.fold_width : l_.dp_cp();   // folded: the kept replicas' slots
         emit_tp_ = l_.folded_tp ? 1 : l_.tp;
         cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
         split_ = plan.schedule == Schedule::zb_h1;
@@ -206,14 +206,14 @@ public:
         emit_pipeline();
         emit_optimizer();
         if (l_.folded) {
-            // Replica d of every (t, stage) mirrors replica 0 (its context-parallel rank c, that
-            // of replica 0); with tensor ranks folded too, every rank of a stage mirrors its
+            // Replica d of every (t, stage) mirrors replica d mod fold_width (at its context-
+            // parallel rank c); with tensor ranks folded too, every rank of a stage mirrors its
             // tensor rank 0 of replica 0.
             std::vector<int> rep(static_cast<std::size_t>(l_.devices));
             for (int s = 0; s < l_.pp; ++s)
                 for (int d = 0; d < l_.dp_cp(); ++d)
                     for (int t = 0; t < l_.tp; ++t)
-                        rep[static_cast<std::size_t>(l_.rank(t, d, s))] = l_.rank(l_.folded_tp ? 0 : t, d % l_.cp, s);
+                        rep[static_cast<std::size_t>(l_.rank(t, d, s))] = l_.rank(l_.folded_tp ? 0 : t, d % emit_dp_, s);
             g_.set_representatives(std::move(rep));
         }
         return std::move(g_);
@@ -661,7 +661,7 @@ private:
     ContextParallel cp_;                            // context parallelism's ring attention
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
-    int emit_dp_ = 1;                                   // replicas with ops: 1 when folded
+    int emit_dp_ = 1;                                   // replica slots with ops: cp · fold_width when folded
     int emit_tp_ = 1;                                   // tensor ranks with ops: 1 when they fold too
     PipelineSchedule schedule_;
     std::vector<Chunk> chunks_;

@@ -819,8 +819,16 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // ranks of a stage, which run one program on their slices (Megatron's layers are symmetric
     // in the tensor rank); mixtures of experts route tokens per rank, so they never fold.
     const bool moe = model.is_transformer() && model.shape().is_moe();
-    // With context parallelism a replica is its tp · cp consecutive ranks (Layout::rank).
-    const bool model_parallel = (l.tp > 1 || l.pp > 1 || l.cp > 1) && ((l.tp * l.cp) % per_node == 0 || plan.fold_unshared) &&
+    // With context parallelism a replica is its tp · cp consecutive ranks (Layout::rank). Where
+    // a node holds k = devices per node / (tp · cp) whole replicas of one stage (dp a multiple of
+    // k, so every stage starts a node), they share its links and NICs: the first k replicas of
+    // each stage, the first node of the stage, are kept whole (fold_width), and every other
+    // node of the stage mirrors them, as an offloaded data-parallel node does.
+    const int width = l.tp * l.cp;
+    const int shared = per_node % width == 0 && cluster.num_devices() % per_node == 0 && l.dp % (per_node / width) == 0
+                           ? per_node / width
+                           : 0;
+    const bool model_parallel = (l.tp > 1 || l.pp > 1 || l.cp > 1) && (width % per_node == 0 || shared > 0 || plan.fold_unshared) &&
                                 l.ep == 1 && !moe;
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
@@ -838,7 +846,14 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool alike = cluster.groups.size() == 1 && cluster.uniform_speed();
     l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;
     l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel)) || l.folded_tp;
-    l.fold_width = l.folded && offloaded && data_parallel ? per_node : 1;
+    l.fold_width = !l.folded                                                    ? 1
+                   : offloaded && data_parallel                                 ? per_node
+                   : model_parallel && !l.folded_tp && !plan.fold_unshared && shared > 1 ? shared
+                                                                                : 1;
+    if (l.folded && !l.folded_tp && l.fold_width >= l.dp) {   // one node's replicas: nothing mirrors them
+        l.folded = false;
+        l.fold_width = 1;
+    }
     l.estimated_ops = estimated_ops(l, plan, blocks);
     if (plan.strategy == DataParallel::hybrid_cnn)
         l.estimated_ops += std::min(hybrid_extra_ops(model, l, plan), std::numeric_limits<std::int64_t>::max() - l.estimated_ops);

@@ -170,15 +170,18 @@ struct Layout {
     DType dtype = DType::bf16;
     int servers = 0;                  // dedicated parameter servers: ranks dp·tp·pp … devices − 1
     int shard_group = 0;              // FSDP hybrid: ranks per shard group (consecutive ranks)
-    /// Data-parallel replicas folded into one (see OpGraph::set_representatives), unless
-    /// Plan::fold is off, on a homogeneous cluster: a tensor / pipeline plan whose nodes each hold
-    /// ranks of one replica only (tp a multiple of the devices per node), or pure data
-    /// parallelism (ddp, ring, zero1-3, fsdp but hybrid). With Plan::fold_unshared, any tensor /
-    /// pipeline plan without experts, whatever the nodes hold.
+    /// Data-parallel replicas folded (see OpGraph::set_representatives), unless Plan::fold is
+    /// off, on a homogeneous cluster: a tensor / pipeline plan whose nodes each hold ranks of one
+    /// replica only (tp · cp a multiple of the devices per node) or whole replicas of one stage
+    /// (the devices per node a multiple of tp · cp, and dp of the replicas a node holds), or pure
+    /// data parallelism (ddp, ring, zero1-3, fsdp but hybrid). With Plan::fold_unshared, any
+    /// tensor / pipeline plan without experts, whatever the nodes hold.
     bool folded = false;
-    /// Replicas a folded data-parallel layout keeps: 1, or with offload the first node's
-    /// replicas (its devices per node), which share that node's PCIe, DRAM, cores and drives as
-    /// every node's do; replica d then mirrors replica d mod fold_width.
+    /// Replicas a folded layout keeps: 1, or the first node's where a node holds several — with
+    /// offload every replica of a data-parallel node (its devices per node), which share that
+    /// node's PCIe, DRAM, cores and drives as every node's do; of a tensor / pipeline plan the
+    /// devices per node / (tp · cp) replicas of each stage's first node, which share its links
+    /// and NICs. Replica d then mirrors replica d mod fold_width.
     int fold_width = 1;
     /// Of a folded tensor / pipeline plan (Plan::fold_unshared only), the tensor ranks of each stage
     /// too: every rank of stage s mirrors rank (t 0, replica 0, s).

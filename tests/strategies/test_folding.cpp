@@ -1,6 +1,8 @@
 // Folding identical data-parallel replicas: the shortcut must give what the full expansion gives.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "strategies/plan.hpp"
 #include "tools/simulation.hpp"
@@ -35,6 +37,8 @@ void same_ranks(const tools::Simulation& folded, const tools::Simulation& full, 
 TEST_CASE("a folded 3D plan simulates to the same step as its full expansion", "[strategies][folding]") {
     const auto [nodes, tp, pp, dp, strategy, schedule] = GENERATE(
         std::make_tuple(4, 8, 2, 2, DataParallel::ddp, Schedule::one_f_one_b),
+        std::make_tuple(4, 4, 2, 4, DataParallel::ddp, Schedule::one_f_one_b),      // two replicas per node
+        std::make_tuple(8, 2, 4, 8, DataParallel::zero1, Schedule::interleaved),   // four per node
         std::make_tuple(8, 8, 2, 4, DataParallel::zero1, Schedule::one_f_one_b),
         std::make_tuple(4, 8, 4, 1, DataParallel::ddp, Schedule::gpipe),  // dp 1: nothing to fold
         std::make_tuple(8, 8, 2, 4, DataParallel::ddp, Schedule::interleaved));
@@ -51,7 +55,9 @@ TEST_CASE("a folded 3D plan simulates to the same step as its full expansion", "
     INFO("tp " << tp << " pp " << pp << " dp " << dp << " " << to_string(strategy) << " " << to_string(schedule));
     CHECK(folded.built.graph.folded() == (dp > 1));
     CHECK_FALSE(full.built.graph.folded());
-    if (dp > 1) CHECK(folded.built.graph.size() * static_cast<std::size_t>(dp) < full.built.graph.size() + 1000);
+    // The replicas a node holds (8 / tp) are kept, the others mirror them.
+    const int kept = std::max(1, 8 / tp);
+    if (dp > 1) CHECK(folded.built.graph.size() * static_cast<std::size_t>(dp / kept) < full.built.graph.size() + 1000);
     CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-6));
     CHECK(folded.summary.bubble_fraction == Approx(full.summary.bubble_fraction).epsilon(1e-4));
     same_ranks(folded, full, 1e-4);
@@ -146,8 +152,14 @@ TEST_CASE("with the analytic network, replicas sharing nodes and tensor ranks fo
     CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-6));
     CHECK(folded.summary.bubble_fraction == Approx(full.summary.bubble_fraction).epsilon(1e-4));
     same_ranks(folded, full, 1e-6);
-    // The flow network shares links: there a node holding two replicas does not fold.
-    if (tp < 8) CHECK_FALSE(tools::simulate_plan(m, c, p).built.graph.folded());
+    // The flow network shares links: there a node holding several replicas keeps them all (its
+    // first node's per stage), and only the tensor ranks of the analytic fold are gone.
+    if (tp < 8 && dp > 8 / tp) {
+        const tools::Simulation flow = tools::simulate_plan(m, c, p);
+        CHECK(flow.built.graph.folded());
+        CHECK_FALSE(flow.built.layout.folded_tp);
+        CHECK(flow.built.layout.fold_width == 8 / tp);
+    }
 }
 
 TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
@@ -155,9 +167,18 @@ TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
     Plan p;
     p.pp = 2;
     p.global_batch = 16;
-    SECTION("tensor groups smaller than a node: a node holds two replicas") {
+    SECTION("tensor groups smaller than a node: a node's two replicas are kept, other nodes mirror them") {
         p.tp = 4;
+        const Layout l = resolve(m, topo::cluster_preset("dgx-a100").with_nodes(4), p);   // dp 4
+        CHECK(l.folded);
+        CHECK(l.fold_width == 2);
+        // dp 2: the two replicas of each stage are one node's, nothing mirrors them.
         CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
+    }
+    SECTION("tensor groups smaller than a node, and a node holding ranks of two stages: not folded") {
+        p.tp = 4;
+        p.global_batch = 12;   // 3 nodes, tp 4 · pp 2 · dp 3: stage 1 starts mid-node
+        CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(3), p).folded);
     }
     SECTION("pure data parallelism is folded, even with a node's eight replicas") {
         p.pp = 1;
