@@ -343,8 +343,6 @@ const char* to_string(IntraKind k) {
     return "?";
 }
 
-const char* to_string(Routing r) { return r == Routing::destination ? "destination" : "ecmp"; }
-
 const char* to_string(FabricKind k) {
     switch (k) {
         case FabricKind::single_switch: return "switch";

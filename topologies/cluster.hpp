@@ -130,7 +130,6 @@ const char* to_string(FabricKind k);
 /// OpenSM's fat-tree routing fills so that destination d leaves a leaf by up-port d mod k (d-mod-k):
 /// a shift between pods (node i of one to node i of another) then meets no other flow on a spine.
 enum class Routing { ecmp, destination };
-const char* to_string(Routing r);
 
 struct Network {
     FabricKind fabric = FabricKind::single_switch;
