@@ -275,8 +275,8 @@ Json to_json(const Summary& s) {
 
 namespace {
 
-/// ", 8 data-parallel replicas folded into one" (or into a node's, or replicas and tensor
-/// ranks), or "".
+/// ", 8 data-parallel replicas folded into one" (or into the first node's, each stage's first
+/// node's, or replicas and tensor ranks), or "".
 std::string fold_note(const StepInfo& i) {
     if (!i.folded) return "";
     std::string note = ", " + std::to_string(i.dp);
@@ -285,7 +285,8 @@ std::string fold_note(const StepInfo& i) {
         note += std::to_string(i.tp);
         note += " tensor ranks folded into one per stage";
     } else if (i.fold_width > 1) {
-        note += " data-parallel replicas folded into the first node's " + std::to_string(i.fold_width);
+        note += " data-parallel replicas folded into " + std::string(i.pp > 1 ? "each stage's" : "the") + " first node's " +
+                std::to_string(i.fold_width);
     } else {
         note += " data-parallel replicas folded into one";
     }

@@ -48,7 +48,7 @@ struct StepInfo {
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
     bool folded = false;                // data-parallel replicas simulated as one
     bool folded_tp = false;             // and each stage's tensor ranks (analytic network)
-    int fold_width = 1;                 // replicas kept when folded (offload: the first node's)
+    int fold_width = 1;                 // replicas kept when folded (a node's: the first, or each stage's first)
     /// What the run assumed beyond the plan, for people: slow devices and jitter (and
     /// that they keep replicas unfolded), Hogwild! updates. In to_json as "notes" when not empty.
     std::vector<std::string> notes;
