@@ -551,3 +551,25 @@ TEST_CASE("eager attention too small for Megatron's fused softmax is said in the
     CHECK(notes("2", "bf16").find("unfused") == std::string::npos);
     CHECK(notes("1", "fp32").find("unfused") == std::string::npos);   // fp32 never fuses: nothing to say
 }
+
+TEST_CASE("the summary says which replicas a folded plan keeps", "[tools][cli][folding]") {
+    auto header = [](std::vector<std::string> plan) {
+        std::vector<std::string> args{"simulate", "--model", "gpt2-medium", "--cluster", "dgx-a100"};
+        args.insert(args.end(), plan.begin(), plan.end());
+        const Result r = cli(args);
+        REQUIRE(r.code == 0);
+        return r.out.substr(0, r.out.find('\n'));
+    };
+    // tp 8: a replica per node, every other replica mirrors replica 0.
+    CHECK_THAT(header({"--nodes", "2", "--tp", "8", "--global-batch", "8"}),
+               Catch::EndsWith(", 2 data-parallel replicas folded into one"));
+    // tp 4 · pp 2 on four nodes: each stage's first node keeps its two replicas.
+    CHECK_THAT(header({"--nodes", "4", "--tp", "4", "--pp", "2", "--global-batch", "16"}),
+               Catch::EndsWith(", 4 data-parallel replicas folded into each stage's first node's 2"));
+    // tp 4 on two nodes, no pipeline: the first node's two.
+    CHECK_THAT(header({"--nodes", "2", "--tp", "4", "--global-batch", "8"}),
+               Catch::EndsWith(", 4 data-parallel replicas folded into the first node's 2"));
+    // tp 4 · pp 2 on two nodes: a stage's two replicas are one node's, nothing to fold.
+    CHECK_THAT(header({"--nodes", "2", "--tp", "4", "--pp", "2", "--global-batch", "8"}),
+               !Catch::Contains("folded"));
+}
