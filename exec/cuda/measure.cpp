@@ -173,27 +173,30 @@ GpuFigures measure_device(int device, const MeasureOptions& o) {
             dv(top * 2), lse(lengths.back() * heads * 4), delta(lengths.back() * heads * 4);
         for (const DeviceBuffer* b : {&q, &k, &v, &d_o})
             check(fill_uniform(b->get(), top, Element::bf16, -1.0f, 1.0f, 14, s), "filling attention inputs");
-        for (std::int64_t d : dims)
-            for (std::int64_t len : lengths) {
-                const FlashTiles t = flash_tiles(d, smem);
-                const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-                auto* lse_p = reinterpret_cast<float*>(lse.get());
-                const double fwd = time_each(s, reps, [&] {
-                    check(flash_forward(q.get(), k.get(), v.get(), o_.get(), lse_p, heads, len, len, t, scale, false, Element::bf16,
-                                        s),
-                          "flash forward");
-                });
-                const double bwd = time_each(s, reps, [&] {
-                    check(flash_backward(q.get(), k.get(), v.get(), o_.get(), d_o.get(), lse_p,
-                                         reinterpret_cast<float*>(delta.get()), reinterpret_cast<float*>(dq.get()), dk.get(),
-                                         dv.get(), heads, len, len, t, scale, false, Element::bf16, s),
-                          "flash backward");
-                });
-                // FLOPs as core/kernel.cpp counts them: 4·q·kv·d per head forward, 2.5× that backward.
-                const double flops = 4.0 * static_cast<double>(len) * len * d * heads;
-                f.flash.push_back({false, heads, len, len, d, flops / fwd});
-                f.flash.push_back({true, heads, len, len, d, 2.5 * flops / bwd});
-            }
+        for (bool causal : {false, true})
+            for (std::int64_t d : dims)
+                for (std::int64_t len : lengths) {
+                    const FlashTiles t = flash_tiles(d, smem);
+                    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+                    auto* lse_p = reinterpret_cast<float*>(lse.get());
+                    const double fwd = time_each(s, reps, [&] {
+                        check(flash_forward(q.get(), k.get(), v.get(), o_.get(), lse_p, heads, len, len, t, scale, causal,
+                                            Element::bf16, s),
+                              "flash forward");
+                    });
+                    const double bwd = time_each(s, reps, [&] {
+                        check(flash_backward(q.get(), k.get(), v.get(), o_.get(), d_o.get(), lse_p,
+                                             reinterpret_cast<float*>(delta.get()), reinterpret_cast<float*>(dq.get()), dk.get(),
+                                             dv.get(), heads, len, len, t, scale, causal, Element::bf16, s),
+                              "flash backward");
+                    });
+                    // FLOPs as core/kernel.cpp counts them: 4·d per computed pair and head forward
+                    // (q·kv pairs, or causal_pairs under the mask), 2.5× that backward.
+                    const double pairs = causal ? causal_pairs(len, len) : static_cast<double>(len) * static_cast<double>(len);
+                    const double flops = 4.0 * pairs * static_cast<double>(d * heads);
+                    f.flash.push_back({false, causal, heads, len, len, d, flops / fwd});
+                    f.flash.push_back({true, causal, heads, len, len, d, 2.5 * flops / bwd});
+                }
     }
 
     // Adam over one flat tensor of parameters.
@@ -341,7 +344,7 @@ Json to_json(const GpuFigures& f) {
     j["d2h"] = curve(f.d2h, "bytes");
     Json flash = Json::array();
     for (const FlashRate& r : f.flash)
-        flash.push_back({{"backward", r.backward}, {"heads", r.heads}, {"q", r.q}, {"kv", r.kv}, {"d", r.d},
+        flash.push_back({{"backward", r.backward}, {"causal", r.causal}, {"heads", r.heads}, {"q", r.q}, {"kv", r.kv}, {"d", r.d},
                          {"flops_per_s", r.flops_per_s}});
     j["flash"] = flash;
     Json nccl = Json::array();

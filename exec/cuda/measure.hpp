@@ -8,7 +8,8 @@
 //              fp32; fp32 on TF32 tensor cores too where the device has them)
 //   stream     bytes moved (read + written) → seconds of the memory-bound pass: HBM bandwidth
 //   softmax    rows × columns → seconds (bf16, forward)
-//   flash      FLOP/s of flash attention forward and backward over queries = keys × head dim
+//   flash      FLOP/s of flash attention forward and backward over queries = keys × head dim,
+//              without a mask and under the causal one
 //   adam       parameters → seconds of the fused Adam
 //   launch     the interval between back-to-back launches of an empty kernel issued from the
 //              host: what each kernel of a recipe costs beyond its own work
@@ -45,6 +46,7 @@ struct GemmRate {
 };
 struct FlashRate {
     bool backward = false;
+    bool causal = false;   // under the causal mask: FLOPs of the pairs computed (core/kernel.hpp causal_pairs)
     std::int64_t heads = 0, q = 0, kv = 0, d = 0;
     double flops_per_s = 0;
 };
