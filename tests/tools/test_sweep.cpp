@@ -24,6 +24,16 @@ using namespace smol::test;
 
 namespace {
 
+/// The analytic screen alone (no flow-level refinement), two jobs, global batch `batch`.
+SweepOptions analytic_screen(int batch = 8) {
+    SweepOptions o;
+    o.global_batch = batch;
+    o.jobs = 2;
+    o.network = sim::NetworkMode::analytic;
+    o.refine = 0;
+    return o;
+}
+
 SweepResult gpt2_on_dgx(int jobs, sim::NetworkMode network = sim::NetworkMode::flow) {
     SweepOptions o;
     o.global_batch = 16;
@@ -84,12 +94,8 @@ TEST_CASE("plans pruned by resolve fail to build, and the memory bound never exc
 }
 
 TEST_CASE("an FP8 sweep runs every plan on Megatron core in FP8, its memory bound below the peak", "[tools][sweep][fp8]") {
-    SweepOptions o;
-    o.global_batch = 8;
-    o.jobs = 2;
+    SweepOptions o = analytic_screen();
     o.fp8 = Fp8Recipe::delayed;
-    o.network = sim::NetworkMode::analytic;
-    o.refine = 0;
     o.space.tp = {1, 2};
     o.space.pp = {1, 2};
     const Model model = model_preset("gpt2-small");
@@ -113,11 +119,7 @@ TEST_CASE("an FP8 sweep runs every plan on Megatron core in FP8, its memory boun
 }
 
 TEST_CASE("a sweep with --attention-backend runs every plan's flash attention on that kernel", "[tools][sweep][attention]") {
-    SweepOptions o;
-    o.global_batch = 8;
-    o.jobs = 2;
-    o.network = sim::NetworkMode::analytic;
-    o.refine = 0;
+    SweepOptions o = analytic_screen();
     o.space.tp = {1, 2};
     o.space.pp = {1};
     const Model model = model_preset("gpt2-small");
@@ -135,11 +137,7 @@ TEST_CASE("a sweep with --attention-backend runs every plan's flash attention on
 }
 
 TEST_CASE("a sweep with --attention flash on CPUs runs every plan on the CPU flash kernel, in less memory", "[tools][sweep][attention]") {
-    SweepOptions o;
-    o.global_batch = 8;
-    o.jobs = 2;
-    o.network = sim::NetworkMode::analytic;
-    o.refine = 0;
+    SweepOptions o = analytic_screen();
     o.space.pp = {1};
     const Model model = model_preset("gpt2-small");
     const topo::Cluster cluster = topo::cluster_preset("pi5-1gbe");
@@ -171,11 +169,7 @@ TEST_CASE("a sweep with --attention flash on CPUs runs every plan on the CPU fla
 
 TEST_CASE("a sweep searches --cp when asked: context-parallel plans ranked, their memory bound below the peak", "[tools][sweep]") {
     // Llama 3 8B at 8,192 tokens on one DGX H100, cp 1, 2 or 4.
-    SweepOptions o;
-    o.global_batch = 8;
-    o.jobs = 2;
-    o.network = sim::NetworkMode::analytic;
-    o.refine = 0;
+    SweepOptions o = analytic_screen();
     o.space.strategies = {strategies::DataParallel::ddp, strategies::DataParallel::zero1, strategies::DataParallel::zero3};
     o.space.tp = {1, 2};
     o.space.pp = {1};
@@ -205,11 +199,7 @@ TEST_CASE("a sweep searches --cp when asked: context-parallel plans ranked, thei
 TEST_CASE("a sweep tries each --cp-comm on context-parallel plans only, and simulates each as simulate would", "[tools][sweep]") {
     const Model model = model_preset("llama3-8b");
     const topo::Cluster cluster = topo::cluster_preset("dgx-h100");
-    SweepOptions o;
-    o.global_batch = 8;
-    o.jobs = 2;
-    o.network = sim::NetworkMode::analytic;
-    o.refine = 0;
+    SweepOptions o = analytic_screen();
     o.space.strategies = {strategies::DataParallel::zero1};
     o.space.tp = {1};
     o.space.pp = {1};
