@@ -794,7 +794,8 @@ private:
                           static_cast<std::uint64_t>(p.bytes)};
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
         if (const auto t = measured_p2p_time(cluster_, p.src, p.dst, Bytes(p.bytes))) return remember(key, measured_plan(*t));
-        watch(p.src, p.dst, topo_.route(topo_.device_vertex(p.src), topo_.device_vertex(p.dst)));
+        const bool watching = !watched_rank_.empty();
+        if (watching) watch(p.src, p.dst, topo_.route(topo_.device_vertex(p.src), topo_.device_vertex(p.dst)));
         std::vector<std::pair<topo::VertexId, topo::VertexId>> mirrored;
         if (net) {
             // Mirrors of an inter-node transfer share the fabric with it. (Intra-node links of a
@@ -802,7 +803,7 @@ private:
             const auto ms = graph_.mirrors(p.src), md = graph_.mirrors(p.dst);
             for (std::size_t i = 0; i < ms.size(); ++i) {
                 mirrored.emplace_back(topo_.device_vertex(ms[i]), topo_.device_vertex(md[i]));
-                watch(ms[i], md[i], topo_.route(mirrored.back().first, mirrored.back().second));
+                if (watching) watch(ms[i], md[i], topo_.route(mirrored.back().first, mirrored.back().second));
             }
         }
         return single_flow_plan(key, topo_.device_vertex(p.src), topo_.device_vertex(p.dst), Bytes(p.bytes),
