@@ -53,7 +53,7 @@ struct PlanFlags {
     double fusion_mb = 64, cycle_ms = 5;
     std::string network = "flow", collective_algo = "auto";
     std::string framework;
-    std::string dispatch_overhead;       // --dispatch-overhead "54.5 us"; empty: the framework's
+    std::string dispatch_overhead;       // --dispatch-overhead "20 us"; empty: the framework's
     bool overlap_grad_reduce = false, overlap_p2p_comm = false;
     std::string deepspeed_config;       // a ds_config.json
     const CLI::App* app = nullptr;      // the subcommand, to tell flags given from defaults
