@@ -9,6 +9,7 @@
 #include "topologies/profile.hpp"
 #include "tools/output_file.hpp"
 #include "strategies/deepspeed_config.hpp"
+#include "strategies/framework.hpp"
 #include "traces/chrome_trace.hpp"
 
 namespace smol::tools {
@@ -110,7 +111,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--dispatch-overhead", f.dispatch_overhead,
                    "host time per GPU kernel the framework spends before the driver's launch (Python, dispatcher, "
                    "autograd), such as \"20 us\"; measure it with torch.profiler (CPU time per aten op). Default: the "
-                   "framework's (megatron-deepspeed: 53.6 us, from vTrain's host; others 0)");
+                   "framework's (megatron-deepspeed: " +
+                       to_string(strategies::parse_framework("megatron-deepspeed").dispatch_per_kernel) +
+                       ", from vTrain's host; others 0)");
     app.add_flag("--overlap-grad-reduce", f.overlap_grad_reduce,
                  "reduce gradients in buckets during backward (Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm)");
     app.add_option("--deepspeed-config", f.deepspeed_config,
