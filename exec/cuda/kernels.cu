@@ -196,6 +196,25 @@ __device__ void load_tile(T* dst, const T* src, std::int64_t row0, int rows, std
     }
 }
 
+/// out[r0 .. r0+16][0 .. cols) = A[r0 .. r0+16][0 .. d) · B[0 .. cols][0 .. d)ᵀ in fp32 (row stride
+/// cols): one warp's 16 rows of A times the transpose of a row-major tile B, Bᵀ read column-major.
+/// The scores Q·Kᵀ of both passes and backward's dP = dO·Vᵀ.
+template <typename T>
+__device__ void warp_mul_transposed(float* out, const T* A, const T* B, int r0, int cols, int d) {
+    for (int nt = 0; nt < cols / 16; ++nt) {
+        FragC acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kt = 0; kt < d / 16; ++kt) {
+            FragA<T> a;
+            FragBt<T> b;
+            wmma::load_matrix_sync(a, A + r0 * d + kt * 16, d);
+            wmma::load_matrix_sync(b, B + nt * 16 * d + kt * 16, d);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(out + r0 * cols + nt * 16, acc, cols, wmma::mem_row_major);
+    }
+}
+
 template <typename T>
 __global__ void flash_fwd_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                  T* __restrict__ O, float* __restrict__ LSE, std::int64_t q_len, std::int64_t kv_len,
@@ -240,18 +259,7 @@ __global__ void flash_fwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
         __syncthreads();
 
         // S[r0.., :] = Q[r0.., :] · K_jᵀ (Kᵀ read column-major from the row-major K tile).
-        for (int nt = 0; nt < bc / 16; ++nt) {
-            FragC acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kt = 0; kt < d / 16; ++kt) {
-                FragA<T> a;
-                FragBt<T> b;
-                wmma::load_matrix_sync(a, Qs + r0 * d + kt * 16, d);
-                wmma::load_matrix_sync(b, Ks + nt * 16 * d + kt * 16, d);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(S + r0 * bc + nt * 16, acc, bc, wmma::mem_row_major);
-        }
+        warp_mul_transposed(S, Qs, Ks, r0, bc, d);
         __syncwarp();
 
         // Online softmax of the row: new maximum, rescale of the sum and the accumulator.
@@ -373,18 +381,7 @@ __global__ void flash_bwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
         __syncthreads();
 
         // S = Q_i K_jᵀ for this warp's query rows.
-        for (int nt = 0; nt < bc / 16; ++nt) {
-            FragC acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kt = 0; kt < d / 16; ++kt) {
-                FragA<T> a;
-                FragBt<T> b;
-                wmma::load_matrix_sync(a, Qs + r0 * d + kt * 16, d);
-                wmma::load_matrix_sync(b, Ks + nt * 16 * d + kt * 16, d);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(S + r0 * bc + nt * 16, acc, bc, wmma::mem_row_major);
-        }
+        warp_mul_transposed(S, Qs, Ks, r0, bc, d);
         __syncwarp();
         // P = exp(S·scale − lse), zero for keys past the end and, causal, after the row's query.
         {
@@ -397,18 +394,7 @@ __global__ void flash_bwd_kernel(const T* __restrict__ Q, const T* __restrict__ 
         }
         __syncwarp();
         // dP = dO_i V_jᵀ, into S.
-        for (int nt = 0; nt < bc / 16; ++nt) {
-            FragC acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kt = 0; kt < d / 16; ++kt) {
-                FragA<T> a;
-                FragBt<T> b;
-                wmma::load_matrix_sync(a, dOs + r0 * d + kt * 16, d);
-                wmma::load_matrix_sync(b, Vs + nt * 16 * d + kt * 16, d);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(S + r0 * bc + nt * 16, acc, bc, wmma::mem_row_major);
-        }
+        warp_mul_transposed(S, dOs, Vs, r0, bc, d);
         __syncwarp();
         // dS = P ∘ (dP − delta).
         {
