@@ -216,7 +216,8 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
                   const std::function<void(int, const Block&)>& before_bwd,
                   const std::function<void(int, const Block&, OpId)>& after_bwd,
                   const std::vector<BlockKernels>* trained, bool activations_to_host,
-                  std::optional<GradAccumulation> accumulation) {
+                  std::optional<GradAccumulation> accumulation,
+                  const std::function<void(int, const Block&, Phase)>& after_pass) {
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
@@ -236,6 +237,7 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
             g.add_alloc(act[b.index], Stream::compute, b.index, mb);
             if (mb == 0 && fp8_cast[b.index] >= 0) g.add_kernels(rank, Phase::fwd, b.index, mb, fp8_cast[b.index], dtype);
             p.fwd[mb][b.index] = g.add_kernels(rank, Phase::fwd, b.index, mb, recipes[b.index].fwd, dtype);
+            if (after_pass) after_pass(mb, b, Phase::fwd);
             if (out != OpGraph::kNoOp) g.depend(out, p.fwd[mb][b.index]);
             out = OpGraph::kNoOp;
             if (activations_to_host && b.activations > Bytes(0)) {
@@ -259,9 +261,12 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
                 g.add_free(host[b.index], Stream::copy_in, b.index, mb);
             }
             OpId first = OpGraph::kNoOp;
-            if (recipes[b.index].recompute >= 0)
+            if (recipes[b.index].recompute >= 0) {
                 first = g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
+                if (after_pass) after_pass(mb, b, Phase::recompute);
+            }
             p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, recipes[b.index].bwd, dtype);
+            if (after_pass) after_pass(mb, b, Phase::bwd);
             if (accumulate[b.index] >= 0 && accumulates(*accumulation, mb))
                 p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, accumulate[b.index], dtype);
             if (back != OpGraph::kNoOp) g.depend(back, first != OpGraph::kNoOp ? first : p.bwd[mb][b.index]);

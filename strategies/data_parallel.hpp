@@ -139,12 +139,15 @@ struct Passes {
 /// after it (compute-stream work that blocks the rest of backward). With `accumulation`, each
 /// block's backward is followed by its gradient accumulation pass where `accumulates` says so
 /// (before `after_bwd`: a reduction takes the accumulated gradient); LoRA's `trained` adapters
-/// accumulate too little to list.
+/// accumulate too little to list. `after_pass(mb, block, phase)` runs right after each forward,
+/// recompute and backward op is added (the phase says which), to add what follows it on the
+/// compute stream: a tensor-parallel replica's collectives (strategies/zero.cpp build_sharded).
 Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int microbatches, DType dtype,
                   const std::function<void(int, const Block&)>& before_bwd = {},
                   const std::function<void(int, const Block&, OpId)>& after_bwd = {},
                   const std::vector<BlockKernels>* trained = nullptr, bool activations_to_host = false,
-                  std::optional<GradAccumulation> accumulation = std::nullopt);
+                  std::optional<GradAccumulation> accumulation = std::nullopt,
+                  const std::function<void(int, const Block&, Phase)>& after_pass = {});
 
 /// How a ZeRO stage's gradient reductions are timed (DeepSpeed's overlap_comm; Megatron's
 /// distributed optimizer): on the comm stream as backward fills each bucket, on the compute

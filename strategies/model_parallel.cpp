@@ -116,8 +116,19 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
     switch (plan.strategy) {
         case DataParallel::ddp:
         case DataParallel::zero1: break;
-        case DataParallel::zero3:
         case DataParallel::fsdp:
+            // FSDP with tensor parallelism (torchtitan's 2-D mesh: FSDP over data-parallel
+            // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp).
+            if (fsdp_with_tp(plan, l)) {
+                for (const Block& b : blocks)
+                    if (b.moe)
+                        fail_input("fsdp with tensor parallelism is modelled for dense models; " + model.name() +
+                                       " routes tokens to experts: use ddp or zero1 with --tp",
+                                   strategy_flag);
+                break;
+            }
+            [[fallthrough]];
+        case DataParallel::zero3:
             if (l.pp > 1)
                 fail_input(std::string(to_string(plan.strategy)) +
                                " with pipeline parallelism is not supported: parameters would be gathered once per "
@@ -127,7 +138,8 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
         default:
             fail_input(std::string(to_string(plan.strategy)) +
                            " is not modelled with tensor or pipeline parallelism; with --tp or --pp use ddp or zero1 "
-                           "(Megatron's distributed optimizer)",
+                           "(Megatron's distributed optimizer)" +
+                           (plan.strategy == DataParallel::zero3 ? ", or fsdp with --tp (FSDP + TP)" : ""),
                        strategy_flag);
     }
     int layers = 0;

@@ -591,10 +591,17 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         // across groups.
         if (plan.fsdp_group < 0)
             fail_input("--fsdp-group must be at least 1, found " + std::to_string(plan.fsdp_group), {"", "", "--fsdp-group"});
-        l.shard_group = plan.fsdp_group > 0 ? plan.fsdp_group : cluster.groups.front().devices_per_node;
+        // A node's data-parallel ranks: with tensor parallelism each replica is tp of its devices.
+        const int per_node = cluster.groups.front().devices_per_node;
+        if (plan.fsdp_group == 0 && per_node % l.tp != 0)
+            fail_input("the hybrid shard group defaults to a node's replicas, but tp " + std::to_string(l.tp) +
+                           " does not divide the " + std::to_string(per_node) + " devices of a node; give --fsdp-group",
+                       {"", "", "--fsdp-group"});
+        l.shard_group = plan.fsdp_group > 0 ? plan.fsdp_group : per_node / l.tp;
+        const std::string unit = l.tp > 1 ? "replicas" : "devices";   // with tensor parallelism a replica is tp devices
         if (l.dp % l.shard_group != 0)
-            fail_input("the hybrid shard group of " + std::to_string(l.shard_group) + " devices does not divide the " +
-                           std::to_string(l.dp) + " data-parallel devices; choose --fsdp-group dividing " +
+            fail_input("the hybrid shard group of " + std::to_string(l.shard_group) + " " + unit + " does not divide the " +
+                           std::to_string(l.dp) + " data-parallel " + unit + "; choose --fsdp-group dividing " +
                            std::to_string(l.dp),
                        {"", "", "--fsdp-group"});
     }
@@ -828,8 +835,9 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const int shared = per_node % width == 0 && cluster.num_devices() % per_node == 0 && l.dp % (per_node / width) == 0
                            ? per_node / width
                            : 0;
+    // FSDP with tensor parallelism is not folded: its builder emits every rank.
     const bool model_parallel = (l.tp > 1 || l.pp > 1 || l.cp > 1) && (width % per_node == 0 || shared > 0 || plan.fold_unshared) &&
-                                l.ep == 1 && !moe;
+                                l.ep == 1 && !moe && !fsdp_with_tp(plan, l);
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
     // sit — unless a hybrid FSDP shard group leaves replica 0 out of a communicator. Offloaded,
@@ -879,8 +887,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
 Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     const Layout layout = resolve(model, cluster, plan);
     // Expert parallelism needs the model-parallel builder's per-layer passes (strategies/moe.hpp).
-    Built out{layout.tp > 1 || layout.pp > 1 || layout.cp > 1 || layout.ep > 1 ? build_model_parallel(model, layout, plan)
-                                             : build_data_parallel(model, cluster, layout, plan),
+    const bool model_parallel = (layout.tp > 1 || layout.pp > 1 || layout.cp > 1 || layout.ep > 1) && !fsdp_with_tp(plan, layout);
+    Built out{model_parallel ? build_model_parallel(model, layout, plan) : build_data_parallel(model, cluster, layout, plan),
               layout,
               model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute)};
     out.graph.set_dispatch_overhead(layout.framework.dispatch_per_kernel);

@@ -225,6 +225,12 @@ struct Layout {
     int rank(int t, int d, int p) const { return t + tp * (d + dp * cp * p); }
 };
 
+/// FSDP over data-parallel replicas of tensor-parallel shards (torchtitan's 2-D mesh, dp × tp):
+/// built by the sharded engine (strategies/zero.hpp build_sharded), not the model-parallel one.
+inline bool fsdp_with_tp(const Plan& plan, const Layout& l) {
+    return plan.strategy == DataParallel::fsdp && l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
+}
+
 /// Checks the plan against the model and cluster; throws bad_input saying why a plan is
 /// impossible (tp·pp·dp ≠ devices, micro-batch not dividing the per-replica batch, …), naming
 /// the flag to change, and out_of_range where the plan's sizes overflow (a micro-batch whose

@@ -304,8 +304,18 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     const std::vector<Block> blocks = replica_blocks(model, layout, plan);
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t params = total_params(blocks);
-    const std::vector<int> replicas = replica_ranks(layout);
-    const int dp = layout.dp, emit = emitted_replicas(layout);
+    // With tensor parallelism (FSDP + TP, torchtitan's 2-D mesh) every replica is tp ranks, each
+    // holding a tensor slice of every block (the blocks above are one rank's); FSDP shards each
+    // slice over the replicas' ranks of the same tensor rank. Slot d·tp + t is replica d's tensor
+    // rank t (slots[] its rank); without tensor parallelism a slot is a replica.
+    const int tp = layout.tp, dp = layout.dp;
+    if (tp > 1 && layout.folded) throw Error(ErrorKind::internal, "FSDP with tensor parallelism folded");
+    std::vector<int> slots;
+    for (int d = 0; d < dp; ++d)
+        for (int t = 0; t < tp; ++t) slots.push_back(layout.rank(t, d, 0));
+    std::vector<int> slot_of(static_cast<std::size_t>(layout.devices), -1);
+    for (std::size_t i = 0; i < slots.size(); ++i) slot_of[static_cast<std::size_t>(slots[i])] = static_cast<int>(i);
+    const int ns = dp * tp, emit = emitted_replicas(layout) * tp;
     const int group = options.shard_params ? (options.shard_group > 0 ? options.shard_group : dp) : 1;
     if (dp % group != 0) throw Error(ErrorKind::internal, "shard group does not divide dp");
     // CPUOffload(offload_params=True) (torch/distributed/fsdp/_runtime_utils.py, _flat_param.py):
@@ -317,20 +327,53 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     const int nb = static_cast<int>(blocks.size());
     const int mbs = layout.microbatches;
 
-    // Shard groups: consecutive replicas; replica groups: the same position in every shard group.
-    std::vector<std::vector<int>> shard_groups(static_cast<std::size_t>(dp / group)), replica_groups(static_cast<std::size_t>(group));
-    for (int d = 0; d < dp; ++d) {
-        shard_groups[static_cast<std::size_t>(d / group)].push_back(replicas[static_cast<std::size_t>(d)]);
-        replica_groups[static_cast<std::size_t>(d % group)].push_back(replicas[static_cast<std::size_t>(d)]);
-    }
+    // Shard groups: consecutive replicas; replica groups: the same position in every shard group;
+    // each of one tensor rank.
+    std::vector<std::vector<int>> shard_groups(static_cast<std::size_t>(tp * (dp / group))),
+        replica_groups(static_cast<std::size_t>(tp * group));
+    for (int t = 0; t < tp; ++t)
+        for (int d = 0; d < dp; ++d) {
+            const int r = slots[static_cast<std::size_t>(d * tp + t)];
+            shard_groups[static_cast<std::size_t>(t * (dp / group) + d / group)].push_back(r);
+            replica_groups[static_cast<std::size_t>(t * group + d % group)].push_back(r);
+        }
 
     OpGraph g(layout.devices);
     std::vector<Passes> passes;
     // Per replica, per (micro-batch, block): the transient full-gradient buffer of the unit.
     std::vector<std::vector<std::vector<std::int32_t>>> grad_buf(
-        static_cast<std::size_t>(dp), std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(mbs), std::vector<std::int32_t>(blocks.size(), -1)));
+        static_cast<std::size_t>(ns), std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(mbs), std::vector<std::int32_t>(blocks.size(), -1)));
+    // Tensor parallelism: each block's collectives after its passes (strategies/model_parallel.hpp,
+    // Megatron's f and g, as torchtitan's parallelize plan places them), on the compute stream of
+    // the replica's tp ranks. Tensor rank 0 declares them in its program order; the others, which
+    // run the same program, join them in that order.
+    std::vector<std::vector<std::int32_t>> tp_cids(static_cast<std::size_t>(dp));
+    std::vector<std::size_t> tp_next(static_cast<std::size_t>(ns), 0);
+    auto tp_collectives = [&](int slot) -> std::function<void(int, const Block&, Phase)> {
+        if (tp == 1) return {};
+        return [&, slot](int mb, const Block& b, Phase phase) {
+            if (phase == Phase::recompute && plan.recompute != Recompute::full) return;   // full recompute redoes them
+            const int d = slot / tp, t = slot % tp;
+            std::vector<std::int32_t>& cids = tp_cids[static_cast<std::size_t>(d)];
+            for (int k = 0; k < b.tp_collectives_fwd; ++k)
+                for (int j = 0; j < (plan.sequence_parallel ? 2 : 1); ++j) {
+                    std::int32_t cid;
+                    if (t == 0) {
+                        const CollectiveKind kind = !plan.sequence_parallel ? CollectiveKind::all_reduce
+                                                    : j == 0                ? CollectiveKind::all_gather
+                                                                            : CollectiveKind::reduce_scatter;
+                        std::vector<int> members(slots.begin() + d * tp, slots.begin() + (d + 1) * tp);
+                        cid = g.declare_collective(kind, members, b.tp_bytes_per_collective);
+                        cids.push_back(cid);
+                    } else {
+                        cid = cids[tp_next[static_cast<std::size_t>(slot)]++];
+                    }
+                    g.add_collective_op(cid, slots[static_cast<std::size_t>(slot)], Stream::compute, phase, b.index, mb, k);
+                }
+        };
+    };
     for (int d = 0; d < emit; ++d) {
-        const int r = replicas[static_cast<std::size_t>(d)];
+        const int r = slots[static_cast<std::size_t>(d)];
         const std::int64_t mine = shard(params, group);
         if (offload) {
             // The fp32 shard is the master copy: the optimizer adds only its own state.
@@ -348,26 +391,25 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 g.add_alloc(buf, Stream::compute, b.index, mb);
                 grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)] = buf;
             };
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd));
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, nullptr, false, std::nullopt, tp_collectives(d)));
     }
 
     // Comm-stream programs, step by step for every rank at once (all ranks run the same program,
     // so every communicator sees its collectives in one order).
     auto collective = [&](CollectiveKind kind, const std::vector<std::vector<int>>& groups, Bytes bytes, Phase phase,
                           int layer, int mb) {
-        std::vector<OpId> by_replica(static_cast<std::size_t>(dp));
+        std::vector<OpId> by_slot(static_cast<std::size_t>(ns));
         for (const auto& members : groups) {
             const auto ops = add_replica_collective(g, layout, kind, members, bytes, Stream::comm, phase, layer, mb);
-            for (std::size_t i = 0; i < members.size(); ++i)
-                by_replica[static_cast<std::size_t>(std::find(replicas.begin(), replicas.end(), members[i]) - replicas.begin())] = ops[i];
+            for (std::size_t i = 0; i < members.size(); ++i) by_slot[static_cast<std::size_t>(slot_of[static_cast<std::size_t>(members[i])])] = ops[i];
         }
-        return by_replica;
+        return by_slot;
     };
-    std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(dp), std::vector<std::int32_t>(blocks.size(), -1));
+    std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(ns), std::vector<std::int32_t>(blocks.size(), -1));
     auto gather = [&](const Block& b, int mb, Phase phase, const std::vector<std::vector<OpId>>& consumers) {
-        std::vector<OpId> ready(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+        std::vector<OpId> ready(static_cast<std::size_t>(ns), OpGraph::kNoOp);
         for (int d = 0; d < emit; ++d) {
-            const int r = replicas[static_cast<std::size_t>(d)];
+            const int r = slots[static_cast<std::size_t>(d)];
             const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * sb.params), BufferLabel::staging);
             const OpId a = g.add_alloc(buf, Stream::comm, b.index, mb);
             gathered[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] = buf;
@@ -402,8 +444,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             g.depend(after[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], f);
         }
     };
-    std::vector<OpId> last_comm(static_cast<std::size_t>(dp), OpGraph::kNoOp), last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp),
-        out_prev(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+    std::vector<OpId> last_comm(static_cast<std::size_t>(ns), OpGraph::kNoOp), last_out(static_cast<std::size_t>(ns), OpGraph::kNoOp),
+        out_prev(static_cast<std::size_t>(ns), OpGraph::kNoOp);
     // Gradients of a unit after its backward: reduce-scatter in the shard group, then (hybrid)
     // all-reduce of the shard across groups; NO_SHARD all-reduces the whole unit (last micro-batch).
     auto reduce = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& bwd) {
@@ -428,7 +470,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         const detail::GradientOffload how{sb.grads, 4, Tier::host, layout.dtype};
         for (int d = 0; d < emit; ++d) {
             const OpId ready = ops.empty() ? bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] : ops[static_cast<std::size_t>(d)];
-            const detail::OffloadedPartition o = detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)],
+            const detail::OffloadedPartition o = detail::offload_gradient(g, slots[static_cast<std::size_t>(d)],
                                                                           shard(b.params, group), how, mb, mbs, Stream::comm, ready,
                                                                           OpGraph::kNoOp, out_prev[static_cast<std::size_t>(d)], b.index);
             if (group == 1) {
@@ -440,8 +482,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         }
     };
 
-    std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(dp)), bwd(static_cast<std::size_t>(dp)),
-        bwd_first(static_cast<std::size_t>(dp));
+    std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(ns)), bwd(static_cast<std::size_t>(ns)),
+        bwd_first(static_cast<std::size_t>(ns));
     for (int mb = 0; mb < mbs; ++mb) {
         for (int d = 0; d < emit; ++d) {
             fwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].fwd[static_cast<std::size_t>(mb)];
@@ -472,12 +514,15 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             for (int j = nb - 1; j >= 0; --j) reduce(blocks[static_cast<std::size_t>(j)], mb, bwd);
         }
     }
-    if (offload)
-        add_optimizer_steps(g, layout, StepRunner::torch_cpu, replicas, shard(params, group), layer_params(blocks, group),
-                            group > 1, last_out);
-    else
-        add_optimizer_steps(g, layout, StepRunner::device, replicas, shard(params, group), layer_params(blocks, group),
-                            group > 1, last_comm);
+    const StepRunner runner = offload ? StepRunner::torch_cpu : StepRunner::device;
+    const std::vector<OpId>& after = offload ? last_out : last_comm;
+    if (tp == 1) {
+        add_optimizer_steps(g, layout, runner, slots, shard(params, group), layer_params(blocks, group), group > 1, after);
+    } else {   // every rank steps its shard (no LAMB with tensor parallelism: resolve refuses it)
+        for (int i = 0; i < ns; ++i)
+            add_optimizer_steps(g, layout, runner, {slots[static_cast<std::size_t>(i)]}, shard(params, group), layer_params(blocks, group), false,
+                                {after[static_cast<std::size_t>(i)]});
+    }
     fold_replicas(g, layout);
     return g;
 }

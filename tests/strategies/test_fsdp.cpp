@@ -2,8 +2,12 @@
 // the simulated NIC links, and the plans it refuses.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "dp_fixtures.hpp"
+#include "strategies/data_parallel.hpp"
 
 using namespace smol;
 using namespace smol::strategies;
@@ -102,5 +106,168 @@ TEST_CASE("impossible FSDP plans say why", "[strategies][fsdp][plan]") {
     }
     SECTION("an unknown sharding mode") {
         CHECK_THROWS_WITH(parse_fsdp_sharding("fulll"), Catch::Contains("did you mean 'full'"));
+    }
+}
+
+namespace {
+
+/// A rank's collectives split by communicator: its tensor-parallel group (the replica's tp ranks)
+/// and the rest (FSDP's groups of its tensor rank), counted by kind, with the bytes it sends.
+struct RankCollectives {
+    std::map<CollectiveKind, int> tp, dp;
+    double dp_bytes_sent = 0;
+    bool dp_groups_one_tensor_rank = true;   // every FSDP member holds the same tensor slice
+};
+
+RankCollectives rank_collectives(const OpGraph& g, const Layout& l, int t, int d) {
+    const int rank = l.rank(t, d, 0);
+    std::vector<int> tp_group;
+    for (int k = 0; k < l.tp; ++k) tp_group.push_back(l.rank(k, d, 0));
+    RankCollectives out;
+    for (const Op& op : g.ops()) {
+        if (op.kind != OpKind::collective || op.rank != rank) continue;
+        const Collective& c = g.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = g.communicators()[static_cast<std::size_t>(c.communicator)];
+        if (members == tp_group) {
+            ++out.tp[c.kind];
+            continue;
+        }
+        ++out.dp[c.kind];
+        const double n = static_cast<double>(members.size());
+        out.dp_bytes_sent += (n - 1) / n * static_cast<double>(c.bytes);
+        for (int m : members) out.dp_groups_one_tensor_rank &= m % l.tp == t;
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP + TP: Megatron's collectives in each replica, FSDP's 3Ψ/tp over each tensor rank's replicas",
+          "[strategies][fsdp]") {
+    // GPT-2 medium (24 layers) with tp 2 on one DGX A100: 4 replicas of 2 tensor ranks.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.tp = 2;
+    const bool sp = GENERATE(false, true);
+    p.sequence_parallel = sp;
+    const Built b = build(m, c, p);
+    REQUIRE(b.layout.dp == 4);
+    REQUIRE_FALSE(b.layout.folded);
+    // Per pass, Megatron's f/g pairs: the embedding's all-reduce, two per layer (after attention
+    // and after the MLP), the head's one: 1 + 2 × 24 + 1 = 50; forward and backward: 100
+    // all-reduces, or with sequence parallelism 100 all-gather + reduce-scatter pairs.
+    // FSDP: a gather before each of the 26 blocks' forward and backward, a reduce-scatter after
+    // each backward, over the 4 replicas' ranks of the same tensor rank.
+    const std::int64_t psi_tp = strategies::detail::total_params(strategies::detail::replica_blocks(m, b.layout, p));
+    // Column- and row-parallel weights halve; the norms, row-parallel biases and position table
+    // stay whole on both tensor ranks: a little more than half of GPT-2 medium's parameters.
+    CHECK(static_cast<double>(psi_tp) / static_cast<double>(m.parameters()) == Approx(0.5).margin(0.03));
+    for (const auto& [t, d] : {std::pair{0, 0}, std::pair{1, 3}}) {
+        RankCollectives r = rank_collectives(b.graph, b.layout, t, d);
+        INFO("sp " << sp << ", tensor rank " << t << " of replica " << d);
+        if (sp) {
+            CHECK(r.tp[CollectiveKind::all_gather] == 100);
+            CHECK(r.tp[CollectiveKind::reduce_scatter] == 100);
+            CHECK(r.tp.count(CollectiveKind::all_reduce) == 0);
+        } else {
+            CHECK(r.tp[CollectiveKind::all_reduce] == 100);
+            CHECK(r.tp.size() == 1);
+        }
+        CHECK(r.dp[CollectiveKind::all_gather] == 2 * 26);
+        CHECK(r.dp[CollectiveKind::reduce_scatter] == 26);
+        CHECK(r.dp.size() == 2);
+        CHECK(r.dp_groups_one_tensor_rank);
+        // Two gathers and a reduce-scatter of the slice's 16-bit values: 3 × Ψ_tp × 2 bytes × 3/4.
+        CHECK(r.dp_bytes_sent == Approx(3.0 * static_cast<double>(psi_tp) * 2 * 3 / 4).epsilon(1e-9));
+    }
+}
+
+TEST_CASE("FSDP + TP with full recompute redoes each layer's forward collectives", "[strategies][fsdp]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.tp = 4;
+    p.recompute = Recompute::full;
+    const Built b = build(m, c, p);
+    // 100 as without recompute, and the 24 layers' two again: 148.
+    CHECK(rank_collectives(b.graph, b.layout, 2, 1).tp[CollectiveKind::all_reduce] == 148);
+}
+
+TEST_CASE("FSDP + TP keeps 16·Ψ/(tp·dp) model-state bytes per device", "[strategies][fsdp]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.tp = 4;
+    const test::DpRun r = test::dp_run(m, c, p);
+    REQUIRE(r.built.layout.dp == 4);
+    // bf16 mixed precision: 2-byte parameters and gradients, 12 bytes of fp32 Adam state (master
+    // weights and two moments) per parameter of the rank's quarter of its tensor slice.
+    const double psi_tp = static_cast<double>(strategies::detail::total_params(strategies::detail::replica_blocks(m, r.built.layout, p)));
+    for (int rank : {0, 13}) {
+        const Bytes states = test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates);
+        CHECK(states.as_double() == Approx(16.0 * psi_tp / 4).epsilon(0.001));
+        CHECK(states.as_double() == Approx(16.0 * static_cast<double>(m.parameters()) / 16).epsilon(0.05));
+    }
+    CHECK(r.summary.fits());
+}
+
+TEST_CASE("FSDP + TP hybrid shards within a node's replicas", "[strategies][fsdp]") {
+    // 2 DGX A100 nodes, tp 2: 8 replicas, 4 per node. Hybrid sharding's default group is a node's
+    // replicas: each slice is sharded 4 ways and all-reduced across the 2 nodes.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = FsdpSharding::hybrid;
+    p.tp = 2;
+    const Built b = build(m, c, p);
+    CHECK(b.layout.shard_group == 4);
+    RankCollectives r = rank_collectives(b.graph, b.layout, 1, 5);
+    CHECK(r.dp[CollectiveKind::all_gather] == 2 * 26);
+    CHECK(r.dp[CollectiveKind::reduce_scatter] == 26);
+    CHECK(r.dp[CollectiveKind::all_reduce] == 26);
+    CHECK(r.dp_groups_one_tensor_rank);
+}
+
+TEST_CASE("impossible FSDP + TP plans say why", "[strategies][fsdp][plan]") {
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.tp = 2;
+    SECTION("with pipeline stages") {
+        p.pp = 2;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                          Catch::Contains("with pipeline parallelism is not supported"));
+    }
+    SECTION("with context parallelism") {
+        p.cp = 2;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                          Catch::Contains("fsdp is not modelled with context parallelism"));
+    }
+    SECTION("a mixture of experts") {
+        // 4 layers of hidden 512, 8 experts of width 1024, 2 per token (test_moe.cpp's small MoE).
+        static Json doc = parse_json_text(R"({"kind": "transformer", "name": "moe-small", "layers": 4, "hidden": 512,
+            "heads": 8, "ffn_hidden": 2048, "vocab": 4096, "seq": 256, "gated_mlp": true, "biases": false,
+            "norm": "rmsnorm", "positions": "rope", "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 1024}})",
+                                          "moe-small.json");
+        p.sequence_parallel = true;   // Megatron's MoE with tp needs it; FSDP does not get that far
+        CHECK_THROWS_WITH(build(model_from_json(JsonView(doc, "moe-small.json"), "moe-small"), topo::cluster_preset("dgx-h100"), p),
+                          Catch::Contains("fsdp with tensor parallelism is modelled for dense models"));
+    }
+    SECTION("a hybrid group that cannot be a node's replicas") {
+        // tp 3 does not divide a DGX A100's 8 GPUs: a node holds no whole number of replicas.
+        p.tp = 3;
+        p.fsdp_sharding = FsdpSharding::hybrid;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100").with_nodes(3), p),
+                          Catch::Contains("tp 3 does not divide the 8 devices of a node; give --fsdp-group"));
+    }
+    SECTION("a hybrid group not dividing the replicas") {
+        p.fsdp_sharding = FsdpSharding::hybrid;
+        p.fsdp_group = 3;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100").with_nodes(2), p),
+                          Catch::Contains("hybrid shard group of 3 replicas does not divide the 8 data-parallel replicas"));
     }
 }
