@@ -299,7 +299,7 @@ namespace {
 const std::vector<std::string> kGapOrder{
     "FP8",
     "MoE",
-    "FSDP/ZeRO-3 with tensor or pipeline parallelism",
+    "FSDP/ZeRO-3 with pipeline parallelism",
     "hardware not described",
     "unknown parallel layout",
     "unknown model shape",
@@ -672,8 +672,8 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
 }
 
 Mapping map_opt(const Row& row, const std::string&) {
-    return gaps_only(row, {{"FSDP/ZeRO-3 with tensor or pipeline parallelism", text_of(member_or_null(row.data, "par"), "shard")},
-                           {"hardware not described", "992 A100-80GB; the interconnect is not stated in §2.4"},
+    // FSDP with Megatron's tensor parallelism is modelled (--strategy fsdp --tp); the run is not.
+    return gaps_only(row, {{"hardware not described", "992 A100-80GB; the interconnect is not stated in §2.4"},
                            {"unknown batch", "gbs_tokens " + text_of(row.data, "gbs_tokens")}});
 }
 
@@ -854,9 +854,10 @@ Mapping map_torchtitan(const Row& row, const std::string&) {
     else
         own.push_back({"hardware not described", type + ": the network between the nodes is not stated"});
     const Json& par = member_or_null(d, "par");
-    if (contains(text_of(par, "shard"), "fsdp") && (integer_of(par, "tp").value_or(1) > 1 || integer_of(par, "pp").value_or(1) > 1))
-        own.push_back({"FSDP/ZeRO-3 with tensor or pipeline parallelism",
-                       text_of(par, "shard") + ", tp " + text_of(par, "tp") + (par.contains("pp") ? ", pp " + text_of(par, "pp") : "")});
+    // FSDP with tensor parallelism is modelled (--strategy fsdp --tp); with pipeline stages it is not.
+    if (contains(text_of(par, "shard"), "fsdp") && integer_of(par, "pp").value_or(1) > 1)
+        own.push_back({"FSDP/ZeRO-3 with pipeline parallelism",
+                       text_of(par, "shard") + ", tp " + text_of(par, "tp") + ", pp " + text_of(par, "pp")});
     return gaps_only(row, own);
 }
 
