@@ -83,18 +83,20 @@ std::vector<OpId> add_replica_collective(OpGraph& g, const Layout& layout, Colle
     if (!layout.folded) return g.add_collective(kind, members, bytes, stream, phase, layer, microbatch, index);
     const std::int32_t c = g.declare_collective(kind, members, bytes);
     std::vector<OpId> ops(members.size(), OpGraph::kNoOp);
-    // The data-parallel builders' collectives: no tensor or pipeline parallelism, replica d is rank d.
+    // The data-parallel builders' collectives: no pipeline, replica d is ranks d·tp … d·tp + tp − 1
+    // (tp > 1: FSDP + TP); the kept replicas' ranks join.
     for (std::size_t i = 0; i < members.size(); ++i)
-        if (layout.fold_width > 1 ? members[i] < layout.fold_width : members[i] == layout.rank(0, 0, 0))
+        if (members[i] / layout.tp < layout.fold_width)
             ops[i] = g.add_collective_op(c, members[i], stream, phase, layer, microbatch, index);
     return ops;
 }
 
 void fold_replicas(OpGraph& g, const Layout& layout) {
-    if (!layout.folded || layout.tp > 1 || layout.pp > 1) return;
-    // Replica d (rank d) mirrors replica d mod fold_width.
+    if (!layout.folded || layout.pp > 1) return;
+    // Replica d (ranks d·tp … d·tp + tp − 1) mirrors replica d mod fold_width, rank for rank.
+    const int kept = layout.fold_width * layout.tp;
     std::vector<int> rep(static_cast<std::size_t>(layout.devices));
-    for (int r = 0; r < layout.devices; ++r) rep[static_cast<std::size_t>(r)] = r % layout.fold_width;
+    for (int r = 0; r < layout.devices; ++r) rep[static_cast<std::size_t>(r)] = r % kept;
     g.set_representatives(std::move(rep));
 }
 

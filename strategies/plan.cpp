@@ -835,7 +835,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const int shared = per_node % width == 0 && cluster.num_devices() % per_node == 0 && l.dp % (per_node / width) == 0
                            ? per_node / width
                            : 0;
-    // FSDP with tensor parallelism is not folded: its builder emits every rank.
+    // FSDP with tensor parallelism folds as data parallelism does (below), not as the model-parallel builder.
     const bool model_parallel = (l.tp > 1 || l.pp > 1 || l.cp > 1) && (width % per_node == 0 || shared > 0 || plan.fold_unshared) &&
                                 l.ep == 1 && !moe && !fsdp_with_tp(plan, l);
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
@@ -850,13 +850,20 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
+    // FSDP with tensor parallelism: a replica is tp consecutive ranks, and replicas meet only in
+    // FSDP's collectives, over every replica of a tensor rank. Where nodes hold whole replicas,
+    // the first node's are kept whole (their tensor-parallel collectives share its links) and
+    // every other node mirrors them — not with hybrid sharding, as above.
+    const bool fsdp_tp = fsdp_with_tp(plan, l) && plan.fsdp_sharding != FsdpSharding::hybrid && per_node % l.tp == 0 &&
+                         cluster.num_devices() % per_node == 0 && l.dp % (per_node / l.tp) == 0;
     // A slow device or jitter (--slow, --jitter) makes replicas differ: not mirrors either.
     const bool alike = cluster.groups.size() == 1 && cluster.uniform_speed();
     l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;
-    l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel)) || l.folded_tp;
+    l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel || fsdp_tp)) || l.folded_tp;
     l.fold_width = !l.folded                                                    ? 1
                    : offloaded && data_parallel                                 ? per_node
                    : model_parallel && !l.folded_tp && !plan.fold_unshared && shared > 1 ? shared
+                   : fsdp_tp                                                    ? per_node / l.tp
                                                                                 : 1;
     if (l.folded && !l.folded_tp && l.fold_width >= l.dp) {   // one node's replicas: nothing mirrors them
         l.folded = false;

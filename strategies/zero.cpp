@@ -309,7 +309,6 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // slice over the replicas' ranks of the same tensor rank. Slot d·tp + t is replica d's tensor
     // rank t (slots[] its rank); without tensor parallelism a slot is a replica.
     const int tp = layout.tp, dp = layout.dp;
-    if (tp > 1 && layout.folded) throw Error(ErrorKind::internal, "FSDP with tensor parallelism folded");
     std::vector<int> slots;
     for (int d = 0; d < dp; ++d)
         for (int t = 0; t < tp; ++t) slots.push_back(layout.rank(t, d, 0));
@@ -519,7 +518,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     if (tp == 1) {
         add_optimizer_steps(g, layout, runner, slots, shard(params, group), layer_params(blocks, group), group > 1, after);
     } else {   // every rank steps its shard (no LAMB with tensor parallelism: resolve refuses it)
-        for (int i = 0; i < ns; ++i)
+        for (int i = 0; i < emit; ++i)
             add_optimizer_steps(g, layout, runner, {slots[static_cast<std::size_t>(i)]}, shard(params, group), layer_params(blocks, group), false,
                                 {after[static_cast<std::size_t>(i)]});
     }

@@ -162,6 +162,29 @@ TEST_CASE("with the analytic network, replicas sharing nodes and tensor ranks fo
     }
 }
 
+TEST_CASE("FSDP + TP folds a node's replicas to the same step as the full expansion", "[strategies][folding]") {
+    // 4 DGX A100 nodes: tp 2 keeps a node's 4 replicas (dp 16), tp 4 with sp its 2 (dp 8, full
+    // recompute), tp 8 its one (dp 4).
+    const auto [tp, sp, recompute] = GENERATE(std::make_tuple(2, false, Recompute::none), std::make_tuple(4, true, Recompute::full),
+                                              std::make_tuple(8, false, Recompute::selective));
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.tp = tp;
+    p.sequence_parallel = sp;
+    p.recompute = recompute;
+    p.global_batch = 2 * (32 / tp);
+    const tools::Simulation folded = run("gpt2-medium", c, p, true), full = run("gpt2-medium", c, p, false);
+    INFO("tp " << tp);
+    REQUIRE(folded.built.layout.folded);
+    CHECK(folded.built.layout.fold_width == 8 / tp);
+    CHECK_FALSE(full.built.graph.folded());
+    // One node of four emitted.
+    CHECK(folded.built.graph.size() * 4 < full.built.graph.size() + 1000);
+    CHECK(folded.summary.iteration == full.summary.iteration);
+    same_ranks(folded, full, 1e-9);
+}
+
 TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
     const Model m = model_preset("gpt2-medium");
     Plan p;
@@ -207,6 +230,17 @@ TEST_CASE("folding applies only where it is exact", "[strategies][folding]") {
         CHECK(whole.fold_width == 8);
         CHECK_FALSE(resolve(m, two.first_devices(12), p).folded);
         CHECK_FALSE(resolve(m, two.first_devices(8), p).folded);   // one node: nothing to fold
+    }
+    SECTION("FSDP + TP: whole replicas per node fold, hybrid sharding does not") {
+        p.pp = 1;
+        p.tp = 2;
+        p.strategy = DataParallel::fsdp;
+        const Layout l = resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p);   // dp 8
+        CHECK(l.folded);
+        CHECK(l.fold_width == 4);
+        CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100"), p).folded);   // one node: nothing mirrors it
+        p.fsdp_sharding = FsdpSharding::hybrid;
+        CHECK_FALSE(resolve(m, topo::cluster_preset("dgx-a100").with_nodes(2), p).folded);
     }
     SECTION("tensor groups of a whole node") {
         p.tp = 8;
