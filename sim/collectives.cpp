@@ -79,8 +79,10 @@ std::string with_article(const char* kind) {
 
 int ceil_log2(std::size_t p) { return p <= 1 ? 0 : static_cast<int>(std::bit_width(p - 1)); }
 
-/// Members grouped by node, in member order; empty when the grouping is not uniform.
-std::vector<std::vector<int>> by_node(const std::vector<int>& members, const std::function<int(int)>& node_of) {
+/// Members grouped by node, in member order; with `equal`, empty when the nodes hold different
+/// numbers of them (the hierarchical algorithm needs one rank per node for each local index).
+std::vector<std::vector<int>> by_node(const std::vector<int>& members, const std::function<int(int)>& node_of,
+                                      bool equal = true) {
     std::map<int, std::vector<int>> groups;
     std::vector<int> order;
     for (int r : members) {
@@ -90,8 +92,9 @@ std::vector<std::vector<int>> by_node(const std::vector<int>& members, const std
     }
     std::vector<std::vector<int>> out;
     for (int n : order) out.push_back(std::move(groups[n]));
-    for (const auto& g : out)
-        if (g.size() != out[0].size()) return {};
+    if (equal)
+        for (const auto& g : out)
+            if (g.size() != out[0].size()) return {};
     return out;
 }
 
@@ -275,16 +278,20 @@ nccl::Communicator nccl_communicator(const std::vector<int>& members, const Coll
         nic = std::min(nic, g.nic_link.bandwidth.to_gb_per_s());
         vendor = g.cpu_vendor;
     }
-    // NICs serving the communicator's GPUs on the first node (the layout is the same on each).
-    std::vector<int> nics;
-    for (int r : members)
-        if (ctx.node_of(r) == nodes.front() && std::find(nics.begin(), nics.end(), ctx.nic_of(r)) == nics.end())
-            nics.push_back(ctx.nic_of(r));
+    // NICs serving the communicator's GPUs on a node: the fewest of any node (NCCL's channel
+    // count is the minimum over the ranks' ring graphs, src/init.cc).
+    std::size_t nics = std::numeric_limits<std::size_t>::max();
+    for (const std::vector<int>& node : by_node(members, ctx.node_of, false)) {
+        std::vector<int> here;
+        for (int r : node)
+            if (std::find(here.begin(), here.end(), ctx.nic_of(r)) == here.end()) here.push_back(ctx.nic_of(r));
+        nics = std::min(nics, here.size());
+    }
     const nccl::CpuVendor cpu = vendor == topo::CpuVendor::amd     ? nccl::CpuVendor::amd
                                 : vendor == topo::CpuVendor::intel ? nccl::CpuVendor::intel
                                                                    : nccl::CpuVendor::other;
     return nccl::make_communicator(static_cast<int>(members.size()), static_cast<int>(nodes.size()), cc, nvlink,
-                                   nvswitch, cpu, gpu_link, nic, static_cast<int>(nics.size()));
+                                   nvswitch, cpu, gpu_link, nic, static_cast<int>(nics));
 }
 
 bool applicable(CollectiveAlgo algo, CollectiveKind kind, const std::vector<int>& members, const CollectiveContext& ctx) {
@@ -363,9 +370,10 @@ CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& member
                 CollectivePhase ph = ring_phase(kind, members, s);   // for its steps and bytes per edge
                 const Bytes per_edge = ph.flows.empty() ? Bytes(0) : ph.flows.front().bytes;
                 ph.flows.clear();
-                std::vector<std::vector<int>> nodes = by_node(members, node_of);
-                if (nodes.empty()) nodes = {members};   // uneven nodes: one flat ring
-                rail_ring_flows(ph, nodes, per_edge, ctx);
+                // NCCL builds each node's rings from its own GPUs and NICs, whatever the others
+                // hold, with the channel count all ranks agree on (the fewest: init.cc takes the
+                // minimum of every rank's graph): nodes of unequal size keep their rails.
+                rail_ring_flows(ph, by_node(members, node_of, false), per_edge, ctx);
                 out.phases.push_back(std::move(ph));
             } else {
                 out.phases.push_back(ring_phase(kind, members, s));
@@ -374,9 +382,7 @@ CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& member
         case CollectiveAlgo::tree: {
             CollectivePhase ph;
             if (ctx.gpu) {
-                std::vector<std::vector<int>> nodes = by_node(members, node_of);
-                if (nodes.empty()) nodes = {members};
-                nccl_tree_flows(ph, nodes, s);
+                nccl_tree_flows(ph, by_node(members, node_of, false), s);   // a chain per node, whatever its size
                 ph.steps = 2 * ceil_log2(p + 1);
             } else if (kind == CollectiveKind::all_reduce) {
                 // Double binary tree (NCCL 2.4): two trees, each reducing up and broadcasting down

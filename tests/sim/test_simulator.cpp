@@ -412,3 +412,22 @@ TEST_CASE("a stream served in arrival order runs its ops as they become ready, o
         CHECK_THROWS_WITH(h.serve_in_arrival_order(0, Stream::compute), Catch::Contains("already has ops"));
     }
 }
+
+TEST_CASE("a ring over nodes of unequal size keeps the smaller node's rails", "[sim][collectives]") {
+    // Twelve GPUs of two DGX A100 nodes: eight on one, four on the other. NCCL builds each node's
+    // rings from its own GPUs and NICs and all ranks keep the fewest channels (src/init.cc takes
+    // the minimum of the ranks' ring graphs): the rings cross between the nodes on the four-GPU
+    // node's 4 HDR NICs, 25 GB/s each, which set the time (2 nodes: NCCL's bus cap is the
+    // intra-node channels', 192 GB/s, tuning.cc). A single ring through one port per node
+    // boundary (the flat ring this replaced) could not pass 25 GB/s.
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2).first_devices(12);
+    const Bytes S = Bytes::gib(1);
+    const double moved = 2.0 * 11 / 12 * S.as_double();
+    const Time ring = one_collective(c, CollectiveKind::all_reduce, S, CollectiveAlgo::ring);
+    INFO("ring " << to_string(ring));
+    CHECK(ring.to_seconds() == Approx(moved / (4 * 25e9)).epsilon(0.02));
+    CHECK(ring.to_seconds() < moved / 25e9 / 3);
+    // NCCL's tree likewise chains each node's GPUs, whatever their number.
+    const Time tree = one_collective(c, CollectiveKind::all_reduce, S, CollectiveAlgo::tree);
+    CHECK(tree.to_seconds() < moved / 25e9 / 2);
+}
