@@ -132,7 +132,12 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             if (l.pp > 1)
                 fail_input(std::string(to_string(plan.strategy)) +
                                " with pipeline parallelism is not supported: parameters would be gathered once per "
-                               "micro-batch per stage; use zero1 (Megatron's distributed optimizer) or ddp",
+                               "micro-batch per stage; use zero1 (Megatron's distributed optimizer) or ddp" +
+                               (plan.strategy == DataParallel::fsdp
+                                    ? std::string(" (torchtitan's FSDP under pipeline stages keeps each stage's parameters "
+                                                  "gathered from the first forward to the last backward and reduce-scatters "
+                                                  "once: the traffic and memory of zero1)")
+                                    : std::string()),
                            strategy_flag);
             [[fallthrough]];
         default:
