@@ -152,6 +152,20 @@ void tree_edges(const std::vector<int>& order, Bytes s, bool up, bool down, Coll
 
 namespace {
 
+/// One rank per distinct NIC among `node`'s, in member order: the GPUs NCCL's channels leave
+/// the node from (one NIC per channel, spread over the NICs).
+std::vector<int> rail_ranks(const std::vector<int>& node, const CollectiveContext& ctx) {
+    std::vector<int> out, seen;
+    for (int r : node) {
+        const int nic = ctx.nic_of(r);
+        if (std::find(seen.begin(), seen.end(), nic) == seen.end()) {
+            seen.push_back(nic);
+            out.push_back(r);
+        }
+    }
+    return out;
+}
+
 /// A node-aware ring for NCCL: the members node by node; inside a node consecutive GPUs pass
 /// the ring's bytes over NVLink/PCIe, and between nodes the ring leaves on every rail the
 /// node's members reach the network by — NCCL's channels each take one NIC, and with PXN a GPU
@@ -168,42 +182,50 @@ void rail_ring_flows(CollectivePhase& ph, const std::vector<std::vector<int>>& n
             continue;
         }
         // One GPU per distinct NIC on each side, paired in order (rail k to rail k).
-        auto rails = [&](const std::vector<int>& node) {
-            std::vector<int> out, seen;
-            for (int r : node) {
-                const int nic = ctx.nic_of(r);
-                if (std::find(seen.begin(), seen.end(), nic) == seen.end()) {
-                    seen.push_back(nic);
-                    out.push_back(r);
-                }
-            }
-            return out;
-        };
-        const std::vector<int> from = rails(here), to = rails(next);
+        const std::vector<int> from = rail_ranks(here, ctx), to = rail_ranks(next, ctx);
         const std::size_t k = std::min(from.size(), to.size());
         for (std::size_t j = 0; j < k; ++j)
             ph.flows.push_back({from[j], to[j], per_edge * (1.0 / static_cast<double>(k))});
     }
 }
 
-/// NCCL's tree all-reduce: a chain through each node's GPUs (reduce up, broadcast down), and
-/// a double binary tree across nodes between the chains' heads, each tree carrying half the
-/// buffer (src/graph/trees.cc; the second tree starts from another GPU of the node, so the two
-/// use different NICs).
-void nccl_tree_flows(CollectivePhase& ph, const std::vector<std::vector<int>>& nodes, Bytes s) {
-    for (const auto& node : nodes)
-        for (std::size_t i = 0; i + 1 < node.size(); ++i) {
-            ph.flows.push_back({node[i + 1], node[i], s});
-            ph.flows.push_back({node[i], node[i + 1], s});
+/// NCCL's tree all-reduce: within a node a chain through its GPUs (reduce up, broadcast down),
+/// across nodes a double binary tree between the chains' heads, the two trees each carrying half
+/// (src/graph/trees.cc; the second is the first shifted by one node, so most nodes are a leaf in
+/// one and inner in the other). Every channel is such a tree pair, headed on its node by the GPU
+/// of the channel's NIC (src/graph/connect.cc connectTrees), and NCCL spreads the channels over
+/// the NICs as it does a ring's: each rail carries 1/k of the buffer, k the NICs of the node with
+/// the fewest — not two NICs per node for the whole buffer.
+void nccl_tree_flows(CollectivePhase& ph, const std::vector<std::vector<int>>& nodes, Bytes s, const CollectiveContext& ctx) {
+    auto chain = [&ph](const std::vector<int>& order, Bytes b) {
+        for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+            ph.flows.push_back({order[i + 1], order[i], b});
+            ph.flows.push_back({order[i], order[i + 1], b});
         }
-    if (nodes.size() < 2) return;
-    for (int t = 0; t < 2; ++t) {
-        std::vector<int> heads;
-        for (std::size_t n = 0; n < nodes.size(); ++n) {
-            const auto& node = nodes[(n + static_cast<std::size_t>(t)) % nodes.size()];
-            heads.push_back(node[static_cast<std::size_t>(t) % node.size()]);
+    };
+    if (nodes.size() < 2) {
+        for (const auto& node : nodes) chain(node, s);
+        return;
+    }
+    std::vector<std::vector<int>> rails;
+    std::size_t k = std::numeric_limits<std::size_t>::max();
+    for (const auto& node : nodes) {
+        rails.push_back(rail_ranks(node, ctx));
+        k = std::min(k, rails.back().size());
+    }
+    const Bytes share = s * (1.0 / static_cast<double>(k));
+    for (std::size_t j = 0; j < k; ++j) {
+        for (std::size_t n = 0; n < nodes.size(); ++n) {   // the chain from rail j's GPU through the node's others
+            std::vector<int> order{rails[n][j]};
+            for (int r : nodes[n])
+                if (r != rails[n][j]) order.push_back(r);
+            chain(order, share);
         }
-        tree_edges(heads, s * 0.5, true, true, ph);
+        for (std::size_t t = 0; t < 2; ++t) {
+            std::vector<int> heads;
+            for (std::size_t n = 0; n < nodes.size(); ++n) heads.push_back(rails[(n + t) % nodes.size()][j]);
+            tree_edges(heads, share * 0.5, true, true, ph);
+        }
     }
 }
 
@@ -382,7 +404,7 @@ CollectiveSchedule decompose(CollectiveKind kind, const std::vector<int>& member
         case CollectiveAlgo::tree: {
             CollectivePhase ph;
             if (ctx.gpu) {
-                nccl_tree_flows(ph, by_node(members, node_of, false), s);   // a chain per node, whatever its size
+                nccl_tree_flows(ph, by_node(members, node_of, false), s, ctx);   // a chain per node, whatever its size
                 ph.steps = 2 * ceil_log2(p + 1);
             } else if (kind == CollectiveKind::all_reduce) {
                 // Double binary tree (NCCL 2.4): two trees, each reducing up and broadcasting down

@@ -2,6 +2,8 @@
 // and a prediction from it is the one the routes give flow by flow.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include "sim/collectives.hpp"
 #include "sim_fixtures.hpp"
 #include "topologies/topology.hpp"
@@ -111,4 +113,30 @@ TEST_CASE("predictions from cached routes equal those found flow by flow", "[sim
         CHECK(a.protocol == b.protocol);
         CHECK(predict(a, plain.routes) == predict(b, cached.routes));
     }
+}
+
+TEST_CASE("NCCL's tree all-reduce leaves every node on all of its rails", "[sim][collectives]") {
+    // Four DGX A100 nodes: NCCL's channels spread over the 8 NICs (src/graph/connect.cc
+    // connectTrees heads each channel's chain on the GPU of its NIC), so every GPU sends to other
+    // nodes and the inter-node bytes split 8 ways: each rail's pair of binary trees over the 4
+    // nodes carries 1/8 of the buffer, half on each tree.
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
+    const topo::Topology t(c);
+    const CollectiveContext ctx = context(c, t, nullptr);
+    std::vector<int> members(32);
+    for (int r = 0; r < 32; ++r) members[static_cast<std::size_t>(r)] = r;
+    const Bytes S = Bytes::mib(64);
+    const CollectiveSchedule s = decompose(CollectiveKind::all_reduce, members, S, -1, CollectiveAlgo::tree, ctx);
+    REQUIRE(s.phases.size() == 1);
+    std::set<int> senders;
+    double inter = 0;
+    for (const FlowSpec& f : s.phases.front().flows) {
+        if (c.device(f.src).node == c.device(f.dst).node) continue;
+        senders.insert(f.src);
+        CHECK(f.bytes.as_double() == Approx(S.as_double() / 16));
+        inter += f.bytes.as_double();
+    }
+    CHECK(senders.size() == 32);
+    // Per rail, two trees of 3 edges each, every edge up and down: 12 flows of S/16.
+    CHECK(inter == Approx(8 * 12 * S.as_double() / 16));
 }
