@@ -307,7 +307,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // With tensor parallelism (FSDP + TP, torchtitan's 2-D mesh) every replica is tp ranks, each
     // holding a tensor slice of every block (the blocks above are one rank's); FSDP shards each
     // slice over the replicas' ranks of the same tensor rank. Slot d·tp + t is replica d's tensor
-    // rank t (slots[] its rank); without tensor parallelism a slot is a replica.
+    // rank t (slots[] its rank); without tensor parallelism a slot is a replica. The loops below
+    // run their index d over the emitted slots (a folded layout's kept replicas' ranks).
     const int tp = layout.tp, dp = layout.dp;
     std::vector<int> slots;
     for (int d = 0; d < dp; ++d)
