@@ -7,7 +7,6 @@
 #include <limits>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/error.hpp"
 
@@ -276,15 +275,12 @@ Protocol from_nccl(nccl::Proto p) {
 }  // namespace
 
 nccl::Communicator nccl_communicator(const std::vector<int>& members, const CollectiveContext& ctx) {
-    std::vector<int> nodes;
+    const std::vector<std::vector<int>> nodes = by_node(members, ctx.node_of, false);
     double cc = 100;
     bool nvlink = true, nvswitch = true;
     double gpu_link = std::numeric_limits<double>::max(), nic = std::numeric_limits<double>::max();
     topo::CpuVendor vendor = topo::CpuVendor::other;
-    std::unordered_set<int> seen;
     for (int r : members) {
-        const int n = ctx.node_of(r);
-        if ((nodes.empty() || nodes.back() != n) && seen.insert(n).second) nodes.push_back(n);
         const topo::NodeGroup& g = ctx.cluster->group_of(r);
         cc = std::min(cc, g.device.compute_capability > 0 ? g.device.compute_capability : 8.0);
         const bool nv = g.intra == topo::IntraKind::nvswitch || g.intra == topo::IntraKind::nvlink;
@@ -303,12 +299,7 @@ nccl::Communicator nccl_communicator(const std::vector<int>& members, const Coll
     // NICs serving the communicator's GPUs on a node: the fewest of any node (NCCL's channel
     // count is the minimum over the ranks' ring graphs, src/init.cc).
     std::size_t nics = std::numeric_limits<std::size_t>::max();
-    for (const std::vector<int>& node : by_node(members, ctx.node_of, false)) {
-        std::vector<int> here;
-        for (int r : node)
-            if (std::find(here.begin(), here.end(), ctx.nic_of(r)) == here.end()) here.push_back(ctx.nic_of(r));
-        nics = std::min(nics, here.size());
-    }
+    for (const std::vector<int>& node : nodes) nics = std::min(nics, rail_ranks(node, ctx).size());
     const nccl::CpuVendor cpu = vendor == topo::CpuVendor::amd     ? nccl::CpuVendor::amd
                                 : vendor == topo::CpuVendor::intel ? nccl::CpuVendor::intel
                                                                    : nccl::CpuVendor::other;
