@@ -299,7 +299,6 @@ namespace {
 const std::vector<std::string> kGapOrder{
     "FP8",
     "MoE",
-    "FSDP/ZeRO-3 with pipeline parallelism",
     "hardware not described",
     "unknown parallel layout",
     "unknown model shape",
@@ -853,11 +852,7 @@ Mapping map_torchtitan(const Row& row, const std::string&) {
         own.push_back({"hardware not described", type + ": no published peak FLOP/s or memory bandwidth for this H100 part"});
     else
         own.push_back({"hardware not described", type + ": the network between the nodes is not stated"});
-    const Json& par = member_or_null(d, "par");
-    // FSDP with tensor parallelism is modelled (--strategy fsdp --tp); with pipeline stages it is not.
-    if (contains(text_of(par, "shard"), "fsdp") && integer_of(par, "pp").value_or(1) > 1)
-        own.push_back({"FSDP/ZeRO-3 with pipeline parallelism",
-                       text_of(par, "shard") + ", tp " + text_of(par, "tp") + ", pp " + text_of(par, "pp")});
+    // FSDP with tensor and pipeline parallelism is modelled (--strategy fsdp --tp --pp).
     return gaps_only(row, own);
 }
 

@@ -118,33 +118,35 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
         case DataParallel::zero1: break;
         case DataParallel::fsdp:
             // FSDP with tensor parallelism (torchtitan's 2-D mesh: FSDP over data-parallel
-            // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp).
-            if (fsdp_with_tp(plan, l)) {
+            // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp);
+            // under pipeline stages (torchtitan's 3-D FSDP + TP + PP) on this builder.
+            if (fsdp_with_tp(plan, l) || l.pp > 1) {
+                const char* what = l.pp > 1 ? "fsdp with pipeline parallelism" : "fsdp with tensor parallelism";
                 for (const Block& b : blocks)
                     if (b.moe)
-                        fail_input("fsdp with tensor parallelism is modelled for dense models; " + model.name() +
-                                       " routes tokens to experts: use ddp or zero1 with --tp",
+                        fail_input(std::string(what) + " is modelled for dense models; " + model.name() +
+                                       " routes tokens to experts: use ddp or zero1 with --tp and --pp",
                                    strategy_flag);
                 break;
             }
             [[fallthrough]];
+        case DataParallel::zero2:
         case DataParallel::zero3:
             if (l.pp > 1)
                 fail_input(std::string(to_string(plan.strategy)) +
-                               " with pipeline parallelism is not supported: parameters would be gathered once per "
-                               "micro-batch per stage; use zero1 (Megatron's distributed optimizer) or ddp" +
-                               (plan.strategy == DataParallel::fsdp
-                                    ? std::string(" (torchtitan's FSDP under pipeline stages keeps each stage's parameters "
-                                                  "gathered from the first forward to the last backward and reduce-scatters "
-                                                  "once: the traffic and memory of zero1)")
-                                    : std::string()),
+                               " with pipeline parallelism is not supported: DeepSpeed's pipeline engine refuses ZeRO "
+                               "stages 2 and 3 (\"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism\", "
+                               "runtime/pipe/engine.py); use zero1 (Megatron's distributed optimizer), ddp, or fsdp "
+                               "(torchtitan's FSDP under pipeline stages)",
                            strategy_flag);
             [[fallthrough]];
         default:
             fail_input(std::string(to_string(plan.strategy)) +
                            " is not modelled with tensor or pipeline parallelism; with --tp or --pp use ddp or zero1 "
                            "(Megatron's distributed optimizer)" +
-                           (plan.strategy == DataParallel::zero3 ? ", or fsdp with --tp (FSDP + TP)" : ""),
+                           (plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3
+                                ? ", or fsdp (torchtitan's FSDP with tensor and pipeline parallelism)"
+                                : ""),
                        strategy_flag);
     }
     int layers = 0;
@@ -191,6 +193,7 @@ public:
         emit_tp_ = l_.folded_tp ? 1 : l_.tp;
         cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
         split_ = plan.schedule == Schedule::zb_h1;
+        fsdp_ = plan.strategy == DataParallel::fsdp;   // under pipeline stages (check_model_parallel)
         schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
                                   plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
         make_chunks();
@@ -207,7 +210,9 @@ public:
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const int r = l_.rank(t, d, s);
-                    const std::int64_t p = device_params(s);
+                    // FSDP keeps only its shard of every state between steps; the unsharded
+                    // parameters and gradients are transient (emit_step, fsdp_reduce).
+                    const std::int64_t p = fsdp_ ? detail::shard(device_params(s), l_.dp_cp()) : device_params(s);
                     const std::int64_t state = optimizer_state_bytes(l_, p).count();
                     const std::int64_t opt =
                         plan_.strategy == DataParallel::zero1
@@ -382,6 +387,7 @@ private:
             return wait_for.empty() ? kNoOp : wait_for[static_cast<std::size_t>(slot(t, d))];
         };
         std::vector<std::vector<OpId>> last(static_cast<std::size_t>(emit_dp_), std::vector<OpId>(static_cast<std::size_t>(l_.tp)));
+        if (fsdp_ && st.pass == Pass::fwd && mb == 0) fsdp_gather(s, c, vs, wait_for);
         for (int g = 0; g < emit_dp_; g += cp) {
             if (st.pass == Pass::fwd)
                 for (int d = g; d < g + cp; ++d)
@@ -416,10 +422,26 @@ private:
                     case Pass::fwd:
                         cast_fp8_weights(blk, g, s, mb, last);
                         run(Phase::fwd, rc.fwd);
+                        // The step's first forward of a unit waits for its all-gather.
+                        if (fsdp_ && mb == 0)
+                            for (int d = g; d < g + cp; ++d)
+                                for (int t = 0; t < emit_tp_; ++t)
+                                    g_.depend(fsdp_ag_[static_cast<std::size_t>(i)][static_cast<std::size_t>(slot(t, d))],
+                                              cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]));
                         collectives(Phase::fwd);
                         break;
                     case Pass::bwd:
                     case Pass::bwd_input: {
+                        // The unit's unsharded gradient, from its first backward to its reduce-scatter.
+                        if (fsdp_ && mb == 0)
+                            for (int d = g; d < g + cp; ++d)
+                                for (int t = 0; t < emit_tp_; ++t) {
+                                    const int r = l_.rank(t, d, s);
+                                    const std::int32_t buf = g_.add_buffer(r, Tier::device, Bytes(unit_params(i, vs) * sb_.grads),
+                                                                           BufferLabel::bucket);
+                                    g_.add_alloc(buf, Stream::compute, i, mb);
+                                    fsdp_grad_[static_cast<std::size_t>(i)][static_cast<std::size_t>(slot(t, d))] = buf;
+                                }
                         if (rc.recompute >= 0) {
                             run(Phase::recompute, rc.recompute);
                             // Full recompute redoes the forward, its collectives included.
@@ -455,10 +477,78 @@ private:
             }
         }
         if (last_of_chunk && st.pass == release) {
-            if (l_.framework.grad_reduce == GradReduce::after_backward)
+            if (fsdp_)
+                fsdp_reduce(s, c, vs);
+            else if (l_.framework.grad_reduce == GradReduce::after_backward)
                 deferred_syncs_.emplace_back(s, vs);   // after the rank's whole backward (emit_pipeline)
             else
                 grad_sync(s, c);
+        }
+    }
+
+    /// Parameters of FSDP unit i (a block) on its rank: the last virtual stage's head also holds
+    /// the copy of a tied table (make_chunks).
+    std::int64_t unit_params(int i, int vs) const {
+        const bool head = vs == schedule_.virtual_stages() - 1 && i == chunks_[static_cast<std::size_t>(vs)].last - 1;
+        return blocks_[static_cast<std::size_t>(i)].params + (head ? tied_params_ : 0);
+    }
+
+    /// FSDP under pipeline stages, as torchtitan runs it (torchtitan/models/llama3/infra/
+    /// parallelize.py apply_fsdp: reshard_after_forward False when pipeline parallelism is on, "to
+    /// avoid per-microbatch all-gathers"; torch/distributed/pipelining/stage.py: every backward
+    /// runs with set_requires_gradient_sync(False) and set_reshard_after_backward(False), and
+    /// perform_reduce_grad, the REDUCE_GRAD action "scheduled after all microbatches W, B
+    /// actions", runs FSDP's post-backward). Each unit (block) of a stage is all-gathered once per
+    /// step, at the stage's first forward — the root's pre-forward makes the all-gather streams
+    /// wait for the current stream, so the first waits for the stage's receive, the others
+    /// follow on the comm stream while earlier units compute — and stays unsharded through every
+    /// micro-batch; its gradient accumulates unsharded; after the stage's last backward every
+    /// unit's gradient is reduce-scattered and the unit resharded.
+    void fsdp_gather(int s, const Chunk& c, int vs, const std::vector<OpId>& wait_for) {
+        for (int t = 0; t < emit_tp_; ++t) {
+            const std::vector<int> group = dp_group(t, s);
+            for (int i = c.first; i < c.last; ++i) {
+                const Bytes bytes(unit_params(i, vs) * sb_.params);
+                const std::int32_t cid = l_.dp_cp() > 1 ? g_.declare_collective(CollectiveKind::all_gather, group, bytes) : -1;
+                for (int d = 0; d < emit_dp_; ++d) {
+                    const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
+                    const std::int32_t buf = g_.add_buffer(r, Tier::device, bytes, BufferLabel::staging);
+                    OpId op = g_.add_alloc(buf, Stream::comm, i, 0);
+                    if (i == c.first && !wait_for.empty() && wait_for[static_cast<std::size_t>(sl)] != kNoOp)
+                        g_.depend(wait_for[static_cast<std::size_t>(sl)], op);
+                    if (cid >= 0) op = g_.add_collective_op(cid, r, Stream::comm, Phase::fwd, i, 0);
+                    fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = buf;
+                    fsdp_ag_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = op;
+                }
+            }
+        }
+    }
+
+    /// FSDP's post-backward of one stage (fsdp_gather): after its last backward, every unit's
+    /// gradient reduce-scattered over the data-parallel ranks, then its unsharded parameters and
+    /// gradient freed.
+    void fsdp_reduce(int s, const Chunk& c, int vs) {
+        for (int t = 0; t < emit_tp_; ++t) {
+            const std::vector<int> group = dp_group(t, s);
+            for (int i = c.first; i < c.last; ++i) {
+                const Bytes bytes(unit_params(i, vs) * sb_.grads);
+                const std::int32_t cid = l_.dp_cp() > 1 ? g_.declare_collective(CollectiveKind::reduce_scatter, group, bytes) : -1;
+                for (int d = 0; d < emit_dp_; ++d) {
+                    const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
+                    const OpId done = grad_ready_[static_cast<std::size_t>(sl)][static_cast<std::size_t>(c.first)];
+                    OpId after = done;
+                    if (cid >= 0) {
+                        after = g_.add_collective_op(cid, r, Stream::comm, Phase::comm, i, -1);
+                        g_.depend(done, after);
+                        last_comm_[static_cast<std::size_t>(r)] = after;
+                    }
+                    for (const std::int32_t buf : {fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)],
+                                                   fsdp_grad_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)]}) {
+                        const OpId f = g_.add_free(buf, Stream::comm, i, -1);
+                        g_.depend(after, f);
+                    }
+                }
+            }
         }
     }
 
@@ -541,6 +631,11 @@ private:
         act_.assign(chunks_.size(), std::vector<std::int32_t>(static_cast<std::size_t>(m) * static_cast<std::size_t>(groups()), -1));
         grad_ready_.assign(static_cast<std::size_t>(groups()), std::vector<OpId>(blocks_.size(), kNoOp));
         gathers_.assign(static_cast<std::size_t>(l_.pp), {});
+        if (fsdp_) {
+            fsdp_ag_.assign(blocks_.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
+            for (auto* v : {&fsdp_unsharded_, &fsdp_grad_})
+                v->assign(blocks_.size(), std::vector<std::int32_t>(static_cast<std::size_t>(groups()), -1));
+        }
         last_comm_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
         final_compute_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
         // Last op of each emitted step per rank slot, and the receive each step waits for.
@@ -637,7 +732,9 @@ private:
                 }
         for (int s = 0; s < l_.pp; ++s) {
             const std::int64_t p = device_params(s);
-            const std::int64_t shard = zero1 ? zero1_shard(p, device_expert_params(s), l_) : p;
+            const std::int64_t shard = zero1  ? zero1_shard(p, device_expert_params(s), l_)
+                                       : fsdp_ ? detail::shard(p, l_.dp_cp())
+                                               : p;
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < emit_tp_; ++t) {
@@ -678,6 +775,11 @@ private:
     ContextParallel cp_;                            // context parallelism's ring attention
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
+    bool fsdp_ = false;                                 // FSDP under pipeline stages (fsdp_gather)
+    // FSDP, per block, per rank slot: the unit's all-gather (or its buffer's alloc without data
+    // parallelism), its unsharded parameters and its unsharded gradient.
+    std::vector<std::vector<OpId>> fsdp_ag_;
+    std::vector<std::vector<std::int32_t>> fsdp_unsharded_, fsdp_grad_;
     int emit_dp_ = 1;                                   // replica slots with ops: cp · fold_width when folded
     int emit_tp_ = 1;                                   // tensor ranks with ops: 1 when they fold too
     PipelineSchedule schedule_;

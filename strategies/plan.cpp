@@ -586,6 +586,12 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         fail_input(std::to_string(plan.ps_servers) + " colocated parameter servers need as many workers, but dp = " +
                        std::to_string(l.dp),
                    {"", "", "--ps-servers"});
+    if (plan.strategy == DataParallel::fsdp && l.pp > 1 &&
+        (plan.fsdp_sharding == FsdpSharding::hybrid || plan.fsdp_sharding == FsdpSharding::none))
+        fail_input("--fsdp-sharding " + std::string(to_string(plan.fsdp_sharding)) +
+                       " with pipeline parallelism is not modelled: with --pp, fsdp shards every stage over its "
+                       "data-parallel ranks (full, or grad-op, which torchtitan runs alike under pipeline stages)",
+                   {"", "", "--fsdp-sharding"});
     if (plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid) {
         // Hybrid sharding: shard within a group of consecutive ranks (a node by default), replicate
         // across groups.

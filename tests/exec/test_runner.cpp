@@ -210,6 +210,12 @@ TEST_CASE("exec runs tp 2", "[exec][mpi][plan-tp2]") {
 TEST_CASE("exec runs pp 2 with gpipe", "[exec][mpi][plan-pp2-gpipe]") { run_and_check(pipeline(Schedule::gpipe)); }
 TEST_CASE("exec runs pp 2 with 1f1b", "[exec][mpi][plan-pp2-1f1b]") { run_and_check(pipeline(Schedule::one_f_one_b)); }
 TEST_CASE("exec runs pp 2 interleaved", "[exec][mpi][plan-pp2-interleaved]") { run_and_check(pipeline(Schedule::interleaved, 2)); }
+TEST_CASE("exec runs fsdp under pipeline stages: each stage's units gathered once, reduce-scattered after its backward",
+          "[exec][mpi][plan-fsdp-pp2]") {
+    strategies::Plan p = pipeline(Schedule::one_f_one_b);
+    p.strategy = DataParallel::fsdp;
+    run_and_check(p);
+}
 TEST_CASE("exec runs tp 2 · pp 2", "[exec][mpi][plan-tp2-pp2]") {
     strategies::Plan p = pipeline(Schedule::one_f_one_b);
     p.tp = 2;

@@ -237,15 +237,10 @@ TEST_CASE("impossible FSDP + TP plans say why", "[strategies][fsdp][plan]") {
     Plan p;
     p.strategy = DataParallel::fsdp;
     p.tp = 2;
-    SECTION("with pipeline stages") {
-        p.pp = 2;
-        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
-                          Catch::Contains("with pipeline parallelism is not supported"));
-    }
-    SECTION("with context parallelism") {
+    SECTION("with context parallelism and no pipeline stages") {
         p.cp = 2;
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
-                          Catch::Contains("fsdp is not modelled with context parallelism"));
+                          Catch::Contains("fsdp with context parallelism is modelled under pipeline stages"));
     }
     SECTION("a mixture of experts") {
         // 4 layers of hidden 512, 8 experts of width 1024, 2 per token (test_moe.cpp's small MoE).
@@ -269,5 +264,148 @@ TEST_CASE("impossible FSDP + TP plans say why", "[strategies][fsdp][plan]") {
         p.fsdp_group = 3;
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100").with_nodes(2), p),
                           Catch::Contains("hybrid shard group of 3 replicas does not divide the 8 data-parallel replicas"));
+    }
+}
+
+namespace {
+
+/// What FSDP does on one rank of a pipeline plan: its all-gathers and reduce-scatters over its
+/// data-parallel group, their bytes, and when they ran against the rank's compute.
+struct StageFsdp {
+    int gathers = 0, reduce_scatters = 0, other = 0;
+    double gathered = 0, reduced = 0;   // bytes per rank (the unsharded unit)
+    bool reduce_after_last_backward = true, forward_after_gather = true;
+    int gathered_forwards = 0;          // micro-batch 0 forwards that found their unit gathered
+};
+
+StageFsdp stage_fsdp(const test::DpRun& r, int rank) {
+    const OpGraph& g = r.built.graph;
+    const Timeline& tl = r.timeline;
+    StageFsdp out;
+    Time last_backward = Time::zero();
+    std::map<int, Time> gathered_at;   // block → its all-gather's end
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if (op.rank != rank) continue;
+        if (op.kind == OpKind::compute && (op.phase == Phase::bwd || op.phase == Phase::recompute))
+            last_backward = std::max(last_backward, tl.end[id]);
+        if (op.kind != OpKind::collective) continue;
+        const Collective& c = g.collectives()[static_cast<std::size_t>(op.ref)];
+        if (c.kind == CollectiveKind::all_gather) {
+            ++out.gathers;
+            out.gathered += static_cast<double>(c.bytes);
+            gathered_at[op.layer] = tl.end[id];
+        } else if (c.kind == CollectiveKind::reduce_scatter) {
+            ++out.reduce_scatters;
+            out.reduced += static_cast<double>(c.bytes);
+        } else {
+            ++out.other;
+        }
+    }
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if (op.rank != rank) continue;
+        if (op.kind == OpKind::collective && g.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::reduce_scatter)
+            out.reduce_after_last_backward &= tl.start[id] >= last_backward;
+        if (op.kind == OpKind::compute && op.phase == Phase::fwd && op.microbatch == 0) {
+            const auto it = gathered_at.find(op.layer);
+            if (it == gathered_at.end()) continue;
+            out.forward_after_gather &= tl.start[id] >= it->second;
+            ++out.gathered_forwards;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP under pipeline stages gathers each unit once per step and reduce-scatters after the stage's backward",
+          "[strategies][fsdp]") {
+    // torchtitan's FSDP + PP (apply_fsdp: no reshard after forward with pipeline stages; torch
+    // pipelining's REDUCE_GRAD after a stage's last backward). GPT-2 medium on 2 DGX A100s, pp 4,
+    // dp 4: stages of 7, 6, 6 and 7 blocks (the embedding and 6 layers, 6, 6, 6 layers and the
+    // head). Per step each rank gathers and reduce-scatters every unit of its stage once, however
+    // many micro-batches: 2 · Ψ_stage 16-bit values, where FSDP without stages moves 3 · Ψ per
+    // micro-batch.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.pp = 4;
+    p.fold = false;
+    p.global_batch = GENERATE(16, 64);   // 4 or 16 micro-batches per replica
+    const test::DpRun r = test::dp_run(m, c, p);
+    REQUIRE(r.built.layout.dp == 4);
+    const int blocks_of_stage[4] = {7, 6, 6, 7};
+    double gathered = 0;
+    for (int s = 0; s < 4; ++s) {
+        const int rank = r.built.layout.rank(0, 1, s);
+        const StageFsdp f = stage_fsdp(r, rank);
+        INFO("stage " << s << ", global batch " << p.global_batch);
+        CHECK(f.gathers == blocks_of_stage[s]);
+        CHECK(f.reduce_scatters == blocks_of_stage[s]);
+        // The tied table's two copies (the embedding's on stage 0, the head's on stage 3) sum
+        // their gradients in one all-reduce, as the pipeline builder runs it for every strategy.
+        CHECK(f.other == (s == 0 || s == 3 ? 1 : 0));
+        CHECK(f.gathered == f.reduced);   // bf16 parameters and gradients
+        CHECK(f.reduce_after_last_backward);
+        CHECK(f.forward_after_gather);
+        CHECK(f.gathered_forwards == blocks_of_stage[s]);
+        gathered += f.gathered;
+    }
+    // Over the 4 stages, every parameter once, and the last stage's copy of the tied table (its
+    // head, as Megatron places it): 2 bytes × (Ψ + vocab · hidden).
+    const TransformerShape& shape = m.shape();
+    CHECK(gathered == Approx(2.0 * (static_cast<double>(m.parameters()) + static_cast<double>(shape.vocab) * shape.hidden)));
+}
+
+TEST_CASE("FSDP under pipeline stages holds the stage's shards, and its unsharded units through the step",
+          "[strategies][fsdp]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.pp = 2;
+    p.tp = 2;
+    p.global_batch = 32;
+    const test::DpRun r = test::dp_run(m, c, p);
+    REQUIRE(r.built.layout.dp == 4);
+    // Ψ_stage from the gathers (its 16-bit units): model states 16 · Ψ_stage / dp (2-byte
+    // parameter and gradient shards, 12 bytes of fp32 Adam state), and the unsharded 16-bit
+    // parameters and gradients of every unit, held from the first forward and backward to the
+    // reduce-scatter: 2 · Ψ_stage each.
+    for (int s = 0; s < 2; ++s) {
+        const int rank = r.built.layout.rank(1, 0, s);
+        const double psi_stage = stage_fsdp(r, rank).gathered / 2;
+        INFO("stage " << s);
+        CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates).as_double() ==
+              Approx(16.0 * psi_stage / 4).epsilon(0.001));
+        CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, {BufferLabel::staging}).as_double() == Approx(2.0 * psi_stage));
+        CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, {BufferLabel::bucket}).as_double() == Approx(2.0 * psi_stage));
+    }
+}
+
+TEST_CASE("impossible FSDP + PP plans say why", "[strategies][fsdp][plan]") {
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.pp = 2;
+    SECTION("hybrid sharding") {
+        p.fsdp_sharding = FsdpSharding::hybrid;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100").with_nodes(2), p),
+                          Catch::Contains("--fsdp-sharding hybrid with pipeline parallelism is not modelled"));
+    }
+    SECTION("a mixture of experts") {
+        static Json doc = parse_json_text(R"({"kind": "transformer", "name": "moe-small", "layers": 4, "hidden": 512,
+            "heads": 8, "ffn_hidden": 2048, "vocab": 4096, "seq": 256, "gated_mlp": true, "biases": false,
+            "norm": "rmsnorm", "positions": "rope", "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 1024}})",
+                                          "moe-small.json");
+        CHECK_THROWS_WITH(build(model_from_json(JsonView(doc, "moe-small.json"), "moe-small"), topo::cluster_preset("dgx-h100"), p),
+                          Catch::Contains("fsdp with pipeline parallelism is modelled for dense models"));
+    }
+    SECTION("ZeRO-3 keeps DeepSpeed's refusal") {
+        p.strategy = DataParallel::zero3;
+        p.framework = "megatron-deepspeed";
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                          Catch::Contains("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"));
     }
 }

@@ -333,9 +333,13 @@ TEST_CASE("bad model-parallel plans exit 2 with a reason", "[strategies][pipelin
         CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --tp 2 --pp 2 --dp 3", err) == 2);
         CHECK_THAT(err, Catch::Contains("but the cluster has 8 devices"));
     }
-    SECTION("fsdp with a pipeline") {
-        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --strategy fsdp", err) == 2);
-        CHECK_THAT(err, Catch::Contains("parameters would be gathered once per micro-batch per stage"));
+    SECTION("zero3 with a pipeline") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --strategy zero3 --framework megatron-deepspeed", err) == 2);
+        CHECK_THAT(err, Catch::Contains("DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3"));
+    }
+    SECTION("fsdp with a pipeline and hybrid sharding") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --strategy fsdp --fsdp-sharding hybrid", err) == 2);
+        CHECK_THAT(err, Catch::Contains("--fsdp-sharding hybrid with pipeline parallelism is not modelled"));
     }
     SECTION("stage layers not adding up") {
         CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --stage-layers 5,6", err) == 2);
