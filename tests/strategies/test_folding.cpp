@@ -41,7 +41,9 @@ TEST_CASE("a folded 3D plan simulates to the same step as its full expansion", "
         std::make_tuple(8, 2, 4, 8, DataParallel::zero1, Schedule::interleaved),   // four per node
         std::make_tuple(8, 8, 2, 4, DataParallel::zero1, Schedule::one_f_one_b),
         std::make_tuple(4, 8, 4, 1, DataParallel::ddp, Schedule::gpipe),  // dp 1: nothing to fold
-        std::make_tuple(8, 8, 2, 4, DataParallel::ddp, Schedule::interleaved));
+        std::make_tuple(8, 8, 2, 4, DataParallel::ddp, Schedule::interleaved),
+        std::make_tuple(8, 2, 4, 8, DataParallel::fsdp, Schedule::interleaved),    // FSDP under pipeline stages
+        std::make_tuple(4, 4, 2, 4, DataParallel::fsdp, Schedule::one_f_one_b));
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(nodes);
     Plan p;
     p.tp = tp;

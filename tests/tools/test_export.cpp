@@ -199,7 +199,10 @@ TEST_CASE("folded and unfolded builds of a plan export the same traces", "[tools
          {{"--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "2", "--strategy", "fsdp", "--tp", "2"}, "fsdp-tp2x2"},
          {{"--model", "gpt2-medium", "--cluster", "dgx-a100", "--nodes", "2", "--tp", "8"}, "tp8x2"},
          {{"--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "4", "--tp", "4", "--pp", "2", "--global-batch", "16"},
-          "tp4pp2x4"}}));
+          "tp4pp2x4"},
+         {{"--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "2", "--strategy", "fsdp", "--tp", "2", "--pp", "2",
+           "--global-batch", "16"},
+          "fsdp-tp2pp2x2"}}));
     INFO(name);
     TempDir folded("smol_export_folded_" + name), full("smol_export_full_" + name);
     const Result f = cli(export_args(folded.str(), plan));
