@@ -95,6 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         static const Fp8Recipe fp8s[] = {Fp8Recipe::none, Fp8Recipe::delayed, Fp8Recipe::tensorwise};
         p.fp8 = pick(in, fp8s);
         if (in.ConsumeBool()) p.attention_backend = static_cast<AttentionBackend>(in.ConsumeIntegralInRange<int>(0, 2));
+        if (in.ConsumeBool()) p.fsdp_reduce_dtype = pick(in, dtypes);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

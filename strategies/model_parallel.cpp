@@ -437,7 +437,8 @@ private:
                             for (int d = g; d < g + cp; ++d)
                                 for (int t = 0; t < emit_tp_; ++t) {
                                     const int r = l_.rank(t, d, s);
-                                    const std::int32_t buf = g_.add_buffer(r, Tier::device, Bytes(unit_params(i, vs) * sb_.grads),
+                                    const std::int32_t buf = g_.add_buffer(r, Tier::device,
+                                                                           Bytes(unit_params(i, vs) * l_.fsdp_reduce_bytes),
                                                                            BufferLabel::bucket);
                                     g_.add_alloc(buf, Stream::compute, i, mb);
                                     fsdp_grad_[static_cast<std::size_t>(i)][static_cast<std::size_t>(slot(t, d))] = buf;
@@ -531,7 +532,7 @@ private:
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
             for (int i = c.first; i < c.last; ++i) {
-                const Bytes bytes(unit_params(i, vs) * sb_.grads);
+                const Bytes bytes(unit_params(i, vs) * l_.fsdp_reduce_bytes);
                 const std::int32_t cid = l_.dp_cp() > 1 ? g_.declare_collective(CollectiveKind::reduce_scatter, group, bytes) : -1;
                 for (int d = 0; d < emit_dp_; ++d) {
                     const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];

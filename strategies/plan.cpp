@@ -668,6 +668,17 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             fail_input(std::string("the ") + g.device.name + " devices of group '" + g.name + "' have no " +
                            to_string(l.dtype) + " peak; choose another --dtype",
                        {"", "", "--dtype"});
+    // FSDP's reduce dtype: fp32 or the parameters' own (a 16-bit reduction of fp32 parameters,
+    // or of another 16-bit type, is not modelled).
+    l.fsdp_reduce_bytes = dtype_bytes(l.dtype);
+    if (plan.fsdp_reduce_dtype) {
+        const DType r = *plan.fsdp_reduce_dtype;
+        if (r != DType::fp32 && r != l.dtype)
+            fail_input("--fsdp-reduce-dtype " + std::string(to_string(r)) + " with " + to_string(l.dtype) +
+                           " parameters is not modelled: FSDP reduces in fp32 or in the parameters' dtype",
+                       {"", "", "--fsdp-reduce-dtype"});
+        l.fsdp_reduce_bytes = dtype_bytes(r);
+    }
     // The framework: the user's, or the plan's usual one; then the flags that change it.
     const bool zero = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2 ||
                       plan.strategy == DataParallel::zero3;

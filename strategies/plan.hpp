@@ -124,6 +124,10 @@ struct Plan {
     double cycle_ms = 5;              // Horovod background cycle time (HOROVOD_CYCLE_TIME)
     FsdpSharding fsdp_sharding = FsdpSharding::full;
     int fsdp_group = 0;               // hybrid: devices per shard group; 0: the devices of a node
+    /// fsdp: the dtype its gradients are reduced in (MixedPrecision's reduce_dtype); unset: the
+    /// parameters' (--dtype), which PyTorch's MixedPrecision and MixedPrecisionPolicy take when
+    /// only param_dtype is given. torchtitan reduces in fp32 (training.mixed_precision_reduce).
+    std::optional<DType> fsdp_reduce_dtype;
     HybridVariant hybrid_variant = HybridVariant::all_gather;   // hybrid-cnn (--hybrid-variant)
     // The framework whose behaviour the graph follows (strategies/framework.hpp).
     std::string framework;            // "megatron@2.5"; empty: the plan's default
@@ -170,6 +174,9 @@ struct Layout {
     DType dtype = DType::bf16;
     int servers = 0;                  // dedicated parameter servers: ranks dp·tp·pp … devices − 1
     int shard_group = 0;              // FSDP hybrid: ranks per shard group (consecutive ranks)
+    /// FSDP: bytes per gradient element of its reduce-scatters (and all-reduces) and of the
+    /// unsharded gradients they reduce (Plan::fsdp_reduce_dtype).
+    int fsdp_reduce_bytes = 2;
     /// Data-parallel replicas folded (see OpGraph::set_representatives), unless Plan::fold is
     /// off, on a homogeneous cluster: a tensor / pipeline plan whose nodes each hold ranks of one
     /// replica only (tp · cp a multiple of the devices per node) or whole replicas of one stage

@@ -303,6 +303,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
 OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan, const ShardedOptions& options) {
     const std::vector<Block> blocks = replica_blocks(model, layout, plan);
     const StateBytes sb = state_bytes(layout.dtype);
+    const int rb = layout.fsdp_reduce_bytes;   // bytes per gradient reduced (--fsdp-reduce-dtype)
     const std::int64_t params = total_params(blocks);
     // With tensor parallelism (FSDP + TP, torchtitan's 2-D mesh) every replica is tp ranks, each
     // holding a tensor slice of every block (the blocks above are one rank's); FSDP shards each
@@ -387,7 +388,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         std::function<void(int, const Block&)> before_bwd;
         if (group > 1 || offload)
             before_bwd = [&, d, r](int mb, const Block& b) {
-                const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * sb.grads), BufferLabel::bucket);
+                const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * rb), BufferLabel::bucket);
                 g.add_alloc(buf, Stream::compute, b.index, mb);
                 grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)] = buf;
             };
@@ -451,23 +452,23 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     auto reduce = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& bwd) {
         std::vector<OpId> ops;
         if (group > 1) {
-            ops = collective(CollectiveKind::reduce_scatter, shard_groups, Bytes(b.params * sb.grads), Phase::comm, b.index, mb);
+            ops = collective(CollectiveKind::reduce_scatter, shard_groups, Bytes(b.params * rb), Phase::comm, b.index, mb);
             for (int d = 0; d < emit; ++d)
                 g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], ops[static_cast<std::size_t>(d)]);
             if (dp / group > 1)
-                ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(shard(b.params, group) * sb.grads),
+                ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(shard(b.params, group) * rb),
                                  Phase::comm, b.index, mb);
             for (int d = 0; d < emit; ++d)
                 g.add_free(grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)],
                            Stream::comm, b.index, mb);
         } else if (dp > 1 && mb == mbs - 1) {
-            ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(b.params * sb.grads), Phase::comm, b.index, mb);
+            ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(b.params * rb), Phase::comm, b.index, mb);
             for (int d = 0; d < emit; ++d)
                 g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)], ops[static_cast<std::size_t>(d)]);
         }
         for (std::size_t d = 0; d < ops.size(); ++d) last_comm[d] = ops[d];
         if (!offload) return;
-        const detail::GradientOffload how{sb.grads, 4, Tier::host, layout.dtype};
+        const detail::GradientOffload how{rb, 4, Tier::host, layout.dtype};
         for (int d = 0; d < emit; ++d) {
             const OpId ready = ops.empty() ? bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] : ops[static_cast<std::size_t>(d)];
             const detail::OffloadedPartition o = detail::offload_gradient(g, slots[static_cast<std::size_t>(d)],

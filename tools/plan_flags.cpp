@@ -97,6 +97,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--cycle-ms", f.cycle_ms, "ring (Horovod): background cycle time in ms")->capture_default_str();
     app.add_option("--fsdp-sharding", f.fsdp_sharding, "fsdp: full, grad-op, hybrid or none")->capture_default_str();
     app.add_option("--fsdp-group", f.fsdp_group, "fsdp hybrid: devices per shard group (default: a node)");
+    app.add_option("--fsdp-reduce-dtype", f.fsdp_reduce_dtype,
+                   "fsdp: dtype its gradients are reduce-scattered in (MixedPrecision's reduce_dtype): fp32 (torchtitan's "
+                   "mixed_precision_reduce) or the training dtype (default, PyTorch's when only param_dtype is set)");
     app.add_option("--hybrid-variant", f.hybrid_variant,
                    "hybrid-cnn: how the last conv activations reach the FC shards (Krizhevsky 2014's a, b, c): "
                    "all-gather, broadcast or chunked")
@@ -428,6 +431,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.fsdp_sharding = strategies::parse_fsdp_sharding(f.fsdp_sharding);
     check_at_least(f.fsdp_group, 1, "--fsdp-group", "leave it out for the devices of a node");
     p.fsdp_group = f.fsdp_group.value_or(0);
+    if (!f.fsdp_reduce_dtype.empty()) p.fsdp_reduce_dtype = parse_dtype(f.fsdp_reduce_dtype, flag("--fsdp-reduce-dtype"));
     p.hybrid_variant = strategies::parse_hybrid_variant(f.hybrid_variant);
     p.ep = f.ep;
     p.expert_imbalance = f.expert_imbalance;
@@ -484,6 +488,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--fsdp-sharding") && s != DataParallel::fsdp) no_effect("--fsdp-sharding", "it is FSDP's sharding strategy (--strategy fsdp)");
     if (given("--fsdp-group") && !(s == DataParallel::fsdp && p.fsdp_sharding == strategies::FsdpSharding::hybrid))
         no_effect("--fsdp-group", "shard groups are FSDP's hybrid sharding (--strategy fsdp --fsdp-sharding hybrid)");
+    if (given("--fsdp-reduce-dtype") && s != DataParallel::fsdp)
+        no_effect("--fsdp-reduce-dtype", "it is FSDP's gradient reduction dtype (--strategy fsdp)");
     // Scripts pass these whatever the plan: a warning, not an error.
     if (given("--schedule") && p.pp == 1 && p.schedule != strategies::Schedule::one_f_one_b)
         no_effect("--schedule", std::string("the ") + strategies::to_string(p.schedule) +

@@ -27,6 +27,26 @@ TEST_CASE("FSDP sharding modes move 3Ψ, 2Ψ, or DDP's 2Ψ per device", "[strate
     CHECK(test::collective_bytes_sent(b.graph, 3) == Approx(factor * psi * (n - 1) / n * 2).epsilon(1e-9));
 }
 
+TEST_CASE("FSDP reducing in fp32 sends its reduce-scatters at 4 bytes a gradient", "[strategies][fsdp]") {
+    // torchtitan's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): two gathers of
+    // 16-bit parameters and one reduce-scatter of fp32 gradients per unit, (2·2 + 4)·Ψ·(n−1)/n
+    // bytes a device, where the bf16 reduction sends (2·2 + 2)·Ψ·(n−1)/n.
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const double psi = static_cast<double>(m.parameters()), n = 8;
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fold = false;
+    const auto [reduce, bytes] = GENERATE(table<std::optional<DType>, double>(
+        {{std::nullopt, 6.0}, {DType::bf16, 6.0}, {DType::fp32, 8.0}}));
+    p.fsdp_reduce_dtype = reduce;
+    const test::DpRun r = test::dp_run(m, c, p);
+    CHECK(test::collective_bytes_sent(r.built.graph, 5) == Approx(bytes * psi * (n - 1) / n).epsilon(1e-9));
+    // The unsharded gradient of the largest unit (the embedding) in the reduce dtype.
+    const double largest = static_cast<double>(m.shape().vocab * m.shape().hidden + m.shape().max_seq * m.shape().hidden);
+    CHECK(test::peak_of_labels(r.built.graph, r.timeline, 5, {BufferLabel::bucket}).as_double() >= (bytes - 4) * largest);
+}
+
 TEST_CASE("FSDP hybrid on 2 nodes × 8 GPUs sends less inter-node traffic than full sharding", "[strategies][fsdp]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
@@ -368,6 +388,8 @@ TEST_CASE("FSDP under pipeline stages holds the stage's shards, and its unsharde
     p.pp = 2;
     p.tp = 2;
     p.global_batch = 32;
+    p.fsdp_reduce_dtype = GENERATE(std::optional<DType>{}, std::optional<DType>{DType::fp32});
+    const double grad_bytes = p.fsdp_reduce_dtype ? 4 : 2;
     const test::DpRun r = test::dp_run(m, c, p);
     REQUIRE(r.built.layout.dp == 4);
     // Ψ_stage from the gathers (its 16-bit units): model states 16 · Ψ_stage / dp (2-byte
@@ -381,7 +403,11 @@ TEST_CASE("FSDP under pipeline stages holds the stage's shards, and its unsharde
         CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates).as_double() ==
               Approx(16.0 * psi_stage / 4).epsilon(0.001));
         CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, {BufferLabel::staging}).as_double() == Approx(2.0 * psi_stage));
-        CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, {BufferLabel::bucket}).as_double() == Approx(2.0 * psi_stage));
+        // The unsharded gradients accumulate in the reduce dtype (FSDP2's unsharded_accumulated_grad
+        // with an fp32 reduce_dtype), and are reduce-scattered in it.
+        CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, {BufferLabel::bucket}).as_double() ==
+              Approx(grad_bytes * psi_stage));
+        CHECK(stage_fsdp(r, rank).reduced == Approx(grad_bytes * psi_stage));
     }
 }
 

@@ -243,6 +243,10 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--strategy", "ps", "--staleness", "2"}), {"--staleness", "ps-async"});
         refused(simulate({"--fsdp-sharding", "grad-op"}), {"--fsdp-sharding", "fsdp"});
         refused(simulate({"--strategy", "fsdp", "--fsdp-group", "2"}), {"--fsdp-group", "hybrid"});
+        refused(simulate({"--fsdp-reduce-dtype", "fp32"}), {"--fsdp-reduce-dtype", "no effect", "--strategy fsdp"});
+        refused(simulate({"--strategy", "fsdp", "--fsdp-reduce-dtype", "fp16"}, "gpt2-small", "dgx-a100"),
+                {"--fsdp-reduce-dtype", "fp16 with bf16 parameters is not modelled"});
+        refused(simulate({"--strategy", "fsdp", "--fsdp-reduce-dtype", "fp64"}), {"--fsdp-reduce-dtype", "\"fp64\""});
         refused(simulate({"--hybrid-variant", "broadcast"}), {"--hybrid-variant", "hybrid-cnn"});
         refused(simulate({"--strategy", "hybrid-cnn", "--hybrid-variant", "ring"}, "vgg16", "dgx-a100"),
                 {"--hybrid-variant", "all-gather, broadcast, chunked"});
