@@ -96,6 +96,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.fp8 = pick(in, fp8s);
         if (in.ConsumeBool()) p.attention_backend = static_cast<AttentionBackend>(in.ConsumeIntegralInRange<int>(0, 2));
         if (in.ConsumeBool()) p.fsdp_reduce_dtype = pick(in, dtypes);
+        static const FsdpBackwardPrefetch prefetches[] = {FsdpBackwardPrefetch::pre, FsdpBackwardPrefetch::post,
+                                                          FsdpBackwardPrefetch::none};
+        p.fsdp_backward_prefetch = pick(in, prefetches);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

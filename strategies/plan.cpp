@@ -82,6 +82,20 @@ FsdpSharding parse_fsdp_sharding(const std::string& text) {
     return parse_name(text, all, "--fsdp-sharding");
 }
 
+const char* to_string(FsdpBackwardPrefetch p) {
+    switch (p) {
+        case FsdpBackwardPrefetch::pre: return "pre";
+        case FsdpBackwardPrefetch::post: return "post";
+        case FsdpBackwardPrefetch::none: return "none";
+    }
+    return "?";
+}
+
+FsdpBackwardPrefetch parse_fsdp_backward_prefetch(const std::string& text) {
+    static const FsdpBackwardPrefetch all[] = {FsdpBackwardPrefetch::pre, FsdpBackwardPrefetch::post, FsdpBackwardPrefetch::none};
+    return parse_name(text, all, "--fsdp-backward-prefetch");
+}
+
 const char* to_string(Schedule s) {
     switch (s) {
         case Schedule::gpipe: return "gpipe";

@@ -42,6 +42,14 @@ PsPlacement parse_ps_placement(const std::string& text);
 enum class FsdpSharding { full, grad_op, hybrid, none };
 const char* to_string(FsdpSharding f);
 FsdpSharding parse_fsdp_sharding(const std::string& text);
+/// When FSDP gathers the next unit in backward (FSDP's BackwardPrefetch, PyTorch
+/// torch/distributed/fsdp/api.py): `pre` (BACKWARD_PRE, the default, and FSDP2's one-module
+/// prefetch) before the current unit's gradient computation, `post` (BACKWARD_POST) after it, in
+/// its post-backward hook, `none` at the next unit's own pre-backward hook, after the current
+/// unit's reduce-scatter.
+enum class FsdpBackwardPrefetch { pre, post, none };
+const char* to_string(FsdpBackwardPrefetch p);
+FsdpBackwardPrefetch parse_fsdp_backward_prefetch(const std::string& text);
 
 /// How layers are cut into pipeline stages (--partition): `equal` layers per stage, as Megatron
 /// does (it requires the layers to divide); `balanced` by FLOPs, embedding and head included;
@@ -128,6 +136,7 @@ struct Plan {
     /// parameters' (--dtype), which PyTorch's MixedPrecision and MixedPrecisionPolicy take when
     /// only param_dtype is given. torchtitan reduces in fp32 (training.mixed_precision_reduce).
     std::optional<DType> fsdp_reduce_dtype;
+    FsdpBackwardPrefetch fsdp_backward_prefetch = FsdpBackwardPrefetch::pre;
     HybridVariant hybrid_variant = HybridVariant::all_gather;   // hybrid-cnn (--hybrid-variant)
     // The framework whose behaviour the graph follows (strategies/framework.hpp).
     std::string framework;            // "megatron@2.5"; empty: the plan's default

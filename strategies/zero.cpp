@@ -407,12 +407,16 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         return by_slot;
     };
     std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(ns), std::vector<std::int32_t>(blocks.size(), -1));
-    auto gather = [&](const Block& b, int mb, Phase phase, const std::vector<std::vector<OpId>>& consumers) {
+    // `issue_after`, when given, per slot and block: the op whose end the gather waits for (the
+    // hook that issues it), beyond the comm stream's order.
+    auto gather = [&](const Block& b, int mb, Phase phase, const std::vector<std::vector<OpId>>& consumers,
+                      const std::vector<std::vector<OpId>>* issue_after = nullptr, int after_block = -1) {
         std::vector<OpId> ready(static_cast<std::size_t>(ns), OpGraph::kNoOp);
         for (int d = 0; d < emit; ++d) {
             const int r = slots[static_cast<std::size_t>(d)];
             const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * sb.params), BufferLabel::staging);
             const OpId a = g.add_alloc(buf, Stream::comm, b.index, mb);
+            if (issue_after) g.depend((*issue_after)[static_cast<std::size_t>(d)][static_cast<std::size_t>(after_block)], a);
             gathered[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] = buf;
             if (offload) {
                 // The fp32 shard to the device (after the unshard's buffer exists: the comm
@@ -501,14 +505,34 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 if (options.reshard_after_forward && i > 0) release(blocks[static_cast<std::size_t>(i - 1)], mb, fwd);
             }
             if (options.reshard_after_forward) release(blocks.back(), mb, fwd);
-            // Backward: gather unit j before the previous unit's reduce-scatter (backward prefetch).
+            // Backward: unit j's gather against the unit before it, j + 1 (--fsdp-backward-prefetch,
+            // torch/distributed/fsdp/_runtime_utils.py): BACKWARD_PRE issues it in j + 1's
+            // pre-backward hook, ahead of j + 1's gradients, so it overlaps them; BACKWARD_POST in
+            // j + 1's post-backward hook, once j + 1 is resharded and before its reduce-scatter;
+            // without prefetch, j's own pre-backward hook issues it after j + 1's reduce-scatter,
+            // behind which it waits (one communicator: collectives run in issue order). The gather
+            // precedes the unit's recompute (when it has one), not only its backward.
             for (int j = nb - 1; j >= -1; --j) {
-                // The gather precedes the unit's recompute (when it has one), not only its backward.
-                if (j >= 0 && options.reshard_after_forward) gather(blocks[static_cast<std::size_t>(j)], mb, Phase::bwd, bwd_first);
-                if (j + 1 < nb) {
-                    const Block& prev = blocks[static_cast<std::size_t>(j + 1)];
-                    release(prev, mb, bwd);
-                    reduce(prev, mb, bwd);
+                const bool regather = j >= 0 && options.reshard_after_forward;
+                const bool has_prev = j + 1 < nb;
+                const Block* prev = has_prev ? &blocks[static_cast<std::size_t>(j + 1)] : nullptr;
+                const std::vector<std::vector<OpId>>* after_prev = has_prev ? &bwd : nullptr;
+                switch (plan.fsdp_backward_prefetch) {
+                    case FsdpBackwardPrefetch::pre:
+                        if (regather) gather(blocks[static_cast<std::size_t>(j)], mb, Phase::bwd, bwd_first);
+                        if (prev) release(*prev, mb, bwd);
+                        if (prev) reduce(*prev, mb, bwd);
+                        break;
+                    case FsdpBackwardPrefetch::post:
+                        if (prev) release(*prev, mb, bwd);
+                        if (regather) gather(blocks[static_cast<std::size_t>(j)], mb, Phase::bwd, bwd_first, after_prev, j + 1);
+                        if (prev) reduce(*prev, mb, bwd);
+                        break;
+                    case FsdpBackwardPrefetch::none:
+                        if (prev) release(*prev, mb, bwd);
+                        if (prev) reduce(*prev, mb, bwd);
+                        if (regather) gather(blocks[static_cast<std::size_t>(j)], mb, Phase::bwd, bwd_first, after_prev, j + 1);
+                        break;
                 }
             }
         } else {

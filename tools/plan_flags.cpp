@@ -100,6 +100,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--fsdp-reduce-dtype", f.fsdp_reduce_dtype,
                    "fsdp: dtype its gradients are reduce-scattered in (MixedPrecision's reduce_dtype): fp32 (torchtitan's "
                    "mixed_precision_reduce) or the training dtype (default, PyTorch's when only param_dtype is set)");
+    app.add_option("--fsdp-backward-prefetch", f.fsdp_backward_prefetch,
+                   "fsdp (full or hybrid sharding): when backward gathers the next unit, FSDP's BackwardPrefetch: pre "
+                   "(BACKWARD_PRE, before the current unit's gradients), post (BACKWARD_POST, after them) or none (after "
+                   "the current unit's reduce-scatter)")
+        ->capture_default_str();
     app.add_option("--hybrid-variant", f.hybrid_variant,
                    "hybrid-cnn: how the last conv activations reach the FC shards (Krizhevsky 2014's a, b, c): "
                    "all-gather, broadcast or chunked")
@@ -432,6 +437,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     check_at_least(f.fsdp_group, 1, "--fsdp-group", "leave it out for the devices of a node");
     p.fsdp_group = f.fsdp_group.value_or(0);
     if (!f.fsdp_reduce_dtype.empty()) p.fsdp_reduce_dtype = parse_dtype(f.fsdp_reduce_dtype, flag("--fsdp-reduce-dtype"));
+    p.fsdp_backward_prefetch = strategies::parse_fsdp_backward_prefetch(f.fsdp_backward_prefetch);
     p.hybrid_variant = strategies::parse_hybrid_variant(f.hybrid_variant);
     p.ep = f.ep;
     p.expert_imbalance = f.expert_imbalance;
@@ -490,6 +496,12 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
         no_effect("--fsdp-group", "shard groups are FSDP's hybrid sharding (--strategy fsdp --fsdp-sharding hybrid)");
     if (given("--fsdp-reduce-dtype") && s != DataParallel::fsdp)
         no_effect("--fsdp-reduce-dtype", "it is FSDP's gradient reduction dtype (--strategy fsdp)");
+    if (given("--fsdp-backward-prefetch") &&
+        !(s == DataParallel::fsdp && p.pp == 1 &&
+          (p.fsdp_sharding == strategies::FsdpSharding::full || p.fsdp_sharding == strategies::FsdpSharding::hybrid)))
+        no_effect("--fsdp-backward-prefetch",
+                  "only FSDP's full and hybrid sharding gather parameters again in backward (--strategy fsdp, without "
+                  "--pp, where each stage keeps its units gathered)");
     // Scripts pass these whatever the plan: a warning, not an error.
     if (given("--schedule") && p.pp == 1 && p.schedule != strategies::Schedule::one_f_one_b)
         no_effect("--schedule", std::string("the ") + strategies::to_string(p.schedule) +

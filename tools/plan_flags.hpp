@@ -49,6 +49,7 @@ struct PlanFlags {
     int ps_servers = 1, staleness = 4;
     std::optional<int> fsdp_group;       // unset: the devices of a node
     std::string fsdp_reduce_dtype;       // empty: the training dtype
+    std::string fsdp_backward_prefetch = "pre";
     std::string ps_placement = "dedicated", fsdp_sharding = "full";
     std::string hybrid_variant = "all-gather";
     double fusion_mb = 64, cycle_ms = 5;

@@ -247,6 +247,10 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--strategy", "fsdp", "--fsdp-reduce-dtype", "fp16"}, "gpt2-small", "dgx-a100"),
                 {"--fsdp-reduce-dtype", "fp16 with bf16 parameters is not modelled"});
         refused(simulate({"--strategy", "fsdp", "--fsdp-reduce-dtype", "fp64"}), {"--fsdp-reduce-dtype", "\"fp64\""});
+        refused(simulate({"--strategy", "fsdp", "--fsdp-sharding", "grad-op", "--fsdp-backward-prefetch", "post"}),
+                {"--fsdp-backward-prefetch", "no effect", "full and hybrid"});
+        refused(simulate({"--strategy", "fsdp", "--fsdp-backward-prefetch", "backward_post"}),
+                {"--fsdp-backward-prefetch", "found 'backward_post'"});
         refused(simulate({"--hybrid-variant", "broadcast"}), {"--hybrid-variant", "hybrid-cnn"});
         refused(simulate({"--strategy", "hybrid-cnn", "--hybrid-variant", "ring"}, "vgg16", "dgx-a100"),
                 {"--hybrid-variant", "all-gather, broadcast, chunked"});
