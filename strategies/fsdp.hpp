@@ -5,8 +5,10 @@
 //            flat parameter is all-gathered before its forward (forward prefetch of the next
 //            unit, at most two in flight: the all-gather rate limiter), resharded after forward,
 //            all-gathered again before its backward (backward prefetch: issued before the
-//            previous unit's reduce-scatter), and its gradient reduce-scattered after backward.
-//            Moves 3Ψ·(N−1)/N per device per step, like ZeRO-3.
+//            previous unit's reduce-scatter, --fsdp-backward-prefetch), and its gradient
+//            reduce-scattered after backward. The root's units (the embedding and the head) are
+//            not resharded after forward (_post_forward_reshard), so not gathered again.
+//            Moves 3Ψ·(N−1)/N per device per step, like ZeRO-3, less the root's second gather.
 //   grad-op  SHARD_GRAD_OP: no reshard after forward, so no all-gather in backward (2Ψ).
 //   hybrid   HYBRID_SHARD: full sharding inside a shard group of consecutive ranks (a node by
 //            default, --fsdp-group), replication across groups: after the in-group

@@ -487,6 +487,12 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         }
     };
 
+    // Whether unit i is resharded after its forward (and gathered again for backward).
+    auto resharded = [&](int i) {
+        if (i < 0 || !options.reshard_after_forward) return false;
+        const Block::Kind k = blocks[static_cast<std::size_t>(i)].kind;
+        return k != Block::Kind::embedding && k != Block::Kind::head;
+    };
     std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(ns)), bwd(static_cast<std::size_t>(ns)),
         bwd_first(static_cast<std::size_t>(ns));
     for (int mb = 0; mb < mbs; ++mb) {
@@ -499,12 +505,16 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             // Forward: gather unit i while unit i−1 computes (forward prefetch); release unit i−1
             // after its forward (reshard after forward). The release sits after gather i on the
             // comm stream, so gather i+1 waits for forward i−1: at most two units are gathered —
-            // the all-gather rate limiter.
+            // the all-gather rate limiter. The root's units (what no wrapped block holds: the
+            // embedding and the head) stay gathered until their backward: FSDP does not reshard
+            // the root after forward ("with the intention that they are immediately used for
+            // backward", torch/distributed/fsdp/_runtime_utils.py _post_forward_reshard; FSDP2's
+            // fully_shard sets the root's reshard_after_forward to False alike).
             for (int i = 0; i < nb; ++i) {
                 gather(blocks[static_cast<std::size_t>(i)], mb, Phase::fwd, fwd);
-                if (options.reshard_after_forward && i > 0) release(blocks[static_cast<std::size_t>(i - 1)], mb, fwd);
+                if (resharded(i - 1)) release(blocks[static_cast<std::size_t>(i - 1)], mb, fwd);
             }
-            if (options.reshard_after_forward) release(blocks.back(), mb, fwd);
+            if (resharded(nb - 1)) release(blocks.back(), mb, fwd);
             // Backward: unit j's gather against the unit before it, j + 1 (--fsdp-backward-prefetch,
             // torch/distributed/fsdp/_runtime_utils.py): BACKWARD_PRE issues it in j + 1's
             // pre-backward hook, ahead of j + 1's gradients, so it overlaps them; BACKWARD_POST in
@@ -513,7 +523,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             // behind which it waits (one communicator: collectives run in issue order). The gather
             // precedes the unit's recompute (when it has one), not only its backward.
             for (int j = nb - 1; j >= -1; --j) {
-                const bool regather = j >= 0 && options.reshard_after_forward;
+                const bool regather = resharded(j);
                 const bool has_prev = j + 1 < nb;
                 const Block* prev = has_prev ? &blocks[static_cast<std::size_t>(j + 1)] : nullptr;
                 const std::vector<std::vector<OpId>>* after_prev = has_prev ? &bwd : nullptr;

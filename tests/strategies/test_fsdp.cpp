@@ -12,7 +12,20 @@
 using namespace smol;
 using namespace smol::strategies;
 
-TEST_CASE("FSDP sharding modes move 3Ψ, 2Ψ, or DDP's 2Ψ per device", "[strategies][fsdp]") {
+namespace {
+
+/// Parameters of FSDP's root on a rank: what no wrapped block holds, the embedding and the head
+/// (with the final norm), which FSDP does not reshard after forward.
+double root_params(const Model& m, const Layout& l, const Plan& p) {
+    double root = 0;
+    for (const Block& b : strategies::detail::replica_blocks(m, l, p))
+        if (b.kind == Block::Kind::embedding || b.kind == Block::Kind::head) root += static_cast<double>(b.params);
+    return root;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP sharding modes move 3Ψ (less the root's backward gather), 2Ψ, or DDP's 2Ψ per device", "[strategies][fsdp]") {
     const Model m = model_preset("gpt2-small");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     const double psi = static_cast<double>(m.parameters()), n = 8;
@@ -24,13 +37,19 @@ TEST_CASE("FSDP sharding modes move 3Ψ, 2Ψ, or DDP's 2Ψ per device", "[strate
     p.fold = false;   // every rank's own ops (folded replicas: test_folding.cpp)
     const Built b = build(m, c, p);
     INFO(to_string(mode));
-    CHECK(test::collective_bytes_sent(b.graph, 3) == Approx(factor * psi * (n - 1) / n * 2).epsilon(1e-9));
+    // Full sharding gathers every unit again for backward but the root's, which stays gathered
+    // from its forward (torch/distributed/fsdp/_runtime_utils.py _post_forward_reshard): GPT-2's
+    // tied table and position table, 39.4 M of its 124 M parameters.
+    const double root = mode == FsdpSharding::full ? root_params(m, b.layout, p) : 0;
+    if (mode == FsdpSharding::full) CHECK(root == Approx(50257.0 * 768 + 1024.0 * 768 + 2 * 768));
+    CHECK(test::collective_bytes_sent(b.graph, 3) == Approx((factor * psi - root) * (n - 1) / n * 2).epsilon(1e-9));
 }
 
 TEST_CASE("FSDP reducing in fp32 sends its reduce-scatters at 4 bytes a gradient", "[strategies][fsdp]") {
     // torchtitan's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): two gathers of
-    // 16-bit parameters and one reduce-scatter of fp32 gradients per unit, (2·2 + 4)·Ψ·(n−1)/n
-    // bytes a device, where the bf16 reduction sends (2·2 + 2)·Ψ·(n−1)/n.
+    // 16-bit parameters (one for the root) and one reduce-scatter of fp32 gradients per unit,
+    // ((2·2 + 4)·Ψ − 2·Ψ_root)·(n−1)/n bytes a device, where the bf16 reduction sends
+    // ((2·2 + 2)·Ψ − 2·Ψ_root)·(n−1)/n.
     const Model m = model_preset("gpt2-small");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     const double psi = static_cast<double>(m.parameters()), n = 8;
@@ -41,7 +60,8 @@ TEST_CASE("FSDP reducing in fp32 sends its reduce-scatters at 4 bytes a gradient
         {{std::nullopt, 6.0}, {DType::bf16, 6.0}, {DType::fp32, 8.0}}));
     p.fsdp_reduce_dtype = reduce;
     const test::DpRun r = test::dp_run(m, c, p);
-    CHECK(test::collective_bytes_sent(r.built.graph, 5) == Approx(bytes * psi * (n - 1) / n).epsilon(1e-9));
+    const double root = root_params(m, r.built.layout, p);
+    CHECK(test::collective_bytes_sent(r.built.graph, 5) == Approx((bytes * psi - 2 * root) * (n - 1) / n).epsilon(1e-9));
     // The unsharded gradient of the largest unit (the embedding) in the reduce dtype.
     const double largest = static_cast<double>(m.shape().vocab * m.shape().hidden + m.shape().max_seq * m.shape().hidden);
     CHECK(test::peak_of_labels(r.built.graph, r.timeline, 5, {BufferLabel::bucket}).as_double() >= (bytes - 4) * largest);
@@ -178,8 +198,9 @@ TEST_CASE("FSDP + TP: Megatron's collectives in each replica, FSDP's 3Ψ/tp over
     // Per pass, Megatron's f/g pairs: the embedding's all-reduce, two per layer (after attention
     // and after the MLP), the head's one: 1 + 2 × 24 + 1 = 50; forward and backward: 100
     // all-reduces, or with sequence parallelism 100 all-gather + reduce-scatter pairs.
-    // FSDP: a gather before each of the 26 blocks' forward and backward, a reduce-scatter after
-    // each backward, over the 4 replicas' ranks of the same tensor rank.
+    // FSDP: a gather before each of the 26 blocks' forward and each of the 24 layers' backward
+    // (the root's embedding and head stay gathered), a reduce-scatter after each backward, over
+    // the 4 replicas' ranks of the same tensor rank.
     const std::int64_t psi_tp = strategies::detail::total_params(strategies::detail::replica_blocks(m, b.layout, p));
     // Column- and row-parallel weights halve; the norms, row-parallel biases and position table
     // stay whole on both tensor ranks: a little more than half of GPT-2 medium's parameters.
@@ -195,12 +216,14 @@ TEST_CASE("FSDP + TP: Megatron's collectives in each replica, FSDP's 3Ψ/tp over
             CHECK(r.tp[CollectiveKind::all_reduce] == 100);
             CHECK(r.tp.size() == 1);
         }
-        CHECK(r.dp[CollectiveKind::all_gather] == 2 * 26);
+        CHECK(r.dp[CollectiveKind::all_gather] == 26 + 24);
         CHECK(r.dp[CollectiveKind::reduce_scatter] == 26);
         CHECK(r.dp.size() == 2);
         CHECK(r.dp_groups_one_tensor_rank);
-        // Two gathers and a reduce-scatter of the slice's 16-bit values: 3 × Ψ_tp × 2 bytes × 3/4.
-        CHECK(r.dp_bytes_sent == Approx(3.0 * static_cast<double>(psi_tp) * 2 * 3 / 4).epsilon(1e-9));
+        // Two gathers (one for the root) and a reduce-scatter of the slice's 16-bit values:
+        // (3 × Ψ_tp − Ψ_root) × 2 bytes × 3/4.
+        CHECK(r.dp_bytes_sent ==
+              Approx((3.0 * static_cast<double>(psi_tp) - root_params(m, b.layout, p)) * 2 * 3 / 4).epsilon(1e-9));
     }
 }
 
@@ -247,7 +270,7 @@ TEST_CASE("FSDP + TP hybrid shards within a node's replicas", "[strategies][fsdp
     const Built b = build(m, c, p);
     CHECK(b.layout.shard_group == 4);
     RankCollectives r = rank_collectives(b.graph, b.layout, 1, 5);
-    CHECK(r.dp[CollectiveKind::all_gather] == 2 * 26);
+    CHECK(r.dp[CollectiveKind::all_gather] == 26 + 24);
     CHECK(r.dp[CollectiveKind::reduce_scatter] == 26);
     CHECK(r.dp[CollectiveKind::all_reduce] == 26);
     CHECK(r.dp_groups_one_tensor_rank);
@@ -490,7 +513,7 @@ TEST_CASE("FSDP's backward prefetch: pre overlaps the next gather with the gradi
         const test::DpRun r = test::dp_run(m, c, p);
         const BackwardGathers b = backward_gathers(r, 0);
         INFO(to_string(mode));
-        CHECK(b.gathers == 2 * 25);   // 2 micro-batches × every unit but the first in backward
+        CHECK(b.gathers == 2 * 24);   // 2 micro-batches × every layer (the root's units stay gathered)
         switch (mode) {
             case FsdpBackwardPrefetch::pre: CHECK(b.before_prev_backward > 0); break;
             case FsdpBackwardPrefetch::post:
