@@ -604,7 +604,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         (plan.fsdp_sharding == FsdpSharding::hybrid || plan.fsdp_sharding == FsdpSharding::none))
         fail_input("--fsdp-sharding " + std::string(to_string(plan.fsdp_sharding)) +
                        " with pipeline parallelism is not modelled: with --pp, fsdp shards every stage over its "
-                       "data-parallel ranks (full, or grad-op, which torchtitan runs alike under pipeline stages)",
+                       "data-parallel ranks (full, or grad-op, which torchtitan runs alike under pipeline stages)" +
+                       (plan.fsdp_sharding == FsdpSharding::none ? "; NO_SHARD replicates like DDP: --strategy ddp" : ""),
                    {"", "", "--fsdp-sharding"});
     if (plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid) {
         // Hybrid sharding: shard within a group of consecutive ranks (a node by default), replicate
