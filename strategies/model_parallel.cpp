@@ -723,11 +723,15 @@ private:
     /// Tied embeddings, the optimizer step, and zero1's parameter all-gather, per rank.
     void emit_optimizer() {
         const bool zero1 = plan_.strategy == DataParallel::zero1;
+        // The tied table's two gradients summed between the first and the last stage; FSDP's
+        // are shards by then (fsdp_reduce), each rank's with its peer's.
+        const Bytes tied = fsdp_ ? Bytes(detail::shard(tied_params_, l_.dp_cp()) * l_.fsdp_reduce_bytes)
+                                 : Bytes(tied_params_ * sb_.grads);
         if (tied_params_ > 0 && l_.pp > 1)
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const auto ops = g_.add_collective(CollectiveKind::all_reduce, {l_.rank(t, d, 0), l_.rank(t, d, l_.pp - 1)},
-                                                       Bytes(tied_params_ * sb_.grads), Stream::comm, Phase::comm);
+                                                       tied, Stream::comm, Phase::comm);
                     last_comm_[static_cast<std::size_t>(l_.rank(t, d, 0))] = ops[0];
                     last_comm_[static_cast<std::size_t>(l_.rank(t, d, l_.pp - 1))] = ops[1];
                 }

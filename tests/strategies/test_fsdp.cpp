@@ -317,6 +317,7 @@ namespace {
 struct StageFsdp {
     int gathers = 0, reduce_scatters = 0, other = 0;
     double gathered = 0, reduced = 0;   // bytes per rank (the unsharded unit)
+    double other_bytes = 0;
     bool reduce_after_last_backward = true, forward_after_gather = true;
     int gathered_forwards = 0;          // micro-batch 0 forwards that found their unit gathered
 };
@@ -343,6 +344,7 @@ StageFsdp stage_fsdp(const test::DpRun& r, int rank) {
             out.reduced += static_cast<double>(c.bytes);
         } else {
             ++out.other;
+            out.other_bytes += static_cast<double>(c.bytes);
         }
     }
     for (OpId id = 0; id < g.size(); ++id) {
@@ -388,8 +390,10 @@ TEST_CASE("FSDP under pipeline stages gathers each unit once per step and reduce
         CHECK(f.gathers == blocks_of_stage[s]);
         CHECK(f.reduce_scatters == blocks_of_stage[s]);
         // The tied table's two copies (the embedding's on stage 0, the head's on stage 3) sum
-        // their gradients in one all-reduce, as the pipeline builder runs it for every strategy.
+        // their gradients in one all-reduce, as the pipeline builder runs it for every strategy;
+        // under FSDP each rank's shard of them, a quarter of the table.
         CHECK(f.other == (s == 0 || s == 3 ? 1 : 0));
+        if (f.other == 1) CHECK(f.other_bytes == Approx(2.0 * m.shape().vocab * m.shape().hidden / 4));
         CHECK(f.gathered == f.reduced);   // bf16 parameters and gradients
         CHECK(f.reduce_after_last_backward);
         CHECK(f.forward_after_gather);
