@@ -113,6 +113,13 @@ std::vector<int> min_max_split(int n, int stages, const std::function<double(int
 
 void check_model_parallel(const Model& model, const Plan& plan, const Layout& l, const std::vector<Block>& blocks) {
     const ErrorContext pp_flag{"", "", "--pp"}, strategy_flag{"", "", "--strategy"};
+    auto dense_only = [&](const char* what) {
+        for (const Block& b : blocks)
+            if (b.moe)
+                fail_input(std::string(what) + " is modelled for dense models; " + model.name() +
+                               " routes tokens to experts: use ddp or zero1 with --tp and --pp",
+                           strategy_flag);
+    };
     switch (plan.strategy) {
         case DataParallel::ddp:
         case DataParallel::zero1: break;
@@ -120,18 +127,19 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             // FSDP with tensor parallelism (torchtitan's 2-D mesh: FSDP over data-parallel
             // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp);
             // under pipeline stages (torchtitan's 3-D FSDP + TP + PP) on this builder.
-            if (fsdp_with_tp(plan, l) || l.pp > 1) {
-                const char* what = l.pp > 1 ? "fsdp with pipeline parallelism" : "fsdp with tensor parallelism";
-                for (const Block& b : blocks)
-                    if (b.moe)
-                        fail_input(std::string(what) + " is modelled for dense models; " + model.name() +
-                                       " routes tokens to experts: use ddp or zero1 with --tp and --pp",
-                                   strategy_flag);
+            if (sharded_with_tp(plan, l) || l.pp > 1) {
+                dense_only(l.pp > 1 ? "fsdp with pipeline parallelism" : "fsdp with tensor parallelism");
                 break;
             }
             [[fallthrough]];
         case DataParallel::zero2:
         case DataParallel::zero3:
+            // ZeRO-3 with tensor parallelism (Megatron-DeepSpeed's layers under zero.Init(mpu=…))
+            // runs on DeepSpeed's ZeRO-3 engine (strategies/zero.hpp build_zero3).
+            if (plan.strategy == DataParallel::zero3 && sharded_with_tp(plan, l)) {
+                dense_only("zero3 with tensor parallelism");
+                break;
+            }
             if (l.pp > 1)
                 fail_input(std::string(to_string(plan.strategy)) +
                                " with pipeline parallelism is not supported: DeepSpeed's pipeline engine refuses ZeRO "
@@ -144,9 +152,9 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             fail_input(std::string(to_string(plan.strategy)) +
                            " is not modelled with tensor or pipeline parallelism; with --tp or --pp use ddp or zero1 "
                            "(Megatron's distributed optimizer)" +
-                           (plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3
-                                ? ", or fsdp (torchtitan's FSDP with tensor and pipeline parallelism)"
-                                : ""),
+                           (plan.strategy == DataParallel::zero2
+                                ? ", or zero3, or fsdp (torchtitan's FSDP with tensor and pipeline parallelism)"
+                                : plan.strategy == DataParallel::zero3 ? ", or fsdp (torchtitan's FSDP with pipeline parallelism)" : ""),
                        strategy_flag);
     }
     int layers = 0;

@@ -700,9 +700,14 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool pytorch_only = plan.strategy == DataParallel::ring || plan.strategy == DataParallel::ps ||
                               plan.strategy == DataParallel::ps_async || plan.strategy == DataParallel::fsdp ||
                               plan.strategy == DataParallel::hybrid_cnn;
-    l.framework = !plan.framework.empty() ? parse_framework(plan.framework)
-                  : pytorch_only         ? parse_framework("pytorch")
-                                         : default_framework(l.tp > 1 || l.pp > 1 || l.cp > 1, zero);
+    // ZeRO-2 and ZeRO-3 are DeepSpeed's own: with tensor parallelism, Megatron's layers on
+    // DeepSpeed's engine (Megatron-DeepSpeed).
+    const bool deepspeed_only = plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3;
+    const bool layered = l.tp > 1 || l.pp > 1 || l.cp > 1;
+    l.framework = !plan.framework.empty()            ? parse_framework(plan.framework)
+                  : pytorch_only                     ? parse_framework("pytorch")
+                  : deepspeed_only && layered        ? parse_framework("megatron-deepspeed")
+                                                     : default_framework(layered, zero);
     {
         // Which frameworks run which strategy: Horovod's ring and the parameter servers are their
         // own frameworks (modelled as such); FSDP is PyTorch's; ZeRO is DeepSpeed's (zero1 also
@@ -867,9 +872,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const int shared = per_node % width == 0 && cluster.num_devices() % per_node == 0 && l.dp % (per_node / width) == 0
                            ? per_node / width
                            : 0;
-    // FSDP with tensor parallelism folds as data parallelism does (below), not as the model-parallel builder.
+    // FSDP and ZeRO-3 with tensor parallelism fold as data parallelism does (below), not as the
+    // model-parallel builder.
     const bool model_parallel = (l.tp > 1 || l.pp > 1 || l.cp > 1) && (width % per_node == 0 || shared > 0 || plan.fold_unshared) &&
-                                l.ep == 1 && !moe && !fsdp_with_tp(plan, l);
+                                l.ep == 1 && !moe && !sharded_with_tp(plan, l);
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
     // sit — unless a hybrid FSDP shard group leaves replica 0 out of a communicator. Offloaded,
@@ -882,20 +888,21 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
-    // FSDP with tensor parallelism: a replica is tp consecutive ranks, and replicas meet only in
-    // FSDP's collectives, over every replica of a tensor rank. Where nodes hold whole replicas,
-    // the first node's are kept whole (their tensor-parallel collectives share its links) and
-    // every other node mirrors them — not with hybrid sharding, as above.
-    const bool fsdp_tp = fsdp_with_tp(plan, l) && plan.fsdp_sharding != FsdpSharding::hybrid && per_node % l.tp == 0 &&
-                         cluster.num_devices() % per_node == 0 && l.dp % (per_node / l.tp) == 0;
+    // FSDP or ZeRO-3 with tensor parallelism: a replica is tp consecutive ranks, and replicas meet
+    // only in the sharding's collectives, over every replica of a tensor rank. Where nodes hold
+    // whole replicas, the first node's are kept whole (their tensor-parallel collectives share its
+    // links) and every other node mirrors them — not with FSDP's hybrid sharding, as above.
+    const bool sharded_tp = sharded_with_tp(plan, l) &&
+                            !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid) &&
+                            per_node % l.tp == 0 && cluster.num_devices() % per_node == 0 && l.dp % (per_node / l.tp) == 0;
     // A slow device or jitter (--slow, --jitter) makes replicas differ: not mirrors either.
     const bool alike = cluster.groups.size() == 1 && cluster.uniform_speed();
     l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;
-    l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel || fsdp_tp)) || l.folded_tp;
+    l.folded = (plan.fold && l.dp > 1 && alike && l.servers == 0 && (model_parallel || data_parallel || sharded_tp)) || l.folded_tp;
     l.fold_width = !l.folded                                                    ? 1
                    : offloaded && data_parallel                                 ? per_node
                    : model_parallel && !l.folded_tp && !plan.fold_unshared && shared > 1 ? shared
-                   : fsdp_tp                                                    ? per_node / l.tp
+                   : sharded_tp                                                 ? per_node / l.tp
                                                                                 : 1;
     if (l.folded && !l.folded_tp && l.fold_width >= l.dp) {   // one node's replicas: nothing mirrors them
         l.folded = false;
@@ -926,7 +933,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
 Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     const Layout layout = resolve(model, cluster, plan);
     // Expert parallelism needs the model-parallel builder's per-layer passes (strategies/moe.hpp).
-    const bool model_parallel = (layout.tp > 1 || layout.pp > 1 || layout.cp > 1 || layout.ep > 1) && !fsdp_with_tp(plan, layout);
+    const bool model_parallel = (layout.tp > 1 || layout.pp > 1 || layout.cp > 1 || layout.ep > 1) && !sharded_with_tp(plan, layout);
     Built out{model_parallel ? build_model_parallel(model, layout, plan) : build_data_parallel(model, cluster, layout, plan),
               layout,
               model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute)};

@@ -24,6 +24,68 @@ int bucket_first_block(const std::vector<Bucket>& buckets, std::size_t k, int la
     return k == 0 ? last_block : buckets[k - 1].ready_after_block;
 }
 
+/// A data-parallel replica of tp ranks (FSDP + TP, ZeRO-3 + TP): slot d·tp + t is replica d's
+/// tensor rank t, slots[] its rank. The slots of each tensor rank are the groups that shard and
+/// reduce that rank's slice.
+struct TensorSlots {
+    int tp = 1, dp = 1;
+    std::vector<int> slots, slot_of;   // slot → rank, rank → slot (−1: none)
+
+    explicit TensorSlots(const Layout& l) : tp(l.tp), dp(l.dp), slot_of(static_cast<std::size_t>(l.devices), -1) {
+        for (int d = 0; d < dp; ++d)
+            for (int t = 0; t < tp; ++t) slots.push_back(l.rank(t, d, 0));
+        for (std::size_t i = 0; i < slots.size(); ++i) slot_of[static_cast<std::size_t>(slots[i])] = static_cast<int>(i);
+    }
+    /// The ranks of tensor rank t, replica by replica.
+    std::vector<int> tensor_rank(int t) const {
+        std::vector<int> out;
+        for (int d = 0; d < dp; ++d) out.push_back(slots[static_cast<std::size_t>(d * tp + t)]);
+        return out;
+    }
+};
+
+/// Tensor parallelism inside a sharded replica: each block's collectives after its passes
+/// (strategies/model_parallel.hpp, Megatron's f and g, as torchtitan's parallelize plan and
+/// Megatron-DeepSpeed's layers place them), on the compute stream of the replica's tp ranks. Tensor
+/// rank 0 declares them in its program order; the others, which run the same program, join them
+/// in that order. hook(slot) is add_passes' after_pass (none without tensor parallelism).
+class ReplicaTensorCollectives {
+public:
+    ReplicaTensorCollectives(OpGraph& g, const Plan& plan, const TensorSlots& s)
+        : g_(g), plan_(plan), s_(s), cids_(static_cast<std::size_t>(s.dp)), next_(s.slots.size(), 0) {}
+
+    std::function<void(int, const Block&, Phase)> hook(int slot) {
+        if (s_.tp == 1) return {};
+        return [this, slot](int mb, const Block& b, Phase phase) {
+            if (phase == Phase::recompute && plan_.recompute != Recompute::full) return;   // full recompute redoes them
+            const int tp = s_.tp, d = slot / tp, t = slot % tp;
+            std::vector<std::int32_t>& cids = cids_[static_cast<std::size_t>(d)];
+            for (int k = 0; k < b.tp_collectives_fwd; ++k)
+                for (int j = 0; j < (plan_.sequence_parallel ? 2 : 1); ++j) {
+                    std::int32_t cid;
+                    if (t == 0) {
+                        const CollectiveKind kind = !plan_.sequence_parallel ? CollectiveKind::all_reduce
+                                                    : j == 0                 ? CollectiveKind::all_gather
+                                                                             : CollectiveKind::reduce_scatter;
+                        std::vector<int> members(s_.slots.begin() + d * tp, s_.slots.begin() + (d + 1) * tp);
+                        cid = g_.declare_collective(kind, members, b.tp_bytes_per_collective);
+                        cids.push_back(cid);
+                    } else {
+                        cid = cids[next_[static_cast<std::size_t>(slot)]++];
+                    }
+                    g_.add_collective_op(cid, s_.slots[static_cast<std::size_t>(slot)], Stream::compute, phase, b.index, mb, k);
+                }
+        };
+    }
+
+private:
+    OpGraph& g_;
+    const Plan& plan_;
+    const TensorSlots& s_;
+    std::vector<std::vector<std::int32_t>> cids_;   // per replica, in tensor rank 0's order
+    std::vector<std::size_t> next_;                 // per slot: its next collective in that order
+};
+
 }  // namespace
 
 OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, int stage) {
@@ -311,11 +373,9 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // rank t (slots[] its rank); without tensor parallelism a slot is a replica. The loops below
     // run their index d over the emitted slots (a folded layout's kept replicas' ranks).
     const int tp = layout.tp, dp = layout.dp;
-    std::vector<int> slots;
-    for (int d = 0; d < dp; ++d)
-        for (int t = 0; t < tp; ++t) slots.push_back(layout.rank(t, d, 0));
-    std::vector<int> slot_of(static_cast<std::size_t>(layout.devices), -1);
-    for (std::size_t i = 0; i < slots.size(); ++i) slot_of[static_cast<std::size_t>(slots[i])] = static_cast<int>(i);
+    const TensorSlots ts(layout);
+    const std::vector<int>& slots = ts.slots;
+    const std::vector<int>& slot_of = ts.slot_of;
     const int ns = dp * tp, emit = emitted_replicas(layout) * tp;
     const int group = options.shard_params ? (options.shard_group > 0 ? options.shard_group : dp) : 1;
     if (dp % group != 0) throw Error(ErrorKind::internal, "shard group does not divide dp");
@@ -344,35 +404,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // Per replica, per (micro-batch, block): the transient full-gradient buffer of the unit.
     std::vector<std::vector<std::vector<std::int32_t>>> grad_buf(
         static_cast<std::size_t>(ns), std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(mbs), std::vector<std::int32_t>(blocks.size(), -1)));
-    // Tensor parallelism: each block's collectives after its passes (strategies/model_parallel.hpp,
-    // Megatron's f and g, as torchtitan's parallelize plan places them), on the compute stream of
-    // the replica's tp ranks. Tensor rank 0 declares them in its program order; the others, which
-    // run the same program, join them in that order.
-    std::vector<std::vector<std::int32_t>> tp_cids(static_cast<std::size_t>(dp));
-    std::vector<std::size_t> tp_next(static_cast<std::size_t>(ns), 0);
-    auto tp_collectives = [&](int slot) -> std::function<void(int, const Block&, Phase)> {
-        if (tp == 1) return {};
-        return [&, slot](int mb, const Block& b, Phase phase) {
-            if (phase == Phase::recompute && plan.recompute != Recompute::full) return;   // full recompute redoes them
-            const int d = slot / tp, t = slot % tp;
-            std::vector<std::int32_t>& cids = tp_cids[static_cast<std::size_t>(d)];
-            for (int k = 0; k < b.tp_collectives_fwd; ++k)
-                for (int j = 0; j < (plan.sequence_parallel ? 2 : 1); ++j) {
-                    std::int32_t cid;
-                    if (t == 0) {
-                        const CollectiveKind kind = !plan.sequence_parallel ? CollectiveKind::all_reduce
-                                                    : j == 0                ? CollectiveKind::all_gather
-                                                                            : CollectiveKind::reduce_scatter;
-                        std::vector<int> members(slots.begin() + d * tp, slots.begin() + (d + 1) * tp);
-                        cid = g.declare_collective(kind, members, b.tp_bytes_per_collective);
-                        cids.push_back(cid);
-                    } else {
-                        cid = cids[tp_next[static_cast<std::size_t>(slot)]++];
-                    }
-                    g.add_collective_op(cid, slots[static_cast<std::size_t>(slot)], Stream::compute, phase, b.index, mb, k);
-                }
-        };
-    };
+    ReplicaTensorCollectives tp_collectives(g, plan, ts);
     for (int d = 0; d < emit; ++d) {
         const int r = slots[static_cast<std::size_t>(d)];
         const std::int64_t mine = shard(params, group);
@@ -392,7 +424,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 g.add_alloc(buf, Stream::compute, b.index, mb);
                 grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)] = buf;
             };
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, nullptr, false, std::nullopt, tp_collectives(d)));
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, nullptr, false, std::nullopt, tp_collectives.hook(d)));
     }
 
     // Comm-stream programs, step by step for every rank at once (all ranks run the same program,
@@ -585,9 +617,15 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const std::vector<Block> blocks = replica_blocks(model, layout, plan);
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t params = total_params(blocks);
-    const std::vector<int> replicas = replica_ranks(layout);
-    const int dp = layout.dp, nb = static_cast<int>(blocks.size()), mbs = layout.microbatches;
-    const int emit = emitted_replicas(layout);
+    // With tensor parallelism (Megatron-DeepSpeed's layers under zero.Init(mpu=…), which
+    // partitions over the data-parallel group) each replica is tp ranks holding a slice of every
+    // block (the blocks above are one rank's), and each tensor rank's slices are partitioned and
+    // gathered over the replicas' ranks of that tensor rank. Index d below runs over the emitted
+    // slots (TensorSlots: replica d / tp's tensor rank d % tp).
+    const TensorSlots ts(layout);
+    const std::vector<int>& replicas = ts.slots;
+    const int dp = layout.dp, tp = layout.tp, nb = static_cast<int>(blocks.size()), mbs = layout.microbatches;
+    const int ns = dp * tp, emit = emitted_replicas(layout) * tp;
 
     // What each block gathers: its partitioned tensors (at least param_persistence_threshold
     // elements); smaller ones persist whole on every rank.
@@ -626,6 +664,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const std::int64_t part = shard(params - persistent, dp), gshard = shard(params, dp);
     OpGraph g(layout.devices);
     std::vector<Passes> passes;
+    ReplicaTensorCollectives tp_collectives(g, plan, ts);
     for (int d = 0; d < emit; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
         if (po == Offload::none) {
@@ -648,39 +687,50 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                             BufferLabel::staging, Tier::host);
         }
         if (dp > 1 || offload) alloc_state(g, r, bucket_cap, BufferLabel::bucket);   // the contiguous IPG buffer
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, {}, {}, nullptr, layout.activation_offload));
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, {}, {}, nullptr, layout.activation_offload, std::nullopt,
+                                    tp_collectives.hook(d)));
     }
     if (dp == 1 && !offload) {
         add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, {});
         return g;
     }
+    // A collective over each tensor rank's replicas, its ops by slot.
+    auto over_replicas = [&](CollectiveKind kind, Bytes bytes, Phase phase, int layer, int mb, int index) {
+        std::vector<OpId> by_slot(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+        for (int t = 0; t < tp; ++t) {
+            const std::vector<int> members = ts.tensor_rank(t);
+            const auto ops = add_replica_collective(g, layout, kind, members, bytes, Stream::comm, phase, layer, mb, index);
+            for (std::size_t i = 0; i < members.size(); ++i)
+                by_slot[static_cast<std::size_t>(ts.slot_of[static_cast<std::size_t>(members[i])])] = ops[i];
+        }
+        return by_slot;
+    };
     const detail::GradientOffload how{sb.grads, 4, otier, layout.dtype, layout.unified_memory};
     // Where pinned host buffers live: on unified memory (a CPU board, a Jetson) the device's own.
     const Tier pinned = layout.unified_memory ? Tier::device : Tier::host;
-    std::vector<OpId> last_out(static_cast<std::size_t>(dp), OpGraph::kNoOp), out_prev(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+    std::vector<OpId> last_out(static_cast<std::size_t>(ns), OpGraph::kNoOp), out_prev(static_cast<std::size_t>(ns), OpGraph::kNoOp);
     // Parameters are fetched when they are sharded over ranks or offloaded.
     const bool gathers = dp > 1 || po != Offload::none;
 
     // One gather (an all-gather of `bytes` of parameters) on every replica, each after `after`
     // (per replica; kNoOp: none) and before `before`.
-    std::vector<OpId> last_comm(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+    std::vector<OpId> last_comm(static_cast<std::size_t>(ns), OpGraph::kNoOp);
     auto all_gather = [&](std::int64_t elements, int block, int mb, Phase phase, const std::vector<OpId>& after) {
-        const auto ops = add_replica_collective(g, layout, CollectiveKind::all_gather, replicas, Bytes(elements * sb.params), Stream::comm,
-                                          phase, block, mb);
+        const auto ops = over_replicas(CollectiveKind::all_gather, Bytes(elements * sb.params), phase, block, mb, -1);
         for (int d = 0; d < emit; ++d)
             if (after[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(after[static_cast<std::size_t>(d)], ops[static_cast<std::size_t>(d)]);
         return ops;
     };
     auto column = [&](const std::vector<std::vector<OpId>>& per_block_per_d, int block) {
-        std::vector<OpId> out(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+        std::vector<OpId> out(static_cast<std::size_t>(ns), OpGraph::kNoOp);
         if (block < 0 || block >= nb) return out;
         for (int d = 0; d < emit; ++d) out[static_cast<std::size_t>(d)] = per_block_per_d[static_cast<std::size_t>(d)][static_cast<std::size_t>(block)];
         return out;
     };
-    std::vector<std::vector<std::int32_t>> staging(static_cast<std::size_t>(dp), std::vector<std::int32_t>(blocks.size(), -1));
+    std::vector<std::vector<std::int32_t>> staging(static_cast<std::size_t>(ns), std::vector<std::int32_t>(blocks.size(), -1));
 
     for (int mb = 0; mb < mbs; ++mb) {
-        std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(dp)), bwd(static_cast<std::size_t>(dp)), first(static_cast<std::size_t>(dp));
+        std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(ns)), bwd(static_cast<std::size_t>(ns)), first(static_cast<std::size_t>(ns));
         for (int d = 0; d < emit; ++d) {
             fwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].fwd[static_cast<std::size_t>(mb)];
             bwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd[static_cast<std::size_t>(mb)];
@@ -769,8 +819,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             while (next_bucket < buckets.size() && buckets[next_bucket].ready_after_block == i) {
                 std::vector<OpId> reduced = column(bwd, i);
                 if (dp > 1) {
-                    reduced = add_replica_collective(g, layout, CollectiveKind::reduce_scatter, replicas, buckets[next_bucket].bytes,
-                                                     Stream::comm, Phase::comm, -1, mb, static_cast<int>(next_bucket));
+                    reduced = over_replicas(CollectiveKind::reduce_scatter, buckets[next_bucket].bytes, Phase::comm, -1, mb,
+                                            static_cast<int>(next_bucket));
                     // (Without overlap_comm DeepSpeed reduces on the compute stream; its all-gathers
                     // share the communicator, so both stay on one stream here: the reduction then
                     // waits for the backward that fills it and the next fetch waits for it.)
@@ -797,7 +847,14 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     }
     // The step, then the updated 16-bit partition where the parameters live.
     std::vector<OpId> done;
-    if (oo == Offload::none) {
+    if (oo == Offload::none && tp > 1) {   // every rank steps its shard (no LAMB with tensor parallelism)
+        done.assign(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+        for (int d = 0; d < emit; ++d)
+            done[static_cast<std::size_t>(d)] = add_optimizer_steps(g, layout, StepRunner::device, {replicas[static_cast<std::size_t>(d)]},
+                                                                   gshard, layer_params(blocks, dp), false,
+                                                                   {last_comm[static_cast<std::size_t>(d)]})
+                                                     .front();
+    } else if (oo == Offload::none) {
         done = add_optimizer_steps(g, layout, StepRunner::device, replicas, gshard, layer_params(blocks, dp), dp > 1, last_comm);
     } else if (oo == Offload::cpu) {
         done = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, gshard, layer_params(blocks, dp), dp > 1,
@@ -809,7 +866,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         const double state = optimizer_state_per_param(layout.optimizer, layout.dtype);
         for (std::int64_t begin = 0; begin < gshard; begin += fw.sub_group_size) {
             const std::int64_t e = std::min(fw.sub_group_size, gshard - begin);
-            std::vector<OpId> in(static_cast<std::size_t>(dp), OpGraph::kNoOp);
+            std::vector<OpId> in(static_cast<std::size_t>(ns), OpGraph::kNoOp);
             for (int d = 0; d < emit; ++d) {
                 const int r = replicas[static_cast<std::size_t>(d)];
                 in[static_cast<std::size_t>(d)] =

@@ -115,7 +115,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
         ->capture_default_str();
     app.add_option("--framework", f.framework,
                    "framework whose behaviour to follow: pytorch, megatron, deepspeed, megatron-deepspeed, optionally "
-                   "@VERSION (default: megatron with --tp/--pp, deepspeed for zero1-3, else pytorch)");
+                   "@VERSION (default: megatron with --tp/--pp, deepspeed for zero1-3, megatron-deepspeed for zero2-3 with --tp, else pytorch)");
     app.add_option("--dispatch-overhead", f.dispatch_overhead,
                    "host time per GPU kernel the framework spends before the driver's launch (Python, dispatcher, "
                    "autograd), such as \"20 us\"; measure it with torch.profiler (CPU time per aten op). Default: the "

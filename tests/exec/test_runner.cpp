@@ -202,6 +202,12 @@ TEST_CASE("exec runs hybrid-cnn: broadcasts, reduces to a root and a second comm
         run_and_check(strategies::build(tiny_cnn(), cluster, p).graph, cluster);
     }
 }
+TEST_CASE("exec runs zero3 with tp 2: Megatron's collectives in each replica, the slices partitioned over its tensor rank's replicas",
+          "[exec][mpi][plan-zero3-tp2]") {
+    strategies::Plan p = data_parallel(DataParallel::zero3);
+    p.tp = 2;
+    run_and_check(p);
+}
 TEST_CASE("exec runs tp 2", "[exec][mpi][plan-tp2]") {
     strategies::Plan p;
     p.tp = 2;

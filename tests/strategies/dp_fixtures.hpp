@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,36 @@ inline double inter_node_bytes(const topo::Topology& topo, const Timeline& tl) {
     for (std::size_t l = 0; l < links.size(); ++l)
         if (outbound[l]) close(l, tl.makespan);
     return bytes;
+}
+
+/// A rank's collectives split by communicator: its tensor-parallel group (the replica's tp ranks)
+/// and the rest (the sharding's groups of its tensor rank: FSDP's, ZeRO-3's), counted by kind, with
+/// the bytes it sends.
+struct RankCollectives {
+    std::map<CollectiveKind, int> tp, dp;
+    double dp_bytes_sent = 0;
+    bool dp_groups_one_tensor_rank = true;   // every member of those holds the same tensor slice
+};
+
+inline RankCollectives rank_collectives(const OpGraph& g, const strategies::Layout& l, int t, int d) {
+    const int rank = l.rank(t, d, 0);
+    std::vector<int> tp_group;
+    for (int k = 0; k < l.tp; ++k) tp_group.push_back(l.rank(k, d, 0));
+    RankCollectives out;
+    for (const Op& op : g.ops()) {
+        if (op.kind != OpKind::collective || op.rank != rank) continue;
+        const Collective& c = g.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = g.communicators()[static_cast<std::size_t>(c.communicator)];
+        if (members == tp_group) {
+            ++out.tp[c.kind];
+            continue;
+        }
+        ++out.dp[c.kind];
+        const double n = static_cast<double>(members.size());
+        out.dp_bytes_sent += (n - 1) / n * static_cast<double>(c.bytes);
+        for (int m : members) out.dp_groups_one_tensor_rank &= m % l.tp == t;
+    }
+    return out;
 }
 
 }  // namespace smol::test

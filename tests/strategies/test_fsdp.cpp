@@ -149,38 +149,6 @@ TEST_CASE("impossible FSDP plans say why", "[strategies][fsdp][plan]") {
     }
 }
 
-namespace {
-
-/// A rank's collectives split by communicator: its tensor-parallel group (the replica's tp ranks)
-/// and the rest (FSDP's groups of its tensor rank), counted by kind, with the bytes it sends.
-struct RankCollectives {
-    std::map<CollectiveKind, int> tp, dp;
-    double dp_bytes_sent = 0;
-    bool dp_groups_one_tensor_rank = true;   // every FSDP member holds the same tensor slice
-};
-
-RankCollectives rank_collectives(const OpGraph& g, const Layout& l, int t, int d) {
-    const int rank = l.rank(t, d, 0);
-    std::vector<int> tp_group;
-    for (int k = 0; k < l.tp; ++k) tp_group.push_back(l.rank(k, d, 0));
-    RankCollectives out;
-    for (const Op& op : g.ops()) {
-        if (op.kind != OpKind::collective || op.rank != rank) continue;
-        const Collective& c = g.collectives()[static_cast<std::size_t>(op.ref)];
-        const std::vector<int>& members = g.communicators()[static_cast<std::size_t>(c.communicator)];
-        if (members == tp_group) {
-            ++out.tp[c.kind];
-            continue;
-        }
-        ++out.dp[c.kind];
-        const double n = static_cast<double>(members.size());
-        out.dp_bytes_sent += (n - 1) / n * static_cast<double>(c.bytes);
-        for (int m : members) out.dp_groups_one_tensor_rank &= m % l.tp == t;
-    }
-    return out;
-}
-
-}  // namespace
 
 TEST_CASE("FSDP + TP: Megatron's collectives in each replica, FSDP's 3Ψ/tp over each tensor rank's replicas",
           "[strategies][fsdp]") {
@@ -206,7 +174,7 @@ TEST_CASE("FSDP + TP: Megatron's collectives in each replica, FSDP's 3Ψ/tp over
     // stay whole on both tensor ranks: a little more than half of GPT-2 medium's parameters.
     CHECK(static_cast<double>(psi_tp) / static_cast<double>(m.parameters()) == Approx(0.5).margin(0.03));
     for (const auto& [t, d] : {std::pair{0, 0}, std::pair{1, 3}}) {
-        RankCollectives r = rank_collectives(b.graph, b.layout, t, d);
+        test::RankCollectives r = test::rank_collectives(b.graph, b.layout, t, d);
         INFO("sp " << sp << ", tensor rank " << t << " of replica " << d);
         if (sp) {
             CHECK(r.tp[CollectiveKind::all_gather] == 100);
@@ -236,7 +204,7 @@ TEST_CASE("FSDP + TP with full recompute redoes each layer's forward collectives
     p.recompute = Recompute::full;
     const Built b = build(m, c, p);
     // 100 as without recompute, and the 24 layers' two again: 148.
-    CHECK(rank_collectives(b.graph, b.layout, 2, 1).tp[CollectiveKind::all_reduce] == 148);
+    CHECK(test::rank_collectives(b.graph, b.layout, 2, 1).tp[CollectiveKind::all_reduce] == 148);
 }
 
 TEST_CASE("FSDP + TP keeps 16·Ψ/(tp·dp) model-state bytes per device", "[strategies][fsdp]") {
@@ -269,7 +237,7 @@ TEST_CASE("FSDP + TP hybrid shards within a node's replicas", "[strategies][fsdp
     p.tp = 2;
     const Built b = build(m, c, p);
     CHECK(b.layout.shard_group == 4);
-    RankCollectives r = rank_collectives(b.graph, b.layout, 1, 5);
+    test::RankCollectives r = test::rank_collectives(b.graph, b.layout, 1, 5);
     CHECK(r.dp[CollectiveKind::all_gather] == 26 + 24);
     CHECK(r.dp[CollectiveKind::reduce_scatter] == 26);
     CHECK(r.dp[CollectiveKind::all_reduce] == 26);

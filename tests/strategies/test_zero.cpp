@@ -14,6 +14,7 @@
 
 #include "dp_fixtures.hpp"
 #include "sim/simulator.hpp"
+#include "strategies/data_parallel.hpp"
 #include "strategies/zero.hpp"
 
 using namespace smol;
@@ -289,4 +290,93 @@ TEST_CASE("DeepSpeed's ZeRO-1, and ZeRO-2 on one GPU, hold the IPG buffer backwa
     CHECK(z2.peak == buffer);   // one per backward, never two at once
     CHECK(z2.allocs.size() == 2);
     CHECK(z2.frees.size() == 2);
+}
+
+TEST_CASE("ZeRO-3 + TP: Megatron's collectives in each replica, the tensor slices partitioned over each tensor rank's replicas",
+          "[strategies][zero]") {
+    // Megatron-DeepSpeed's layers under zero.Init(mpu=…): GPT-2 medium with tp 2 on one DGX A100,
+    // 4 replicas of 2 tensor ranks, on DeepSpeed's engine (the default for zero3 with --tp).
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.strategy = DataParallel::zero3;
+    p.tp = 2;
+    p.framework = "deepspeed";
+    const bool sp = GENERATE(false, true);
+    p.sequence_parallel = sp;
+    const Built b = build(m, c, p);
+    REQUIRE(b.layout.dp == 4);
+    REQUIRE_FALSE(b.layout.folded);
+    const std::int64_t psi_tp = strategies::detail::total_params(strategies::detail::replica_blocks(m, b.layout, p));
+    for (const auto& [t, d] : {std::pair{0, 0}, std::pair{1, 3}}) {
+        test::RankCollectives r = test::rank_collectives(b.graph, b.layout, t, d);
+        INFO("sp " << sp << ", tensor rank " << t << " of replica " << d);
+        // Megatron's f and g per pass: 1 + 2 × 24 + 1, forward and backward.
+        if (sp) {
+            CHECK(r.tp[CollectiveKind::all_gather] == 100);
+            CHECK(r.tp[CollectiveKind::reduce_scatter] == 100);
+        } else {
+            CHECK(r.tp[CollectiveKind::all_reduce] == 100);
+            CHECK(r.tp.size() == 1);
+        }
+        // DeepSpeed 0.6+ gathers each block's partitioned tensors in one coalesced all-gather (the
+        // embedding and the 24 layers; the head's weight is the tied table, its norm under
+        // stage3_param_persistence_threshold) and, with its default stage3_max_reuse_distance of
+        // 1e9 elements, keeps them for backward; the gradients leave in reduce_bucket_size
+        // buckets, over the 4 replicas' ranks of the same tensor rank.
+        CHECK(r.dp[CollectiveKind::all_gather] == 25);
+        CHECK(r.dp[CollectiveKind::reduce_scatter] >= 1);
+        CHECK(r.dp.size() == 2);
+        CHECK(r.dp_groups_one_tensor_rank);
+        // One gather and one reduce-scatter of the slice's 16-bit values, but the tensors under
+        // stage3_param_persistence_threshold (norms, biases), which stay whole and are only
+        // reduced: 2 × Ψ_tp × 2 bytes × 3/4, within 1 %.
+        CHECK(r.dp_bytes_sent == Approx(2.0 * static_cast<double>(psi_tp) * 2 * 3 / 4).epsilon(0.01));
+    }
+}
+
+TEST_CASE("ZeRO-3 + TP keeps 16·Ψ/(tp·dp) model-state bytes per device and folds to its full expansion", "[strategies][zero]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::zero3;
+    p.tp = 4;
+    p.global_batch = 8;
+    const test::DpRun folded = test::dp_run(m, c, p);
+    REQUIRE(folded.built.layout.dp == 4);
+    REQUIRE(folded.built.layout.folded);
+    CHECK(folded.built.layout.framework.name == FrameworkName::megatron_deepspeed);
+    const double psi_tp = static_cast<double>(strategies::detail::total_params(strategies::detail::replica_blocks(m, folded.built.layout, p)));
+    for (int rank : {0, 7}) {
+        // 2-byte partitions of the parameters and gradients, 12 bytes of fp32 Adam state, of a
+        // quarter of the slice (the persistent tensors whole: within 1 %).
+        const Bytes states = test::peak_of_labels(folded.built.graph, folded.timeline, rank, test::kModelStates);
+        CHECK(states.as_double() == Approx(16.0 * psi_tp / 4).epsilon(0.01));
+    }
+    p.fold = false;
+    const test::DpRun full = test::dp_run(m, c, p);
+    CHECK(folded.summary.iteration == full.summary.iteration);
+}
+
+TEST_CASE("impossible ZeRO + TP plans say why", "[strategies][zero][plan]") {
+    Plan p;
+    p.tp = 2;
+    p.framework = "megatron-deepspeed";
+    SECTION("zero3 with pipeline stages: DeepSpeed's pipeline engine refuses it") {
+        p.strategy = DataParallel::zero3;
+        p.pp = 2;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                          Catch::Contains("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"));
+    }
+    SECTION("zero2 with tensor parallelism is not modelled") {
+        p.strategy = DataParallel::zero2;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                          Catch::Contains("zero2 is not modelled with tensor or pipeline parallelism") && Catch::Contains("or zero3"));
+    }
+    SECTION("zero3 with tensor parallelism and offload") {
+        p.strategy = DataParallel::zero3;
+        p.offload_optimizer = Offload::cpu;
+        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                          Catch::Contains("modelled for data parallelism only"));
+    }
 }
