@@ -134,10 +134,10 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             [[fallthrough]];
         case DataParallel::zero2:
         case DataParallel::zero3:
-            // ZeRO-3 with tensor parallelism (Megatron-DeepSpeed's layers under zero.Init(mpu=…))
-            // runs on DeepSpeed's ZeRO-3 engine (strategies/zero.hpp build_zero3).
-            if (plan.strategy == DataParallel::zero3 && sharded_with_tp(plan, l)) {
-                dense_only("zero3 with tensor parallelism");
+            // ZeRO-2 and ZeRO-3 with tensor parallelism (Megatron-DeepSpeed's layers on DeepSpeed's
+            // engine; zero.Init(mpu=…) for stage 3) run on DeepSpeed's engines (strategies/zero.hpp).
+            if (sharded_with_tp(plan, l)) {
+                dense_only(plan.strategy == DataParallel::zero2 ? "zero2 with tensor parallelism" : "zero3 with tensor parallelism");
                 break;
             }
             if (l.pp > 1)
@@ -152,9 +152,9 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             fail_input(std::string(to_string(plan.strategy)) +
                            " is not modelled with tensor or pipeline parallelism; with --tp or --pp use ddp or zero1 "
                            "(Megatron's distributed optimizer)" +
-                           (plan.strategy == DataParallel::zero2
-                                ? ", or zero3, or fsdp (torchtitan's FSDP with tensor and pipeline parallelism)"
-                                : plan.strategy == DataParallel::zero3 ? ", or fsdp (torchtitan's FSDP with pipeline parallelism)" : ""),
+                           (plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3
+                                ? ", or fsdp (torchtitan's FSDP with pipeline parallelism)"
+                                : ""),
                        strategy_flag);
     }
     int layers = 0;

@@ -241,12 +241,13 @@ struct Layout {
     int rank(int t, int d, int p) const { return t + tp * (d + dp * cp * p); }
 };
 
-/// FSDP or ZeRO-3 over data-parallel replicas of tensor-parallel shards (torchtitan's 2-D mesh,
-/// dp × tp; Megatron-DeepSpeed's layers under DeepSpeed's zero.Init with its mpu): built by the
-/// sharded engines (strategies/zero.hpp build_sharded, build_zero3), not the model-parallel one.
+/// FSDP, ZeRO-2 or ZeRO-3 over data-parallel replicas of tensor-parallel shards (torchtitan's
+/// 2-D mesh, dp × tp; Megatron-DeepSpeed's layers on DeepSpeed's engine, zero.Init with its mpu
+/// for stage 3): built by the data-parallel engines (strategies/zero.hpp build_sharded,
+/// build_zero, build_zero3), not the model-parallel one.
 inline bool sharded_with_tp(const Plan& plan, const Layout& l) {
-    return (plan.strategy == DataParallel::fsdp || plan.strategy == DataParallel::zero3) && l.tp > 1 && l.pp == 1 &&
-           l.cp == 1 && l.ep == 1;
+    return (plan.strategy == DataParallel::fsdp || plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3) &&
+           l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
 }
 
 /// Checks the plan against the model and cluster; throws bad_input saying why a plan is

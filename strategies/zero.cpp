@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
@@ -43,6 +44,20 @@ struct TensorSlots {
         return out;
     }
 };
+
+/// One collective of `kind` over each tensor rank's replicas (all of them with tp = 1), its ops
+/// by slot (kNoOp for a folded mirror's).
+std::vector<OpId> over_tensor_ranks(OpGraph& g, const Layout& layout, const TensorSlots& ts, CollectiveKind kind, Bytes bytes,
+                                    Stream stream, Phase phase, int layer, int mb, int index) {
+    std::vector<OpId> by_slot(ts.slots.size(), OpGraph::kNoOp);
+    for (int t = 0; t < ts.tp; ++t) {
+        const std::vector<int> members = ts.tensor_rank(t);
+        const auto ops = add_replica_collective(g, layout, kind, members, bytes, stream, phase, layer, mb, index);
+        for (std::size_t i = 0; i < members.size(); ++i)
+            by_slot[static_cast<std::size_t>(ts.slot_of[static_cast<std::size_t>(members[i])])] = ops[i];
+    }
+    return by_slot;
+}
 
 /// Tensor parallelism inside a sharded replica: each block's collectives after its passes
 /// (strategies/model_parallel.hpp, Megatron's f and g, as torchtitan's parallelize plan and
@@ -111,8 +126,16 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     const std::int64_t mine = shard(params, n);
 
     OpGraph g(layout.devices);
-    const std::vector<int> replicas = replica_ranks(layout);
-    const std::size_t emit = static_cast<std::size_t>(emitted_replicas(layout));
+    // With tensor parallelism (Megatron-DeepSpeed's layers on DeepSpeed's engine, which
+    // partitions over the data-parallel group) each replica is tp ranks holding a slice of every
+    // block (the blocks above are one rank's); each tensor rank's gradients and optimizer states
+    // are partitioned over the replicas' ranks of that tensor rank. Index d below runs over the
+    // emitted slots (TensorSlots).
+    const TensorSlots ts(layout);
+    const std::vector<int>& replicas = ts.slots;
+    const int tp = layout.tp;
+    const std::size_t emit = static_cast<std::size_t>(emitted_replicas(layout) * tp);
+    ReplicaTensorCollectives tp_collectives(g, plan, ts);
     const ReduceTiming timing = n > 1 ? reduce_timing(layout, stage) : ReduceTiming::overlapped;
     const Stream comm = timing == ReduceTiming::blocking ? Stream::compute : Stream::comm;
     const int first_mb = stage == 1 ? mbs - 1 : 0;   // stage 1 reduces at the accumulation boundary
@@ -141,7 +164,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     const detail::GradientOffload how{sb.grads, sb.grads, Tier::host, layout.dtype};
     std::vector<Passes> passes;
     std::vector<std::map<std::pair<int, int>, std::int32_t>> bucket_buf(replicas.size());
-    std::map<std::pair<int, int>, std::int32_t> blocking_cid;
+    std::map<std::tuple<int, int, int>, std::int32_t> blocking_cid;   // (micro-batch, bucket, tensor rank)
     std::vector<OpId> last_rs(replicas.size(), static_cast<OpId>(-1));
     std::vector<OpId> host_step(replicas.size(), OpGraph::kNoOp), last_out(replicas.size(), OpGraph::kNoOp),
         out_prev(replicas.size(), OpGraph::kNoOp);
@@ -247,8 +270,9 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                     if (buckets[k].ready_after_block != b.index) continue;
                     OpId reduced = bwd;
                     if (n > 1) {
-                        auto [it, fresh] = blocking_cid.try_emplace({mb, static_cast<int>(k)}, -1);
-                        if (fresh) it->second = g.declare_collective(CollectiveKind::reduce_scatter, replicas, buckets[k].bytes);
+                        const int t = static_cast<int>(d) % tp;
+                        auto [it, fresh] = blocking_cid.try_emplace({mb, static_cast<int>(k), t}, -1);
+                        if (fresh) it->second = g.declare_collective(CollectiveKind::reduce_scatter, ts.tensor_rank(t), buckets[k].bytes);
                         reduced = last_rs[d] =
                             g.add_collective_op(it->second, r, Stream::compute, Phase::comm, -1, mb, static_cast<int>(k));
                     }
@@ -265,14 +289,15 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         // accumulates into it; stage 2's hooks take every micro-batch's gradient into the buckets.
         passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels,
                                     layout.activation_offload,
-                                    stage == 1 ? std::optional(layout.framework.grad_accumulation) : std::nullopt));
+                                    stage == 1 ? std::optional(layout.framework.grad_accumulation) : std::nullopt,
+                                    tp_collectives.hook(static_cast<int>(d))));
     }
 
     if (n > 1 && timing != ReduceTiming::blocking)
         for (int mb = first_mb; mb < mbs; ++mb)
             for (std::size_t k = 0; k < buckets.size(); ++k) {
-                const auto ops = add_replica_collective(g, layout, CollectiveKind::reduce_scatter, replicas, buckets[k].bytes,
-                                                  Stream::comm, Phase::comm, -1, mb, static_cast<int>(k));
+                const auto ops = over_tensor_ranks(g, layout, ts, CollectiveKind::reduce_scatter, buckets[k].bytes, Stream::comm,
+                                                   Phase::comm, -1, mb, static_cast<int>(k));
                 // Overlapped: when backward fills the bucket; after backward: when it is all done.
                 const std::size_t ready = timing == ReduceTiming::after_backward ? 0 : static_cast<std::size_t>(buckets[k].ready_after_block);
                 for (std::size_t d = 0; d < emit; ++d) {
@@ -340,7 +365,13 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         std::vector<OpId> after(replicas.size(), OpGraph::kNoOp);
         for (std::size_t d = 0; d < replicas.size(); ++d)
             if (last_rs[d] != static_cast<OpId>(-1)) after[d] = last_rs[d];
-        opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1, after, comm);
+        if (tp == 1)
+            opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1, after, comm);
+        else   // every rank steps its partition (no LAMB with tensor parallelism)
+            for (std::size_t d = 0; d < emit; ++d)
+                opt[d] = add_optimizer_steps(g, layout, StepRunner::device, {replicas[d]}, mine, layer_params(blocks, n), false,
+                                             {after[d]}, comm)
+                             .front();
     } else {
         if (!layout.delayed_update) host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine,
                                                                     layer_params(blocks, n), n > 1, last_out);
@@ -354,8 +385,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     if (n > 1)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
             const Bytes bytes = Bytes(buckets[k].bytes.count() / sb.grads * sb.params);
-            const auto ops = add_replica_collective(g, layout, CollectiveKind::all_gather, replicas, bytes, comm, Phase::opt, -1,
-                                              -1, static_cast<int>(k));
+            const auto ops = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, bytes, comm, Phase::opt, -1, -1,
+                                               static_cast<int>(k));
             for (std::size_t d = 0; d < emit; ++d) g.depend(opt[d], ops[d]);
         }
     fold_replicas(g, layout);
@@ -696,14 +727,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     }
     // A collective over each tensor rank's replicas, its ops by slot.
     auto over_replicas = [&](CollectiveKind kind, Bytes bytes, Phase phase, int layer, int mb, int index) {
-        std::vector<OpId> by_slot(static_cast<std::size_t>(ns), OpGraph::kNoOp);
-        for (int t = 0; t < tp; ++t) {
-            const std::vector<int> members = ts.tensor_rank(t);
-            const auto ops = add_replica_collective(g, layout, kind, members, bytes, Stream::comm, phase, layer, mb, index);
-            for (std::size_t i = 0; i < members.size(); ++i)
-                by_slot[static_cast<std::size_t>(ts.slot_of[static_cast<std::size_t>(members[i])])] = ops[i];
-        }
-        return by_slot;
+        return over_tensor_ranks(g, layout, ts, kind, bytes, Stream::comm, phase, layer, mb, index);
     };
     const detail::GradientOffload how{sb.grads, 4, otier, layout.dtype, layout.unified_memory};
     // Where pinned host buffers live: on unified memory (a CPU board, a Jetson) the device's own.

@@ -208,6 +208,11 @@ TEST_CASE("exec runs zero3 with tp 2: Megatron's collectives in each replica, th
     p.tp = 2;
     run_and_check(p);
 }
+TEST_CASE("exec runs zero2 with tp 2", "[exec][mpi][plan-zero2-tp2]") {
+    strategies::Plan p = data_parallel(DataParallel::zero2);
+    p.tp = 2;
+    run_and_check(p);
+}
 TEST_CASE("exec runs tp 2", "[exec][mpi][plan-tp2]") {
     strategies::Plan p;
     p.tp = 2;

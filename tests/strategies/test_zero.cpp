@@ -368,15 +368,47 @@ TEST_CASE("impossible ZeRO + TP plans say why", "[strategies][zero][plan]") {
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
                           Catch::Contains("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"));
     }
-    SECTION("zero2 with tensor parallelism is not modelled") {
+    SECTION("zero2 with pipeline stages: DeepSpeed's pipeline engine refuses it") {
         p.strategy = DataParallel::zero2;
+        p.pp = 2;
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
-                          Catch::Contains("zero2 is not modelled with tensor or pipeline parallelism") && Catch::Contains("or zero3"));
+                          Catch::Contains("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"));
     }
     SECTION("zero3 with tensor parallelism and offload") {
         p.strategy = DataParallel::zero3;
         p.offload_optimizer = Offload::cpu;
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
                           Catch::Contains("modelled for data parallelism only"));
+    }
+}
+
+TEST_CASE("ZeRO-2 + TP: each tensor rank's gradients reduce-scattered every micro-batch over its replicas, 2Ψ + 14Ψ/N of states",
+          "[strategies][zero]") {
+    // Megatron-DeepSpeed's layers on DeepSpeed's ZeRO-2 engine: GPT-2 medium, tp 2 on one DGX A100
+    // (4 replicas), 2 micro-batches a replica.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.strategy = DataParallel::zero2;
+    p.tp = 2;
+    p.framework = "deepspeed";
+    p.global_batch = 8;
+    p.fold = false;
+    const test::DpRun r = test::dp_run(m, c, p);
+    REQUIRE(r.built.layout.dp == 4);
+    REQUIRE(r.built.layout.microbatches == 2);
+    const double psi_tp = static_cast<double>(strategies::detail::total_params(strategies::detail::replica_blocks(m, r.built.layout, p)));
+    for (const auto& [t, d] : {std::pair{0, 0}, std::pair{1, 2}}) {
+        test::RankCollectives rc = test::rank_collectives(r.built.graph, r.built.layout, t, d);
+        INFO("tensor rank " << t << " of replica " << d);
+        CHECK(rc.tp[CollectiveKind::all_reduce] == 2 * 100);   // 100 per micro-batch (FSDP + TP's count)
+        CHECK(rc.dp_groups_one_tensor_rank);
+        // Every micro-batch's gradients reduce-scattered, the updated parameters all-gathered once:
+        // (2 + 1) × Ψ_tp × 2 bytes × 3/4.
+        CHECK(rc.dp_bytes_sent == Approx(3.0 * psi_tp * 2 * 3 / 4).epsilon(1e-9));
+        // 16-bit parameters whole, 16-bit gradients and 12 bytes of Adam state partitioned over
+        // the 4 replicas: 2Ψ_tp + 14Ψ_tp/4.
+        const Bytes states = test::peak_of_labels(r.built.graph, r.timeline, r.built.layout.rank(t, d, 0), test::kModelStates);
+        CHECK(states.as_double() == Approx(2.0 * psi_tp + 14.0 * psi_tp / 4).epsilon(1e-6));
     }
 }
