@@ -164,20 +164,21 @@ TEST_CASE("with the analytic network, replicas sharing nodes and tensor ranks fo
     }
 }
 
-TEST_CASE("FSDP + TP folds a node's replicas to the same step as the full expansion", "[strategies][folding]") {
+TEST_CASE("FSDP, ZeRO-2 and ZeRO-3 + TP fold a node's replicas to the same step as the full expansion", "[strategies][folding]") {
     // 4 DGX A100 nodes: tp 2 keeps a node's 4 replicas (dp 16), tp 4 with sp its 2 (dp 8, full
     // recompute), tp 8 its one (dp 4).
     const auto [tp, sp, recompute] = GENERATE(std::make_tuple(2, false, Recompute::none), std::make_tuple(4, true, Recompute::full),
                                               std::make_tuple(8, false, Recompute::selective));
+    const DataParallel strategy = GENERATE(DataParallel::fsdp, DataParallel::zero2, DataParallel::zero3);
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
     Plan p;
-    p.strategy = DataParallel::fsdp;
+    p.strategy = strategy;
     p.tp = tp;
     p.sequence_parallel = sp;
     p.recompute = recompute;
     p.global_batch = 2 * (32 / tp);
     const tools::Simulation folded = run("gpt2-medium", c, p, true), full = run("gpt2-medium", c, p, false);
-    INFO("tp " << tp);
+    INFO("tp " << tp << " " << to_string(strategy));
     REQUIRE(folded.built.layout.folded);
     CHECK(folded.built.layout.fold_width == 8 / tp);
     CHECK_FALSE(full.built.graph.folded());
