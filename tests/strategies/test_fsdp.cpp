@@ -149,7 +149,6 @@ TEST_CASE("impossible FSDP plans say why", "[strategies][fsdp][plan]") {
     }
 }
 
-
 TEST_CASE("FSDP + TP: Megatron's collectives in each replica, FSDP's 3Ψ/tp over each tensor rank's replicas",
           "[strategies][fsdp]") {
     // GPT-2 medium (24 layers) with tp 2 on one DGX A100: 4 replicas of 2 tensor ranks.

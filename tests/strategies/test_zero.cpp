@@ -295,7 +295,8 @@ TEST_CASE("DeepSpeed's ZeRO-1, and ZeRO-2 on one GPU, hold the IPG buffer backwa
 TEST_CASE("ZeRO-3 + TP: Megatron's collectives in each replica, the tensor slices partitioned over each tensor rank's replicas",
           "[strategies][zero]") {
     // Megatron-DeepSpeed's layers under zero.Init(mpu=…): GPT-2 medium with tp 2 on one DGX A100,
-    // 4 replicas of 2 tensor ranks, on DeepSpeed's engine (the default for zero3 with --tp).
+    // 4 replicas of 2 tensor ranks, on DeepSpeed's engine (its collectives are what is counted,
+    // whichever framework's host time).
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     Plan p;
