@@ -202,6 +202,9 @@ public:
         cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
         split_ = plan.schedule == Schedule::zb_h1;
         fsdp_ = plan.strategy == DataParallel::fsdp;   // under pipeline stages (check_model_parallel)
+        // FSDP's shard groups: every data- and context-parallel slot of a stage, or with hybrid
+        // sharding shard_group replicas' slots (consecutive), replicated across the groups.
+        shard_slots_ = fsdp_ && plan.fsdp_sharding == FsdpSharding::hybrid ? l_.shard_group * l_.cp : l_.dp_cp();
         schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
                                   plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
         make_chunks();
@@ -220,7 +223,7 @@ public:
                     const int r = l_.rank(t, d, s);
                     // FSDP keeps only its shard of every state between steps; the unsharded
                     // parameters and gradients are transient (emit_step, fsdp_reduce).
-                    const std::int64_t p = fsdp_ ? detail::shard(device_params(s), l_.dp_cp()) : device_params(s);
+                    const std::int64_t p = fsdp_ ? detail::shard(device_params(s), shard_slots_) : device_params(s);
                     const std::int64_t state = optimizer_state_bytes(l_, p).count();
                     const std::int64_t opt =
                         plan_.strategy == DataParallel::zero1
@@ -512,14 +515,18 @@ private:
     /// wait for the current stream, so the first waits for the stage's receive, the others
     /// follow on the comm stream while earlier units compute — and stays unsharded through every
     /// micro-batch; its gradient accumulates unsharded; after the stage's last backward every
-    /// unit's gradient is reduce-scattered and the unit resharded.
+    /// unit's gradient is reduce-scattered and the unit resharded. With hybrid sharding (HSDP)
+    /// the gathers and reduce-scatters stay within shard groups (shard_group), and fsdp_reduce
+    /// all-reduces each shard across them.
     void fsdp_gather(int s, const Chunk& c, int vs, const std::vector<OpId>& wait_for) {
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
             for (int i = c.first; i < c.last; ++i) {
                 const Bytes bytes(unit_params(i, vs) * sb_.params);
-                const std::int32_t cid = l_.dp_cp() > 1 ? g_.declare_collective(CollectiveKind::all_gather, group, bytes) : -1;
+                std::int32_t cid = -1;
                 for (int d = 0; d < emit_dp_; ++d) {
+                    if (d % shard_slots_ == 0 && shard_slots_ > 1)   // each shard group's gather
+                        cid = g_.declare_collective(CollectiveKind::all_gather, shard_group(group, d), bytes);
                     const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
                     const std::int32_t buf = g_.add_buffer(r, Tier::device, bytes, BufferLabel::staging);
                     OpId op = g_.add_alloc(buf, Stream::comm, i, 0);
@@ -533,28 +540,58 @@ private:
         }
     }
 
+    /// The members of slot d's shard group among `group` (a tensor rank's slots of a stage).
+    std::vector<int> shard_group(const std::vector<int>& group, int d) const {
+        const auto first = group.begin() + d / shard_slots_ * shard_slots_;
+        return {first, first + shard_slots_};
+    }
+
     /// FSDP's post-backward of one stage (fsdp_gather): after its last backward, every unit's
-    /// gradient reduce-scattered over the data-parallel ranks, then its unsharded parameters and
-    /// gradient freed.
+    /// gradient reduce-scattered over its shard group (with hybrid sharding the shard then
+    /// all-reduced with the same shard of the other groups: HSDP's replicate dimension), then its
+    /// unsharded parameters and gradient freed.
     void fsdp_reduce(int s, const Chunk& c, int vs) {
+        const int groups_of_shards = l_.dp_cp() / shard_slots_;
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
             for (int i = c.first; i < c.last; ++i) {
-                const Bytes bytes(unit_params(i, vs) * l_.fsdp_reduce_bytes);
-                const std::int32_t cid = l_.dp_cp() > 1 ? g_.declare_collective(CollectiveKind::reduce_scatter, group, bytes) : -1;
+                const std::int64_t unit = unit_params(i, vs);
+                const Bytes bytes(unit * l_.fsdp_reduce_bytes);
+                std::vector<OpId> after(static_cast<std::size_t>(emit_dp_), kNoOp);
+                std::int32_t cid = -1;
                 for (int d = 0; d < emit_dp_; ++d) {
+                    if (d % shard_slots_ == 0 && shard_slots_ > 1)
+                        cid = g_.declare_collective(CollectiveKind::reduce_scatter, shard_group(group, d), bytes);
                     const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
                     const OpId done = grad_ready_[static_cast<std::size_t>(sl)][static_cast<std::size_t>(c.first)];
-                    OpId after = done;
+                    after[static_cast<std::size_t>(d)] = done;
                     if (cid >= 0) {
-                        after = g_.add_collective_op(cid, r, Stream::comm, Phase::comm, i, -1);
-                        g_.depend(done, after);
-                        last_comm_[static_cast<std::size_t>(r)] = after;
+                        after[static_cast<std::size_t>(d)] = g_.add_collective_op(cid, r, Stream::comm, Phase::comm, i, -1);
+                        g_.depend(done, after[static_cast<std::size_t>(d)]);
+                        last_comm_[static_cast<std::size_t>(r)] = after[static_cast<std::size_t>(d)];
                     }
+                }
+                if (groups_of_shards > 1)   // hybrid: each position's shard across the groups
+                    for (int p = 0; p < shard_slots_; ++p) {
+                        std::vector<int> members;
+                        for (int q = 0; q < groups_of_shards; ++q) members.push_back(group[static_cast<std::size_t>(q * shard_slots_ + p)]);
+                        const std::int32_t ar = g_.declare_collective(CollectiveKind::all_reduce, members,
+                                                                       Bytes(detail::shard(unit, shard_slots_) * l_.fsdp_reduce_bytes));
+                        for (int q = 0; q < groups_of_shards; ++q) {
+                            const int d = q * shard_slots_ + p;
+                            const int r = group[static_cast<std::size_t>(d)];
+                            const OpId op = g_.add_collective_op(ar, r, Stream::comm, Phase::comm, i, -1);
+                            g_.depend(after[static_cast<std::size_t>(d)], op);
+                            after[static_cast<std::size_t>(d)] = op;
+                            last_comm_[static_cast<std::size_t>(r)] = op;
+                        }
+                    }
+                for (int d = 0; d < emit_dp_; ++d) {
+                    const int sl = slot(t, d);
                     for (const std::int32_t buf : {fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)],
                                                    fsdp_grad_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)]}) {
                         const OpId f = g_.add_free(buf, Stream::comm, i, -1);
-                        g_.depend(after, f);
+                        g_.depend(after[static_cast<std::size_t>(d)], f);
                     }
                 }
             }
@@ -733,7 +770,7 @@ private:
         const bool zero1 = plan_.strategy == DataParallel::zero1;
         // The tied table's two gradients summed between the first and the last stage; FSDP's
         // are shards by then (fsdp_reduce), each rank's with its peer's.
-        const Bytes tied = fsdp_ ? Bytes(detail::shard(tied_params_, l_.dp_cp()) * l_.fsdp_reduce_bytes)
+        const Bytes tied = fsdp_ ? Bytes(detail::shard(tied_params_, shard_slots_) * l_.fsdp_reduce_bytes)
                                  : Bytes(tied_params_ * sb_.grads);
         if (tied_params_ > 0 && l_.pp > 1)
             for (int d = 0; d < emit_dp_; ++d)
@@ -746,7 +783,7 @@ private:
         for (int s = 0; s < l_.pp; ++s) {
             const std::int64_t p = device_params(s);
             const std::int64_t shard = zero1  ? zero1_shard(p, device_expert_params(s), l_)
-                                       : fsdp_ ? detail::shard(p, l_.dp_cp())
+                                       : fsdp_ ? detail::shard(p, shard_slots_)
                                                : p;
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
             for (int d = 0; d < emit_dp_; ++d)
@@ -789,6 +826,7 @@ private:
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
     bool fsdp_ = false;                                 // FSDP under pipeline stages (fsdp_gather)
+    int shard_slots_ = 1;                               // FSDP: slots of a stage one shard group holds
     // FSDP, per block, per rank slot: the unit's all-gather (or its buffer's alloc without data
     // parallelism), its unsharded parameters and its unsharded gradient.
     std::vector<std::vector<OpId>> fsdp_ag_;

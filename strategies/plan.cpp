@@ -600,26 +600,27 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         fail_input(std::to_string(plan.ps_servers) + " colocated parameter servers need as many workers, but dp = " +
                        std::to_string(l.dp),
                    {"", "", "--ps-servers"});
-    if (plan.strategy == DataParallel::fsdp && l.pp > 1 &&
-        (plan.fsdp_sharding == FsdpSharding::hybrid || plan.fsdp_sharding == FsdpSharding::none))
-        fail_input("--fsdp-sharding " + std::string(to_string(plan.fsdp_sharding)) +
-                       " with pipeline parallelism is not modelled: with --pp, fsdp shards every stage over its "
-                       "data-parallel ranks (full, or grad-op, which torchtitan runs alike under pipeline stages)" +
-                       (plan.fsdp_sharding == FsdpSharding::none ? "; NO_SHARD replicates like DDP: --strategy ddp" : ""),
+    if (plan.strategy == DataParallel::fsdp && l.pp > 1 && plan.fsdp_sharding == FsdpSharding::none)
+        fail_input("--fsdp-sharding none with pipeline parallelism is not modelled: with --pp, fsdp shards every stage over "
+                   "its data-parallel ranks (full or grad-op, which torchtitan runs alike under pipeline stages, or hybrid); "
+                   "NO_SHARD replicates like DDP: --strategy ddp",
                    {"", "", "--fsdp-sharding"});
     if (plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid) {
         // Hybrid sharding: shard within a group of consecutive ranks (a node by default), replicate
         // across groups.
         if (plan.fsdp_group < 0)
             fail_input("--fsdp-group must be at least 1, found " + std::to_string(plan.fsdp_group), {"", "", "--fsdp-group"});
-        // A node's data-parallel ranks: with tensor parallelism each replica is tp of its devices.
+        // A node's data-parallel ranks: with tensor (and, under pipeline stages, context)
+        // parallelism each replica is tp · cp of its devices.
         const int per_node = cluster.groups.front().devices_per_node;
-        if (plan.fsdp_group == 0 && per_node % l.tp != 0)
+        const int width = l.tp * l.cp;
+        if (plan.fsdp_group == 0 && per_node % width != 0)
             fail_input("the hybrid shard group defaults to a node's replicas, but tp " + std::to_string(l.tp) +
-                           " does not divide the " + std::to_string(per_node) + " devices of a node; give --fsdp-group",
+                           (l.cp > 1 ? " × cp " + std::to_string(l.cp) : std::string()) + " does not divide the " +
+                           std::to_string(per_node) + " devices of a node; give --fsdp-group",
                        {"", "", "--fsdp-group"});
-        l.shard_group = plan.fsdp_group > 0 ? plan.fsdp_group : per_node / l.tp;
-        const std::string unit = l.tp > 1 ? "replicas" : "devices";   // with tensor parallelism a replica is tp devices
+        l.shard_group = plan.fsdp_group > 0 ? plan.fsdp_group : per_node / width;
+        const std::string unit = width > 1 ? "replicas" : "devices";   // a replica is tp · cp devices
         if (l.dp % l.shard_group != 0)
             fail_input("the hybrid shard group of " + std::to_string(l.shard_group) + " " + unit + " does not divide the " +
                            std::to_string(l.dp) + " data-parallel " + unit + "; choose --fsdp-group dividing " +
@@ -874,8 +875,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                            : 0;
     // FSDP and ZeRO-3 with tensor parallelism fold as data parallelism does (below), not as the
     // model-parallel builder.
+    // FSDP's hybrid sharding under pipeline stages leaves the kept replicas out of the other
+    // shard groups' communicators: not folded (as below).
+    const bool hybrid = plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid;
     const bool model_parallel = (l.tp > 1 || l.pp > 1 || l.cp > 1) && (width % per_node == 0 || shared > 0 || plan.fold_unshared) &&
-                                l.ep == 1 && !moe && !sharded_with_tp(plan, l);
+                                l.ep == 1 && !moe && !sharded_with_tp(plan, l) && !hybrid;
     // Pure data parallelism (DDP, Horovod, ZeRO, FSDP sharding over every replica): replicas
     // only meet in collectives, which run over every member, so folding is exact wherever they
     // sit — unless a hybrid FSDP shard group leaves replica 0 out of a communicator. Offloaded,
@@ -887,14 +891,13 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
-                               !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid);
+                               !hybrid;
     // FSDP or ZeRO-3 with tensor parallelism: a replica is tp consecutive ranks, and replicas meet
     // only in the sharding's collectives, over every replica of a tensor rank. Where nodes hold
     // whole replicas, the first node's are kept whole (their tensor-parallel collectives share its
     // links) and every other node mirrors them — not with FSDP's hybrid sharding, as above.
-    const bool sharded_tp = sharded_with_tp(plan, l) &&
-                            !(plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid) &&
-                            per_node % l.tp == 0 && cluster.num_devices() % per_node == 0 && l.dp % (per_node / l.tp) == 0;
+    const bool sharded_tp = sharded_with_tp(plan, l) && !hybrid && per_node % l.tp == 0 && cluster.num_devices() % per_node == 0 &&
+                            l.dp % (per_node / l.tp) == 0;
     // A slow device or jitter (--slow, --jitter) makes replicas differ: not mirrors either.
     const bool alike = cluster.groups.size() == 1 && cluster.uniform_speed();
     l.folded_tp = plan.fold && plan.fold_unshared && l.tp > 1 && alike && model_parallel;

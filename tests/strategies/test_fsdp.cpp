@@ -2,6 +2,7 @@
 // the simulated NIC links, and the plans it refuses.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 
 #include "core/error.hpp"
@@ -409,10 +410,10 @@ TEST_CASE("impossible FSDP + PP plans say why", "[strategies][fsdp][plan]") {
     Plan p;
     p.strategy = DataParallel::fsdp;
     p.pp = 2;
-    SECTION("hybrid sharding") {
-        p.fsdp_sharding = FsdpSharding::hybrid;
+    SECTION("no sharding") {
+        p.fsdp_sharding = FsdpSharding::none;
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100").with_nodes(2), p),
-                          Catch::Contains("--fsdp-sharding hybrid with pipeline parallelism is not modelled"));
+                          Catch::Contains("--fsdp-sharding none with pipeline parallelism is not modelled"));
     }
     SECTION("a mixture of experts") {
         static Json doc = parse_json_text(R"({"kind": "transformer", "name": "moe-small", "layers": 4, "hidden": 512,
@@ -500,4 +501,54 @@ TEST_CASE("FSDP's backward prefetch: pre overlaps the next gather with the gradi
     CHECK(step[1] < step[2]);
     CHECK(parse_fsdp_backward_prefetch("post") == FsdpBackwardPrefetch::post);
     CHECK_THROWS_WITH(parse_fsdp_backward_prefetch("BACKWARD_PRE"), Catch::Contains("--fsdp-backward-prefetch"));
+}
+
+TEST_CASE("HSDP under pipeline stages shards each stage within a node's replicas and all-reduces the shards across nodes",
+          "[strategies][fsdp]") {
+    // torchtitan's HSDP (dp_replicate × dp_shard) with pp 2 on 4 DGX A100: each stage's 16
+    // replicas sit on two nodes; the default shard group is a node's 8. Per unit per step: one
+    // gather and one reduce-scatter over the 8 ranks of its node, then the 1/8 shard all-reduced
+    // with the other node's rank of the same position (FSDP's replicate dimension).
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = FsdpSharding::hybrid;
+    p.pp = 2;
+    p.global_batch = 32;
+    const test::DpRun r = test::dp_run(m, c, p);
+    REQUIRE(r.built.layout.dp == 16);
+    REQUIRE(r.built.layout.shard_group == 8);
+    REQUIRE_FALSE(r.built.layout.folded);
+    const int rank = r.built.layout.rank(0, 11, 1);   // stage 1, replica 11: the second node of the stage
+    const OpGraph& g = r.built.graph;
+    std::map<CollectiveKind, int> count;
+    std::map<CollectiveKind, double> bytes;
+    bool in_node = true;   // gathers and reduce-scatters stay inside the rank's node
+    for (const Op& op : g.ops()) {
+        if (op.kind != OpKind::collective || op.rank != rank) continue;
+        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = g.communicators()[static_cast<std::size_t>(col.communicator)];
+        ++count[col.kind];
+        bytes[col.kind] += static_cast<double>(col.bytes);
+        if (col.kind != CollectiveKind::all_reduce) {
+            CHECK(members.size() == 8);
+            for (int mbr : members) in_node &= mbr / 8 == rank / 8;
+        } else if (members.size() == 2) {
+            CHECK(members[0] / 8 != members[1] / 8);   // one rank of each node of the stage
+        }
+    }
+    CHECK(in_node);
+    // Stage 1: 12 layers and the head (13 units), the head's copy of the tied table included;
+    // the one all-reduce of two members beyond them is that table's with stage 0 (a shard).
+    CHECK(count[CollectiveKind::all_gather] == 13);
+    CHECK(count[CollectiveKind::reduce_scatter] == 13);
+    CHECK(count[CollectiveKind::all_reduce] == 13 + 1);
+    const double psi_stage = bytes[CollectiveKind::all_gather] / 2;
+    CHECK(bytes[CollectiveKind::reduce_scatter] == Approx(2 * psi_stage));
+    // The shards' all-reduces: 1/8 of the stage's gradients, and the tied table's shard.
+    const double tied = 2.0 * std::ceil(50257.0 * 1024 / 8);
+    CHECK(bytes[CollectiveKind::all_reduce] - tied == Approx(2 * psi_stage / 8).epsilon(1e-4));
+    // Model states: 16 · Ψ_stage / 8 (a node's shard), plus the unsharded units through the step.
+    CHECK(test::peak_of_labels(g, r.timeline, rank, test::kModelStates).as_double() == Approx(16.0 * psi_stage / 8).epsilon(1e-3));
 }

@@ -337,9 +337,10 @@ TEST_CASE("bad model-parallel plans exit 2 with a reason", "[strategies][pipelin
         CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --strategy zero3 --framework megatron-deepspeed", err) == 2);
         CHECK_THAT(err, Catch::Contains("DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3"));
     }
-    SECTION("fsdp with a pipeline and hybrid sharding") {
-        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --strategy fsdp --fsdp-sharding hybrid", err) == 2);
-        CHECK_THAT(err, Catch::Contains("--fsdp-sharding hybrid with pipeline parallelism is not modelled"));
+    SECTION("fsdp with a pipeline and no sharding") {
+        CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --strategy fsdp --fsdp-sharding none", err) == 2);
+        CHECK_THAT(err, Catch::Contains("--fsdp-sharding none with pipeline parallelism is not modelled") &&
+                            Catch::Contains("--strategy ddp"));
     }
     SECTION("stage layers not adding up") {
         CHECK(run_cli("--model gpt2-small --cluster dgx-a100 --pp 2 --stage-layers 5,6", err) == 2);
