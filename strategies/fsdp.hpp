@@ -16,7 +16,8 @@
 //            Only that all-reduce crosses nodes.
 //   none     NO_SHARD: DDP-like, one all-reduce per unit in the last micro-batch.
 //
-// The engine is shared with ZeRO-3 (strategies/zero.hpp, build_sharded).
+// The engine: strategies/zero.hpp build_sharded (its replicas of tensor-parallel ranks shared with
+// DeepSpeed's ZeRO engines there).
 #pragma once
 
 #include "core/model.hpp"

@@ -725,10 +725,6 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, {});
         return g;
     }
-    // A collective over each tensor rank's replicas, its ops by slot.
-    auto over_replicas = [&](CollectiveKind kind, Bytes bytes, Phase phase, int layer, int mb, int index) {
-        return over_tensor_ranks(g, layout, ts, kind, bytes, Stream::comm, phase, layer, mb, index);
-    };
     const detail::GradientOffload how{sb.grads, 4, otier, layout.dtype, layout.unified_memory};
     // Where pinned host buffers live: on unified memory (a CPU board, a Jetson) the device's own.
     const Tier pinned = layout.unified_memory ? Tier::device : Tier::host;
@@ -740,7 +736,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // (per replica; kNoOp: none) and before `before`.
     std::vector<OpId> last_comm(static_cast<std::size_t>(ns), OpGraph::kNoOp);
     auto all_gather = [&](std::int64_t elements, int block, int mb, Phase phase, const std::vector<OpId>& after) {
-        const auto ops = over_replicas(CollectiveKind::all_gather, Bytes(elements * sb.params), phase, block, mb, -1);
+        const auto ops = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, Bytes(elements * sb.params), Stream::comm,
+                                           phase, block, mb, -1);
         for (int d = 0; d < emit; ++d)
             if (after[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(after[static_cast<std::size_t>(d)], ops[static_cast<std::size_t>(d)]);
         return ops;
@@ -843,8 +840,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             while (next_bucket < buckets.size() && buckets[next_bucket].ready_after_block == i) {
                 std::vector<OpId> reduced = column(bwd, i);
                 if (dp > 1) {
-                    reduced = over_replicas(CollectiveKind::reduce_scatter, buckets[next_bucket].bytes, Phase::comm, -1, mb,
-                                            static_cast<int>(next_bucket));
+                    reduced = over_tensor_ranks(g, layout, ts, CollectiveKind::reduce_scatter, buckets[next_bucket].bytes, Stream::comm,
+                                                Phase::comm, -1, mb, static_cast<int>(next_bucket));
                     // (Without overlap_comm DeepSpeed reduces on the compute stream; its all-gathers
                     // share the communicator, so both stay on one stream here: the reduction then
                     // waits for the backward that fills it and the next fetch waits for it.)

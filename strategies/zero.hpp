@@ -48,7 +48,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan);
 std::vector<std::int64_t> partitioned_tensors(const Block& b, std::int64_t persistence_threshold,
                                               std::int64_t* persistent = nullptr);
 
-/// The sharded-parameter engine shared by ZeRO-3 and FSDP: one unit per block.
+/// FSDP's sharded-parameter engine (strategies/fsdp.hpp): one unit per block.
 struct ShardedOptions {
     bool shard_params = true;            // false: NO_SHARD (DDP-like, one all-reduce per unit)
     bool reshard_after_forward = true;   // false: SHARD_GRAD_OP / ZeRO-2-like, no backward gather
