@@ -17,8 +17,13 @@
 //   none     NO_SHARD: DDP-like, one all-reduce per unit in the last micro-batch.
 //
 // The engine: strategies/zero.hpp build_sharded (its replicas of tensor-parallel ranks shared with
-// DeepSpeed's ZeRO engines there).
+// DeepSpeed's ZeRO engines there). With context parallelism (and no pipeline stages) the
+// model-parallel builder runs the same per-micro-batch order (detail::FsdpHooks) over its
+// context-parallel passes; under pipeline stages each stage gathers once per step instead
+// (strategies/model_parallel.cpp fsdp_gather).
 #pragma once
+
+#include <functional>
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
@@ -27,5 +32,37 @@
 namespace smol::strategies {
 
 OpGraph build_fsdp(const Model& model, const Layout& layout, const Plan& plan);
+
+namespace detail {
+
+/// What FSDP's hooks issue for one micro-batch over `units` wrapped units (0 … units − 1 in
+/// forward order), in issue order — the order of the collectives on every rank's communicator;
+/// the forward's after the micro-batch's forward is emitted, the backward's after its backward:
+///   gather(i, phase, after): all-gather unit i's parameters before its forward (phase fwd) or
+///     its recompute and backward (bwd); `after` ≥ 0: issued only once unit `after`'s backward
+///     has ended (the hook that issues it runs then), −1: as soon as the stream reaches it;
+///   release(i, phase): free unit i's gathered parameters after its forward or backward;
+///   reduce(i): reduce-scatter unit i's gradient after its backward (and free that gradient).
+/// Forward: unit i's gather is issued while unit i − 1 computes (forward prefetch) and unit i − 1
+/// released after it, so at most two units are gathered (the all-gather rate limiter). Units that
+/// `resharded` says no to (the root's: the embedding and the head, which FSDP does not reshard
+/// after forward, torch/distributed/fsdp/_runtime_utils.py _post_forward_reshard; every unit of
+/// SHARD_GRAD_OP) keep their parameters until their backward and are not gathered again. Backward
+/// (--fsdp-backward-prefetch, _runtime_utils.py _prefetch_handle): BACKWARD_PRE issues unit j's
+/// gather in unit j + 1's pre-backward hook, before j + 1's reduce-scatter, so it overlaps j + 1's
+/// gradients; BACKWARD_POST in j + 1's post-backward hook, once j + 1 is resharded and before its
+/// reduce-scatter; none: j's own pre-backward hook, after j + 1's reduce-scatter, behind which it
+/// waits (one communicator runs its collectives in issue order).
+struct FsdpHooks {
+    int units = 0;
+    std::function<bool(int)> resharded;
+    std::function<void(int, Phase, int)> gather;
+    std::function<void(int, Phase)> release;
+    std::function<void(int)> reduce;
+};
+void fsdp_forward_order(const FsdpHooks& h);
+void fsdp_backward_order(const FsdpHooks& h, FsdpBackwardPrefetch prefetch);
+
+}  // namespace detail
 
 }  // namespace smol::strategies

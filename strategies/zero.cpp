@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/fsdp.hpp"
 #include "strategies/offload.hpp"
 #include "strategies/optimizer.hpp"
 
@@ -565,49 +566,19 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             bwd_first[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd_first[static_cast<std::size_t>(mb)];
         }
         if (group > 1 || offload) {
-            // Forward: gather unit i while unit i−1 computes (forward prefetch); release unit i−1
-            // after its forward (reshard after forward). The release sits after gather i on the
-            // comm stream, so gather i+1 waits for forward i−1: at most two units are gathered —
-            // the all-gather rate limiter. The root's units (what no wrapped block holds: the
-            // embedding and the head) stay gathered until their backward: FSDP does not reshard
-            // the root after forward ("with the intention that they are immediately used for
-            // backward", torch/distributed/fsdp/_runtime_utils.py _post_forward_reshard; FSDP2's
-            // fully_shard sets the root's reshard_after_forward to False alike).
-            for (int i = 0; i < nb; ++i) {
-                gather(blocks[static_cast<std::size_t>(i)], mb, Phase::fwd, fwd);
-                if (resharded(i - 1)) release(blocks[static_cast<std::size_t>(i - 1)], mb, fwd);
-            }
-            if (resharded(nb - 1)) release(blocks.back(), mb, fwd);
-            // Backward: unit j's gather against the unit before it, j + 1 (--fsdp-backward-prefetch,
-            // torch/distributed/fsdp/_runtime_utils.py): BACKWARD_PRE issues it in j + 1's
-            // pre-backward hook, ahead of j + 1's gradients, so it overlaps them; BACKWARD_POST in
-            // j + 1's post-backward hook, once j + 1 is resharded and before its reduce-scatter;
-            // without prefetch, j's own pre-backward hook issues it after j + 1's reduce-scatter,
-            // behind which it waits (one communicator: collectives run in issue order). The gather
-            // precedes the unit's recompute (when it has one), not only its backward.
-            for (int j = nb - 1; j >= -1; --j) {
-                const bool regather = resharded(j);
-                const bool has_prev = j + 1 < nb;
-                const Block* prev = has_prev ? &blocks[static_cast<std::size_t>(j + 1)] : nullptr;
-                const std::vector<std::vector<OpId>>* after_prev = has_prev ? &bwd : nullptr;
-                switch (plan.fsdp_backward_prefetch) {
-                    case FsdpBackwardPrefetch::pre:
-                        if (regather) gather(blocks[static_cast<std::size_t>(j)], mb, Phase::bwd, bwd_first);
-                        if (prev) release(*prev, mb, bwd);
-                        if (prev) reduce(*prev, mb, bwd);
-                        break;
-                    case FsdpBackwardPrefetch::post:
-                        if (prev) release(*prev, mb, bwd);
-                        if (regather) gather(blocks[static_cast<std::size_t>(j)], mb, Phase::bwd, bwd_first, after_prev, j + 1);
-                        if (prev) reduce(*prev, mb, bwd);
-                        break;
-                    case FsdpBackwardPrefetch::none:
-                        if (prev) release(*prev, mb, bwd);
-                        if (prev) reduce(*prev, mb, bwd);
-                        if (regather) gather(blocks[static_cast<std::size_t>(j)], mb, Phase::bwd, bwd_first, after_prev, j + 1);
-                        break;
-                }
-            }
+            // FSDP's hooks, unit by unit (detail::FsdpHooks). A backward gather precedes the
+            // unit's recompute (when it has one), not only its backward.
+            auto block = [&](int i) -> const Block& { return blocks[static_cast<std::size_t>(i)]; };
+            const detail::FsdpHooks hooks{
+                nb, resharded,
+                [&](int i, Phase phase, int after) {
+                    if (phase == Phase::fwd) return gather(block(i), mb, phase, fwd);
+                    gather(block(i), mb, phase, bwd_first, after >= 0 ? &bwd : nullptr, after);
+                },
+                [&](int i, Phase phase) { release(block(i), mb, phase == Phase::fwd ? fwd : bwd); },
+                [&](int i) { reduce(block(i), mb, bwd); }};
+            detail::fsdp_forward_order(hooks);
+            detail::fsdp_backward_order(hooks, plan.fsdp_backward_prefetch);
         } else {
             for (int j = nb - 1; j >= 0; --j) reduce(blocks[static_cast<std::size_t>(j)], mb, bwd);
         }
