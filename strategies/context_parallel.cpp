@@ -19,13 +19,6 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
     if (l.cp == 1) return;
     if (!model.is_transformer())
         fail_input("--cp splits a transformer's sequences; " + model.name() + " is a layer list (CNN / MLP)", cp_flag);
-    // FSDP under pipeline stages shards over the data- and context-parallel ranks (torchtitan's
-    // dp_shard_cp mesh) and gathers once per step (strategies/model_parallel.cpp fsdp_gather);
-    // without stages it gathers per micro-batch, which the sharded engine runs without --cp.
-    if (plan.strategy == DataParallel::fsdp && l.pp == 1)
-        fail_input("fsdp with context parallelism is modelled under pipeline stages (--pp 2 or more), where each stage "
-                   "gathers its parameters once per step; use zero1 (Megatron's distributed optimizer) for --cp alone",
-                   {"", "", "--strategy"});
     if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1 && plan.strategy != DataParallel::fsdp)
         fail_input(std::string("--strategy ") + to_string(plan.strategy) +
                        " is not modelled with context parallelism; use ddp, zero1 (Megatron's distributed optimizer, "

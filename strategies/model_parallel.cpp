@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "strategies/context_parallel.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/fsdp.hpp"
 #include "strategies/moe.hpp"
 #include "strategies/optimizer.hpp"
 #include "strategies/schedule.hpp"
@@ -126,8 +127,9 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
         case DataParallel::fsdp:
             // FSDP with tensor parallelism (torchtitan's 2-D mesh: FSDP over data-parallel
             // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp);
-            // under pipeline stages (torchtitan's 3-D FSDP + TP + PP) on this builder.
-            if (sharded_with_tp(plan, l) || l.pp > 1) {
+            // under pipeline stages (torchtitan's 3-D FSDP + TP + PP) or with context parallelism
+            // (FSDP over the data- and context-parallel ranks) on this builder.
+            if (sharded_with_tp(plan, l) || l.pp > 1 || l.cp > 1) {
                 dense_only(l.pp > 1 ? "fsdp with pipeline parallelism" : "fsdp with tensor parallelism");
                 break;
             }
@@ -201,7 +203,9 @@ public:
         emit_tp_ = l_.folded_tp ? 1 : l_.tp;
         cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
         split_ = plan.schedule == Schedule::zb_h1;
-        fsdp_ = plan.strategy == DataParallel::fsdp;   // under pipeline stages (check_model_parallel)
+        fsdp_ = plan.strategy == DataParallel::fsdp;   // under pipeline stages or with --cp (check_model_parallel)
+        // Without pipeline stages (context parallelism alone) FSDP gathers per micro-batch.
+        fsdp_per_mb_ = fsdp_ && l_.pp == 1;
         // FSDP's shard groups: every data- and context-parallel slot of a stage, or with hybrid
         // sharding shard_group replicas' slots (consecutive), replicated across the groups.
         shard_slots_ = fsdp_ && plan.fsdp_sharding == FsdpSharding::hybrid ? l_.shard_group * l_.cp : l_.dp_cp();
@@ -398,7 +402,16 @@ private:
             return wait_for.empty() ? kNoOp : wait_for[static_cast<std::size_t>(slot(t, d))];
         };
         std::vector<std::vector<OpId>> last(static_cast<std::size_t>(emit_dp_), std::vector<OpId>(static_cast<std::size_t>(l_.tp)));
-        if (fsdp_ && st.pass == Pass::fwd && mb == 0) fsdp_gather(s, c, vs, wait_for);
+        if (fsdp_ && !fsdp_per_mb_ && st.pass == Pass::fwd && mb == 0) fsdp_gather(s, c, vs, wait_for);
+        FsdpPass* hooked = nullptr;   // FSDP per micro-batch: this pass's ops per (rank slot, unit)
+        if (fsdp_per_mb_) {
+            if (fsdp_mb_.empty()) fsdp_mb_.resize(static_cast<std::size_t>(l_.microbatches));
+            FsdpMicrobatch& m = fsdp_mb_[static_cast<std::size_t>(mb)];
+            hooked = st.pass == Pass::fwd ? &m.fwd : &m.bwd;
+            if (st.pass != Pass::bwd_weight)
+                for (auto* v : {&hooked->first, &hooked->last})
+                    v->assign(static_cast<std::size_t>(groups()), std::vector<OpId>(blocks_.size(), kNoOp));
+        }
         for (int g = 0; g < emit_dp_; g += cp) {
             if (st.pass == Pass::fwd)
                 for (int d = g; d < g + cp; ++d)
@@ -429,22 +442,35 @@ private:
                 auto collectives = [&](Phase phase) {
                     for (int d = g; d < g + cp; ++d) tp_collectives(blk, d, s, phase, mb, last[static_cast<std::size_t>(d)]);
                 };
+                // FSDP per micro-batch: the op a unit's gather must precede, and its pass's last.
+                auto mark = [&](bool first_op) {
+                    if (hooked == nullptr) return;
+                    for (int d = g; d < g + cp; ++d)
+                        for (int t = 0; t < emit_tp_; ++t) {
+                            const OpId op = last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)];
+                            auto& at = (first_op ? hooked->first : hooked->last)[static_cast<std::size_t>(slot(t, d))];
+                            at[static_cast<std::size_t>(i)] = first_op ? cp_.first_of(moe_.first_of(op)) : op;
+                        }
+                };
                 switch (st.pass) {
                     case Pass::fwd:
                         cast_fp8_weights(blk, g, s, mb, last);
                         run(Phase::fwd, rc.fwd);
-                        // The step's first forward of a unit waits for its all-gather.
-                        if (fsdp_ && mb == 0)
+                        mark(true);
+                        // The step's first forward of a unit waits for its all-gather (under stages).
+                        if (fsdp_ && !fsdp_per_mb_ && mb == 0)
                             for (int d = g; d < g + cp; ++d)
                                 for (int t = 0; t < emit_tp_; ++t)
                                     g_.depend(fsdp_ag_[static_cast<std::size_t>(i)][static_cast<std::size_t>(slot(t, d))],
                                               cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]));
                         collectives(Phase::fwd);
+                        mark(false);
                         break;
                     case Pass::bwd:
                     case Pass::bwd_input: {
-                        // The unit's unsharded gradient, from its first backward to its reduce-scatter.
-                        if (fsdp_ && mb == 0)
+                        // The unit's unsharded gradient, from its first backward to its reduce-scatter
+                        // (per micro-batch without pipeline stages).
+                        if (fsdp_ && (mb == 0 || fsdp_per_mb_))
                             for (int d = g; d < g + cp; ++d)
                                 for (int t = 0; t < emit_tp_; ++t) {
                                     const int r = l_.rank(t, d, s);
@@ -456,19 +482,25 @@ private:
                                 }
                         if (rc.recompute >= 0) {
                             run(Phase::recompute, rc.recompute);
+                            mark(true);
                             // Full recompute redoes the forward, its collectives included.
                             if (plan_.recompute == Recompute::full) collectives(Phase::recompute);
                         }
                         // Zero-bubble schedules split backward into input and weight gradients.
                         const bool split = st.pass == Pass::bwd_input;
                         run(split ? Phase::bwd_input : Phase::bwd, split ? rc.bwd_input : rc.bwd);
+                        if (rc.recompute < 0) mark(true);
                         collectives(split ? Phase::bwd_input : Phase::bwd);
-                        if (!split) accumulate(blk, g, s, mb, last);
+                        // FSDP per micro-batch reduce-scatters each micro-batch's gradient (its
+                        // shard's accumulation is not charged, as in build_sharded).
+                        if (!split && !fsdp_per_mb_) accumulate(blk, g, s, mb, last);
+                        if (!split) mark(false);
                         break;
                     }
                     case Pass::bwd_weight:
                         run(Phase::bwd_weight, rc.bwd_weight);
-                        accumulate(blk, g, s, mb, last);
+                        if (!fsdp_per_mb_) accumulate(blk, g, s, mb, last);
+                        mark(false);
                         break;
                 }
                 if (last_of_chunk && st.pass == release)
@@ -488,8 +520,14 @@ private:
                 }
             }
         }
+        if (fsdp_per_mb_) {
+            if (st.pass == Pass::fwd) fsdp_hooks(mb, true);
+            if (st.pass == release) fsdp_hooks(mb, false);
+        }
         if (last_of_chunk && st.pass == release) {
-            if (fsdp_)
+            if (fsdp_per_mb_)
+                ;   // reduced every micro-batch (fsdp_hooks)
+            else if (fsdp_)
                 fsdp_reduce(s, c, vs);
             else if (l_.framework.grad_reduce == GradReduce::after_backward)
                 deferred_syncs_.emplace_back(s, vs);   // after the rank's whole backward (emit_pipeline)
@@ -540,6 +578,108 @@ private:
         }
     }
 
+    /// FSDP without pipeline stages (with context parallelism; build_sharded runs it without):
+    /// torchtitan reshards after forward when pipeline parallelism is off (parallelize.py
+    /// apply_fsdp) and reduces every micro-batch of its gradient accumulation, so each micro-batch
+    /// runs FSDP's hooks (detail::FsdpHooks) over the sharding's groups — every data- and
+    /// context-parallel slot (torchtitan's dp_shard_cp mesh), or hybrid's shard groups — on the
+    /// ops its pass left in fsdp_mb_: the forward's after the forward, the backward's after it.
+    void fsdp_hooks(int mb, bool forward) {
+        FsdpMicrobatch& m = fsdp_mb_[static_cast<std::size_t>(mb)];
+        const int units = static_cast<int>(blocks_.size());
+        const int groups_of_shards = l_.dp_cp() / shard_slots_;
+        const bool reshard = plan_.fsdp_sharding != FsdpSharding::grad_op;
+        auto at = [](const std::vector<std::vector<OpId>>& ops, int sl, int i) {
+            return ops[static_cast<std::size_t>(sl)][static_cast<std::size_t>(i)];
+        };
+        for (int t = 0; t < emit_tp_; ++t) {
+            const std::vector<int> group = dp_group(t, 0);
+            // One collective of `kind` per shard group; `before(d, op)` wires slot d's op.
+            auto over_shards = [&](CollectiveKind kind, Bytes bytes, Phase phase, int i, const std::function<OpId(int)>& issue,
+                                   const std::function<void(int, OpId)>& wired) {
+                std::int32_t cid = -1;
+                for (int d = 0; d < emit_dp_; ++d) {
+                    if (d % shard_slots_ == 0) cid = g_.declare_collective(kind, shard_group(group, d), bytes);
+                    const int r = group[static_cast<std::size_t>(d)];
+                    const OpId before = issue(d);
+                    const OpId op = g_.add_collective_op(cid, r, Stream::comm, phase, i, mb);
+                    if (before != kNoOp) g_.depend(before, op);
+                    wired(d, op);
+                }
+            };
+            const detail::FsdpHooks hooks{
+                units,
+                [&](int i) {
+                    const Block::Kind k = blocks_[static_cast<std::size_t>(i)].kind;
+                    return reshard && k != Block::Kind::embedding && k != Block::Kind::head;
+                },
+                [&](int i, Phase phase, int after) {
+                    const Bytes bytes(unit_params(i, 0) * sb_.params);
+                    over_shards(
+                        CollectiveKind::all_gather, bytes, phase, i,
+                        [&](int d) {
+                            const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
+                            const std::int32_t buf = g_.add_buffer(r, Tier::device, bytes, BufferLabel::staging);
+                            const OpId a = g_.add_alloc(buf, Stream::comm, i, mb);
+                            if (after >= 0) g_.depend(at(m.bwd.last, sl, after), a);
+                            fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = buf;
+                            return a;
+                        },
+                        [&](int d, OpId op) { g_.depend(op, at(phase == Phase::fwd ? m.fwd.first : m.bwd.first, slot(t, d), i)); });
+                },
+                [&](int i, Phase phase) {
+                    for (int d = 0; d < emit_dp_; ++d) {
+                        const int sl = slot(t, d);
+                        const OpId f = g_.add_free(fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)],
+                                                   Stream::comm, i, mb);
+                        g_.depend(at(phase == Phase::fwd ? m.fwd.last : m.bwd.last, sl, i), f);
+                    }
+                },
+                [&](int i) {
+                    const std::int64_t unit = unit_params(i, 0);
+                    std::vector<OpId> done(static_cast<std::size_t>(emit_dp_), kNoOp);
+                    over_shards(
+                        CollectiveKind::reduce_scatter, Bytes(unit * l_.fsdp_reduce_bytes), Phase::comm, i,
+                        [&](int d) { return at(m.bwd.last, slot(t, d), i); },
+                        [&](int d, OpId op) { done[static_cast<std::size_t>(d)] = op; });
+                    if (groups_of_shards > 1) reduce_across_shard_groups(group, unit, i, mb, done);
+                    for (int d = 0; d < emit_dp_; ++d) {
+                        const int sl = slot(t, d);
+                        last_comm_[static_cast<std::size_t>(group[static_cast<std::size_t>(d)])] = done[static_cast<std::size_t>(d)];
+                        const OpId f = g_.add_free(fsdp_grad_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)],
+                                                   Stream::comm, i, mb);
+                        g_.depend(done[static_cast<std::size_t>(d)], f);
+                    }
+                }};
+            if (forward)
+                detail::fsdp_forward_order(hooks);
+            else
+                detail::fsdp_backward_order(hooks, plan_.fsdp_backward_prefetch);
+        }
+        if (!forward) m = {};   // the micro-batch's ops are wired
+    }
+
+    /// Hybrid sharding's replicate dimension: each position's gradient shard of unit i all-reduced
+    /// with the same shard of the other shard groups among `group` (a tensor rank's slots of a
+    /// stage), after after[d], which becomes the all-reduce.
+    void reduce_across_shard_groups(const std::vector<int>& group, std::int64_t unit, int i, int mb, std::vector<OpId>& after) {
+        const int groups_of_shards = l_.dp_cp() / shard_slots_;
+        for (int p = 0; p < shard_slots_; ++p) {
+            std::vector<int> members;
+            for (int q = 0; q < groups_of_shards; ++q) members.push_back(group[static_cast<std::size_t>(q * shard_slots_ + p)]);
+            const std::int32_t ar = g_.declare_collective(CollectiveKind::all_reduce, members,
+                                                           Bytes(detail::shard(unit, shard_slots_) * l_.fsdp_reduce_bytes));
+            for (int q = 0; q < groups_of_shards; ++q) {
+                const int d = q * shard_slots_ + p;
+                const int r = group[static_cast<std::size_t>(d)];
+                const OpId op = g_.add_collective_op(ar, r, Stream::comm, Phase::comm, i, mb);
+                g_.depend(after[static_cast<std::size_t>(d)], op);
+                after[static_cast<std::size_t>(d)] = op;
+                last_comm_[static_cast<std::size_t>(r)] = op;
+            }
+        }
+    }
+
     /// The members of slot d's shard group among `group` (a tensor rank's slots of a stage).
     std::vector<int> shard_group(const std::vector<int>& group, int d) const {
         const auto first = group.begin() + d / shard_slots_ * shard_slots_;
@@ -571,21 +711,7 @@ private:
                         last_comm_[static_cast<std::size_t>(r)] = after[static_cast<std::size_t>(d)];
                     }
                 }
-                if (groups_of_shards > 1)   // hybrid: each position's shard across the groups
-                    for (int p = 0; p < shard_slots_; ++p) {
-                        std::vector<int> members;
-                        for (int q = 0; q < groups_of_shards; ++q) members.push_back(group[static_cast<std::size_t>(q * shard_slots_ + p)]);
-                        const std::int32_t ar = g_.declare_collective(CollectiveKind::all_reduce, members,
-                                                                       Bytes(detail::shard(unit, shard_slots_) * l_.fsdp_reduce_bytes));
-                        for (int q = 0; q < groups_of_shards; ++q) {
-                            const int d = q * shard_slots_ + p;
-                            const int r = group[static_cast<std::size_t>(d)];
-                            const OpId op = g_.add_collective_op(ar, r, Stream::comm, Phase::comm, i, -1);
-                            g_.depend(after[static_cast<std::size_t>(d)], op);
-                            after[static_cast<std::size_t>(d)] = op;
-                            last_comm_[static_cast<std::size_t>(r)] = op;
-                        }
-                    }
+                if (groups_of_shards > 1) reduce_across_shard_groups(group, unit, i, -1, after);
                 for (int d = 0; d < emit_dp_; ++d) {
                     const int sl = slot(t, d);
                     for (const std::int32_t buf : {fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)],
@@ -825,7 +951,17 @@ private:
     ContextParallel cp_;                            // context parallelism's ring attention
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
-    bool fsdp_ = false;                                 // FSDP under pipeline stages (fsdp_gather)
+    bool fsdp_ = false;                                 // FSDP under pipeline stages (fsdp_gather) or with --cp
+    bool fsdp_per_mb_ = false;                          // FSDP without pipeline stages: hooks per micro-batch
+    /// One pass of a micro-batch, per rank slot, per unit: the op FSDP's gather must precede (its
+    /// first: the recompute's in backward) and its last (after its tensor-parallel collectives).
+    struct FsdpPass {
+        std::vector<std::vector<OpId>> first, last;
+    };
+    struct FsdpMicrobatch {
+        FsdpPass fwd, bwd;
+    };
+    std::vector<FsdpMicrobatch> fsdp_mb_;               // FSDP per micro-batch, until its hooks are emitted
     int shard_slots_ = 1;                               // FSDP: slots of a stage one shard group holds
     // FSDP, per block, per rank slot: the unit's all-gather (or its buffer's alloc without data
     // parallelism), its unsharded parameters and its unsharded gradient.

@@ -605,6 +605,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                    "its data-parallel ranks (full or grad-op, which torchtitan runs alike under pipeline stages, or hybrid); "
                    "NO_SHARD replicates like DDP: --strategy ddp",
                    {"", "", "--fsdp-sharding"});
+    if (plan.strategy == DataParallel::fsdp && l.cp > 1 && plan.fsdp_sharding == FsdpSharding::none)
+        fail_input("--fsdp-sharding none with context parallelism is not modelled: with --cp, fsdp shards over the data- and "
+                   "context-parallel ranks (full, grad-op or hybrid); NO_SHARD replicates like DDP: --strategy ddp",
+                   {"", "", "--fsdp-sharding"});
     if (plan.strategy == DataParallel::fsdp && plan.fsdp_sharding == FsdpSharding::hybrid) {
         // Hybrid sharding: shard within a group of consecutive ranks (a node by default), replicate
         // across groups.

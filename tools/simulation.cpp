@@ -124,9 +124,10 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.model = model.name();
     info.cluster = cluster.name;
     // With one replica the replicated and sharded flavours do nothing: the plan has no data
-    // parallelism (a parameter server still has its servers).
+    // parallelism (a parameter server still has its servers). Context-parallel ranks reduce and
+    // shard like replicas (zero1 and fsdp shard over dp · cp).
     const bool ps = plan.strategy == strategies::DataParallel::ps || plan.strategy == strategies::DataParallel::ps_async;
-    info.strategy = built.layout.dp == 1 && !ps ? "none" : strategies::to_string(plan.strategy);
+    info.strategy = built.layout.dp_cp() == 1 && !ps ? "none" : strategies::to_string(plan.strategy);
     info.sequence = model.is_transformer();
     info.async_updates = plan.strategy == strategies::DataParallel::ps_async;
     info.network = network;

@@ -257,6 +257,21 @@ TEST_CASE("exec runs cp: the ring attention's sends and receives on their own qu
     CHECK((comm == CpComm::p2p ? ring : group) > 0);
     run_and_check(built.graph, topo::localhost_cluster());
 }
+TEST_CASE("exec runs fsdp with cp: every unit gathered per micro-batch over the context-parallel ranks", "[exec][mpi][plan-cp]") {
+    // FSDP sharding over the cp ranks (dp 1), two micro-batches: each unit's all-gathers and
+    // reduce-scatter per micro-batch around the ring attention's transfers.
+    const int ranks = test::session().size();
+    strategies::Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.cp = ranks;
+    p.fold = false;
+    p.seq = 128;
+    p.global_batch = 2;
+    p.dtype = DType::fp32;
+    const strategies::Built built = strategies::build(tiny(), topo::cluster_preset("dgx-h100").first_devices(ranks), p);
+    REQUIRE(built.layout.microbatches == 2);
+    run_and_check(built.graph, topo::localhost_cluster());
+}
 
 TEST_CASE("exec runs copies between tiers, NVMe-tier files, timers and ops without recipes, twice", "[exec][mpi][plan-synthetic]") {
     // No strategy offloads yet: a hand-built graph with everything the executor can run. Every

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/json.hpp"
@@ -248,11 +249,6 @@ TEST_CASE("impossible FSDP + TP plans say why", "[strategies][fsdp][plan]") {
     Plan p;
     p.strategy = DataParallel::fsdp;
     p.tp = 2;
-    SECTION("with context parallelism and no pipeline stages") {
-        p.cp = 2;
-        CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
-                          Catch::Contains("fsdp with context parallelism is modelled under pipeline stages"));
-    }
     SECTION("a mixture of experts") {
         // 4 layers of hidden 512, 8 experts of width 1024, 2 per token (test_moe.cpp's small MoE).
         static Json doc = parse_json_text(R"({"kind": "transformer", "name": "moe-small", "layers": 4, "hidden": 512,
@@ -551,4 +547,185 @@ TEST_CASE("HSDP under pipeline stages shards each stage within a node's replicas
     CHECK(bytes[CollectiveKind::all_reduce] - tied == Approx(2 * psi_stage / 8).epsilon(1e-4));
     // Model states: 16 · Ψ_stage / 8 (a node's shard), plus the unsharded units through the step.
     CHECK(test::peak_of_labels(g, r.timeline, rank, test::kModelStates).as_double() == Approx(16.0 * psi_stage / 8).epsilon(1e-3));
+}
+
+namespace {
+
+/// FSDP's collectives on one rank, per (micro-batch, phase, block): when its all-gathers ended,
+/// and their counts, bytes and group sizes by kind.
+struct RankFsdp {
+    std::map<std::tuple<int, Phase, int>, Time> gathered;   // (micro-batch, fwd | bwd, block) → end
+    std::map<CollectiveKind, int> count;
+    std::map<CollectiveKind, double> bytes;
+    std::map<CollectiveKind, std::size_t> members;          // of the last seen
+};
+
+RankFsdp rank_fsdp(const test::DpRun& r, int rank) {
+    const OpGraph& g = r.built.graph;
+    RankFsdp out;
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& c = g.collectives()[static_cast<std::size_t>(op.ref)];
+        ++out.count[c.kind];
+        out.bytes[c.kind] += static_cast<double>(c.bytes);
+        out.members[c.kind] = g.communicators()[static_cast<std::size_t>(c.communicator)].size();
+        if (c.kind == CollectiveKind::all_gather) out.gathered[{op.microbatch, op.phase, op.layer}] = r.timeline.end[id];
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP with context parallelism shards over the data- and context-parallel ranks and gathers every micro-batch",
+          "[strategies][fsdp][cp]") {
+    // torchtitan's FSDP + CP without pipeline stages: FSDP over the dp_shard_cp mesh (every data-
+    // and context-parallel rank), resharding after forward (apply_fsdp: reshard_after_forward is
+    // `not pp_enabled`), each micro-batch of the accumulation reduce-scattered. GPT-2 medium on 2
+    // DGX A100, cp 2 · dp 8: per micro-batch a rank gathers every unit before its forward and
+    // every layer again before its recompute and backward (the root's embedding and head stay
+    // gathered), and reduce-scatters every unit, each over all 16 ranks: 2 · (2Ψ − Ψ_root) bytes
+    // gathered and 2Ψ reduced per micro-batch.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.cp = 2;
+    p.recompute = GENERATE(Recompute::none, Recompute::full);
+    p.global_batch = GENERATE(8, 16);   // 1 or 2 micro-batches per replica
+    p.fold = false;
+    const test::DpRun r = test::dp_run(m, c, p);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 8);
+    const int mbs = l.microbatches;
+    const std::vector<Block> blocks = strategies::detail::replica_blocks(m, l, p);
+    const int units = static_cast<int>(blocks.size());
+    const double psi = static_cast<double>(strategies::detail::total_params(blocks)), root = root_params(m, l, p);
+    const int rank = l.rank(0, 5, 0);
+    INFO("global batch " << p.global_batch << ", recompute " << to_string(p.recompute));
+    const RankFsdp f = rank_fsdp(r, rank);
+    CHECK(f.count.at(CollectiveKind::all_gather) == mbs * (units + units - 2));
+    CHECK(f.count.at(CollectiveKind::reduce_scatter) == mbs * units);
+    CHECK(f.count.count(CollectiveKind::all_reduce) == 0);
+    CHECK(f.members.at(CollectiveKind::all_gather) == 16);
+    CHECK(f.members.at(CollectiveKind::reduce_scatter) == 16);
+    CHECK(f.bytes.at(CollectiveKind::all_gather) == Approx(mbs * 2.0 * (2 * psi - root)));
+    CHECK(f.bytes.at(CollectiveKind::reduce_scatter) == Approx(mbs * 2.0 * psi));
+    // Every compute op of a unit starts after its gather of that micro-batch: the forward's, or
+    // for a layer's recompute and backward the backward's.
+    const OpGraph& g = r.built.graph;
+    int checked = 0;
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if (op.rank != rank || op.kind != OpKind::compute || op.layer < 0) continue;
+        const Block::Kind kind = blocks[static_cast<std::size_t>(op.layer)].kind;
+        const bool root_unit = kind == Block::Kind::embedding || kind == Block::Kind::head;
+        const Phase gather = op.phase == Phase::fwd || root_unit ? Phase::fwd : Phase::bwd;
+        const auto it = f.gathered.find({op.microbatch, gather, op.layer});
+        REQUIRE(it != f.gathered.end());
+        CHECK(r.timeline.start[id] >= it->second);
+        ++checked;
+    }
+    CHECK(checked > 0);
+    // Model states: 16Ψ/16, every state sharded over the 16 ranks.
+    CHECK(test::peak_of_labels(g, r.timeline, rank, test::kModelStates).as_double() == Approx(16.0 * psi / 16).epsilon(1e-3));
+}
+
+TEST_CASE("FSDP with context parallelism folds a node's replicas to the same step as the full expansion", "[strategies][fsdp][cp]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = GENERATE(FsdpSharding::full, FsdpSharding::grad_op);
+    p.cp = 2;
+    p.global_batch = 32;
+    p.fold = false;
+    const test::DpRun full = test::dp_run(m, c, p);
+    p.fold = true;
+    const test::DpRun folded = test::dp_run(m, c, p);
+    REQUIRE(folded.built.layout.folded);
+    CHECK(folded.built.graph.size() * 3 < full.built.graph.size());
+    CHECK(folded.summary.iteration.to_seconds() == Approx(full.summary.iteration.to_seconds()).epsilon(1e-6));
+    for (std::size_t rk = 0; rk < full.summary.per_device.size(); ++rk) {
+        INFO("rank " << rk);
+        CHECK(folded.summary.per_device[rk].peak_memory == full.summary.per_device[rk].peak_memory);
+        CHECK(folded.summary.per_device[rk].busy.to_seconds() == Approx(full.summary.per_device[rk].busy.to_seconds()).epsilon(1e-6));
+    }
+}
+
+TEST_CASE("HSDP with context parallelism shards within a node and all-reduces each shard across nodes", "[strategies][fsdp][cp]") {
+    // 2 DGX A100, cp 2 · dp 8: the default shard group is a node's 4 replicas, 8 ranks with their
+    // context-parallel peers; each micro-batch's reduce-scatter there is followed by an
+    // all-reduce of the 1/8 shard with the other node's rank at the same position.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = FsdpSharding::hybrid;
+    p.cp = 2;
+    p.global_batch = 16;
+    const test::DpRun r = test::dp_run(m, c, p);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.shard_group == 4);
+    const int rank = l.rank(0, 5, 0), mbs = l.microbatches;
+    const int units = static_cast<int>(strategies::detail::replica_blocks(m, l, p).size());
+    const RankFsdp f = rank_fsdp(r, rank);
+    CHECK(f.members.at(CollectiveKind::all_gather) == 8);
+    CHECK(f.members.at(CollectiveKind::reduce_scatter) == 8);
+    CHECK(f.members.at(CollectiveKind::all_reduce) == 2);
+    CHECK(f.count.at(CollectiveKind::all_reduce) == mbs * units);
+    CHECK(f.bytes.at(CollectiveKind::all_reduce) == Approx(f.bytes.at(CollectiveKind::reduce_scatter) / 8).epsilon(1e-4));
+    for (const Op& op : r.built.graph.ops()) {
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& col = r.built.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = r.built.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        if (col.kind == CollectiveKind::all_reduce)
+            CHECK(members[0] / 8 != members[1] / 8);
+        else
+            for (int mbr : members) CHECK(mbr / 8 == rank / 8);
+    }
+    CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates).as_double() ==
+          Approx(16.0 * f.bytes.at(CollectiveKind::reduce_scatter) / 2 / mbs / 8).epsilon(1e-3));
+}
+
+TEST_CASE("FSDP with context parallelism refuses NO_SHARD", "[strategies][fsdp][cp][plan]") {
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_sharding = FsdpSharding::none;
+    p.cp = 2;
+    CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                      Catch::Contains("--fsdp-sharding none with context parallelism is not modelled"));
+}
+
+TEST_CASE("FSDP + TP + CP shards each tensor rank's slices over its data- and context-parallel peers", "[strategies][fsdp][cp]") {
+    // torchtitan's 3-D mesh without stages: tp 2 · cp 2 · dp 4 on 2 DGX A100. A rank's gathers and
+    // reduce-scatters run over the 8 ranks of its tensor rank (4 replicas × 2 context ranks),
+    // Megatron's collectives over its 2 tensor ranks, and it holds 16/(tp · 8) of the states.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.tp = 2;
+    p.cp = 2;
+    p.global_batch = 8;
+    const test::DpRun r = test::dp_run(m, c, p);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 4);
+    const int rank = l.rank(1, 3, 0);
+    const RankFsdp f = rank_fsdp(r, rank);
+    CHECK(f.members.at(CollectiveKind::all_gather) == 8);
+    CHECK(f.members.at(CollectiveKind::reduce_scatter) == 8);
+    int tensor_parallel = 0;
+    for (const Op& op : r.built.graph.ops()) {
+        if (op.rank != rank || op.kind != OpKind::collective) continue;
+        const Collective& col = r.built.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = r.built.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        if (op.stream == Stream::comm)
+            for (int mbr : members) CHECK(mbr % 2 == 1);   // tensor rank 1 of every replica
+        else if (col.kind == CollectiveKind::all_reduce && members.size() == 2)
+            ++tensor_parallel;
+    }
+    CHECK(tensor_parallel > 0);
+    const double psi_tp = f.bytes.at(CollectiveKind::reduce_scatter) / 2 / l.microbatches;
+    CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates).as_double() == Approx(16.0 * psi_tp / 8).epsilon(1e-3));
 }
