@@ -72,6 +72,7 @@ const char* to_string(KernelName k) {
         case KernelName::mask: return "mask";
         case KernelName::grad_accumulate: return "grad_accumulate";
         case KernelName::quantize: return "quantize";
+        case KernelName::powersgd_orthogonalize: return "powersgd_orthogonalize";
     }
     return "?";
 }

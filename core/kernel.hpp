@@ -58,6 +58,9 @@ enum class KernelName : std::uint8_t {
     // reduction of current scaling: quantize_kernels. Its input's gradient is the GEMM's, so it
     // has no backward of its own.
     quantize,
+    // PowerSGD's Gram–Schmidt over a factor's columns (`elements` rows, `m` columns), which the
+    // CPU executor runs for real (exec/cpu/compression.hpp); its other kernels are `powersgd`.
+    powersgd_orthogonalize,
 };
 
 /// FP8 training as Transformer Engine runs it (Megatron core's --fp8-format hybrid with

@@ -176,8 +176,8 @@ namespace {
 /// elements moved plus 3·rows per pair of columns; 3·rows·r FLOPs plus 4·rows per pair.
 Kernel orthogonalize(std::int64_t rows, std::int64_t r, std::int64_t g) {
     const std::int64_t pairs = r * (r - 1) / 2;
-    return pass(KernelName::powersgd, g * rows * (3 * r + 3 * pairs), static_cast<double>(rows) * static_cast<double>(3 * r + 4 * pairs),
-                rows, r, 0);
+    return pass(KernelName::powersgd_orthogonalize, g * rows * (3 * r + 3 * pairs),
+                static_cast<double>(rows) * static_cast<double>(3 * r + 4 * pairs), rows, r, 0);
 }
 
 }  // namespace

@@ -36,9 +36,9 @@
 // Compute is priced per element as memory-bound passes (KernelOp::stream): each kernel's bytes are
 // what its passes read and write, priced by sim/compute.cpp on the device's memory roofline like
 // every other elementwise kernel; PowerSGD's factor products are GEMMs (gemm_kernel) priced like
-// every other GEMM. The CPU executor runs the 1-bit and top-k kernels for real
-// (exec/cpu/compression.hpp); `run` and `validate` refuse powersgd (tools/plan_flags.cpp,
-// refuse_simulation_only_flags): the executors do not run its factor GEMMs yet.
+// every other GEMM. The CPU executor runs the 1-bit and top-k kernels and PowerSGD's Gram–Schmidt
+// (KernelName::powersgd_orthogonalize) for real (exec/cpu/compression.hpp), PowerSGD's factor
+// products as its GEMMs and the hook's passes as memory-bound passes.
 #pragma once
 
 #include <cstdint>

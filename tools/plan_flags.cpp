@@ -79,7 +79,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--compress", f.compress,
                    "gradient compression for ddp and ring: none, 1bit (1-bit SGD with error feedback), topk:RATIO "
                    "(sparse top-k with error feedback, e.g. topk:0.01) or powersgd:RANK (PowerSGD's rank-RANK factors, "
-                   "e.g. powersgd:4; simulate only)")
+                   "e.g. powersgd:4)")
         ->capture_default_str();
     app.add_option("--global-batch", f.global_batch, "samples per step (default: dp × micro-batch)");
     app.add_option("--micro-batch", f.micro_batch, "samples per micro-batch")->capture_default_str();
@@ -246,12 +246,6 @@ void refuse_simulation_only_flags(const PlanFlags& f, const char* command) {
                        " runs the executor's own fused attention kernel, neither FlashAttention's nor cuDNN's; "
                        "--attention-backend is the simulator's (smolcluster simulate, sweep)",
                    flag("--attention-backend"));
-    // The executors run 1bit's and topk's kernels and exchanges; PowerSGD's factor GEMMs and
-    // orthogonalisation are only simulated so far (strategies/compression.hpp).
-    if (strategies::parse_compression(f.compress).method == strategies::CompressionMethod::powersgd)
-        fail_input(std::string("1bit or topk:RATIO: smolcluster ") + command + " does not run PowerSGD yet ('smolcluster simulate' models " +
-                       f.compress + ")",
-                   "'" + f.compress + "'", flag("--compress"));
 }
 
 topo::Cluster resolve_cluster(const PlanFlags& f) {

@@ -93,8 +93,8 @@ strategies::Plan resolve_plan(const PlanFlags& f);
 void print_warnings(const PlanFlags& f, std::ostream& err);
 sim::SimOptions resolve_sim_options(const PlanFlags& f);
 /// `run` and `validate` execute on real devices: --slow, --jitter, --seed and --hogwild (which
-/// only the simulator models) are refused, naming the flag, and so is --compress powersgd:RANK
-/// (the executors do not run PowerSGD yet).
+/// only the simulator models) are refused, naming the flag, and so are --fp8, --attention-backend
+/// and (for run) --dispatch-overhead.
 void refuse_simulation_only_flags(const PlanFlags& f, const char* command);
 
 inline ErrorContext flag(const char* name) { return {"", "", name}; }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "exec/cpu/kernels.hpp"
 
 namespace smol::exec::cpu {
 
@@ -143,8 +144,52 @@ void topk_allreduce(float* grad, std::int64_t n, std::int64_t k, std::int64_t sa
     for (std::int64_t i = 0; i < n; ++i) grad[i] /= static_cast<float>(p);
 }
 
+void powersgd_orthogonalize(float* m, std::int64_t rows, std::int64_t r) {
+    for (std::int64_t i = 0; i < r; ++i) {
+        double norm = 0;
+        for (std::int64_t a = 0; a < rows; ++a) norm += static_cast<double>(m[a * r + i]) * m[a * r + i];
+        norm = std::sqrt(norm);
+        if (norm > 0)
+            for (std::int64_t a = 0; a < rows; ++a) m[a * r + i] = static_cast<float>(m[a * r + i] / norm);
+        // rest -= (col · rest) col, for every column j after i.
+        for (std::int64_t j = i + 1; j < r; ++j) {
+            double dot = 0;
+            for (std::int64_t a = 0; a < rows; ++a) dot += static_cast<double>(m[a * r + i]) * m[a * r + j];
+            for (std::int64_t a = 0; a < rows; ++a) m[a * r + j] -= static_cast<float>(dot) * m[a * r + i];
+        }
+    }
+}
+
+void powersgd_allreduce(float* grad, std::int64_t rows, std::int64_t cols, std::int64_t r, float* error, float* p, float* q,
+                        float* scratch, MPI_Comm comm) {
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    const std::int64_t n = rows * cols;
+    for (std::int64_t i = 0; i < n; ++i) grad[i] += error[i];   // input.add_(error)
+    std::memcpy(scratch, grad, static_cast<std::size_t>(n) * sizeof(float));   // the clone
+    powersgd_orthogonalize(q, cols, r);
+    gemm(grad, q, p, rows, r, cols);                              // P = M·Q
+    MPI_Allreduce(MPI_IN_PLACE, p, static_cast<int>(rows * r), MPI_FLOAT, MPI_SUM, comm);
+    powersgd_orthogonalize(p, rows, r);
+    // Q = Mᵀ·P: Mᵀ is M read column-wise, here copied transposed into `grad`'s place.
+    for (std::int64_t a = 0; a < rows; ++a)
+        for (std::int64_t b = 0; b < cols; ++b) grad[b * rows + a] = scratch[a * cols + b];
+    gemm(grad, p, q, cols, r, rows);
+    MPI_Allreduce(MPI_IN_PLACE, q, static_cast<int>(cols * r), MPI_FLOAT, MPI_SUM, comm);
+    for (std::int64_t i = 0; i < cols * r; ++i) q[i] /= static_cast<float>(size);
+    // M̂ = P·Qᵀ, then the residual: the clone less M̂.
+    for (std::int64_t a = 0; a < rows; ++a)
+        for (std::int64_t b = 0; b < cols; ++b) {
+            double s = 0;
+            for (std::int64_t c = 0; c < r; ++c) s += static_cast<double>(p[a * r + c]) * q[b * r + c];
+            grad[a * cols + b] = static_cast<float>(s);
+            error[a * cols + b] = scratch[a * cols + b] - static_cast<float>(s);
+        }
+}
+
 bool is_compression_kernel(const Kernel& k) {
     switch (k.name) {
+        case KernelName::powersgd_orthogonalize:
         case KernelName::onebit_compress:
         case KernelName::onebit_server:
         case KernelName::onebit_decompress:
@@ -162,6 +207,7 @@ std::int64_t compression_floats(const Kernel& k) {
         case KernelName::onebit_decompress: return floats_for_bytes(k.m / 8) + k.n + n;
         case KernelName::topk_compress: return 2 * n + 2 * k.m + k.n;
         case KernelName::topk_decompress: return 2 * k.n * k.m + n;
+        case KernelName::powersgd_orthogonalize: return n * k.m;
         default: return 0;
     }
 }
@@ -201,6 +247,7 @@ void run_compression_kernel(const Kernel& k, float* w) {
             topk_decompress(w, reinterpret_cast<const std::int32_t*>(w + pairs), pairs, n, w + 2 * pairs);
             break;
         }
+        case KernelName::powersgd_orthogonalize: powersgd_orthogonalize(w, n, k.m); break;
         default: throw Error(ErrorKind::internal, std::string("not a compression kernel: ") + to_string(k.name));
     }
 }

@@ -14,9 +14,13 @@
 //                       (value, index) and zeroed in e (unused pairs are (0, index 0), which add
 //                       nothing); e keeps everything not sent
 //     topk_decompress   the gradient zeroed, then every rank's pairs added in
+//   PowerSGD (Vogels et al. 2019, as PyTorch's powerSGD_hook.py):
+//     powersgd_orthogonalize  Gram–Schmidt over a factor's r columns, in place
+//   (its factor products are the backend's GEMMs, its other passes memory-bound passes)
 //
-// onebit_allreduce and topk_allreduce run the whole exchange on a communicator (MPI_Alltoall and
-// MPI_Allgather of the compressed bytes), as a graph's compressed bucket does op by op.
+// onebit_allreduce, topk_allreduce and powersgd_allreduce run the whole exchange on a
+// communicator (MPI_Alltoall, MPI_Allgather and MPI_Allreduce of the compressed data), as a
+// graph's compressed bucket does op by op.
 #pragma once
 
 #include <mpi.h>
@@ -55,6 +59,21 @@ void topk_decompress(const float* values, const std::int32_t* indices, std::int6
 /// The top-k compressed all-reduce on `comm`: `grad` becomes the sum of every rank's k pairs
 /// divided by p (the average, as DDP's gradients are), `error` (n floats) keeps what was not sent.
 void topk_allreduce(float* grad, std::int64_t n, std::int64_t k, std::int64_t sample, float* error, MPI_Comm comm);
+
+/// Gram–Schmidt over the r columns of the row-major rows × r matrix `m`, in place
+/// (powerSGD_hook.py _orthogonalize_gram_schmidt with PowerSGDState's default
+/// orthogonalization_epsilon 0): each column divided by its norm, then its projection taken out
+/// of every column after it. A column of norm 0 is left as it is, where the hook divides by 0.
+void powersgd_orthogonalize(float* m, std::int64_t rows, std::int64_t r);
+
+/// PowerSGD's exchange of one rows × cols gradient `grad` (row major) at rank r on `comm`, with
+/// error feedback and warm start (powerSGD_hook.py): M = grad + error, kept; Q (cols × r, the last
+/// step's) orthogonalised; P = M·Q, all-reduced (summed); P orthogonalised; Q = Mᵀ·P, all-reduced
+/// and divided by the ranks; grad = P·Qᵀ, the rank-r approximation of the ranks' average M;
+/// error = M − grad. `q` keeps the averaged Q for the next step; `p` (rows × r) and `scratch`
+/// (rows × cols) are workspace.
+void powersgd_allreduce(float* grad, std::int64_t rows, std::int64_t cols, std::int64_t r, float* error, float* p, float* q,
+                        float* scratch, MPI_Comm comm);
 
 /// Floats of workspace one compression kernel needs (strategies/compression.hpp's shape fields).
 std::int64_t compression_floats(const Kernel& k);

@@ -129,3 +129,71 @@ TEST_CASE("a top-k all-reduce returns the average of what every rank sent", "[ex
     for (float x : zero) total += x;
     CHECK(total == Approx(0.04f));
 }
+
+TEST_CASE("PowerSGD's Gram–Schmidt leaves orthonormal columns spanning the same space", "[exec][compression]") {
+    // Columns (1, 1, 0, 0), (1, 0, 1, 0), (0, 0, 0, 2) of a 4 × 3 matrix, row major.
+    std::vector<float> m{1, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2};
+    const std::vector<float> before = m;
+    powersgd_orthogonalize(m.data(), 4, 3);
+    auto col = [&](const std::vector<float>& x, int c) { return std::vector<float>{x[c], x[3 + c], x[6 + c], x[9 + c]}; };
+    auto dot = [](const std::vector<float>& a, const std::vector<float>& b) {
+        double s = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+        return s;
+    };
+    for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) CHECK(dot(col(m, i), col(m, j)) == Approx(i == j ? 1.0 : 0.0).margin(1e-6));
+    // Gram–Schmidt: the first column is the first input column normalised, the second the
+    // second input column less its projection on it, (1, -1, 2, 0)/√6 … by hand.
+    CHECK(col(m, 0) == std::vector<float>{1 / std::sqrt(2.0f), 1 / std::sqrt(2.0f), 0, 0});
+    const float s6 = std::sqrt(6.0f);
+    const std::vector<float> second = col(m, 1);
+    const std::vector<float> expected{1 / s6, -1 / s6, 2 / s6, 0};
+    for (int i = 0; i < 4; ++i) CHECK(second[i] == Approx(expected[i]));
+    CHECK(col(m, 2) == std::vector<float>{0, 0, 0, 1});
+    // A zero column stays zero (the hook's epsilon 0 would divide by it).
+    std::vector<float> zero{0, 0, 0, 0};
+    powersgd_orthogonalize(zero.data(), 4, 1);
+    CHECK(zero == std::vector<float>{0, 0, 0, 0});
+}
+
+TEST_CASE("a PowerSGD all-reduce returns a low-rank average exactly and keeps each rank's difference as its residual",
+          "[exec][mpi][compression]") {
+    exec::Mpi& mpi = test::session().mpi();
+    const int p = mpi.size(), me = mpi.rank();
+    // Rank k's 6 × 5 gradient is (k + 1)·u·vᵀ + [rank 2] w·zᵀ scaled by the rank too: the average
+    // has rank ≤ 2, so PowerSGD at rank 2 reproduces it exactly (P spans its columns), and each
+    // rank's residual is what its gradient has beyond the average.
+    const std::int64_t rows = 6, cols = 5, r = 2;
+    const float u[rows] = {1, -2, 0.5f, 3, 0, 1}, v[cols] = {2, 0, -1, 1, 0.5f}, w[rows] = {0, 1, 1, -1, 2, 0},
+                z[cols] = {1, 1, 0, -2, 3};
+    auto entry = [&](int k, std::int64_t a, std::int64_t b) {
+        return static_cast<float>(k + 1) * u[a] * v[b] + static_cast<float>(p - k) * w[a] * z[b];
+    };
+    std::vector<float> grad(rows * cols), error(rows * cols, 0.0f), pm(rows * r), scratch(rows * cols);
+    std::vector<float> q{1, 0, 0.5f, 1, -1, 0.25f, 0.3f, 2, 1, -0.5f};   // cols × r, any Q of full rank
+    for (std::int64_t a = 0; a < rows; ++a)
+        for (std::int64_t b = 0; b < cols; ++b) grad[a * cols + b] = entry(me, a, b);
+    powersgd_allreduce(grad.data(), rows, cols, r, error.data(), pm.data(), q.data(), scratch.data(), mpi.world());
+    for (std::int64_t a = 0; a < rows; ++a)
+        for (std::int64_t b = 0; b < cols; ++b) {
+            double mean = 0;
+            for (int k = 0; k < p; ++k) mean += entry(k, a, b);
+            mean /= p;
+            CHECK(grad[a * cols + b] == Approx(mean).margin(1e-4));
+            CHECK(error[a * cols + b] == Approx(entry(me, a, b) - mean).margin(1e-4));
+        }
+    // At rank 1 only one direction gets through: what is sent and the residual add up to the
+    // gradient, and the residual is not empty.
+    std::vector<float> grad1(rows * cols), error1(rows * cols, 0.0f), p1(rows), q1{1, 1, 1, 1, 1};
+    for (std::int64_t a = 0; a < rows; ++a)
+        for (std::int64_t b = 0; b < cols; ++b) grad1[a * cols + b] = entry(me, a, b);
+    const std::vector<float> sent = grad1;
+    powersgd_allreduce(grad1.data(), rows, cols, 1, error1.data(), p1.data(), q1.data(), scratch.data(), mpi.world());
+    double residual = 0;
+    for (std::int64_t i = 0; i < rows * cols; ++i) {
+        CHECK(grad1[i] + error1[i] == Approx(sent[i]).margin(1e-4));   // M̂ + residual = M
+        residual += static_cast<double>(error1[i]) * error1[i];
+    }
+    CHECK(residual > 1e-3);
+}

@@ -438,8 +438,6 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         refused({"validate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--jitter", "5"}, {"--jitter", "real devices"});
         refused({"run", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--dispatch-overhead", "20 us"},
                 {"--dispatch-overhead", "measures the host's own dispatch"});
-        refused({"run", "--model", "resnet50", "--cluster", "pi5-1gbe", "--compress", "powersgd:4"},
-                {"--compress:", "does not run PowerSGD yet", "1bit or topk:RATIO"});
         refused({"validate", "--model", "gpt2-small", "--cluster", "dgx-h100", "--framework", "megatron", "--fp8", "delayed"},
                 {"--fp8", "simulated only"});
         refused({"run", "--model", "gpt2-small", "--cluster", "dgx-h100", "--attention-backend", "fused"},
