@@ -139,6 +139,7 @@ Training apply_finetune(const Model& model, const Layout& layout, std::vector<Bl
     const bool qlora = f.kind == FineTuneKind::qlora;
     const int dtype = dtype_bytes(layout.dtype);
     t.kernels.resize(blocks.size());
+    t.frozen_by_block.resize(blocks.size());
     double frozen = 0;
     for (Block& b : blocks) {
         BlockKernels& bk = t.kernels[static_cast<std::size_t>(b.index)];
@@ -160,9 +161,11 @@ Training apply_finetune(const Model& model, const Layout& layout, std::vector<Bl
         // The weights a GEMM reads are its B operands; the rest (norms, biases, tables) is the
         // block's other parameters. A tied head reads the embedding's table (counted there).
         const std::int64_t gemm_owned = std::min(gemm_elements, b.params);
-        frozen += layer && qlora ? static_cast<double>(gemm_owned) * kNf4BytesPerParam +
-                                       static_cast<double>(b.params - gemm_owned) * dtype
-                                 : static_cast<double>(b.params) * dtype;
+        const double mine = layer && qlora ? static_cast<double>(gemm_owned) * kNf4BytesPerParam +
+                                                 static_cast<double>(b.params - gemm_owned) * dtype
+                                           : static_cast<double>(b.params) * dtype;
+        frozen += mine;
+        t.frozen_by_block[static_cast<std::size_t>(b.index)] = Bytes(static_cast<std::int64_t>(std::ceil(mine)));
         t.frozen_params += b.params;
         t.trainable_params += adapters;
         // x·A of every adapter is kept for B's weight gradient, unless the layer is recomputed.

@@ -45,8 +45,10 @@ struct BlockKernels {
 struct Training {
     /// Per block (by index): its passes. Empty in full fine-tuning (the blocks' own kernels).
     std::vector<BlockKernels> kernels;
-    /// Bytes of frozen weights over all blocks (0 in full fine-tuning).
+    /// Bytes of frozen weights over all blocks (0 in full fine-tuning), and per block (by index;
+    /// empty in full fine-tuning): what FSDP gathers of a unit beside its adapters.
     Bytes frozen;
+    std::vector<Bytes> frozen_by_block;
     std::int64_t frozen_params = 0;
     std::int64_t trainable_params = 0;
 };

@@ -378,9 +378,19 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             case DataParallel::ring:
             case DataParallel::zero1:
             case DataParallel::zero2: break;
+            case DataParallel::fsdp:
+                // FSDP shards the frozen weights with the adapters (strategies/zero.cpp
+                // build_sharded); its CPU offload keeps fp32 master shards of trainable weights.
+                if (l.param_offload != Offload::none)
+                    fail_input("--finetune " + to_string(plan.finetune) + " with fsdp's CPU offload is not modelled (its "
+                                   "offload keeps an fp32 master shard of every parameter, and these are frozen); leave "
+                                   "out --offload",
+                               ft);
+                break;
             default:
                 fail_input("--finetune " + to_string(plan.finetune) + " is modelled with ddp, ring, zero1 and zero2 "
-                               "(frozen weights replicated, adapter states sharded); not with " + to_string(plan.strategy),
+                               "(frozen weights replicated, adapter states sharded) and fsdp (frozen weights sharded too); "
+                               "not with " + to_string(plan.strategy),
                            ft);
         }
     }

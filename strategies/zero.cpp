@@ -395,10 +395,20 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
 }
 
 OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan, const ShardedOptions& options) {
-    const std::vector<Block> blocks = replica_blocks(model, layout, plan);
+    std::vector<Block> blocks = replica_blocks(model, layout, plan);
+    // LoRA / QLoRA (strategies/finetune.hpp): each unit holds its frozen weights (16-bit, or
+    // QLoRA's NF4 blocks stored as bitsandbytes' quant_storage) beside its adapters, sharded and
+    // gathered with them; only the adapters have gradients, so only they are reduced and stepped
+    // (FSDP2's per-parameter sharding: a frozen parameter has no gradient; FSDP1 as Answer.AI's
+    // fsdp_qlora wraps it, the adapters in units of their own). The blocks' params become the
+    // trainable ones.
+    const Training training = apply_finetune(model, layout, blocks);
+    auto frozen = [&](const Block& b) {
+        return training.frozen_by_block.empty() ? Bytes(0) : training.frozen_by_block[static_cast<std::size_t>(b.index)];
+    };
     const StateBytes sb = state_bytes(layout.dtype);
     const int rb = layout.fsdp_reduce_bytes;   // bytes per gradient reduced (--fsdp-reduce-dtype)
-    const std::int64_t params = total_params(blocks);
+    const std::int64_t params = total_params(blocks);   // trainable
     // With tensor parallelism (FSDP + TP, torchtitan's 2-D mesh) every replica is tp ranks, each
     // holding a tensor slice of every block (the blocks above are one rank's); FSDP shards each
     // slice over the replicas' ranks of the same tensor rank. Slot d·tp + t is replica d's tensor
@@ -447,16 +457,19 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             alloc_state(g, r, optimizer_state_bytes(layout.optimizer, DType::fp32, mine), BufferLabel::optimizer_state,
                         Tier::host);
         } else {
-            alloc_model_states(g, r, Bytes(mine * sb.params), Bytes(mine * sb.grads), optimizer_state_bytes(layout, mine));
+            alloc_model_states(g, r, Bytes(mine * sb.params) + Bytes(shard(training.frozen.count(), group)), Bytes(mine * sb.grads),
+                               optimizer_state_bytes(layout, mine));
         }
         std::function<void(int, const Block&)> before_bwd;
         if (group > 1 || offload)
             before_bwd = [&, d, r](int mb, const Block& b) {
+                if (b.params == 0) return;   // frozen: no gradient
                 const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * rb), BufferLabel::bucket);
                 g.add_alloc(buf, Stream::compute, b.index, mb);
                 grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)] = buf;
             };
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, nullptr, false, std::nullopt, tp_collectives.hook(d)));
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, &training.kernels, false, std::nullopt,
+                                    tp_collectives.hook(d)));
     }
 
     // Comm-stream programs, step by step for every rank at once (all ranks run the same program,
@@ -471,6 +484,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         return by_slot;
     };
     std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(ns), std::vector<std::int32_t>(blocks.size(), -1));
+    // A unit's gathered parameters: its trainable ones in the parameter dtype and its frozen weights.
+    auto unit_bytes = [&](const Block& b) { return Bytes(b.params * sb.params) + frozen(b); };
     // `issue_after`, when given, per slot and block: the op whose end the gather waits for (the
     // hook that issues it), beyond the comm stream's order.
     auto gather = [&](const Block& b, int mb, Phase phase, const std::vector<std::vector<OpId>>& consumers,
@@ -478,7 +493,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         std::vector<OpId> ready(static_cast<std::size_t>(ns), OpGraph::kNoOp);
         for (int d = 0; d < emit; ++d) {
             const int r = slots[static_cast<std::size_t>(d)];
-            const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * sb.params), BufferLabel::staging);
+            const std::int32_t buf = g.add_buffer(r, Tier::device, unit_bytes(b), BufferLabel::staging);
             const OpId a = g.add_alloc(buf, Stream::comm, b.index, mb);
             if (issue_after) g.depend((*issue_after)[static_cast<std::size_t>(d)][static_cast<std::size_t>(after_block)], a);
             gathered[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)] = buf;
@@ -503,7 +518,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 g.depend(ready[static_cast<std::size_t>(d)], consumers[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)]);
             return;
         }
-        const auto ops = collective(CollectiveKind::all_gather, shard_groups, Bytes(b.params * sb.params), phase, b.index, mb);
+        const auto ops = collective(CollectiveKind::all_gather, shard_groups, unit_bytes(b), phase, b.index, mb);
         for (int d = 0; d < emit; ++d)
             g.depend(ops[static_cast<std::size_t>(d)], consumers[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)]);
     };
@@ -518,6 +533,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // Gradients of a unit after its backward: reduce-scatter in the shard group, then (hybrid)
     // all-reduce of the shard across groups; NO_SHARD all-reduces the whole unit (last micro-batch).
     auto reduce = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& bwd) {
+        if (b.params == 0) return;   // frozen (fine-tuning): nothing to reduce
         std::vector<OpId> ops;
         if (group > 1) {
             ops = collective(CollectiveKind::reduce_scatter, shard_groups, Bytes(b.params * rb), Phase::comm, b.index, mb);

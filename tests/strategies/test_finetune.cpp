@@ -160,6 +160,14 @@ TEST_CASE("fine-tuning plans that cannot run are refused with the reason", "[str
     SECTION("an unknown kind") {
         CHECK_THAT(test::bad_input_message([] { parse_finetune("lorra:8"); }), Catch::Contains("did you mean 'lora'?"));
     }
+    SECTION("LoRA with FSDP's CPU offload") {
+        Plan p;
+        p.strategy = DataParallel::fsdp;
+        p.offload = Offload::cpu;
+        p.finetune = parse_finetune("lora:8");
+        CHECK_THAT(test::bad_input_message([&] { resolve(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), p); }),
+                   Catch::Contains("with fsdp's CPU offload is not modelled"));
+    }
     SECTION("LoRA with sharded parameters") {
         Plan p;
         p.strategy = DataParallel::zero3;
@@ -167,4 +175,52 @@ TEST_CASE("fine-tuning plans that cannot run are refused with the reason", "[str
         CHECK_THAT(test::bad_input_message([&] { resolve(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), p); }),
                    Catch::Contains("not with zero3"));
     }
+}
+
+TEST_CASE("FSDP with LoRA and QLoRA shards the frozen weights, gathers them with the adapters, reduces the adapters only",
+          "[strategies][finetune][fsdp]") {
+    // Answer.AI's FSDP + QLoRA, PyTorch FSDP2: every unit's frozen weights (bf16, or NF4 for
+    // QLoRA's block linears) are sharded over the 4 ranks with its adapters and gathered whole
+    // before its forward and backward; only the adapters have gradients, so only they are
+    // reduce-scattered and stepped. Llama 3 8B on four RTX 4090s, one micro-batch per rank.
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    const FineTuneKind kind = GENERATE(FineTuneKind::lora, FineTuneKind::qlora);
+    Plan p = lora(16, kind);
+    p.strategy = DataParallel::fsdp;
+    p.global_batch = 4;
+    sim::SimOptions o;
+    o.network = sim::NetworkMode::analytic;
+    const test::DpRun r = test::dp_run(m, c, p, o);
+    const Built& b = r.built;
+    INFO(to_string(p.finetune));
+    // The frozen weights as ddp holds them whole (the QLoRA test above counts them by hand).
+    Plan replicated = p;
+    replicated.strategy = DataParallel::ddp;
+    const Built whole = build(m, c, replicated);
+    const double adapters = static_cast<double>(llama3_8b_adapters(16));
+    const double frozen = static_cast<double>(held(whole.graph, 0, Tier::device, BufferLabel::parameters)) - 2 * adapters;
+    // Model states: a quarter of the frozen weights and of the adapters' 2 + 2 + 12 bytes.
+    CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::parameters)) == Approx((frozen + 2 * adapters) / 4).epsilon(1e-4));
+    CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::optimizer_state)) == Approx(12 * adapters / 4).epsilon(1e-4));
+    CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::gradients)) == Approx(2 * adapters / 4).epsilon(1e-4));
+    double gathered = 0, reduced = 0;
+    int reduce_scatters = 0;
+    for (const Op& op : b.graph.ops()) {
+        if (op.rank != 0 || op.kind != OpKind::collective) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        if (col.kind == CollectiveKind::all_gather) gathered += static_cast<double>(col.bytes);
+        if (col.kind == CollectiveKind::reduce_scatter) {
+            reduced += static_cast<double>(col.bytes);
+            ++reduce_scatters;
+        }
+    }
+    // Gathered: every unit before its forward, the 32 layers again before backward (the root's
+    // embedding and head stay gathered): everything once, plus the layers' share again.
+    const double embedding_head = 2.0 * 2 * 128256 * 4096 + 2 * 4096;   // bf16 tables and the final norm
+    CHECK(gathered == Approx(2 * (frozen + 2 * adapters) - embedding_head).epsilon(1e-4));
+    // Reduced: the 32 layers' adapter gradients (bf16), nothing of the frozen embedding and head.
+    CHECK(reduce_scatters == 32);
+    CHECK(reduced == Approx(2 * adapters).epsilon(1e-9));
+    CHECK(r.summary.fits());
 }
