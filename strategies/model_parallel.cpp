@@ -122,8 +122,11 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
                            strategy_flag);
     };
     switch (plan.strategy) {
-        case DataParallel::ddp:
-        case DataParallel::zero1: break;
+        case DataParallel::ddp: break;
+        case DataParallel::zero1:
+            // On DeepSpeed's engine with tensor parallelism alone, DeepSpeed's ZeRO-1 (build_zero).
+            if (sharded_with_tp(plan, l)) dense_only("zero1 with tensor parallelism on DeepSpeed's engine");
+            break;
         case DataParallel::fsdp:
             // FSDP with tensor parallelism (torchtitan's 2-D mesh: FSDP over data-parallel
             // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp);

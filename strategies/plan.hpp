@@ -243,10 +243,13 @@ struct Layout {
 
 /// FSDP, ZeRO-2 or ZeRO-3 over data-parallel replicas of tensor-parallel shards (torchtitan's
 /// 2-D mesh, dp × tp; Megatron-DeepSpeed's layers on DeepSpeed's engine, zero.Init with its mpu
-/// for stage 3): built by the data-parallel engines (strategies/zero.hpp build_sharded,
+/// for stage 3), and ZeRO-1 on DeepSpeed's engine (elsewhere zero1 is Megatron's distributed
+/// optimizer): built by the data-parallel engines (strategies/zero.hpp build_sharded,
 /// build_zero, build_zero3), not the model-parallel one.
 inline bool sharded_with_tp(const Plan& plan, const Layout& l) {
-    return (plan.strategy == DataParallel::fsdp || plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3) &&
+    const bool deepspeed_zero1 = plan.strategy == DataParallel::zero1 && deepspeed_engine(l.framework.name);
+    return (plan.strategy == DataParallel::fsdp || plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3 ||
+            deepspeed_zero1) &&
            l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
 }
 
