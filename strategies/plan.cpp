@@ -476,7 +476,7 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     if (l.framework.grad_reduce == GradReduce::after_backward && l.framework.after_backward_bucket > 0)
         cap = std::min(cap, 2.0 * static_cast<double>(l.framework.after_backward_bucket));
     // DeepSpeed's ZeRO-1/2 buckets are reduce_bucket_size elements (strategies/zero.cpp build_zero).
-    if ((plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2) && l.tp == 1 && l.pp == 1 &&
+    if ((plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2) && l.pp == 1 && l.cp == 1 &&
         deepspeed_engine(l.framework.name))
         cap = 4.0 * static_cast<double>(l.framework.reduce_bucket);
     const bool bucketed = !sharded && (l.dp > 1 || ps || plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2);
