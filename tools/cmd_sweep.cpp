@@ -29,6 +29,7 @@ struct SweepFlags {
     std::int64_t global_batch = 0;
     std::optional<int> seq;               // unset: the model's
     std::string fp8;
+    std::string finetune = "full", optimizer = "adam";
     std::string attention;
     std::string attention_backend;
     std::string dtype, network = "flow", collective_algo = "auto", objective = "time";
@@ -80,6 +81,8 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     const SweepResult& r = n.result;
     out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << (n.cluster.num_devices() == 1 ? " device" : " devices") << "), global batch "
         << o.global_batch << (o.fp8 != Fp8Recipe::none ? std::string(", fp8 ") + to_string(o.fp8) : std::string())
+        << (o.finetune.kind != strategies::FineTuneKind::full ? ", finetune " + strategies::to_string(o.finetune) : std::string())
+        << (o.optimizer != strategies::Optimizer::adam ? std::string(", optimizer ") + strategies::to_string(o.optimizer) : std::string())
         << (o.attention ? std::string(", ") + to_string(*o.attention) + " attention" : std::string())
         << (o.attention_backend ? std::string(", attention backend ") + to_string(*o.attention_backend) : std::string())
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
@@ -327,6 +330,8 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
            {"objective", to_string(o.objective)},
            {"network", sim::to_string(o.network)}};
     if (o.fp8 != Fp8Recipe::none) j["fp8"] = to_string(o.fp8);
+    if (o.finetune.kind != strategies::FineTuneKind::full) j["finetune"] = strategies::to_string(o.finetune);
+    if (o.optimizer != strategies::Optimizer::adam) j["optimizer"] = strategies::to_string(o.optimizer);
     if (o.attention) j["attention"] = to_string(*o.attention);
     if (o.attention_backend) j["attention_backend"] = to_string(*o.attention_backend);
     Json list = Json::array();
@@ -403,6 +408,8 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     o.seq = f.seq.value_or(0);
     if (!f.dtype.empty()) o.dtype = parse_dtype(f.dtype, flag("--dtype"));
     if (!f.fp8.empty()) o.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
+    o.finetune = strategies::parse_finetune(f.finetune);
+    o.optimizer = strategies::parse_optimizer(f.optimizer);
     if (!f.attention.empty()) o.attention = parse_attention(f.attention, flag("--attention"));
     if (!f.attention_backend.empty()) o.attention_backend = parse_attention_backend(f.attention_backend, "--attention-backend");
     o.fold = !f.no_fold;
@@ -521,6 +528,10 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--dtype", f->dtype, "bf16, fp16 or fp32 (default: the device's)");
     app->add_option("--fp8", f->fp8,
                     "delayed or tensorwise: every plan's linear layers in FP8 (Transformer Engine), on Megatron core");
+    app->add_option("--finetune", f->finetune,
+                    "what every plan trains: full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS] (as simulate's)")
+        ->capture_default_str();
+    app->add_option("--optimizer", f->optimizer, "every plan's optimizer: adam, adamw-8bit, sgd or lamb")->capture_default_str();
     app->add_option("--attention", f->attention,
                     "flash or eager: every plan's attention (default: flash on GPUs of compute capability 8.0 or later, "
                     "eager elsewhere; on CPUs flash is PyTorch's CPU flash kernel)");

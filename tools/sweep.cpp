@@ -9,7 +9,9 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/finetune.hpp"
 #include "strategies/hybrid_cnn.hpp"
+#include "strategies/optimizer.hpp"
 #include "tools/fit_advice.hpp"
 #include "tools/pipeline_split.hpp"
 #include "tools/simulation.hpp"
@@ -235,6 +237,8 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.fp8 = c.options.fp8;
     base.attention = c.options.attention;
     base.attention_backend = c.options.attention_backend;
+    base.finetune = c.options.finetune;
+    base.optimizer = c.options.optimizer;
     if (c.options.fp8 != Fp8Recipe::none) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;
@@ -556,7 +560,10 @@ std::vector<std::size_t> refine(const Model& model, SweepResult& r, const SweepO
 
 Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const Plan& plan, const Layout& l) {
     if (plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async) return Bytes(0);  // not derived
-    const std::vector<Block> blocks = strategies::detail::replica_blocks(model, l, plan);
+    std::vector<Block> blocks = strategies::detail::replica_blocks(model, l, plan);
+    // LoRA / QLoRA: the blocks' params become the trainable adapters; the frozen weights are held
+    // whole, or sharded by FSDP.
+    const strategies::Training training = strategies::apply_finetune(model, l, blocks);
     double params = 0, activations = 0;   // per tensor rank, over one pipeline
     for (const Block& b : blocks) {
         params += static_cast<double>(b.params);
@@ -564,16 +571,18 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
     }
     params /= l.pp;                       // per device, averaged over the pipeline's stages
     const strategies::StateBytes sb = strategies::state_bytes(l.dtype);
+    const double opt = strategies::optimizer_state_per_param(l.optimizer, l.dtype);   // --optimizer's, master weights included
     const double n = l.dp_cp();           // ranks the sharded states are split over
+    const double frozen = static_cast<double>(training.frozen.count()) / l.pp;
     double states = 0;
     switch (plan.strategy) {
         case DataParallel::ddp:
-        case DataParallel::ring: states = params * (sb.params + sb.grads + sb.optimizer); break;
-        case DataParallel::zero1: states = params * (sb.params + sb.grads + sb.optimizer / n); break;
-        case DataParallel::zero2: states = params * (sb.params + (sb.grads + sb.optimizer) / n); break;
+        case DataParallel::ring: states = params * (sb.params + sb.grads + opt) + frozen; break;
+        case DataParallel::zero1: states = params * (sb.params + sb.grads + opt / n) + frozen; break;
+        case DataParallel::zero2: states = params * (sb.params + (sb.grads + opt) / n) + frozen; break;
         // FSDP shards at most as much as ZeRO-3 (full sharding); the others shard less.
         case DataParallel::zero3:
-        case DataParallel::fsdp: states = params * (sb.params + sb.grads + sb.optimizer) / n; break;
+        case DataParallel::fsdp: states = (params * (sb.params + sb.grads + opt) + frozen) / n; break;
         case DataParallel::ps:
         case DataParallel::ps_async: break;
         case DataParallel::hybrid_cnn: {
@@ -582,7 +591,7 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
             double fc = 0;
             for (auto i = static_cast<std::size_t>(strategies::hybrid_first_fc(model)); i < model.layers().size(); ++i)
                 fc += static_cast<double>(model.layers()[i].params);
-            states = (params - fc + fc / n) * (sb.params + sb.grads + sb.optimizer);
+            states = (params - fc + fc / n) * (sb.params + sb.grads + opt);
             break;
         }
     }
@@ -593,7 +602,7 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
         states = 0;
     } else if (l.optimizer_offload != strategies::Offload::none) {
         const bool sharded = plan.strategy == DataParallel::zero3 || plan.strategy == DataParallel::fsdp;
-        states = params * sb.params / (sharded ? n : 1.0);
+        states = (params * sb.params + frozen) / (sharded ? n : 1.0);
     }
     const int chunks = l.pp * (plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
     (void)cluster;

@@ -69,6 +69,9 @@ struct SweepOptions {
     std::optional<Attention> attention;
     /// --attention-backend: every plan's flash attention kernel; unset: each plan's framework's.
     std::optional<AttentionBackend> attention_backend;
+    /// --finetune and --optimizer: what every plan trains, and with which optimizer.
+    strategies::FineTune finetune;
+    strategies::Optimizer optimizer = strategies::Optimizer::adam;
     bool fold = true;
     sim::NetworkMode network = sim::NetworkMode::flow;
     sim::CollectiveAlgo algo = sim::CollectiveAlgo::automatic;

@@ -118,6 +118,44 @@ TEST_CASE("an FP8 sweep runs every plan on Megatron core in FP8, its memory boun
         if (p.result) CHECK(p.memory_bound <= p.result->peak_memory);
 }
 
+TEST_CASE("a QLoRA sweep trains every plan's adapters with its optimizer, FSDP sharding the frozen weights, its bound below the peak",
+          "[tools][sweep][finetune]") {
+    // Llama 3 8B on the four RTX 4090s: QLoRA with bitsandbytes' 8-bit AdamW (QLoRA's paged
+    // optimizer), tp and pp 1 (fine-tuning is modelled for data parallelism).
+    SweepOptions o = analytic_screen(8);
+    o.seq = 2048;
+    o.finetune = strategies::parse_finetune("qlora:16");
+    o.optimizer = strategies::Optimizer::adamw_8bit;
+    o.space.tp = {1};
+    o.space.pp = {1};
+    const Model model = model_preset("llama3-8b");
+    const topo::Cluster cluster = topo::cluster_preset("workstation-4gpu");
+    const SweepResult r = sweep(model, cluster, o);
+    REQUIRE_FALSE(r.ranking.empty());
+    std::set<strategies::DataParallel> ranked;
+    for (std::size_t i : r.ranking) {
+        const strategies::Plan& p = r.plans[i].plan;
+        CHECK(p.finetune == o.finetune);
+        CHECK(p.optimizer == strategies::Optimizer::adamw_8bit);
+        ranked.insert(p.strategy);
+    }
+    CHECK(ranked.count(strategies::DataParallel::fsdp) == 1);
+    CHECK(ranked.count(strategies::DataParallel::ddp) == 1);
+    // ZeRO-3 does not train adapters here: pruned, naming --finetune.
+    CHECK(r.pruned_by_reason().count("--finetune") == 1);
+    // The bound counts the frozen weights (whole, or a quarter under FSDP) and the adapters'
+    // states, below every simulated peak: with ddp at least the frozen weights, counted by hand
+    // (NF4 block linears, bf16 embedding, head and norms: test_finetune.cpp's QLoRA case).
+    const double nf4 = (4 + 8.0 / 64 + 32.0 / (64 * 256)) / 8;
+    const double frozen = 32.0 * (4096.0 * (4096 + 1024 + 1024 + 4096) + 3.0 * 4096 * 14336) * nf4 +
+                          2 * (32.0 * 2 * 4096 + 2.0 * 128256 * 4096 + 4096);
+    for (const PlanResult& p : r.plans) {
+        if (!p.result) continue;
+        CHECK(p.memory_bound <= p.result->peak_memory);
+        if (p.plan.strategy == strategies::DataParallel::ddp) CHECK(p.memory_bound.as_double() >= frozen);
+    }
+}
+
 TEST_CASE("a sweep with --attention-backend runs every plan's flash attention on that kernel", "[tools][sweep][attention]") {
     SweepOptions o = analytic_screen();
     o.space.tp = {1, 2};
@@ -484,6 +522,14 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         const Result r = with({"--attention", "fast"});
         CHECK(r.code == 2);
         CHECK(r.err.find("--attention: expected flash or eager") != std::string::npos);
+    }
+    SECTION("fine-tuning and optimizer") {
+        const Result r = with({"--finetune", "lora:x"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--finetune") != std::string::npos);
+        const Result o = with({"--optimizer", "adamw8"});
+        CHECK(o.code == 2);
+        CHECK(o.err.find("--optimizer") != std::string::npos);
     }
     SECTION("headroom") {
         const Result r = with({"--min-headroom", "1.5"});
