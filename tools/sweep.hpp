@@ -154,7 +154,9 @@ std::string offload_flags(const strategies::Plan& plan);
 /// tp·pp, Ψ is a pipeline's parameters per tensor rank over pp devices) plus the activations of one
 /// (chunk, micro-batch), which are all alive when the chunk's first backward starts. Averages over
 /// devices stand in for the busiest one, so the bound can only be low. States a plan offloads
-/// (its optimizer state and gradients, or its parameters too) are left out of it.
+/// (its optimizer state and gradients, or its parameters too) are left out of it. The optimizer's
+/// 12 bytes are --optimizer's own (with fp32 master weights in 16-bit training); with LoRA or
+/// QLoRA Ψ is the adapters, and the frozen weights are added whole (sharded under FSDP).
 Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const strategies::Plan& plan,
                          const strategies::Layout& layout);
 
