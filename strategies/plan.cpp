@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "strategies/context_parallel.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/finetune.hpp"
 #include "strategies/hybrid_cnn.hpp"
 #include "strategies/model_parallel.hpp"
 #include "strategies/moe.hpp"
@@ -947,13 +948,36 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     return l;
 }
 
+namespace {
+
+/// The step's model FLOPs (Narayanan et al. eq. 3: forward, backward, recompute; Model::
+/// flops_per_iteration, whose blocks count every key of the attention). With LoRA or QLoRA,
+/// those of the passes fine-tuning runs on the same blocks (strategies/finetune.hpp): a frozen
+/// weight's backward computes its input gradient only, so a layer costs about 2 × forward, not
+/// 3 ×, plus the adapters' own.
+Flops model_flops(const Model& model, const Layout& layout, const Plan& plan) {
+    if (layout.finetune.kind == FineTuneKind::full) return model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute);
+    Workload w;   // one sample, as flops_per_iteration takes it
+    w.micro_batch = 1;
+    w.seq = layout.seq;
+    w.recompute = plan.recompute;
+    std::vector<Block> blocks = model.blocks(w);
+    const Training trained = apply_finetune(model, layout, blocks);
+    double per_sample = 0;
+    for (const BlockKernels& k : trained.kernels)
+        for (const std::vector<Kernel>* pass : {&k.fwd, &k.bwd, &k.recompute})
+            for (const Kernel& kernel : *pass) per_sample += kernel.flops;
+    return Flops(per_sample * static_cast<double>(layout.global_batch));
+}
+
+}  // namespace
+
 Built build(const Model& model, const topo::Cluster& cluster, const Plan& plan) {
     const Layout layout = resolve(model, cluster, plan);
     // Expert parallelism needs the model-parallel builder's per-layer passes (strategies/moe.hpp).
     const bool model_parallel = (layout.tp > 1 || layout.pp > 1 || layout.cp > 1 || layout.ep > 1) && !sharded_with_tp(plan, layout);
     Built out{model_parallel ? build_model_parallel(model, layout, plan) : build_data_parallel(model, cluster, layout, plan),
-              layout,
-              model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute)};
+              layout, model_flops(model, layout, plan)};
     out.graph.set_dispatch_overhead(layout.framework.dispatch_per_kernel);
     out.graph.finalize();
     return out;

@@ -224,3 +224,23 @@ TEST_CASE("FSDP with LoRA and QLoRA shards the frozen weights, gathers them with
     CHECK(reduced == Approx(2 * adapters).epsilon(1e-9));
     CHECK(r.summary.fits());
 }
+
+TEST_CASE("LoRA's model FLOPs leave out the frozen weights' gradients and add the adapters'", "[strategies][finetune]") {
+    // Full training: 3 × forward (Narayanan et al. eq. 3). LoRA computes no gradient of a frozen
+    // weight: minus 2·T FLOPs per frozen GEMM weight (the 32 layers' linears and the untied head;
+    // the embedding is a lookup), plus the adapters' 6·T per parameter (forward, and both
+    // gradients). T tokens per step: global batch 8 × 2,048.
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    Plan p = lora(16);
+    p.recompute = Recompute::none;
+    p.global_batch = 8;
+    const double tokens = 8.0 * 2048;
+    const double weights = 32.0 * (4096.0 * (4096 + 1024 + 1024 + 4096) + 3.0 * 4096 * 14336) + 128256.0 * 4096;
+    const double full = m.flops_per_iteration(8, 2048, Recompute::none).count();
+    const double expected = full - 2 * tokens * weights + 6 * tokens * static_cast<double>(llama3_8b_adapters(16));
+    CHECK(build(m, c, p).model_flops.count() == Approx(expected).epsilon(1e-3));
+    // Full fine-tuning keeps the formula.
+    p.finetune = FineTune{};
+    CHECK(build(m, c, p).model_flops.count() == Approx(full).epsilon(1e-12));
+}
