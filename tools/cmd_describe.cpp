@@ -64,8 +64,16 @@ std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& clus
 }
 
 int run_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
-                 const std::string& recompute, int step_seq, int micro_batch, std::ostream& out, std::ostream& err) {
+                 const std::string& recompute, int step_seq, int micro_batch, const std::string& finetune_spec,
+                 const std::string& optimizer_spec, std::ostream& out, std::ostream& err) {
     const Model model = load_model_warning(model_spec, err);
+    // What the steps train and with which optimizer (simulate's --finetune and --optimizer).
+    const strategies::FineTune finetune = strategies::parse_finetune(finetune_spec);
+    const strategies::Optimizer optimizer = strategies::parse_optimizer(optimizer_spec);
+    const bool adapters = finetune.kind != strategies::FineTuneKind::full;
+    const std::string trains = std::string(adapters ? strategies::to_string(finetune) + ", " : std::string()) +
+                               (optimizer == strategies::Optimizer::adam ? "mixed-precision Adam"
+                                                                         : std::string("mixed-precision ") + strategies::to_string(optimizer));
     const std::int64_t params = model.parameters();
     const std::int64_t active = model.active_parameters();
     const int seq = model.default_seq();
@@ -89,6 +97,8 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
            {"activation_bytes_per_sample", activations.count()},
            {"activation_bytes_per_sample_flash", flash_activations.count()},
            {"model_state_bytes", {{"ddp", states.count()}}}};
+    if (adapters) j["finetune"] = strategies::to_string(finetune);
+    if (optimizer != strategies::Optimizer::adam) j["optimizer"] = strategies::to_string(optimizer);
     std::optional<topo::Cluster> cluster;
     // With a cluster: each data-parallel strategy's model-state bytes per device, read from the
     // graph the strategy builds over all its devices (rank 0's parameter, gradient and
@@ -101,10 +111,15 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         j["device_memory_bytes"] = cluster->device_kind(0).memory.count();
         j["devices"] = cluster->num_devices();
         per_strategy.clear();
-        for (auto flavour : {strategies::DataParallel::ddp, strategies::DataParallel::zero1, strategies::DataParallel::zero2,
-                             strategies::DataParallel::zero3}) {
+        // With adapters, FSDP too (it shards the frozen weights); ZeRO-3 does not train them.
+        std::vector<strategies::DataParallel> flavours{strategies::DataParallel::ddp, strategies::DataParallel::zero1,
+                                                       strategies::DataParallel::zero2};
+        flavours.push_back(adapters ? strategies::DataParallel::fsdp : strategies::DataParallel::zero3);
+        for (auto flavour : flavours) {
             strategies::Plan plan;
             plan.strategy = flavour;
+            plan.finetune = finetune;
+            plan.optimizer = optimizer;
             plan.dtype = DType::bf16;
             if (!cluster->device_kind(0).supports(DType::bf16)) plan.dtype = cluster->device_kind(0).default_dtype();
             check_simulable(strategies::resolve(model, *cluster, plan), plan);   // --nodes 10000000 is refused, not built
@@ -125,6 +140,8 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     std::vector<MemoryRow> rows;
     if (cluster) {
         strategies::Plan base;
+        base.finetune = finetune;
+        base.optimizer = optimizer;
         base.recompute = parse_recompute(recompute, flag("--recompute"));
         base.seq = step_seq;
         base.micro_batch = micro_batch;
@@ -167,9 +184,9 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     out << '\n';
     if (cluster)
         out << "  on " << cluster->name << ": " << cluster->num_devices() << " devices of "
-            << to_string_binary(cluster->device_kind(0).memory) << "; model states per device (mixed-precision Adam):\n";
+            << to_string_binary(cluster->device_kind(0).memory) << "; model states per device (" << trains << "):\n";
     else
-        out << "  model states per device (mixed-precision Adam; --cluster for the sharded strategies):\n";
+        out << "  model states per device (" << trains << "; --cluster for the sharded strategies):\n";
     for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string_binary(bytes) << '\n';
     if (!rows.empty()) {
         out << "  one step simulated per strategy and offload (analytic network; recompute " << recompute
@@ -195,6 +212,7 @@ Command add_describe(CLI::App& parent) {
         bool json = false;
         std::string recompute = "none";
         int seq = 0, micro_batch = 1;
+        std::string finetune = "full", optimizer = "adam";
     };
     auto f = std::make_shared<Flags>();
     CLI::App* app = parent.add_subcommand("describe", "parameters, FLOPs per token and memory of a model");
@@ -205,8 +223,12 @@ Command add_describe(CLI::App& parent) {
     app->add_option("--recompute", f->recompute, "with --cluster: activation recompute of the simulated steps")->capture_default_str();
     app->add_option("--seq", f->seq, "with --cluster: sequence length of the simulated steps (default: the model's)");
     app->add_option("--micro-batch", f->micro_batch, "with --cluster: micro-batch of the simulated steps")->capture_default_str();
+    app->add_option("--finetune", f->finetune, "with --cluster: what the steps train, full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS]")
+        ->capture_default_str();
+    app->add_option("--optimizer", f->optimizer, "with --cluster: adam, adamw-8bit, sgd or lamb")->capture_default_str();
     return {app, [f](const Io& io) {
-                return run_describe(f->model, f->cluster, f->nodes, f->json, f->recompute, f->seq, f->micro_batch, io.out, io.err);
+                return run_describe(f->model, f->cluster, f->nodes, f->json, f->recompute, f->seq, f->micro_batch, f->finetune,
+                                    f->optimizer, io.out, io.err);
             }};
 }
 

@@ -273,6 +273,21 @@ TEST_CASE("describe, models and clusters list what they know", "[tools][cli]") {
     CHECK(zj["model_state_bytes"]["zero2"].get<double>() == Approx(2 * psi + 14 * psi / n).epsilon(0.001));
     // ZeRO-3 keeps tensors under stage3_param_persistence_threshold (norms, biases) whole.
     CHECK(zj["model_state_bytes"]["zero3"].get<double>() == Approx(16 * psi / n).epsilon(0.005));
+    // With LoRA (rank 16, Llama 3 8B's 41,943,040 adapters, test_finetune.cpp) and 8-bit AdamW: the
+    // frozen 16-bit weights whole under ddp and a quarter under fsdp, the adapters' 2 + 2 bytes
+    // and 8-bit AdamW's 2.0039 + 4 (master weights); ZeRO-3 does not train adapters, FSDP does.
+    const Result l = cli({"describe", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--finetune", "lora:16",
+                          "--optimizer", "adamw-8bit", "--seq", "512", "--json"});
+    REQUIRE(l.code == 0);
+    const Json lj = Json::parse(l.out);
+    CHECK(lj["finetune"] == "lora:16");
+    CHECK(lj["optimizer"] == "adamw-8bit");
+    const double frozen = 2.0 * lj["parameters"].get<double>(), a = 41943040;
+    const double opt = 2 + 2 * 4 / 2048.0 + 4;
+    CHECK(lj["model_state_bytes"]["ddp"].get<double>() == Approx(frozen + a * (4 + opt)).epsilon(1e-6));
+    CHECK(lj["model_state_bytes"]["fsdp"].get<double>() == Approx((frozen + a * (4 + opt)) / 4).epsilon(1e-4));
+    CHECK_FALSE(lj["model_state_bytes"].contains("zero3"));
+    CHECK(cli({"describe", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--finetune", "lora:x"}).code == 2);
     const Result m = cli({"models"});
     CHECK(m.code == 0);
     CHECK_THAT(m.out, Catch::Contains("gpt3-175b"));
