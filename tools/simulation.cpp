@@ -150,6 +150,8 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.dtype = to_string(l.dtype);
     info.fp8 = to_string(l.fp8);
     info.compression = strategies::to_string(plan.compress);
+    info.finetune = strategies::to_string(plan.finetune);
+    info.optimizer = strategies::to_string(plan.optimizer);
     info.model_flops = built.model_flops;
     info.folded = built.graph.folded();
     info.folded_tp = l.folded_tp;

@@ -202,6 +202,8 @@ Json to_json(const Summary& s) {
     j["dtype"] = s.info.dtype;
     j["fp8"] = s.info.fp8 == "none" ? Json(nullptr) : Json(s.info.fp8);
     j["compression"] = s.info.compression;
+    j["finetune"] = s.info.finetune;
+    j["optimizer"] = s.info.optimizer;
     j["folded"] = s.info.folded;
     if (!s.info.notes.empty()) j["notes"] = s.info.notes;
     j["measured"] = s.info.measured;
@@ -336,10 +338,13 @@ void print_table(std::ostream& out, const Summary& s) {
     const auto& i = s.info;
     out << i.model << " on " << i.cluster << " (" << i.devices << (i.devices == 1 ? " device): " : " devices): ")
         << (i.strategy == "none" ? "no data parallelism" : i.strategy)
-        << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression") << ", tp " << i.tp << " · pp " << i.pp
+        << (i.compression == "none" ? "" : " with " + i.compression + " gradient compression")
+        << (i.finetune == "full" ? "" : ", " + i.finetune + " fine-tuning") << ", tp " << i.tp << " · pp " << i.pp
         << (i.cp > 1 ? " · cp " + std::to_string(i.cp) + (i.cp_comm == "p2p" ? "" : " (" + i.cp_comm + ")") : std::string()) << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
+        << (i.fp8 == "none" ? "" : " with FP8 linears (" + i.fp8 + " scaling)")
+        << (i.optimizer == "adam" ? "" : ", " + i.optimizer)
         << (i.attention.empty() ? "" : ", " + i.attention + " attention" + (i.attention_backend == "fused"    ? " (cuDNN)"
                                                                            : i.attention_backend == "flash3" ? " (FlashAttention-3)"
                                                                                                              : "")) << ", "

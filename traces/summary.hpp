@@ -44,6 +44,8 @@ struct StepInfo {
     std::string dtype;
     std::string fp8 = "none";           // --fp8: "none", "delayed", "tensorwise"
     std::string compression = "none";   // --compress: "none", "1bit", "topk:0.01"
+    std::string finetune = "full";      // --finetune: "full", "lora:16", "qlora:64:qkv,mlp_up"
+    std::string optimizer = "adam";     // --optimizer: "adam", "adamw-8bit", "sgd", "lamb"
     Flops model_flops;                  // per iteration
     std::vector<FlopRate> peak;         // per rank, in the plan's dtype
     bool folded = false;                // data-parallel replicas simulated as one

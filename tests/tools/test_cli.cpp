@@ -288,6 +288,17 @@ TEST_CASE("describe, models and clusters list what they know", "[tools][cli]") {
     CHECK(lj["model_state_bytes"]["fsdp"].get<double>() == Approx((frozen + a * (4 + opt)) / 4).epsilon(1e-4));
     CHECK_FALSE(lj["model_state_bytes"].contains("zero3"));
     CHECK(cli({"describe", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--finetune", "lora:x"}).code == 2);
+    // simulate names the fine-tuning and the optimizer on its heading line and in --json.
+    const std::vector<std::string> qlora{"simulate", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--finetune",
+                                         "qlora:16", "--optimizer", "adamw-8bit", "--strategy", "fsdp", "--seq", "512"};
+    const Result t = cli(qlora);
+    REQUIRE(t.code == 0);
+    CHECK_THAT(t.out, Catch::Contains("fsdp, qlora:16 fine-tuning, tp 1") && Catch::Contains("bf16, adamw-8bit,"));
+    std::vector<std::string> as_json = qlora;
+    as_json.push_back("--json");
+    const Json tj = Json::parse(cli(as_json).out);
+    CHECK(tj["finetune"] == "qlora:16");
+    CHECK(tj["optimizer"] == "adamw-8bit");
     const Result m = cli({"models"});
     CHECK(m.code == 0);
     CHECK_THAT(m.out, Catch::Contains("gpt3-175b"));
