@@ -223,6 +223,11 @@ struct Block {
     // Tensor-parallel communication per forward pass (backward has the same number):
     int tp_collectives_fwd = 0;    // all-reduces (or reduce-scatter + all-gather pairs with sp)
     Bytes tp_bytes_per_collective; // the full tensor each all-reduce covers: b·s·h elements
+    /// LoRA adapters under tensor parallelism (strategies/finetune.hpp): all-reduces of the
+    /// rank-r activations, those of row-parallel layers' A in the forward (and its recompute),
+    /// those of column-parallel layers' B input gradients in the backward.
+    int tp_adapter_fwd = 0, tp_adapter_bwd = 0;
+    Bytes tp_adapter_bytes;
     /// Set on the MoE layers of a mixture of experts (strategies/moe.hpp runs them).
     std::optional<MoePass> moe;
     /// Set on the layers of a context-parallel workload (strategies/context_parallel.hpp runs them).

@@ -14,13 +14,15 @@ struct Module {
     std::int64_t in, out;
 };
 
-/// The modules PEFT wraps for the weight GEMM `k` of a layer (see finetune.hpp).
-std::vector<Module> modules_of(const TransformerShape& s, const Kernel& k) {
+/// The modules PEFT wraps for the weight GEMM `k` of a layer (see finetune.hpp), as one of `tp`
+/// tensor ranks holds them: a column-parallel GEMM (qkv, mlp_up) has its outputs split, a
+/// row-parallel one (attn_proj, mlp_down) its inputs; `k` is already this rank's slice.
+std::vector<Module> modules_of(const TransformerShape& s, const Kernel& k, int tp) {
     const bool split = s.gated_mlp;   // Llama's separate projections; GPT-2's fused Conv1D modules
     const std::int64_t head = s.hidden / s.heads, kv = static_cast<std::int64_t>(s.kv_heads) * head;
     switch (k.name) {
         case KernelName::qkv:
-            if (split) return {{k.k, static_cast<std::int64_t>(s.heads) * head}, {k.k, kv}, {k.k, kv}};
+            if (split) return {{k.k, static_cast<std::int64_t>(s.heads) * head / tp}, {k.k, kv / tp}, {k.k, kv / tp}};
             return {{k.k, k.n}};
         case KernelName::mlp_up:
             if (split) return {{k.k, k.n / 2}, {k.k, k.n / 2}};
@@ -30,6 +32,10 @@ std::vector<Module> modules_of(const TransformerShape& s, const Kernel& k) {
 }
 
 bool targeted(const FineTune& f, KernelName n) { return std::find(f.targets.begin(), f.targets.end(), n) != f.targets.end(); }
+
+/// Megatron's row-parallel linears (inputs split over the tensor ranks); the others a layer's
+/// weight GEMMs run are column-parallel.
+bool row_parallel(KernelName n) { return n == KernelName::attn_proj || n == KernelName::mlp_down; }
 
 /// A forward kernel and what training does with it.
 struct Unit {
@@ -53,11 +59,23 @@ std::vector<Kernel> backward_of(const std::vector<Unit>& units, BackwardPart par
     return out;
 }
 
+/// What the adapters of one layer exchange between `tp` tensor ranks (PEFT's LoraParallelLinear,
+/// peft/tuners/lora/tp_layer.py: on a row-parallel linear A is row-parallel too, its rank-r output
+/// all-reduced in the forward, and B whole; on a column-parallel linear A is whole and B
+/// column-parallel, whose input gradient is all-reduced in the backward): counts of those
+/// all-reduces of tok × r elements.
+struct AdapterCollectives {
+    int fwd = 0, bwd = 0;
+    std::int64_t elements = 0;
+};
+
 /// The forward units of a kernel list with adapters on the targets (`adapters`: transformer
-/// layers only) and frozen weights; `frozen_gemm_elements` collects the weight elements.
+/// layers only) and frozen weights; `frozen_gemm_elements` collects the weight elements. With
+/// `tp` tensor ranks the kernels are one rank's and so are the adapters (modules_of).
 std::vector<Unit> train_units(const std::vector<Kernel>& fwd, const TransformerShape& shape, const FineTune& f,
                               bool adapters, bool quantised, std::int64_t* frozen_gemm_elements,
-                              std::int64_t* adapter_params, std::int64_t* kept_bytes) {
+                              std::int64_t* adapter_params, std::int64_t* kept_bytes, int tp = 1,
+                              AdapterCollectives* collectives = nullptr) {
     std::vector<Unit> units;
     for (const Kernel& k : fwd) {
         if (k.op != KernelOp::gemm || !k.weight) {
@@ -78,7 +96,11 @@ std::vector<Unit> train_units(const std::vector<Kernel>& fwd, const TransformerS
         units.push_back(base);
         if (!adapters || !targeted(f, k.name)) continue;
         const std::int64_t tok = k.m, r = f.rank;
-        for (const Module& m : modules_of(shape, k)) {
+        for (const Module& m : modules_of(shape, k, tp)) {
+            if (collectives && tp > 1) {
+                ++(row_parallel(k.name) ? collectives->fwd : collectives->bwd);
+                collectives->elements = tok * r;
+            }
             units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, r, m.in, 1, k.elem_bytes, true), false});
             units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, m.out, r, 1, k.elem_bytes, true), false});
             units.push_back({{}, stream_kernel(k.name, KernelClass::elementwise, 5 * tok * m.out * k.elem_bytes), false});
@@ -123,7 +145,7 @@ std::int64_t adapter_params_per_layer(const TransformerShape& shape, int rank, c
                             gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 1, up, h, 1, 2, true),
                             gemm_kernel(KernelName::mlp_down, KernelClass::gemm, 1, h, shape.ffn_hidden, 1, 2, true)})
         if (targeted(f, k.name))
-            for (const Module& m : modules_of(shape, k)) n += static_cast<std::int64_t>(rank) * (m.in + m.out);
+            for (const Module& m : modules_of(shape, k, 1)) n += static_cast<std::int64_t>(rank) * (m.in + m.out);
     return n;
 }
 
@@ -145,8 +167,12 @@ Training apply_finetune(const Model& model, const Layout& layout, std::vector<Bl
         BlockKernels& bk = t.kernels[static_cast<std::size_t>(b.index)];
         const bool layer = b.kind == Block::Kind::transformer;
         std::int64_t gemm_elements = 0, adapters = 0, kept = 0;
-        const std::vector<Unit> units =
-            train_units(b.fwd_kernels, shape, f, layer, qlora && layer, &gemm_elements, &adapters, &kept);
+        AdapterCollectives exchanged;
+        const std::vector<Unit> units = train_units(b.fwd_kernels, shape, f, layer, qlora && layer, &gemm_elements, &adapters,
+                                                    &kept, layout.tp, &exchanged);
+        b.tp_adapter_fwd = exchanged.fwd;
+        b.tp_adapter_bwd = exchanged.bwd;
+        b.tp_adapter_bytes = Bytes(exchanged.elements * dtype);
         bk.fwd = forward_of(units);
         if (b.kind == Block::Kind::embedding) {
             // Frozen, and first: nothing upstream needs its gradient.
@@ -157,7 +183,8 @@ Training apply_finetune(const Model& model, const Layout& layout, std::vector<Bl
             bk.bwd_weight = backward_of(diff, BackwardPart::weight);
         }
         if (!b.recompute_kernels.empty())
-            bk.recompute = forward_of(train_units(b.recompute_kernels, shape, f, layer, qlora && layer, nullptr, nullptr, nullptr));
+            bk.recompute =
+                forward_of(train_units(b.recompute_kernels, shape, f, layer, qlora && layer, nullptr, nullptr, nullptr, layout.tp));
         // The weights a GEMM reads are its B operands; the rest (norms, biases, tables) is the
         // block's other parameters. A tied head reads the embedding's table (counted there).
         const std::int64_t gemm_owned = std::min(gemm_elements, b.params);

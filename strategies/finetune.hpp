@@ -26,6 +26,13 @@
 // functional.dequantize_4bit: read the 4-bit block and its constant, write the 16-bit weight; in
 // backward again for the data gradient, autograd/_functions.py MatMul4Bit.backward). Embedding,
 // head and norms stay 16-bit (the head is in llm_int8_skip_modules).
+//
+// Under tensor parallelism LoRA runs as PEFT's LoraParallelLinear on Megatron's parallel linears
+// (peft/tuners/lora/tp_layer.py): a column-parallel linear's A is whole and its B split by
+// outputs (a ColumnParallelLinear: its input gradient all-reduced in backward); a row-parallel
+// linear's A is split by inputs (a RowParallelLinear: its rank-r output all-reduced in forward)
+// and its B whole. A rank holds r·(k + n/tp) or r·(k/tp + n) of each adapter, and each layer
+// adds those all-reduces of tok × r elements (Block::tp_adapter_fwd, tp_adapter_bwd).
 #pragma once
 
 #include <cstdint>

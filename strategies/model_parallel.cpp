@@ -125,7 +125,13 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
         case DataParallel::ddp: break;
         case DataParallel::zero1:
             // On DeepSpeed's engine with tensor parallelism alone, DeepSpeed's ZeRO-1 (build_zero).
-            if (sharded_with_tp(plan, l)) dense_only("zero1 with tensor parallelism on DeepSpeed's engine");
+            if (sharded_with_tp(plan, l)) {
+                dense_only("zero1 with tensor parallelism on DeepSpeed's engine");
+                if (plan.finetune.kind != FineTuneKind::full)
+                    fail_input("--finetune " + to_string(plan.finetune) + " with tensor parallelism is modelled on Megatron "
+                                   "(its distributed optimizer for zero1): --framework megatron",
+                               {"", "", "--framework"});
+            }
             break;
         case DataParallel::fsdp:
             // FSDP with tensor parallelism (torchtitan's 2-D mesh: FSDP over data-parallel
@@ -198,7 +204,10 @@ public:
     Builder(const Model& model, const Layout& layout, const Plan& plan)
         : model_(model), l_(layout), plan_(plan), g_(layout.devices) {
         blocks_ = detail::replica_blocks(model, layout, plan);
-        recipes_ = detail::intern_block_recipes(g_, blocks_);
+        // LoRA / QLoRA (strategies/finetune.hpp): the passes train the adapters only, the blocks'
+        // params become theirs, and the frozen weights are held beside them.
+        training_ = apply_finetune(model, layout, blocks_);
+        recipes_ = detail::intern_block_recipes(g_, blocks_, &training_.kernels);
         moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
@@ -241,6 +250,8 @@ public:
                                                 std::pair{opt, BufferLabel::optimizer_state}})
                         g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(bytes), label), Stream::compute);
                     if (const Bytes w = device_fp8_weight_bytes(s); w > Bytes(0))
+                        g_.add_alloc(g_.add_buffer(r, Tier::device, w, BufferLabel::parameters), Stream::compute);
+                    if (const Bytes w = device_frozen_bytes(s); w > Bytes(0))
                         g_.add_alloc(g_.add_buffer(r, Tier::device, w, BufferLabel::parameters), Stream::compute);
                 }
         emit_pipeline();
@@ -289,10 +300,15 @@ private:
             const Bytes out = blocks_[static_cast<std::size_t>(c.last) - 1].output;
             c.send_fwd = l_.tp > 1 && !sp_ ? Bytes(ceil_div(out.count(), l_.tp)) : out;
         }
-        // Tied embeddings: the head on another stage keeps its own copy of the table (Megatron).
+        // Tied embeddings: the head on another stage keeps its own copy of the table (Megatron);
+        // frozen when fine-tuning adapters, then nothing to sum between the stages.
         if (model_.is_transformer() && model_.shape().tied_embeddings && vstages > 1) {
-            tied_params_ = model_.tied_table_params(l_.tp);
-            chunks_.back().params += tied_params_;
+            if (training_.frozen_by_block.empty()) {
+                tied_params_ = model_.tied_table_params(l_.tp);
+                chunks_.back().params += tied_params_;
+            } else {
+                tied_frozen_ = Bytes(model_.tied_table_params(l_.tp) * dtype_bytes(l_.dtype));
+            }
         }
     }
 
@@ -307,6 +323,19 @@ private:
         for (int c = 0; c < schedule_.chunks; ++c) {
             const Chunk& k = chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))];
             b += detail::fp8_weight_bytes(blocks_, k.first, k.last);
+        }
+        return b;
+    }
+    /// The frozen weights device s holds (LoRA / QLoRA; 0 in full training), its copy of a tied
+    /// table included.
+    Bytes device_frozen_bytes(int s) const {
+        if (training_.frozen_by_block.empty()) return Bytes(0);
+        Bytes b;
+        for (int c = 0; c < schedule_.chunks; ++c) {
+            const int vs = schedule_.virtual_stage(s, c);
+            const Chunk& k = chunks_[static_cast<std::size_t>(vs)];
+            for (int i = k.first; i < k.last; ++i) b += training_.frozen_by_block[static_cast<std::size_t>(i)];
+            if (vs == schedule_.virtual_stages() - 1) b += tied_frozen_;
         }
         return b;
     }
@@ -355,6 +384,15 @@ private:
                     last[static_cast<std::size_t>(t)] =
                         g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], Stream::compute, phase, blk.index, mb, k);
             }
+        }
+        // LoRA's tensor-parallel adapters (Block::tp_adapter_fwd, tp_adapter_bwd).
+        const bool forward = phase == Phase::fwd || phase == Phase::recompute;
+        const int adapters = forward ? blk.tp_adapter_fwd : phase == Phase::bwd_weight ? 0 : blk.tp_adapter_bwd;
+        for (int k = 0; k < adapters; ++k) {
+            const auto cid = g_.declare_collective(CollectiveKind::all_reduce, group, blk.tp_adapter_bytes);
+            for (int t = 0; t < emit_tp_; ++t)
+                last[static_cast<std::size_t>(t)] = g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], Stream::compute,
+                                                                         phase, blk.index, mb, blk.tp_collectives_fwd + k);
         }
     }
 
@@ -975,6 +1013,8 @@ private:
     PipelineSchedule schedule_;
     std::vector<Chunk> chunks_;
     std::int64_t tied_params_ = 0;   // parameters of the tied table's copy on the last stage
+    Bytes tied_frozen_;              // that copy when fine-tuning freezes it
+    Training training_;              // LoRA / QLoRA's passes and frozen weights (full: empty)
     std::vector<std::vector<std::int32_t>> act_;        // per virtual stage: buffer per (micro-batch, rank slot)
     std::vector<std::vector<OpId>> grad_ready_;         // per rank slot of the current stage: per block
     std::vector<std::vector<Bytes>> gathers_;           // zero1: per device, the buckets to all-gather

@@ -372,8 +372,28 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input("--finetune " + to_string(plan.finetune) + " puts adapters on the weight GEMMs of transformer "
                            "blocks, and " + model.name() + " is a layer list; fine-tune it in full",
                        ft);
-        if (l.tp > 1 || l.pp > 1)
-            fail_input("--finetune " + to_string(plan.finetune) + " is modelled for data parallelism (tp = pp = 1)", ft);
+        if (l.tp > 1 || l.pp > 1) {
+            // Megatron's layers with PEFT's tensor-parallel adapters (strategies/finetune.hpp),
+            // built by the model-parallel builder.
+            if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
+                fail_input("--finetune " + to_string(plan.finetune) + " with tensor or pipeline parallelism is modelled with "
+                               "ddp and zero1 (Megatron's distributed optimizer); not with " + to_string(plan.strategy),
+                           ft);
+            if (plan.finetune.kind == FineTuneKind::qlora)
+                fail_input("--finetune " + to_string(plan.finetune) + " is modelled for data parallelism (tp = pp = 1): "
+                               "QLoRA's NF4 weights are bitsandbytes' Linear4bit, which Megatron's tensor- and pipeline-"
+                               "parallel layers are not; use lora with --tp or --pp, or qlora with fsdp",
+                           ft);
+            if (plan.sequence_parallel && l.tp > 1)
+                fail_input("--finetune " + to_string(plan.finetune) + " with tensor parallelism is modelled without sequence "
+                               "parallelism (PEFT's LoraParallelLinear, peft/tuners/lora/tp_layer.py, has no sequence-"
+                               "parallel path); leave out --sp",
+                           ft);
+            if (model.shape().is_moe())
+                fail_input("--finetune " + to_string(plan.finetune) + " of a mixture of experts is modelled for data "
+                               "parallelism only (tp = pp = 1)",
+                           ft);
+        }
         switch (plan.strategy) {
             case DataParallel::ddp:
             case DataParallel::ring:

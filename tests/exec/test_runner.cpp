@@ -233,6 +233,12 @@ TEST_CASE("exec runs tp 2", "[exec][mpi][plan-tp2]") {
     p.tp = 2;
     run_and_check(p);
 }
+TEST_CASE("exec runs LoRA with tp 2: PEFT's split adapters and their rank-r all-reduces", "[exec][mpi][plan-tp2]") {
+    strategies::Plan p;
+    p.tp = 2;
+    p.finetune = strategies::parse_finetune("lora:4");
+    run_and_check(p);
+}
 TEST_CASE("exec runs pp 2 with gpipe", "[exec][mpi][plan-pp2-gpipe]") { run_and_check(pipeline(Schedule::gpipe)); }
 TEST_CASE("exec runs pp 2 with 1f1b", "[exec][mpi][plan-pp2-1f1b]") { run_and_check(pipeline(Schedule::one_f_one_b)); }
 TEST_CASE("exec runs pp 2 interleaved", "[exec][mpi][plan-pp2-interleaved]") { run_and_check(pipeline(Schedule::interleaved, 2)); }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "dp_fixtures.hpp"
+#include "strategies/data_parallel.hpp"
 #include "strategies/finetune.hpp"
 #include "test_support.hpp"
 
@@ -243,4 +244,100 @@ TEST_CASE("LoRA's model FLOPs leave out the frozen weights' gradients and add th
     // Full fine-tuning keeps the formula.
     p.finetune = FineTune{};
     CHECK(build(m, c, p).model_flops.count() == Approx(full).epsilon(1e-12));
+}
+
+TEST_CASE("LoRA under tensor parallelism splits each adapter as PEFT's LoraParallelLinear and all-reduces its rank-r activations",
+          "[strategies][finetune]") {
+    // Llama 3 8B, tp 2 · dp 2 on the four RTX 4090s, one sample of 2,048 tokens per replica.
+    // PEFT (peft/tuners/lora/tp_layer.py): on a column-parallel linear (q, k, v, gate, up) A is
+    // whole and B split by outputs; on a row-parallel one (o, down) A split by inputs and B whole.
+    // Per rank and layer at rank 16: 16 · [(4096 + 2048) + 2 · (4096 + 512) + (2048 + 4096) +
+    // 2 · (4096 + 7168) + (7168 + 4096)] = 884,736 adapter parameters.
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    Plan p = lora(16);
+    p.recompute = Recompute::none;
+    p.tp = 2;
+    p.global_batch = 2;
+    const test::DpRun r = test::dp_run(m, c, p);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 2);
+    const double adapters = 32.0 * 884736;
+    // Mixed-precision Adam's 12 bytes over the rank's adapters only; the frozen weights its
+    // tensor slice of the model (full training's parameters of one tensor rank), in bf16.
+    double slice = 0;
+    for (const Block& b : strategies::detail::replica_blocks(m, l, p)) slice += static_cast<double>(b.params);
+    CHECK(static_cast<double>(held(r.built.graph, 0, Tier::device, BufferLabel::optimizer_state)) == Approx(12 * adapters));
+    CHECK(static_cast<double>(held(r.built.graph, 0, Tier::device, BufferLabel::parameters)) == Approx(2 * slice + 2 * adapters));
+    // Layer 5 of micro-batch 0 on rank 0: Megatron's two all-reduces each way, and the adapters'
+    // 2048 × 16 bf16 all-reduces: o's and down's A outputs forward, the five column-parallel
+    // B input gradients backward.
+    std::map<Phase, std::map<std::int64_t, int>> by_size;
+    for (const Op& op : r.built.graph.ops()) {
+        if (op.rank != 0 || op.kind != OpKind::collective || op.layer != 5 || op.microbatch != 0) continue;
+        const Collective& col = r.built.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        CHECK(col.kind == CollectiveKind::all_reduce);
+        ++by_size[op.phase][col.bytes];
+    }
+    const std::int64_t rank_r = 2048 * 16 * 2, hidden = 2048ll * 4096 * 2;
+    CHECK(by_size[Phase::fwd][hidden] == 2);
+    CHECK(by_size[Phase::fwd][rank_r] == 2);
+    CHECK(by_size[Phase::bwd][hidden] == 2);
+    CHECK(by_size[Phase::bwd][rank_r] == 5);
+    // The data-parallel all-reduce carries the adapters' gradients alone, over each tensor rank's replicas.
+    const test::RankCollectives rc = test::rank_collectives(r.built.graph, l, 0, 0);
+    CHECK(rc.dp_groups_one_tensor_rank);
+    CHECK(rc.dp_bytes_sent == Approx(2 * adapters / 2).epsilon(1e-9));   // one all-reduce of 2 members: half of the bytes
+}
+
+TEST_CASE("LoRA under pipeline stages holds each stage's frozen weights and a frozen copy of a tied table", "[strategies][finetune]") {
+    // GPT-2 medium on one DGX A100, pp 2 · dp 4: its tied table's copy on the last stage is
+    // frozen too, so no all-reduce sums it between the stages.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p = lora(8);
+    p.pp = 2;
+    p.seq = 1024;
+    p.global_batch = 8;
+    const test::DpRun r = test::dp_run(m, c, p);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 4);
+    std::int64_t tied_sums = 0;
+    for (const Op& op : r.built.graph.ops()) {
+        if (op.kind != OpKind::collective) continue;
+        const Collective& col = r.built.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        const auto& members = r.built.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        tied_sums += members.size() == 2 && l.rank(0, 0, 0) == members[0] && l.rank(0, 0, 1) == members[1];
+    }
+    CHECK(tied_sums == 0);
+    // Frozen: the model's weights once over the two stages, and the table again on the last.
+    const double table = 50257.0 * 1024, adapters = 24.0 * 8 * ((1024 + 3072) + (1024 + 1024) + (1024 + 4096) + (4096 + 1024));
+    const double first = static_cast<double>(held(r.built.graph, l.rank(0, 0, 0), Tier::device, BufferLabel::parameters));
+    const double last = static_cast<double>(held(r.built.graph, l.rank(0, 0, 1), Tier::device, BufferLabel::parameters));
+    CHECK(first + last == Approx(2.0 * (static_cast<double>(m.parameters()) + table) + 2 * adapters).epsilon(1e-9));
+}
+
+TEST_CASE("fine-tuning with model parallelism refuses what it does not model", "[strategies][finetune][plan]") {
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    auto message = [&](Plan p) { return test::bad_input_message([&] { (void)build(m, c, p); }); };
+    Plan p = lora(16);
+    p.tp = 2;
+    SECTION("QLoRA") {
+        p.finetune = parse_finetune("qlora:16");
+        CHECK_THAT(message(p), Catch::Contains("bitsandbytes' Linear4bit"));
+    }
+    SECTION("sequence parallelism") {
+        p.sequence_parallel = true;
+        CHECK_THAT(message(p), Catch::Contains("leave out --sp"));
+    }
+    SECTION("fsdp") {
+        p.strategy = DataParallel::fsdp;
+        CHECK_THAT(message(p), Catch::Contains("with ddp and zero1"));
+    }
+    SECTION("zero1 on DeepSpeed's engine") {
+        p.strategy = DataParallel::zero1;
+        p.framework = "megatron-deepspeed";
+        CHECK_THAT(message(p), Catch::Contains("--framework megatron"));
+    }
 }
