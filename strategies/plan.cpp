@@ -982,7 +982,9 @@ Flops model_flops(const Model& model, const Layout& layout, const Plan& plan) {
     w.seq = layout.seq;
     w.recompute = plan.recompute;
     std::vector<Block> blocks = model.blocks(w);
-    const Training trained = apply_finetune(model, layout, blocks);
+    Layout whole = layout;   // the model's blocks are whole, not one tensor rank's
+    whole.tp = 1;
+    const Training trained = apply_finetune(model, whole, blocks);
     double per_sample = 0;
     for (const BlockKernels& k : trained.kernels)
         for (const std::vector<Kernel>* pass : {&k.fwd, &k.bwd, &k.recompute})

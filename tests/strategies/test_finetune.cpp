@@ -241,6 +241,10 @@ TEST_CASE("LoRA's model FLOPs leave out the frozen weights' gradients and add th
     const double full = m.flops_per_iteration(8, 2048, Recompute::none).count();
     const double expected = full - 2 * tokens * weights + 6 * tokens * static_cast<double>(llama3_8b_adapters(16));
     CHECK(build(m, c, p).model_flops.count() == Approx(expected).epsilon(1e-3));
+    // The model's FLOPs, whatever the plan splits them over.
+    Plan split = p;
+    split.tp = 2;
+    CHECK(build(m, c, split).model_flops.count() == Approx(expected).epsilon(1e-3));
     // Full fine-tuning keeps the formula.
     p.finetune = FineTune{};
     CHECK(build(m, c, p).model_flops.count() == Approx(full).epsilon(1e-12));
