@@ -500,12 +500,15 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     if ((plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2) && l.pp == 1 && l.cp == 1 &&
         deepspeed_engine(l.framework.name))
         cap = 4.0 * static_cast<double>(l.framework.reduce_bucket);
-    const bool bucketed = !sharded && (l.dp > 1 || ps || plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2);
+    // Context-parallel ranks reduce their gradients like replicas (over dp · cp), one replica or many.
+    const bool bucketed = !sharded && (l.dp_cp() > 1 || ps || plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2);
     const double buckets = bucketed ? std::ceil(params / pp * 4 / std::max(1.0, cap)) + 2 : 2;
     const double per_microbatch = stage_blocks * per_block + (l.pp > 1 ? 4 * v : 0);
     // Parameter servers push and pull every bucket of every update, and the servers update per push.
     // A compressed bucket is up to 7 ops per rank (strategies/compression.hpp), not 1.
-    const double per_bucket = plan.compress.method == CompressionMethod::none ? 4 : 10;
+    // The model-parallel builder's buckets are one collective op per rank (grad_sync).
+    const bool layered = (l.tp > 1 || l.pp > 1 || l.cp > 1 || l.ep > 1) && !sharded_with_tp(plan, l);
+    const double per_bucket = plan.compress.method != CompressionMethod::none ? 10 : layered ? 1 : 4;
     const double bucket_ops =
         ranks * per_bucket * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
     // FP8: each block's weight cast at the first micro-batch, and the copies' buffer.

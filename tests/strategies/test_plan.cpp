@@ -23,6 +23,8 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
         std::int64_t global_batch;
         Recompute recompute;
         bool sp;
+        int cp = 1;
+        double bucket_mb = 25;
     };
     const Case c = GENERATE(Case{"gpt2-small", "pi5-1gbe", 4, DataParallel::ddp, 1, 1, Schedule::one_f_one_b, 8, Recompute::none, false},
                             Case{"resnet50", "pi5-1gbe", 5, DataParallel::ps, 1, 1, Schedule::one_f_one_b, 8, Recompute::none, false},
@@ -35,7 +37,10 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
                             Case{"gpt2-medium", "dgx-a100", 2, DataParallel::ddp, 2, 4, Schedule::one_f_one_b, 16, Recompute::none, true},
                             Case{"gpt2-medium", "dgx-a100", 2, DataParallel::zero1, 2, 4, Schedule::interleaved, 16, Recompute::none, false},
                             Case{"gpt2-medium", "dgx-a100", 2, DataParallel::ddp, 1, 4, Schedule::zb_h1, 32, Recompute::none, false},
-                            Case{"gpt2-medium", "dgx-a100", 4, DataParallel::ddp, 8, 2, Schedule::gpipe, 16, Recompute::full, false});
+                            Case{"gpt2-medium", "dgx-a100", 4, DataParallel::ddp, 8, 2, Schedule::gpipe, 16, Recompute::full, false},
+                            // One replica of 8 context-parallel ranks still reduces its gradients, in 16 KiB buckets here.
+                            Case{"gpt2-medium", "dgx-a100", 1, DataParallel::ddp, 1, 1, Schedule::one_f_one_b, 2, Recompute::none, false, 8, 1.0 / 64},
+                            Case{"gpt2-medium", "dgx-a100", 2, DataParallel::fsdp, 1, 1, Schedule::one_f_one_b, 16, Recompute::full, false, 2});
     const Model m = model_preset(c.model);
     const topo::Cluster cluster = topo::cluster_preset(c.cluster).with_nodes(c.nodes);
     Plan p;
@@ -47,6 +52,8 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
     p.global_batch = c.global_batch;
     p.recompute = c.recompute;
     p.sequence_parallel = c.sp;
+    p.cp = c.cp;
+    p.bucket_mb = c.bucket_mb;
     const Built b = build(m, cluster, p);
     const auto real = static_cast<std::int64_t>(b.graph.size());
     INFO(c.model << " " << to_string(c.strategy) << " tp " << c.tp << " pp " << c.pp << ": " << real << " ops, estimated "
