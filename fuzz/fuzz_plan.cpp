@@ -3,7 +3,7 @@
 // analytic. The bytes choose a model preset, a cluster preset and its node count, and every plan
 // field (strategy, tp, pp, dp, cp, schedule, virtual stages, stage layers, sp, recompute, batch,
 // micro-batch, seq, dtype, bucket and fusion sizes, parameter-server and FSDP settings, framework,
-// overlap switches, folding, FP8), each over its whole type's range so the resolver meets the
+// overlap switches, folding, FP8, fine-tuning, optimizer, gradient compression), each over its whole type's range so the resolver meets the
 // overflows and zeros a hand-written command line would. A resolved, built, simulated plan or a
 // smol::Error are the only answers. Seeds: fuzz/corpus/plan.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -99,6 +99,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         static const FsdpBackwardPrefetch prefetches[] = {FsdpBackwardPrefetch::pre, FsdpBackwardPrefetch::post,
                                                           FsdpBackwardPrefetch::none};
         p.fsdp_backward_prefetch = pick(in, prefetches);
+        static const char* const finetunes[] = {"full", "lora:4", "qlora:8", "lora:2:qkv,mlp_down", "lora:65536"};
+        p.finetune = parse_finetune(pick(in, finetunes));
+        static const Optimizer optimizers[] = {Optimizer::adam, Optimizer::adamw_8bit, Optimizer::sgd, Optimizer::lamb};
+        p.optimizer = pick(in, optimizers);
+        static const char* const compressions[] = {"none", "1bit", "topk:0.01", "powersgd:2"};
+        p.compress = parse_compression(pick(in, compressions));
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.
