@@ -3,8 +3,9 @@
 // analytic. The bytes choose a model preset, a cluster preset and its node count, and every plan
 // field (strategy, tp, pp, dp, cp, schedule, virtual stages, stage layers, sp, recompute, batch,
 // micro-batch, seq, dtype, bucket and fusion sizes, parameter-server and FSDP settings, framework,
-// overlap switches, folding, FP8, fine-tuning, optimizer, gradient compression), each over its whole type's range so the resolver meets the
-// overflows and zeros a hand-written command line would. A resolved, built, simulated plan or a
+// overlap switches, folding, FP8, fine-tuning, optimizer, gradient compression), each over its
+// whole type's range so the resolver meets the overflows and zeros a hand-written command line
+// would. A resolved, built, simulated plan or a
 // smol::Error are the only answers. Seeds: fuzz/corpus/plan.
 #include <fuzzer/FuzzedDataProvider.h>
 
