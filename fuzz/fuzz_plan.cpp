@@ -106,6 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.optimizer = pick(in, optimizers);
         static const char* const compressions[] = {"none", "1bit", "topk:0.01", "powersgd:2"};
         p.compress = parse_compression(pick(in, compressions));
+        p.fsdp_no_sync = in.ConsumeBool();
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

@@ -511,7 +511,7 @@ private:
                     case Pass::bwd_input: {
                         // The unit's unsharded gradient, from its first backward to its reduce-scatter
                         // (per micro-batch without pipeline stages).
-                        if (fsdp_ && (mb == 0 || fsdp_per_mb_))
+                        if (fsdp_ && (mb == 0 || (fsdp_per_mb_ && !plan_.fsdp_no_sync)))
                             for (int d = g; d < g + cp; ++d)
                                 for (int t = 0; t < emit_tp_; ++t) {
                                     const int r = l_.rank(t, d, s);
@@ -533,14 +533,16 @@ private:
                         if (rc.recompute < 0) mark(true);
                         collectives(split ? Phase::bwd_input : Phase::bwd);
                         // FSDP per micro-batch reduce-scatters each micro-batch's gradient (its
-                        // shard's accumulation is not charged, as in build_sharded).
-                        if (!split && !fsdp_per_mb_) accumulate(blk, g, s, mb, last);
+                        // shard's accumulation is not charged, as in build_sharded), unless it
+                        // accumulates them unsharded under no_sync.
+                        const bool accumulated = !fsdp_per_mb_ || plan_.fsdp_no_sync;
+                        if (!split && accumulated) accumulate(blk, g, s, mb, last);
                         if (!split) mark(false);
                         break;
                     }
                     case Pass::bwd_weight:
                         run(Phase::bwd_weight, rc.bwd_weight);
-                        if (!fsdp_per_mb_) accumulate(blk, g, s, mb, last);
+                        if (!fsdp_per_mb_ || plan_.fsdp_no_sync) accumulate(blk, g, s, mb, last);
                         mark(false);
                         break;
                 }
@@ -677,6 +679,7 @@ private:
                     }
                 },
                 [&](int i) {
+                    if (plan_.fsdp_no_sync && mb < l_.microbatches - 1) return;   // held until the last micro-batch
                     const std::int64_t unit = unit_params(i, 0);
                     std::vector<OpId> done(static_cast<std::size_t>(emit_dp_), kNoOp);
                     over_shards(

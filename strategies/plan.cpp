@@ -639,6 +639,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                    "its data-parallel ranks (full or grad-op, which torchtitan runs alike under pipeline stages, or hybrid); "
                    "NO_SHARD replicates like DDP: --strategy ddp",
                    {"", "", "--fsdp-sharding"});
+    if (plan.strategy == DataParallel::fsdp && plan.fsdp_no_sync &&
+        (plan.offload != Offload::none || plan.offload_params != Offload::none))
+        fail_input("--fsdp-no-sync with FSDP's CPU offload is not modelled (the offload moves each reduced gradient "
+                   "shard to the host); leave out one of them",
+                   {"", "", "--fsdp-no-sync"});
     if (plan.strategy == DataParallel::fsdp && l.cp > 1 && plan.fsdp_sharding == FsdpSharding::none)
         fail_input("--fsdp-sharding none with context parallelism is not modelled: with --cp, fsdp shards over the data- and "
                    "context-parallel ranks (full, grad-op or hybrid); NO_SHARD replicates like DDP: --strategy ddp",

@@ -137,6 +137,10 @@ struct Plan {
     /// only param_dtype is given. torchtitan reduces in fp32 (training.mixed_precision_reduce).
     std::optional<DType> fsdp_reduce_dtype;
     FsdpBackwardPrefetch fsdp_backward_prefetch = FsdpBackwardPrefetch::pre;
+    /// fsdp: gradient accumulation under FSDP's no_sync() (FSDP2: set_requires_gradient_sync(False)),
+    /// what Hugging Face Accelerate does by default: each unit's gradient accumulates unsharded
+    /// through the micro-batches and is reduce-scattered after the last one only.
+    bool fsdp_no_sync = false;
     HybridVariant hybrid_variant = HybridVariant::all_gather;   // hybrid-cnn (--hybrid-variant)
     // The framework whose behaviour the graph follows (strategies/framework.hpp).
     std::string framework;            // "megatron@2.5"; empty: the plan's default

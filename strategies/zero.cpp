@@ -429,6 +429,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     const bool offload = layout.param_offload == Offload::cpu;
     const int nb = static_cast<int>(blocks.size());
     const int mbs = layout.microbatches;
+    // FSDP's no_sync() through the accumulation (--fsdp-no-sync; plan.cpp refuses it offloaded).
+    const bool no_sync = plan.fsdp_no_sync && options.shard_params;
 
     // Shard groups: consecutive replicas; replica groups: the same position in every shard group;
     // each of one tensor rank.
@@ -464,11 +466,15 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         if (group > 1 || offload)
             before_bwd = [&, d, r](int mb, const Block& b) {
                 if (b.params == 0) return;   // frozen: no gradient
+                if (no_sync && mb > 0) return;   // the first micro-batch's buffer accumulates them all
                 const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(b.params * rb), BufferLabel::bucket);
                 g.add_alloc(buf, Stream::compute, b.index, mb);
                 grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)] = buf;
             };
-        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, &training.kernels, false, std::nullopt,
+        // Under no_sync autograd adds each later micro-batch's gradient to the unsharded one
+        // (AccumulateGrad, as DDP's accumulation).
+        passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, &training.kernels, false,
+                                    no_sync ? std::optional(layout.framework.grad_accumulation) : std::nullopt,
                                     tp_collectives.hook(d)));
     }
 
@@ -534,6 +540,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // all-reduce of the shard across groups; NO_SHARD all-reduces the whole unit (last micro-batch).
     auto reduce = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& bwd) {
         if (b.params == 0) return;   // frozen (fine-tuning): nothing to reduce
+        if (no_sync && group > 1 && mb < mbs - 1) return;   // held until the last micro-batch
+        const int held_from = no_sync ? 0 : mb;              // the buffer the gradient is in
         std::vector<OpId> ops;
         if (group > 1) {
             ops = collective(CollectiveKind::reduce_scatter, shard_groups, Bytes(b.params * rb), Phase::comm, b.index, mb);
@@ -543,7 +551,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(shard(b.params, group) * rb),
                                  Phase::comm, b.index, mb);
             for (int d = 0; d < emit; ++d)
-                g.add_free(grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(mb)][static_cast<std::size_t>(b.index)],
+                g.add_free(grad_buf[static_cast<std::size_t>(d)][static_cast<std::size_t>(held_from)][static_cast<std::size_t>(b.index)],
                            Stream::comm, b.index, mb);
         } else if (dp > 1 && mb == mbs - 1) {
             ops = collective(CollectiveKind::all_reduce, replica_groups, Bytes(b.params * rb), Phase::comm, b.index, mb);

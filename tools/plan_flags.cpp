@@ -105,6 +105,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "(BACKWARD_PRE, before the current unit's gradients), post (BACKWARD_POST, after them) or none (after "
                    "the current unit's reduce-scatter)")
         ->capture_default_str();
+    app.add_flag("--fsdp-no-sync", f.fsdp_no_sync,
+                 "fsdp: accumulate gradients under FSDP's no_sync() (Hugging Face Accelerate's default): each unit's "
+                 "gradient held unsharded through the micro-batches, reduce-scattered after the last");
     app.add_option("--hybrid-variant", f.hybrid_variant,
                    "hybrid-cnn: how the last conv activations reach the FC shards (Krizhevsky 2014's a, b, c): "
                    "all-gather, broadcast or chunked")
@@ -432,6 +435,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.fsdp_group = f.fsdp_group.value_or(0);
     if (!f.fsdp_reduce_dtype.empty()) p.fsdp_reduce_dtype = parse_dtype(f.fsdp_reduce_dtype, flag("--fsdp-reduce-dtype"));
     p.fsdp_backward_prefetch = strategies::parse_fsdp_backward_prefetch(f.fsdp_backward_prefetch);
+    p.fsdp_no_sync = f.fsdp_no_sync;
     p.hybrid_variant = strategies::parse_hybrid_variant(f.hybrid_variant);
     p.ep = f.ep;
     p.expert_imbalance = f.expert_imbalance;
@@ -490,6 +494,10 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
         no_effect("--fsdp-group", "shard groups are FSDP's hybrid sharding (--strategy fsdp --fsdp-sharding hybrid)");
     if (given("--fsdp-reduce-dtype") && s != DataParallel::fsdp)
         no_effect("--fsdp-reduce-dtype", "it is FSDP's gradient reduction dtype (--strategy fsdp)");
+    if (given("--fsdp-no-sync") && !(s == DataParallel::fsdp && p.pp == 1 && p.fsdp_sharding != strategies::FsdpSharding::none))
+        no_effect("--fsdp-no-sync",
+                  "it holds FSDP's sharded gradients back until the last micro-batch (--strategy fsdp with full, grad-op or "
+                  "hybrid sharding, without --pp, where each stage reduces after its last backward anyway)");
     if (given("--fsdp-backward-prefetch") &&
         !(s == DataParallel::fsdp && p.pp == 1 &&
           (p.fsdp_sharding == strategies::FsdpSharding::full || p.fsdp_sharding == strategies::FsdpSharding::hybrid)))

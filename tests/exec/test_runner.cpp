@@ -205,6 +205,13 @@ TEST_CASE("exec runs zero1", "[exec][mpi][plan-zero1]") { run_and_check(data_par
 TEST_CASE("exec runs zero2", "[exec][mpi][plan-zero2]") { run_and_check(data_parallel(DataParallel::zero2)); }
 TEST_CASE("exec runs zero3", "[exec][mpi][plan-zero3]") { run_and_check(data_parallel(DataParallel::zero3)); }
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }
+TEST_CASE("exec runs fsdp under no_sync: gradients held through two micro-batches, reduced after the last",
+          "[exec][mpi][plan-fsdp]") {
+    strategies::Plan p = data_parallel(DataParallel::fsdp);
+    p.fsdp_no_sync = true;
+    p.global_batch = 2 * test::session().size();
+    run_and_check(p);
+}
 TEST_CASE("exec runs hybrid-cnn: broadcasts, reduces to a root and a second communicator", "[exec][mpi][plan-hybrid-cnn]") {
     const topo::Cluster cluster = topo::localhost_cluster();
     REQUIRE(cluster.num_devices() == test::session().size());

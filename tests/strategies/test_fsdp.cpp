@@ -688,6 +688,15 @@ TEST_CASE("HSDP with context parallelism shards within a node and all-reduces ea
           Approx(16.0 * f.bytes.at(CollectiveKind::reduce_scatter) / 2 / mbs / 8).epsilon(1e-3));
 }
 
+TEST_CASE("FSDP's no_sync with CPU offload is refused", "[strategies][fsdp][plan]") {
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.fsdp_no_sync = true;
+    p.offload = Offload::cpu;
+    CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
+                      Catch::Contains("--fsdp-no-sync with FSDP's CPU offload is not modelled"));
+}
+
 TEST_CASE("FSDP with context parallelism refuses NO_SHARD", "[strategies][fsdp][cp][plan]") {
     Plan p;
     p.strategy = DataParallel::fsdp;
@@ -728,4 +737,55 @@ TEST_CASE("FSDP + TP + CP shards each tensor rank's slices over its data- and co
     CHECK(tensor_parallel > 0);
     const double psi_tp = f.bytes.at(CollectiveKind::reduce_scatter) / 2 / l.microbatches;
     CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates).as_double() == Approx(16.0 * psi_tp / 8).epsilon(1e-3));
+}
+
+TEST_CASE("FSDP under no_sync holds every unit's gradient unsharded and reduce-scatters it after the last micro-batch",
+          "[strategies][fsdp]") {
+    // FSDP's no_sync() through gradient accumulation (Hugging Face Accelerate's default): the
+    // gathers are the same every micro-batch, but each unit's gradient stays in its unsharded
+    // buffer, autograd adding the later micro-batches' to it, and is reduce-scattered once.
+    // GPT-2 medium on 2 DGX A100, 4 micro-batches per replica; with --cp 2 on the pipeline builder.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.cp = GENERATE(1, 2);
+    p.global_batch = 64 / p.cp;
+    p.fold = false;
+    const test::DpRun sync = test::dp_run(m, c, p);
+    p.fsdp_no_sync = true;
+    const test::DpRun held = test::dp_run(m, c, p);
+    const Layout& l = held.built.layout;
+    INFO("cp " << p.cp);
+    REQUIRE(l.microbatches == 4);
+    const std::vector<Block> blocks = strategies::detail::replica_blocks(m, l, p);
+    const int units = static_cast<int>(blocks.size());
+    const double psi = static_cast<double>(strategies::detail::total_params(blocks));
+    const int rank = l.rank(0, 3, 0);
+    const RankFsdp a = rank_fsdp(sync, rank), b = rank_fsdp(held, rank);
+    CHECK(a.count.at(CollectiveKind::reduce_scatter) == 4 * units);
+    CHECK(b.count.at(CollectiveKind::reduce_scatter) == units);
+    CHECK(b.bytes.at(CollectiveKind::reduce_scatter) == Approx(2.0 * psi));
+    CHECK(b.count.at(CollectiveKind::all_gather) == a.count.at(CollectiveKind::all_gather));
+    // The unsharded gradients, 2 bytes each, all held at once (a few units' at a time without).
+    const double all = test::peak_of_labels(held.built.graph, held.timeline, rank, {BufferLabel::bucket}).as_double();
+    CHECK(all == Approx(2.0 * psi));
+    CHECK(test::peak_of_labels(sync.built.graph, sync.timeline, rank, {BufferLabel::bucket}).as_double() < all / 4);
+    // Every reduce-scatter in the last micro-batch; autograd's accumulation pass for every unit in
+    // each later one (beyond the tied table's sum of its two gradients, in both plans).
+    auto accumulations = [&](const test::DpRun& r) {
+        int n = 0;
+        for (OpId id = 0; id < r.built.graph.size(); ++id) {
+            const Op& op = r.built.graph.op(id);
+            if (op.rank != rank) continue;
+            if (op.kind == OpKind::collective &&
+                r.built.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::reduce_scatter &&
+                &r == &held)
+                CHECK(op.microbatch == 3);
+            if (op.kind == OpKind::compute)
+                for (const Kernel& k : r.built.graph.kernels_of(id)) n += k.name == KernelName::grad_accumulate;
+        }
+        return n;
+    };
+    CHECK(accumulations(held) - accumulations(sync) == 3 * units);
 }

@@ -251,6 +251,9 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
                 {"--fsdp-backward-prefetch", "no effect", "full and hybrid"});
         refused(simulate({"--strategy", "fsdp", "--fsdp-backward-prefetch", "backward_post"}),
                 {"--fsdp-backward-prefetch", "found 'backward_post'"});
+        refused(simulate({"--fsdp-no-sync"}), {"--fsdp-no-sync", "no effect", "--strategy fsdp"});
+        refused(simulate({"--strategy", "fsdp", "--fsdp-no-sync", "--offload", "cpu"}, "gpt2-small", "dgx-a100"),
+                {"--fsdp-no-sync", "CPU offload"});
         refused(simulate({"--hybrid-variant", "broadcast"}), {"--hybrid-variant", "hybrid-cnn"});
         refused(simulate({"--strategy", "hybrid-cnn", "--hybrid-variant", "ring"}, "vgg16", "dgx-a100"),
                 {"--hybrid-variant", "all-gather, broadcast, chunked"});
