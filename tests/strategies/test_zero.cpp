@@ -383,67 +383,42 @@ TEST_CASE("impossible ZeRO + TP plans say why", "[strategies][zero][plan]") {
     }
 }
 
-TEST_CASE("ZeRO-2 + TP: each tensor rank's gradients reduce-scattered every micro-batch over its replicas, 2Ψ + 14Ψ/N of states",
+TEST_CASE("ZeRO-1 and ZeRO-2 + TP on DeepSpeed's engine: each tensor rank's gradients reduce-scattered over its replicas",
           "[strategies][zero]") {
-    // Megatron-DeepSpeed's layers on DeepSpeed's ZeRO-2 engine: GPT-2 medium, tp 2 on one DGX A100
-    // (4 replicas), 2 micro-batches a replica.
-    const Model m = model_preset("gpt2-medium");
-    const topo::Cluster c = topo::cluster_preset("dgx-a100");
-    Plan p;
-    p.strategy = DataParallel::zero2;
-    p.tp = 2;
-    p.framework = "deepspeed";
-    p.global_batch = 8;
-    p.fold = false;
-    const test::DpRun r = test::dp_run(m, c, p);
-    REQUIRE(r.built.layout.dp == 4);
-    REQUIRE(r.built.layout.microbatches == 2);
-    const double psi_tp = static_cast<double>(strategies::detail::total_params(strategies::detail::replica_blocks(m, r.built.layout, p)));
-    for (const auto& [t, d] : {std::pair{0, 0}, std::pair{1, 2}}) {
-        test::RankCollectives rc = test::rank_collectives(r.built.graph, r.built.layout, t, d);
-        INFO("tensor rank " << t << " of replica " << d);
-        CHECK(rc.tp[CollectiveKind::all_reduce] == 2 * 100);   // 100 per micro-batch (FSDP + TP's count)
-        CHECK(rc.dp_groups_one_tensor_rank);
-        // Every micro-batch's gradients reduce-scattered, the updated parameters all-gathered once:
-        // (2 + 1) × Ψ_tp × 2 bytes × 3/4.
-        CHECK(rc.dp_bytes_sent == Approx(3.0 * psi_tp * 2 * 3 / 4).epsilon(1e-9));
-        // 16-bit parameters whole, 16-bit gradients and 12 bytes of Adam state partitioned over
-        // the 4 replicas: 2Ψ_tp + 14Ψ_tp/4.
-        const Bytes states = test::peak_of_labels(r.built.graph, r.timeline, r.built.layout.rank(t, d, 0), test::kModelStates);
-        CHECK(states.as_double() == Approx(2.0 * psi_tp + 14.0 * psi_tp / 4).epsilon(1e-6));
-    }
-}
-
-TEST_CASE("ZeRO-1 + TP on DeepSpeed's engine: each tensor rank's gradients reduced once, at the accumulation boundary",
-          "[strategies][zero]") {
-    // Megatron-DeepSpeed's layers on DeepSpeed's ZeRO-1 (stage_1_and_2.py), not Megatron's
+    // Megatron-DeepSpeed's layers on DeepSpeed's ZeRO engine (stage_1_and_2.py), not Megatron's
     // distributed optimizer: GPT-2 medium, tp 2 on one DGX A100 (4 replicas), 2 micro-batches a
-    // replica. Gradients accumulate whole and are reduced over each tensor rank's replicas only
-    // after the last micro-batch, then the updated partitions gathered: (1 + 1) × Ψ_tp × 2 bytes
-    // × 3/4; 16-bit parameters and gradients whole, Adam's 12 bytes partitioned.
+    // replica. ZeRO-2 reduce-scatters every micro-batch's gradients, ZeRO-1 accumulates them whole
+    // and reduces them after the last; both all-gather the updated partitions once: (2 + 1) or
+    // (1 + 1) × Ψ_tp × 2 bytes × 3/4. Model states: ZeRO-2 2Ψ_tp + 14Ψ_tp/4 (16-bit parameters
+    // whole, gradients and Adam's 12 bytes partitioned), ZeRO-1 4Ψ_tp + 12Ψ_tp/4.
+    const auto [strategy, framework] = GENERATE(std::pair{DataParallel::zero2, "deepspeed"},
+                                                std::pair{DataParallel::zero1, "deepspeed"},
+                                                std::pair{DataParallel::zero1, "megatron-deepspeed"});
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     Plan p;
-    p.strategy = DataParallel::zero1;
+    p.strategy = strategy;
     p.tp = 2;
-    p.framework = GENERATE(std::string("megatron-deepspeed"), std::string("deepspeed"));
+    p.framework = framework;
     p.global_batch = 8;
     p.fold = false;
     const test::DpRun r = test::dp_run(m, c, p);
     REQUIRE(r.built.layout.dp == 4);
     REQUIRE(r.built.layout.microbatches == 2);
     REQUIRE(sharded_with_tp(p, r.built.layout));
+    const bool stage2 = strategy == DataParallel::zero2;
     const double psi_tp = static_cast<double>(strategies::detail::total_params(strategies::detail::replica_blocks(m, r.built.layout, p)));
-    for (const auto& [t, d] : {std::pair{0, 1}, std::pair{1, 3}}) {
+    for (const auto& [t, d] : {std::pair{0, 0}, std::pair{1, 2}, std::pair{0, 1}, std::pair{1, 3}}) {
         test::RankCollectives rc = test::rank_collectives(r.built.graph, r.built.layout, t, d);
-        INFO(p.framework << ", tensor rank " << t << " of replica " << d);
-        CHECK(rc.tp[CollectiveKind::all_reduce] == 2 * 100);
+        INFO(to_string(strategy) << " on " << framework << ", tensor rank " << t << " of replica " << d);
+        CHECK(rc.tp[CollectiveKind::all_reduce] == 2 * 100);   // 100 per micro-batch (FSDP + TP's count)
         CHECK(rc.dp_groups_one_tensor_rank);
-        CHECK(rc.dp_bytes_sent == Approx(2.0 * psi_tp * 2 * 3 / 4).epsilon(1e-9));
+        CHECK(rc.dp_bytes_sent == Approx((stage2 ? 3.0 : 2.0) * psi_tp * 2 * 3 / 4).epsilon(1e-9));
         const Bytes states = test::peak_of_labels(r.built.graph, r.timeline, r.built.layout.rank(t, d, 0), test::kModelStates);
-        CHECK(states.as_double() == Approx(4.0 * psi_tp + 12.0 * psi_tp / 4).epsilon(1e-6));
+        CHECK(states.as_double() == Approx(stage2 ? 2.0 * psi_tp + 14.0 * psi_tp / 4 : 4.0 * psi_tp + 12.0 * psi_tp / 4).epsilon(1e-6));
     }
     // Megatron's own zero1 stays its distributed optimizer (the model-parallel builder).
+    p.strategy = DataParallel::zero1;
     p.framework = "megatron";
     CHECK_FALSE(sharded_with_tp(p, resolve(m, c, p)));
 }
