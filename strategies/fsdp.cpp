@@ -17,6 +17,10 @@ OpGraph build_fsdp(const Model& model, const Layout& layout, const Plan& plan) {
 
 namespace detail {
 
+bool fsdp_reshards_after_forward(const Block& b, bool reshard) {
+    return reshard && b.kind != Block::Kind::embedding && b.kind != Block::Kind::head;
+}
+
 void fsdp_forward_order(const FsdpHooks& h) {
     for (int i = 0; i < h.units; ++i) {
         h.gather(i, Phase::fwd, -1);

@@ -61,6 +61,9 @@ struct FsdpHooks {
     std::function<void(int)> reduce;
 };
 void fsdp_forward_order(const FsdpHooks& h);
+/// Whether FSDP reshards unit `b` after its forward (FsdpHooks::resharded): with `reshard`
+/// (FULL_SHARD, HYBRID_SHARD), every unit but the root's, the embedding and the head.
+bool fsdp_reshards_after_forward(const Block& b, bool reshard);
 void fsdp_backward_order(const FsdpHooks& h, FsdpBackwardPrefetch prefetch);
 
 }  // namespace detail

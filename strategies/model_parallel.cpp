@@ -652,10 +652,7 @@ private:
             };
             const detail::FsdpHooks hooks{
                 units,
-                [&](int i) {
-                    const Block::Kind k = blocks_[static_cast<std::size_t>(i)].kind;
-                    return reshard && k != Block::Kind::embedding && k != Block::Kind::head;
-                },
+                [&](int i) { return detail::fsdp_reshards_after_forward(blocks_[static_cast<std::size_t>(i)], reshard); },
                 [&](int i, Phase phase, int after) {
                     const Bytes bytes(unit_params(i, 0) * sb_.params);
                     over_shards(

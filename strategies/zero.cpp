@@ -577,9 +577,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
 
     // Whether unit i is resharded after its forward (and gathered again for backward).
     auto resharded = [&](int i) {
-        if (i < 0 || !options.reshard_after_forward) return false;
-        const Block::Kind k = blocks[static_cast<std::size_t>(i)].kind;
-        return k != Block::Kind::embedding && k != Block::Kind::head;
+        return detail::fsdp_reshards_after_forward(blocks[static_cast<std::size_t>(i)], options.reshard_after_forward);
     };
     std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(ns)), bwd(static_cast<std::size_t>(ns)),
         bwd_first(static_cast<std::size_t>(ns));
