@@ -76,6 +76,11 @@ const std::map<std::string, TransformerShape>& transformer_presets() {
         {"gpt3-175b", gpt2_style(96, 12288, 96, 2048)},
         {"llama2-7b", llama_style(32, 4096, 32, 32, 11008, 32000, 4096)},
         {"llama3-8b", llama_style(32, 4096, 32, 8, 14336, 128256, 8192)},
+        // Meta's config.json on the Hugging Face Hub (meta-llama/Llama-2-70b-hf,
+        // meta-llama/Meta-Llama-3-70B): 80 layers of 8,192, 64 query and 8 key-value heads,
+        // SwiGLU of 28,672; vocabularies 32,000 and 128,256; contexts 4,096 and 8,192.
+        {"llama2-70b", llama_style(80, 8192, 64, 8, 28672, 32000, 4096)},
+        {"llama3-70b", llama_style(80, 8192, 64, 8, 28672, 128256, 8192)},
     };
     return presets;
 }

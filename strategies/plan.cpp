@@ -401,12 +401,7 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             case DataParallel::zero2: break;
             case DataParallel::fsdp:
                 // FSDP shards the frozen weights with the adapters (strategies/zero.cpp
-                // build_sharded); its CPU offload keeps fp32 master shards of trainable weights.
-                if (l.param_offload != Offload::none)
-                    fail_input("--finetune " + to_string(plan.finetune) + " with fsdp's CPU offload is not modelled (its "
-                                   "offload keeps an fp32 master shard of every parameter, and these are frozen); leave "
-                                   "out --offload",
-                               ft);
+                // build_sharded); its CPU offload keeps their shards on the host too.
                 break;
             default:
                 fail_input("--finetune " + to_string(plan.finetune) + " is modelled with ddp, ring, zero1 and zero2 "

@@ -426,6 +426,10 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     // each unshard copies the fp32 shard to the device and casts it to the 16-bit param_dtype
     // before the all-gather; each reduced gradient shard is cast to fp32 and copied to the host;
     // PyTorch's optimizer steps the host shards (strategies/optimizer.hpp).
+    // Frozen weights (LoRA, QLoRA) offloaded: their shard lives on the host in its storage dtype
+    // (16-bit, or NF4 packed into bf16 as Answer.AI's fsdp_qlora stores it, bnb_4bit_quant_storage)
+    // and is copied to the device as it is (no cast: its dtype is the compute one); it has no
+    // gradient, so no copy back and no step.
     const bool offload = layout.param_offload == Offload::cpu;
     const int nb = static_cast<int>(blocks.size());
     const int mbs = layout.microbatches;
@@ -458,6 +462,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             alloc_state(g, r, Bytes(mine * 4), BufferLabel::gradients, Tier::host);
             alloc_state(g, r, optimizer_state_bytes(layout.optimizer, DType::fp32, mine), BufferLabel::optimizer_state,
                         Tier::host);
+            if (training.frozen.count() > 0)
+                alloc_state(g, r, Bytes(shard(training.frozen.count(), group)), BufferLabel::parameters, Tier::host);
         } else {
             alloc_model_states(g, r, Bytes(mine * sb.params) + Bytes(shard(training.frozen.count(), group)), Bytes(mine * sb.grads),
                                optimizer_state_bytes(layout, mine));
@@ -507,16 +513,22 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 // The fp32 shard to the device (after the unshard's buffer exists: the comm
                 // stream's order limits how far ahead it runs), cast to the 16-bit dtype there.
                 const std::int64_t s_b = shard(b.params, group);
-                const std::int32_t f32 = g.add_buffer(r, Tier::device, Bytes(s_b * 4), BufferLabel::staging);
-                const OpId fa = g.add_alloc(f32, Stream::comm, b.index, mb);
-                const OpId in = g.add_copy(r, Tier::host, Tier::device, Bytes(s_b * 4), phase, b.index, mb);
+                // A unit's frozen shard lands in the unsharded buffer as it is; a unit of frozen
+                // weights alone has nothing to cast.
+                const std::int32_t f32 = s_b > 0 ? g.add_buffer(r, Tier::device, Bytes(s_b * 4), BufferLabel::staging) : -1;
+                const OpId fa = s_b > 0 ? g.add_alloc(f32, Stream::comm, b.index, mb) : OpGraph::kNoOp;
+                const OpId in = g.add_copy(r, Tier::host, Tier::device, Bytes(s_b * 4 + shard(frozen(b).count(), group)),
+                                           phase, b.index, mb);
                 g.depend(a, in);
-                g.depend(fa, in);
-                const Kernel cast = stream_kernel(KernelName::other, KernelClass::elementwise, s_b * (4 + sb.params));
-                ready[static_cast<std::size_t>(d)] =
-                    g.add_kernels(r, phase, b.index, mb, g.intern_recipe({&cast, 1}), layout.dtype, false, Stream::comm);
-                g.depend(in, ready[static_cast<std::size_t>(d)]);
-                g.add_free(f32, Stream::comm, b.index, mb);
+                ready[static_cast<std::size_t>(d)] = in;
+                if (s_b > 0) {
+                    g.depend(fa, in);
+                    const Kernel cast = stream_kernel(KernelName::other, KernelClass::elementwise, s_b * (4 + sb.params));
+                    ready[static_cast<std::size_t>(d)] =
+                        g.add_kernels(r, phase, b.index, mb, g.intern_recipe({&cast, 1}), layout.dtype, false, Stream::comm);
+                    g.depend(in, ready[static_cast<std::size_t>(d)]);
+                    g.add_free(f32, Stream::comm, b.index, mb);
+                }
             }
         }
         if (group == 1) {   // one rank (offloaded): the copy and cast are the whole unshard
@@ -525,8 +537,12 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             return;
         }
         const auto ops = collective(CollectiveKind::all_gather, shard_groups, unit_bytes(b), phase, b.index, mb);
-        for (int d = 0; d < emit; ++d)
+        for (int d = 0; d < emit; ++d) {
+            // Offloaded: the gather sends what came from the host (a cast before it is on the
+            // comm stream already; a frozen unit's copy is not).
+            if (offload) g.depend(ready[static_cast<std::size_t>(d)], ops[static_cast<std::size_t>(d)]);
             g.depend(ops[static_cast<std::size_t>(d)], consumers[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)]);
+        }
     };
     auto release = [&](const Block& b, int mb, const std::vector<std::vector<OpId>>& after) {
         for (int d = 0; d < emit; ++d) {

@@ -52,6 +52,9 @@ TEST_CASE("preset parameter counts match the published models", "[core][model]")
     CHECK(model_preset("gpt2-xl").parameters() == 1'557'611'200);
     CHECK(model_preset("llama2-7b").parameters() == 6'738'415'616);
     CHECK(model_preset("llama3-8b").parameters() == 8'030'261'248);
+    // 80 · (2·8192² + 2·8192·1024 + 3·8192·28672 + 2·8192) + 2·8192·vocab + 8192.
+    CHECK(model_preset("llama2-70b").parameters() == 68'976'648'192);
+    CHECK(model_preset("llama3-70b").parameters() == 70'553'706'496);
 
     // Rounded figures from the papers, within 1 %.
     auto near = [](const std::string& name, double published) {
@@ -63,6 +66,7 @@ TEST_CASE("preset parameter counts match the published models", "[core][model]")
     near("llama2-7b", 6.74e9);
     near("gpt3-175b", 174.6e9);
     near("llama3-8b", 8.03e9);
+    near("llama3-70b", 70e9);
 }
 
 TEST_CASE("GPT parameter counts follow Narayanan et al. eq. 2", "[core][model]") {
@@ -563,7 +567,7 @@ TEST_CASE("smolcluster's own model JSON", "[core][model]") {
 TEST_CASE("presets and load_model", "[core][model]") {
     const auto names = model_preset_names();
     CHECK(std::is_sorted(names.begin(), names.end()));
-    CHECK(names.size() == 9 + 7);  // transformers + the layer-list presets of core/cnn_presets.cpp
+    CHECK(names.size() == 11 + 7);  // transformers + the layer-list presets of core/cnn_presets.cpp
     for (const auto& n : names) CHECK(load_model(n).name() == n);
     CHECK(model_preset("gpt2-small").default_seq() == 1024);
 }

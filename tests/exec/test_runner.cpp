@@ -212,6 +212,16 @@ TEST_CASE("exec runs fsdp under no_sync: gradients held through two micro-batche
     p.global_batch = 2 * test::session().size();
     run_and_check(p);
 }
+TEST_CASE("exec runs fsdp's CPU offload with LoRA and QLoRA: the frozen shards copied in with the adapters'",
+          "[exec][mpi][plan-fsdp]") {
+    for (const char* ft : {"lora:4", "qlora:4"}) {
+        INFO(ft);
+        strategies::Plan p = data_parallel(DataParallel::fsdp);
+        p.offload = strategies::Offload::cpu;
+        p.finetune = strategies::parse_finetune(ft);
+        run_and_check(p);
+    }
+}
 TEST_CASE("exec runs hybrid-cnn: broadcasts, reduces to a root and a second communicator", "[exec][mpi][plan-hybrid-cnn]") {
     const topo::Cluster cluster = topo::localhost_cluster();
     REQUIRE(cluster.num_devices() == test::session().size());

@@ -106,6 +106,34 @@ TEST_CASE("Llama 3 8B on four RTX 4090s: zero3 runs out of optimizer state and a
     CHECK(fixed.code == 0);
 }
 
+TEST_CASE("Llama 2 70B with QLoRA on two RTX 4090s: FSDP alone runs out, FSDP's CPU offload fits", "[tools][fit_advice][finetune]") {
+    // Answer.AI's headline (fsdp_qlora, --use_cpu_offload) and ms-swift's 2 × 24 GB example
+    // (examples/pytorch/llm/scripts/llama2_70b_chat/qlora_fsdp): the NF4 weights alone are
+    // 80 · 855.6 M · 4.127 / 8 B ≈ 35.3 GB, 17.7 GB a GPU, before the gathered units and the
+    // activations of two sequences of 2,048.
+    const std::vector<std::string> plan{"simulate", "--model", "llama2-70b", "--cluster", "workstation-4gpu", "--devices", "2",
+                                        "--strategy", "fsdp", "--finetune", "qlora:8", "--seq", "2048",
+                                        "--recompute", "full", "--global-batch", "4", "--micro-batch", "2"};
+    const Result r = cli(plan);
+    REQUIRE(r.code == 3);
+    CHECK_THAT(r.err, Catch::Contains("it fits with --offload cpu"));
+    std::vector<std::string> offloaded = plan;
+    offloaded.insert(offloaded.end(), {"--offload", "cpu", "--json"});
+    const Result fixed = cli(offloaded);
+    REQUIRE(fixed.code == 0);
+    const Json j = Json::parse(fixed.out);
+    // On the host, each GPU's half of: the layers' linear weights in NF4 (4 bits, an fp8 absmax
+    // per 64, an fp32 one per 256 of those: QLoRA's double quantisation), their norms, the
+    // embedding and head in bf16, and the rank-8 adapters' fp32 master weights (8 · (in + out) for
+    // q, k, v, o, gate, up and down). Nothing of the model states stays on the device.
+    const double linears = 80.0 * (2 * 8192.0 * 8192 + 2 * 8192.0 * 1024 + 3 * 8192.0 * 28672);
+    const double nf4 = linears * (4 + 8.0 / 64 + 32.0 / (64 * 256)) / 8;
+    const double sixteen_bit = 2 * (80 * 2 * 8192.0 + 2 * 32000.0 * 8192 + 8192);
+    const double adapters = 80 * 8 * (2 * (8192.0 + 8192) + 2 * (8192 + 1024) + 3 * (8192 + 28672));
+    CHECK(j["memory"]["host"]["parameters"].get<double>() == Approx((nf4 + sixteen_bit) / 2 + 4 * adapters / 2).epsilon(1e-4));
+    CHECK(j["memory"]["device"]["parameters"].get<double>() == 0);
+}
+
 TEST_CASE("the changes tried save memory and the plan's checks accept them", "[tools][fit_advice]") {
     const Model m = model_preset("llama3-8b");
     const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
