@@ -19,7 +19,9 @@
 // The engine: strategies/zero.hpp build_sharded (its replicas of tensor-parallel ranks shared with
 // DeepSpeed's ZeRO engines there). With context parallelism (and no pipeline stages) the
 // model-parallel builder runs the same per-micro-batch order (detail::FsdpHooks) over its
-// context-parallel passes; under pipeline stages each stage gathers once per step instead
+// context-parallel passes, and with expert parallelism over its MoE passes, each MoE layer's
+// local experts gathered and reduce-scattered over their expert-data-parallel group (torchtitan's
+// FSDP + EP, strategies/moe.hpp); under pipeline stages each stage gathers once per step instead
 // (strategies/model_parallel.cpp fsdp_gather).
 #pragma once
 

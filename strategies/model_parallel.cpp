@@ -136,8 +136,10 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
         case DataParallel::fsdp:
             // FSDP with tensor parallelism (torchtitan's 2-D mesh: FSDP over data-parallel
             // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp);
-            // under pipeline stages (torchtitan's 3-D FSDP + TP + PP) or with context parallelism
-            // (FSDP over the data- and context-parallel ranks) on this builder.
+            // under pipeline stages (torchtitan's 3-D FSDP + TP + PP), with context parallelism
+            // (FSDP over the data- and context-parallel ranks) or with expert parallelism
+            // (torchtitan's FSDP + EP, check_expert_parallel) on this builder.
+            if (l.ep > 1) break;
             if (sharded_with_tp(plan, l) || l.pp > 1 || l.cp > 1) {
                 dense_only(l.pp > 1 ? "fsdp with pipeline parallelism" : "fsdp with tensor parallelism");
                 break;
@@ -239,7 +241,7 @@ public:
                     const int r = l_.rank(t, d, s);
                     // FSDP keeps only its shard of every state between steps; the unsharded
                     // parameters and gradients are transient (emit_step, fsdp_reduce).
-                    const std::int64_t p = fsdp_ ? detail::shard(device_params(s), shard_slots_) : device_params(s);
+                    const std::int64_t p = fsdp_ ? fsdp_shard(s) : device_params(s);
                     const std::int64_t state = optimizer_state_bytes(l_, p).count();
                     const std::int64_t opt =
                         plan_.strategy == DataParallel::zero1
@@ -338,6 +340,17 @@ private:
             if (vs == schedule_.virtual_stages() - 1) b += tied_frozen_;
         }
         return b;
+    }
+    /// FSDP's shard of device s's parameters: over its shard group, the experts' over their
+    /// expert-data-parallel group (FSDP + EP: dp / ep ranks).
+    std::int64_t fsdp_shard(int s) const {
+        return l_.ep > 1 ? zero1_shard(device_params(s), device_expert_params(s), l_) : detail::shard(device_params(s), shard_slots_);
+    }
+    /// FSDP + EP: the parameters of unit i FSDP shards over the expert-data-parallel group (its
+    /// local experts), where that group has more than one rank; 0 otherwise.
+    std::int64_t unit_expert_params(int i) const {
+        const Block& b = blocks_[static_cast<std::size_t>(i)];
+        return l_.ep > 1 && l_.dp / l_.ep > 1 && b.moe ? b.moe->expert_params : 0;
     }
     /// Of device_params, the experts' (reduced and sharded over the expert-data-parallel group).
     std::int64_t device_expert_params(int s) const {
@@ -650,13 +663,28 @@ private:
                     wired(d, op);
                 }
             };
+            // FSDP + EP: unit i's experts, one collective of `kind` per expert-data-parallel group
+            // (MoE layers never fold: every replica is emitted), after each slot's dense one on
+            // the comm stream; `wired(d, op)` as above.
+            auto over_experts = [&](CollectiveKind kind, Bytes bytes, Phase phase, int i, const std::function<void(int, OpId)>& wired) {
+                std::vector<std::int32_t> cids(static_cast<std::size_t>(l_.ep));
+                for (int e = 0; e < l_.ep; ++e)
+                    cids[static_cast<std::size_t>(e)] = g_.declare_collective(kind, expert_data_parallel_group(l_, t, e, 0), bytes,
+                                                                              -1, kExpertDataParallelGroup);
+                for (int d = 0; d < emit_dp_; ++d)
+                    wired(d, g_.add_collective_op(cids[static_cast<std::size_t>(d % l_.ep)], group[static_cast<std::size_t>(d)],
+                                                  Stream::comm, phase, i, mb));
+            };
             const detail::FsdpHooks hooks{
                 units,
                 [&](int i) { return detail::fsdp_reshards_after_forward(blocks_[static_cast<std::size_t>(i)], reshard); },
                 [&](int i, Phase phase, int after) {
-                    const Bytes bytes(unit_params(i, 0) * sb_.params);
+                    const Bytes bytes(unit_params(i, 0) * sb_.params), experts(unit_expert_params(i) * sb_.params);
+                    auto before_use = [&](int d, OpId op) {
+                        g_.depend(op, at(phase == Phase::fwd ? m.fwd.first : m.bwd.first, slot(t, d), i));
+                    };
                     over_shards(
-                        CollectiveKind::all_gather, bytes, phase, i,
+                        CollectiveKind::all_gather, bytes - experts, phase, i,
                         [&](int d) {
                             const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
                             const std::int32_t buf = g_.add_buffer(r, Tier::device, bytes, BufferLabel::staging);
@@ -665,7 +693,8 @@ private:
                             fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = buf;
                             return a;
                         },
-                        [&](int d, OpId op) { g_.depend(op, at(phase == Phase::fwd ? m.fwd.first : m.bwd.first, slot(t, d), i)); });
+                        before_use);
+                    if (experts > Bytes(0)) over_experts(CollectiveKind::all_gather, experts, phase, i, before_use);
                 },
                 [&](int i, Phase phase) {
                     for (int d = 0; d < emit_dp_; ++d) {
@@ -677,12 +706,15 @@ private:
                 },
                 [&](int i) {
                     if (plan_.fsdp_no_sync && mb < l_.microbatches - 1) return;   // held until the last micro-batch
-                    const std::int64_t unit = unit_params(i, 0);
+                    const std::int64_t unit = unit_params(i, 0), experts = unit_expert_params(i);
                     std::vector<OpId> done(static_cast<std::size_t>(emit_dp_), kNoOp);
+                    auto finished = [&](int d, OpId op) { done[static_cast<std::size_t>(d)] = op; };
                     over_shards(
-                        CollectiveKind::reduce_scatter, Bytes(unit * l_.fsdp_reduce_bytes), Phase::comm, i,
-                        [&](int d) { return at(m.bwd.last, slot(t, d), i); },
-                        [&](int d, OpId op) { done[static_cast<std::size_t>(d)] = op; });
+                        CollectiveKind::reduce_scatter, Bytes((unit - experts) * l_.fsdp_reduce_bytes), Phase::comm, i,
+                        [&](int d) { return at(m.bwd.last, slot(t, d), i); }, finished);
+                    if (experts > 0) {   // after the dense reduce-scatter, on the comm stream
+                        over_experts(CollectiveKind::reduce_scatter, Bytes(experts * l_.fsdp_reduce_bytes), Phase::comm, i, finished);
+                    }
                     if (groups_of_shards > 1) reduce_across_shard_groups(group, unit, i, mb, done);
                     for (int d = 0; d < emit_dp_; ++d) {
                         const int sl = slot(t, d);
@@ -949,9 +981,7 @@ private:
                 }
         for (int s = 0; s < l_.pp; ++s) {
             const std::int64_t p = device_params(s);
-            const std::int64_t shard = zero1  ? zero1_shard(p, device_expert_params(s), l_)
-                                       : fsdp_ ? detail::shard(p, shard_slots_)
-                                               : p;
+            const std::int64_t shard = zero1 ? zero1_shard(p, device_expert_params(s), l_) : fsdp_ ? fsdp_shard(s) : p;
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < emit_tp_; ++t) {

@@ -11,10 +11,7 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Megatron's expert-parallel and expert-data-parallel process groups are their own NCCL
-// communicators, even where their ranks are those of the data-parallel group (ep = dp, or ep = 1).
 constexpr int kExpertParallelGroup = 1;
-constexpr int kExpertDataParallelGroup = 2;
 
 }  // namespace
 
@@ -52,11 +49,28 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
         fail_input("--ep " + std::to_string(plan.ep) + " does not divide the " + std::to_string(model.shape().moe.experts) +
                        " experts of " + model.name(),
                    ep_flag);
-    if (plan.ep > 1 && plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
+    if (plan.ep > 1 && plan.strategy == DataParallel::fsdp) {
+        // torchtitan's FSDP with expert parallelism (torchtitan/models/llama4/infra/parallelize.py
+        // apply_fsdp): each block's experts are an FSDP unit of their own over the
+        // expert-data-parallel mesh (dp_mod_ep), the rest of the block over every data-parallel
+        // rank; modelled without tensor, pipeline or context parallelism and with full or
+        // grad-op sharding.
+        const ErrorContext strategy{"", "", "--strategy"};
+        if (l.tp > 1 || l.pp > 1 || l.cp > 1)
+            fail_input("--strategy fsdp with --ep is modelled without --tp, --pp and --cp (torchtitan's FSDP + EP over the "
+                           "data-parallel ranks alone); use ddp or zero1 (Megatron) to compose expert parallelism with them",
+                       strategy);
+        if (plan.fsdp_sharding == FsdpSharding::hybrid || plan.fsdp_sharding == FsdpSharding::none)
+            fail_input("--fsdp-sharding " + std::string(to_string(plan.fsdp_sharding)) +
+                           " with --ep is not modelled: FSDP with expert parallelism shards fully (full or grad-op)",
+                       {"", "", "--fsdp-sharding"});
+    } else if (plan.ep > 1 && plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1) {
         fail_input(std::string("--strategy ") + to_string(plan.strategy) +
                        " is not modelled with expert parallelism; use ddp or zero1 (Megatron's distributed optimizer, "
-                       "which shards expert states over the expert-data-parallel group)",
+                       "which shards expert states over the expert-data-parallel group), or fsdp (torchtitan's FSDP, "
+                       "experts sharded over the expert-data-parallel group)",
                    {"", "", "--strategy"});
+    }
     if (moe && l.tp > 1 && !plan.sequence_parallel)
         fail_input("a mixture of experts with tensor parallelism needs --sp: Megatron refuses MoE with tp > 1 without "
                    "sequence parallelism in training (megatron/core/transformer/moe/moe_layer.py)",

@@ -40,6 +40,11 @@
 
 namespace smol::strategies {
 
+/// Megatron's expert-parallel and expert-data-parallel process groups (and torchtitan's FSDP
+/// mesh of the experts) are NCCL communicators of their own, even where their ranks are those of
+/// the data-parallel group (ep = dp, or ep = 1): OpGraph::declare_collective's group.
+constexpr int kExpertDataParallelGroup = 2;
+
 /// The expert-parallel group of replica d (ranks of one (t, s)), in replica order.
 std::vector<int> expert_parallel_group(const Layout& l, int t, int d, int s);
 /// The expert-data-parallel group of replica d: the replicas holding the same experts.

@@ -259,8 +259,8 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                        : plan.offload_optimizer != Offload::none ? "--offload-optimizer"
                                                                  : "--offload-params";
     if (given) {
-        if (l.tp > 1 || l.pp > 1)
-            fail_input(std::string(flag) + " is modelled for data parallelism only (tp = pp = 1): ZeRO-Offload and "
+        if (l.tp > 1 || l.pp > 1 || l.ep > 1)
+            fail_input(std::string(flag) + " is modelled for data parallelism only (tp = pp = ep = 1): ZeRO-Offload and "
                                            "ZeRO-Infinity as DeepSpeed runs them, FSDP's CPU offload",
                        {"", "", flag});
         switch (plan.strategy) {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "dp_fixtures.hpp"
 #include "strategies/moe.hpp"
 #include "strategies/plan.hpp"
 #include "test_support.hpp"
@@ -204,6 +205,103 @@ TEST_CASE("expert parallelism composes with pipelines, tensor parallelism and ze
     CHECK(skewed.built.model_flops.count() == Approx(run.built.model_flops.count()));
 }
 
+TEST_CASE("FSDP with expert parallelism gathers and reduce-scatters each layer's experts over the expert-data-parallel group",
+          "[strategies][moe][fsdp]") {
+    // torchtitan's FSDP + EP (models/llama4/infra/parallelize.py apply_fsdp): each block's
+    // experts are an FSDP unit over the dp_mod_ep mesh — the replicas holding the same experts,
+    // Megatron's expert-data-parallel group — and the rest of the block over every data-parallel
+    // rank; resharded after forward, every micro-batch reduce-scattered. The small MoE on one DGX
+    // A100, dp 8, ep 4: 2 local experts per rank, expert groups of 2.
+    const Model m = small_moe();
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan plan;
+    plan.strategy = DataParallel::fsdp;
+    plan.ep = 4;
+    plan.recompute = GENERATE(Recompute::none, Recompute::full);
+    plan.global_batch = GENERATE(8, 16);   // 1 or 2 micro-batches per replica
+    const test::DpRun r = test::dp_run(m, c, plan);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 8);
+    const int mbs = l.microbatches;
+    INFO("global batch " << plan.global_batch << ", recompute " << to_string(plan.recompute));
+    // By hand: 3 MoE layers × 2 local experts × 3 · h · f_e; the dense rest of every unit, and of
+    // the root's (embedding, head), which FSDP does not reshard after forward.
+    const std::int64_t h = 512, fe = 1024;
+    const double experts = 3 * (2 * 3 * h * fe);
+    double dense = 0, root = 0;
+    for (const Block& blk : m.blocks(Workload{})) {
+        const double d = static_cast<double>(blk.params - (blk.moe ? blk.moe->expert_params : 0));
+        dense += d;
+        if (blk.kind == Block::Kind::embedding || blk.kind == Block::Kind::head) root += d;
+    }
+    const int units = static_cast<int>(m.blocks(Workload{}).size());
+    const int rank = l.rank(0, 5, 0);
+    const OpGraph& g = r.built.graph;
+    std::map<std::pair<CollectiveKind, std::size_t>, double> bytes;   // (kind, group size) → bytes
+    std::map<std::pair<CollectiveKind, std::size_t>, int> count;
+    std::map<std::tuple<int, Phase, int>, Time> gathered;              // (micro-batch, phase, block) → last gather's end
+    std::set<std::vector<int>> expert_groups;
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = g.communicators()[static_cast<std::size_t>(col.communicator)];
+        bytes[{col.kind, members.size()}] += static_cast<double>(col.bytes);
+        ++count[{col.kind, members.size()}];
+        if (members.size() == 2) expert_groups.insert(members);
+        if (col.kind == CollectiveKind::all_gather) {
+            Time& end = gathered[{op.microbatch, op.phase, op.layer}];
+            end = std::max(end, r.timeline.end[id]);
+        }
+    }
+    const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter;
+    // Per micro-batch: every unit's dense part gathered before its forward, the layers' again
+    // before backward; the 3 MoE layers' experts both times; every unit reduce-scattered.
+    CHECK(count[{ag, 8}] == mbs * (units + units - 2));
+    CHECK(count[{ag, 2}] == mbs * 3 * 2);
+    CHECK(count[{rs, 8}] == mbs * units);
+    CHECK(count[{rs, 2}] == mbs * 3);
+    CHECK(count.size() == 4);
+    const int rb = l.fsdp_reduce_bytes;
+    CHECK(bytes[{ag, 8}] == Approx(mbs * 2.0 * (2 * dense - root)));
+    CHECK(bytes[{ag, 2}] == Approx(mbs * 2.0 * 2 * experts));
+    CHECK(bytes[{rs, 8}] == Approx(mbs * rb * dense));
+    CHECK(bytes[{rs, 2}] == Approx(mbs * rb * experts));
+    // Rank 5 (expert set 1 of 4) meets rank 1, the other replica holding the same experts.
+    CHECK(expert_groups == std::set<std::vector<int>>{{l.rank(0, 1, 0), l.rank(0, 5, 0)}});
+    // Every compute op of a unit starts after its gathers (both, for an MoE layer) of that
+    // micro-batch: the forward's, or for a layer's recompute and backward the backward's.
+    int checked = 0;
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if (op.rank != rank || op.kind != OpKind::compute || op.layer < 0) continue;
+        const bool root_unit = op.layer == 0 || op.layer == units - 1;
+        const auto it = gathered.find({op.microbatch, op.phase == Phase::fwd || root_unit ? Phase::fwd : Phase::bwd, op.layer});
+        REQUIRE(it != gathered.end());
+        CHECK(r.timeline.start[id] >= it->second);
+        ++checked;
+    }
+    CHECK(checked > 0);
+    // The all-to-alls still run around the experts.
+    CHECK(all_to_alls(g, 0, 2).per_layer_fwd == 2);
+    // Model states: 16 bytes a parameter of the dense shard (1/8) and the experts' (1/2).
+    CHECK(test::peak_of_labels(g, r.timeline, rank, test::kModelStates).as_double() ==
+          Approx(16.0 * (std::ceil(dense / 8) + std::ceil(experts / 2))).epsilon(1e-9));
+}
+
+TEST_CASE("FSDP with one replica per expert set holds the experts whole: only the dense part is sharded", "[strategies][moe][fsdp]") {
+    const Model m = small_moe();
+    Plan plan;
+    plan.strategy = DataParallel::fsdp;
+    plan.ep = 8;
+    plan.global_batch = 8;
+    const Built b = build(m, topo::cluster_preset("dgx-a100"), plan);
+    for (const Op& op : b.graph.ops())
+        if (op.kind == OpKind::collective && op.stream == Stream::comm)
+            CHECK(b.graph.communicators()[static_cast<std::size_t>(b.graph.collectives()[static_cast<std::size_t>(op.ref)].communicator)]
+                      .size() == 8);
+}
+
 TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]") {
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     auto plan_with = [](auto&& set) {
@@ -229,6 +327,31 @@ TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]
         const Plan p = plan_with([](Plan& q) { q.ep = 2; });
         CHECK_THAT(bad_input_message([&] { build(model_preset("gpt2-small"), c, p); }),
                    Contains("needs a mixture-of-experts model; gpt2-small has no experts"));
+    }
+    SECTION("FSDP with expert parallelism and pipeline stages") {
+        const Plan p = plan_with([](Plan& q) {
+            q.ep = 2;
+            q.pp = 2;
+            q.strategy = DataParallel::fsdp;
+        });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), topo::cluster_preset("dgx-a100").with_nodes(2), p); }),
+                   Contains("--strategy fsdp with --ep is modelled without --tp, --pp and --cp"));
+    }
+    SECTION("FSDP's hybrid sharding with expert parallelism") {
+        const Plan p = plan_with([](Plan& q) {
+            q.ep = 2;
+            q.strategy = DataParallel::fsdp;
+            q.fsdp_sharding = FsdpSharding::hybrid;
+        });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--fsdp-sharding hybrid with --ep is not modelled"));
+    }
+    SECTION("offload with expert parallelism") {
+        const Plan p = plan_with([](Plan& q) {
+            q.ep = 2;
+            q.strategy = DataParallel::zero1;
+            q.offload = Offload::cpu;
+        });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--offload: --offload is modelled for data parallelism only"));
     }
     SECTION("a data-parallel flavour that does not shard experts") {
         const Plan p = plan_with([](Plan& q) {
