@@ -3,7 +3,8 @@
 // analytic. The bytes choose a model preset, a cluster preset and its node count, and every plan
 // field (strategy, tp, pp, dp, cp, schedule, virtual stages, stage layers, sp, recompute, batch,
 // micro-batch, seq, dtype, bucket and fusion sizes, parameter-server and FSDP settings, framework,
-// overlap switches, folding, FP8, fine-tuning, optimizer, gradient compression), each over its
+// overlap switches, folding, FP8, fine-tuning, optimizer, gradient compression, offload, expert
+// parallelism — on a small mixture of experts too), each over its
 // whole type's range so the resolver meets the overflows and zeros a hand-written command line
 // would. A resolved, built, simulated plan or a
 // smol::Error are the only answers. Seeds: fuzz/corpus/plan.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "core/model.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/plan.hpp"
@@ -54,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     static const char* const frameworks[] = {"", "pytorch", "megatron", "deepspeed", "megatron-deepspeed", "megatron@0.1",
                                              "deepspeed@0.3", "pytorch@1.0", "megatron@99", "nonsense"};
     try {
-        const Model model = model_preset(pick(in, models));
+        Model model = model_preset(pick(in, models));
         topo::Cluster cluster = topo::cluster_preset(pick(in, clusters));
         if (in.ConsumeBool()) cluster = cluster.with_nodes(in.ConsumeIntegralInRange<int>(-1, 64));
         if (in.ConsumeBool()) cluster = cluster.first_devices(in.ConsumeIntegralInRange<int>(0, cluster.num_devices() + 1));
@@ -107,6 +109,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         static const char* const compressions[] = {"none", "1bit", "topk:0.01", "powersgd:2"};
         p.compress = parse_compression(pick(in, compressions));
         p.fsdp_no_sync = in.ConsumeBool();
+        static const Offload offloads[] = {Offload::none, Offload::none, Offload::cpu, Offload::nvme};
+        p.offload = pick(in, offloads);
+        p.ep = in.ConsumeBool() ? degree(in) : 1;   // exhausted input: 1, as the older seeds mean
+        if (in.ConsumeBool()) {
+            // Four layers, the first dense, eight experts of which two per token.
+            static const Json doc = parse_json_text(
+                R"({"kind": "transformer", "name": "moe-tiny", "layers": 4, "hidden": 128, "heads": 4, "ffn_hidden": 512,
+                    "vocab": 1024, "seq": 128, "gated_mlp": true, "biases": false, "norm": "rmsnorm", "positions": "rope",
+                    "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 256, "dense_layers": [0]}})",
+                "moe-tiny.json");
+            model = model_from_json(JsonView(doc, "moe-tiny.json"), "moe-tiny");
+        }
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

@@ -35,7 +35,7 @@ struct SweepFlags {
     std::string dtype, network = "flow", collective_algo = "auto", objective = "time";
     bool no_fold = false;
     std::vector<std::string> strategies;
-    std::vector<int> tp, pp, micro_batch, cp;
+    std::vector<int> tp, pp, micro_batch, cp, ep;
     std::vector<std::string> cp_comm;
     std::vector<std::string> offload;
     std::string max_memory;
@@ -143,6 +143,9 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         cps |= r.plans[r.ranking[k]].layout.cp > 1;
         cp_width = std::max(cp_width, cp_of(r.plans[r.ranking[k]]).size());
     }
+    // An ep column where a shown plan is expert-parallel (a mixture of experts).
+    bool eps = false;
+    for (std::size_t k = 0; k < shown; ++k) eps |= r.plans[r.ranking[k]].layout.ep > 1;
     // An offload column where a shown plan offloads: "opt cpu" (the optimizer), "cpu" (every state
     // the strategy can move), "nvme" alike.
     const auto offload_of = [](const PlanResult& p) -> std::string {
@@ -161,19 +164,21 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         offloads |= o != "-";
         offload_width = std::max(offload_width, o.size());
     }
-    out << "\n  rank  strategy  tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   " << pad("schedule", width + 1)
+    out << "\n  rank  strategy  tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   " << (eps ? "ep   " : "")
+        << pad("schedule", width + 1)
         << "mb  recompute  sp  " << (offloads ? pad("offload", offload_width + 2) : "")
         << "step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
         const Outcome& x = *p.result;
         const std::string schedule = pad(schedule_of(p), width);
-        char cp[16] = "";
+        char cp[16] = "", ep[16] = "";
         if (cps) std::snprintf(cp, sizeof cp, "%s ", pad(cp_of(p), cp_width).c_str());
+        if (eps) std::snprintf(ep, sizeof ep, "%-4d ", p.layout.ep);
         const std::string offload = offloads ? pad(offload_of(p), offload_width + 2) : "";
         char buf[384];
-        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
-                      strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, cp, p.layout.dp, schedule.c_str(),
+        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s%s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
+                      strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, cp, p.layout.dp, ep, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       offload.c_str(), to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string_binary(x.peak_memory).c_str(), sim::to_string(x.network));
@@ -244,6 +249,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"pp", p.plan.pp},
            {"cp", p.plan.cp},
            {"cp_comm", to_string(p.plan.cp_comm)},
+           {"ep", p.plan.ep},
            {"schedule", strategies::to_string(p.plan.schedule)},
            {"virtual_stages", p.plan.virtual_stages},
            {"micro_batch", p.plan.micro_batch},
@@ -286,7 +292,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
-    out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,cp,cp_comm,dp,schedule,virtual_stages,micro_batch,microbatches,"
+    out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
            "recompute,sp,offload,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
@@ -301,7 +307,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
             out << model.name() << ',' << quoted(n.cluster.name) << ',' << (n.nodes ? std::to_string(*n.nodes) : "") << ','
                 << n.cluster.num_devices() << ',' << p.index << ',' << (rank[p.index] ? std::to_string(*rank[p.index]) : "")
                 << ',' << strategies::to_string(p.plan.strategy) << ',' << p.plan.tp << ',' << p.plan.pp << ',' << p.plan.cp << ','
-                << to_string(p.plan.cp_comm) << ',' << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
+                << to_string(p.plan.cp_comm) << ',' << p.plan.ep << ',' << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
                 << (p.plan.sequence_parallel ? "true" : "false") << ','
@@ -435,6 +441,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     o.space.tp = f.tp;
     o.space.pp = f.pp;
     o.space.cp = f.cp;
+    o.space.ep = f.ep;
     for (const std::string& s : f.cp_comm) {
         const CpComm c = parse_cp_comm(s, flag("--cp-comm"));
         if (std::find(o.space.cp_comm.begin(), o.space.cp_comm.end(), c) == o.space.cp_comm.end()) o.space.cp_comm.push_back(c);
@@ -465,7 +472,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     }
     o.space.micro_batch = f.micro_batch;
     if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
-    for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--cp", &f.cp}, {"--micro-batch", &f.micro_batch}})
+    for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--cp", &f.cp}, {"--ep", &f.ep}, {"--micro-batch", &f.micro_batch}})
         for (int v : *list)
             if (v < 1) fail_input(std::string(name) + " values must be at least 1, found " + std::to_string(v), flag(name));
 
@@ -549,6 +556,10 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--tp", f->tp, "tensor-parallel sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--pp", f->pp, "pipeline sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--cp", f->cp, "context-parallel sizes to try, e.g. 1,2,4 (default: 1)")->delimiter(',');
+    app->add_option("--ep", f->ep,
+                    "expert-parallel sizes to try, e.g. 1,8 (default: for a mixture of experts every power of two "
+                    "dividing dp and the experts, else 1)")
+        ->delimiter(',');
     app->add_option("--cp-comm", f->cp_comm, "with --cp: key-value exchanges to try, of p2p,all-gather,a2a (default: p2p)")->delimiter(',');
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--offload", f->offload,

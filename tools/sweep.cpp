@@ -95,6 +95,7 @@ std::string describe_plan(const PlanResult& p) {
     if (x.pp > 1) s += std::string(" ") + strategies::to_string(x.schedule);
     if (x.schedule == Schedule::interleaved) s += " v " + std::to_string(x.virtual_stages);
     if (x.cp > 1) s += " cp " + std::to_string(x.cp) + (x.cp_comm == CpComm::p2p ? "" : std::string(" ") + to_string(x.cp_comm));
+    if (x.ep > 1) s += " ep " + std::to_string(x.ep);
     s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
     if (x.sequence_parallel) s += " sp";
     if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
@@ -187,6 +188,17 @@ const Dimension kDimensions[] = {
      false},
     {"pp", [](const Context& c, const Plan& p, const Layout&) {
          return vary(p, &Plan::pp, powers_of_two(c.cluster.num_devices() / (p.tp * p.cp), c.options.space.pp));
+     }},
+    // Expert parallelism over the data-parallel ranks (strategies/moe.hpp): for a mixture of
+    // experts every power of two dividing dp and the experts unless --ep lists them; 1 otherwise.
+    {"ep", [](const Context& c, const Plan& p, const Layout& l) {
+         const bool moe = c.model.is_transformer() && c.model.shape().is_moe();
+         if (!c.options.space.ep.empty()) return vary(p, &Plan::ep, c.options.space.ep);
+         if (!moe) return std::vector<Plan>{p};
+         std::vector<int> eps;
+         for (int e = 1; e <= l.dp && c.model.shape().moe.experts % e == 0; e *= 2)
+             if (l.dp % e == 0) eps.push_back(e);
+         return vary(p, &Plan::ep, eps);
      }},
     // Up to the per-replica batch (one micro-batch per replica).
     // On a pipeline whose stages sit on different device kinds: layers by FLOPs, or by each

@@ -53,6 +53,7 @@ struct SearchSpace {
     std::vector<int> tp, pp, micro_batch;
     std::vector<int> cp;                                // empty: 1 (context parallelism only when asked)
     std::vector<CpComm> cp_comm;                        // with cp > 1; empty: p2p
+    std::vector<int> ep;                                // empty: for a mixture of experts every power of two dividing dp and the experts, else 1
     /// Where states may go for plans that cannot fit without (cpu, nvme; none: nowhere); empty: cpu.
     std::vector<strategies::Offload> offload;
 };

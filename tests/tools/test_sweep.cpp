@@ -271,6 +271,40 @@ TEST_CASE("a sweep tries each --cp-comm on context-parallel plans only, and simu
     CHECK(checked);
 }
 
+TEST_CASE("a sweep of a mixture of experts tries every expert-parallel size dividing dp and the experts", "[tools][sweep][moe]") {
+    // Mixtral-8x7B (8 experts) on one DGX H100: with tp 1 and pp 1, dp 8 takes ep 1, 2, 4, 8; with
+    // pp 2, dp 4 takes 1, 2, 4. --ep lists replace that; a dense model stays at ep 1.
+    const Model mixtral = load_model(std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json");
+    const topo::Cluster cluster = topo::cluster_preset("dgx-h100");
+    SweepOptions o = analytic_screen();
+    o.space.strategies = {strategies::DataParallel::zero1, strategies::DataParallel::fsdp};
+    o.space.tp = {1};
+    o.space.pp = {1, 2};
+    o.space.micro_batch = {1};
+    auto eps = [](const SweepResult& r, int pp) {
+        std::set<int> out;
+        for (const PlanResult& p : r.plans)
+            if (p.plan.pp == pp && p.plan.strategy == strategies::DataParallel::zero1 && p.plan.recompute == Recompute::full)
+                out.insert(p.plan.ep);
+        return out;
+    };
+    const SweepResult all = sweep(mixtral, cluster, o);
+    CHECK(eps(all, 1) == std::set<int>{1, 2, 4, 8});
+    CHECK(eps(all, 2) == std::set<int>{1, 2, 4});
+    // FSDP with expert parallelism is simulated, and its line names the expert-parallel size.
+    bool fsdp_ep = false;
+    for (const PlanResult& p : all.plans)
+        if (p.plan.strategy == strategies::DataParallel::fsdp && p.plan.ep == 8 && p.result) {
+            CHECK(describe_plan(p).find(" ep 8 ") != std::string::npos);
+            fsdp_ep = true;
+        }
+    CHECK(fsdp_ep);
+    o.space.ep = {2};
+    CHECK(eps(sweep(mixtral, cluster, o), 1) == std::set<int>{2});
+    o.space.ep.clear();
+    for (const PlanResult& p : sweep(model_preset("llama3-8b"), cluster, o).plans) CHECK(p.plan.ep == 1);
+}
+
 TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
     // Llama-2-7B on four 24 GB RTX 4090: DDP's 16 bytes per parameter (108 GB) cannot fit, ZeRO-3's 27 GB
     // per device neither; the pipeline plans may.
@@ -481,9 +515,13 @@ TEST_CASE("smolcluster sweep prints the ranking and writes every plan to --csv a
     const Json j = Json::parse(std::ifstream(json));
     const std::size_t plans = j["sweeps"][0]["plans"].size();
     CHECK(plans == j["sweeps"][0]["candidates"].get<std::size_t>());
+    CHECK(j["sweeps"][0]["plans"][0]["ep"] == 1);
     std::ifstream in(csv);
     std::size_t lines = 0;
-    for (std::string line; std::getline(in, line);) ++lines;
+    for (std::string line; std::getline(in, line);) {
+        if (lines == 0) CHECK(line.find(",tp,pp,cp,cp_comm,ep,dp,") != std::string::npos);
+        ++lines;
+    }
     CHECK(lines == plans + 1);
 
     SECTION("an existing file is kept without --force") {
@@ -513,6 +551,11 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         args.insert(args.end(), extra.begin(), extra.end());
         return cli(args);
     };
+    SECTION("an expert-parallel size below 1") {
+        const Result r = with({"--ep", "1,0"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--ep values must be at least 1, found 0") != std::string::npos);
+    }
     SECTION("objective") {
         const Result r = with({"--objective", "speed"});
         CHECK(r.code == 2);
