@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json.hpp"
 #include "exec/cpu/backend.hpp"
 #include "exec/counting_backend.hpp"
 #include "exec/runner.hpp"
@@ -221,6 +222,25 @@ TEST_CASE("exec runs fsdp's CPU offload with LoRA and QLoRA: the frozen shards c
         p.finetune = strategies::parse_finetune(ft);
         run_and_check(p);
     }
+}
+TEST_CASE("exec runs fsdp with expert parallelism: the all-to-alls, and the experts gathered over their own groups",
+          "[exec][mpi][plan-fsdp]") {
+    // Four layers of 128, the first dense, 8 experts of width 256, 2 per token.
+    static const Json doc = parse_json_text(
+        R"({"kind": "transformer", "name": "moe-tiny", "layers": 4, "hidden": 128, "heads": 4, "ffn_hidden": 512,
+            "vocab": 1024, "seq": 128, "gated_mlp": true, "biases": false, "norm": "rmsnorm", "positions": "rope",
+            "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 256, "dense_layers": [0]}})",
+        "moe-tiny.json");
+    const Model moe = model_from_json(JsonView(doc, "moe-tiny.json"), "moe-tiny");
+    const topo::Cluster cluster = topo::localhost_cluster();
+    strategies::Plan p = data_parallel(DataParallel::fsdp);
+    p.ep = 2;
+    p.fold = false;
+    const strategies::Built built = strategies::build(moe, cluster, p);
+    std::size_t all_to_all = 0;
+    for (const Collective& c : built.graph.collectives()) all_to_all += c.kind == CollectiveKind::all_to_all;
+    CHECK(all_to_all > 0);
+    run_and_check(built.graph, cluster);
 }
 TEST_CASE("exec runs hybrid-cnn: broadcasts, reduces to a root and a second communicator", "[exec][mpi][plan-hybrid-cnn]") {
     const topo::Cluster cluster = topo::localhost_cluster();
