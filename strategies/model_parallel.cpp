@@ -139,11 +139,12 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             // under pipeline stages (torchtitan's 3-D FSDP + TP + PP), with context parallelism
             // (FSDP over the data- and context-parallel ranks) or with expert parallelism
             // (torchtitan's FSDP + EP, check_expert_parallel) on this builder.
-            if (l.ep > 1) break;
-            if (sharded_with_tp(plan, l) || l.pp > 1 || l.cp > 1) {
-                dense_only(l.pp > 1 ? "fsdp with pipeline parallelism" : "fsdp with tensor parallelism");
+            // A mixture of experts runs on this builder (its MoE passes), not on the sharded engine.
+            if (sharded_with_tp(plan, l)) {
+                dense_only("fsdp with tensor parallelism");
                 break;
             }
+            if (l.pp > 1 || l.cp > 1 || l.ep > 1) break;
             [[fallthrough]];
         case DataParallel::zero2:
         case DataParallel::zero3:
@@ -612,26 +613,41 @@ private:
     /// unit's gradient is reduce-scattered and the unit resharded. With hybrid sharding (HSDP)
     /// the gathers and reduce-scatters stay within shard groups (shard_group), and fsdp_reduce
     /// all-reduces each shard across them.
+    /// With expert parallelism (torchtitan's FSDP + EP under pipeline stages) an MoE unit's local
+    /// experts are gathered after its dense part, over their expert-data-parallel group.
     void fsdp_gather(int s, const Chunk& c, int vs, const std::vector<OpId>& wait_for) {
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
             for (int i = c.first; i < c.last; ++i) {
-                const Bytes bytes(unit_params(i, vs) * sb_.params);
+                const Bytes bytes(unit_params(i, vs) * sb_.params), experts(unit_expert_params(i) * sb_.params);
+                const std::vector<std::int32_t> expert_cids = declare_expert_collectives(CollectiveKind::all_gather, t, s, experts);
                 std::int32_t cid = -1;
                 for (int d = 0; d < emit_dp_; ++d) {
                     if (d % shard_slots_ == 0 && shard_slots_ > 1)   // each shard group's gather
-                        cid = g_.declare_collective(CollectiveKind::all_gather, shard_group(group, d), bytes);
+                        cid = g_.declare_collective(CollectiveKind::all_gather, shard_group(group, d), bytes - experts);
                     const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
                     const std::int32_t buf = g_.add_buffer(r, Tier::device, bytes, BufferLabel::staging);
                     OpId op = g_.add_alloc(buf, Stream::comm, i, 0);
                     if (i == c.first && !wait_for.empty() && wait_for[static_cast<std::size_t>(sl)] != kNoOp)
                         g_.depend(wait_for[static_cast<std::size_t>(sl)], op);
                     if (cid >= 0) op = g_.add_collective_op(cid, r, Stream::comm, Phase::fwd, i, 0);
+                    if (!expert_cids.empty())   // after the dense gather on the comm stream
+                        op = g_.add_collective_op(expert_cids[static_cast<std::size_t>(d % l_.ep)], r, Stream::comm, Phase::fwd, i, 0);
                     fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = buf;
                     fsdp_ag_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = op;
                 }
             }
         }
+    }
+
+    /// FSDP + EP: one collective of `kind` moving `bytes` per expert-data-parallel group of tensor
+    /// rank t and stage s, indexed by the expert set (replica d's is d mod ep); none for no bytes.
+    std::vector<std::int32_t> declare_expert_collectives(CollectiveKind kind, int t, int s, Bytes bytes) {
+        std::vector<std::int32_t> cids;
+        if (bytes <= Bytes(0)) return cids;
+        for (int e = 0; e < l_.ep; ++e)
+            cids.push_back(g_.declare_collective(kind, expert_data_parallel_group(l_, t, e, s), bytes, -1, kExpertDataParallelGroup));
+        return cids;
     }
 
     /// FSDP without pipeline stages (with context parallelism; build_sharded runs it without):
@@ -667,10 +683,7 @@ private:
             // (MoE layers never fold: every replica is emitted), after each slot's dense one on
             // the comm stream; `wired(d, op)` as above.
             auto over_experts = [&](CollectiveKind kind, Bytes bytes, Phase phase, int i, const std::function<void(int, OpId)>& wired) {
-                std::vector<std::int32_t> cids(static_cast<std::size_t>(l_.ep));
-                for (int e = 0; e < l_.ep; ++e)
-                    cids[static_cast<std::size_t>(e)] = g_.declare_collective(kind, expert_data_parallel_group(l_, t, e, 0), bytes,
-                                                                              -1, kExpertDataParallelGroup);
+                const std::vector<std::int32_t> cids = declare_expert_collectives(kind, t, 0, bytes);
                 for (int d = 0; d < emit_dp_; ++d)
                     wired(d, g_.add_collective_op(cids[static_cast<std::size_t>(d % l_.ep)], group[static_cast<std::size_t>(d)],
                                                   Stream::comm, phase, i, mb));
@@ -768,8 +781,10 @@ private:
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
             for (int i = c.first; i < c.last; ++i) {
-                const std::int64_t unit = unit_params(i, vs);
-                const Bytes bytes(unit * l_.fsdp_reduce_bytes);
+                const std::int64_t unit = unit_params(i, vs), experts = unit_expert_params(i);
+                const Bytes bytes((unit - experts) * l_.fsdp_reduce_bytes);
+                const std::vector<std::int32_t> expert_cids =
+                    declare_expert_collectives(CollectiveKind::reduce_scatter, t, s, Bytes(experts * l_.fsdp_reduce_bytes));
                 std::vector<OpId> after(static_cast<std::size_t>(emit_dp_), kNoOp);
                 std::int32_t cid = -1;
                 for (int d = 0; d < emit_dp_; ++d) {
@@ -782,6 +797,12 @@ private:
                         after[static_cast<std::size_t>(d)] = g_.add_collective_op(cid, r, Stream::comm, Phase::comm, i, -1);
                         g_.depend(done, after[static_cast<std::size_t>(d)]);
                         last_comm_[static_cast<std::size_t>(r)] = after[static_cast<std::size_t>(d)];
+                    }
+                    if (!expert_cids.empty()) {   // the experts' shard, after the dense reduce-scatter
+                        const OpId op = g_.add_collective_op(expert_cids[static_cast<std::size_t>(d % l_.ep)], r, Stream::comm,
+                                                             Phase::comm, i, -1);
+                        g_.depend(after[static_cast<std::size_t>(d)], op);
+                        after[static_cast<std::size_t>(d)] = last_comm_[static_cast<std::size_t>(r)] = op;
                     }
                 }
                 if (groups_of_shards > 1) reduce_across_shard_groups(group, unit, i, -1, after);

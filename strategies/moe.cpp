@@ -53,12 +53,14 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
         // torchtitan's FSDP with expert parallelism (torchtitan/models/llama4/infra/parallelize.py
         // apply_fsdp): each block's experts are an FSDP unit of their own over the
         // expert-data-parallel mesh (dp_mod_ep), the rest of the block over every data-parallel
-        // rank; modelled without tensor, pipeline or context parallelism and with full or
-        // grad-op sharding.
+        // rank; modelled without tensor or context parallelism, with pipeline stages
+        // (torchtitan's PP + FSDP + EP, as it trains DeepSeek-V3), and with full or grad-op
+        // sharding.
         const ErrorContext strategy{"", "", "--strategy"};
-        if (l.tp > 1 || l.pp > 1 || l.cp > 1)
-            fail_input("--strategy fsdp with --ep is modelled without --tp, --pp and --cp (torchtitan's FSDP + EP over the "
-                           "data-parallel ranks alone); use ddp or zero1 (Megatron) to compose expert parallelism with them",
+        if (l.tp > 1 || l.cp > 1)
+            fail_input("--strategy fsdp with --ep is modelled without --tp and --cp (torchtitan's FSDP + EP over the "
+                           "data-parallel ranks, with or without --pp); use ddp or zero1 (Megatron) to compose expert "
+                           "parallelism with them",
                        strategy);
         if (plan.fsdp_sharding == FsdpSharding::hybrid || plan.fsdp_sharding == FsdpSharding::none)
             fail_input("--fsdp-sharding " + std::string(to_string(plan.fsdp_sharding)) +

@@ -411,14 +411,6 @@ TEST_CASE("impossible FSDP + PP plans say why", "[strategies][fsdp][plan]") {
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100").with_nodes(2), p),
                           Catch::Contains("--fsdp-sharding none with pipeline parallelism is not modelled"));
     }
-    SECTION("a mixture of experts") {
-        static Json doc = parse_json_text(R"({"kind": "transformer", "name": "moe-small", "layers": 4, "hidden": 512,
-            "heads": 8, "ffn_hidden": 2048, "vocab": 4096, "seq": 256, "gated_mlp": true, "biases": false,
-            "norm": "rmsnorm", "positions": "rope", "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 1024}})",
-                                          "moe-small.json");
-        CHECK_THROWS_WITH(build(model_from_json(JsonView(doc, "moe-small.json"), "moe-small"), topo::cluster_preset("dgx-h100"), p),
-                          Catch::Contains("fsdp with pipeline parallelism is modelled for dense models"));
-    }
     SECTION("ZeRO-3 keeps DeepSpeed's refusal") {
         p.strategy = DataParallel::zero3;
         p.framework = "megatron-deepspeed";

@@ -289,6 +289,76 @@ TEST_CASE("FSDP with expert parallelism gathers and reduce-scatters each layer's
           Approx(16.0 * (std::ceil(dense / 8) + std::ceil(experts / 2))).epsilon(1e-9));
 }
 
+TEST_CASE("FSDP with expert parallelism under pipeline stages gathers each stage's units once a step, experts over their group",
+          "[strategies][moe][fsdp]") {
+    // torchtitan's PP + FSDP + EP (how it trains DeepSeek-V3): under pipeline stages FSDP keeps
+    // each stage's units gathered through all its micro-batches (reshard_after_forward off with
+    // PP) and reduce-scatters once after the stage's last backward; an MoE layer's local experts
+    // over their expert-data-parallel group. The small MoE on two DGX A100: pp 2, dp 8, ep 4,
+    // 2 micro-batches; stage 1 holds layers 2 and 3 (both MoE) and the head.
+    const Model m = small_moe();
+    Plan plan;
+    plan.strategy = DataParallel::fsdp;
+    plan.ep = 4;
+    plan.pp = 2;
+    plan.global_batch = 16;
+    const test::DpRun r = test::dp_run(m, topo::cluster_preset("dgx-a100").with_nodes(2), plan);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 8);
+    REQUIRE(l.microbatches == 2);
+    const std::vector<Block> blocks = m.blocks(Workload{});
+    const std::int64_t h = 512, fe = 1024;
+    const double experts = 2 * (2 * 3 * h * fe);   // layers 2 and 3, 2 local experts each
+    // Blocks 3, 4 (the layers) and 5 (the head, with the last stage's copy of the tied 4,096 × 512
+    // table, Megatron's).
+    double dense = 4096.0 * 512;
+    for (std::size_t i = 3; i < blocks.size(); ++i)
+        dense += static_cast<double>(blocks[i].params - (blocks[i].moe ? blocks[i].moe->expert_params : 0));
+    const int rank = l.rank(0, 5, 1);
+    const OpGraph& g = r.built.graph;
+    std::map<std::pair<CollectiveKind, std::size_t>, double> bytes;
+    std::map<std::pair<CollectiveKind, std::size_t>, int> count;
+    for (const Op& op : g.ops()) {
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::size_t members = g.communicators()[static_cast<std::size_t>(col.communicator)].size();
+        bytes[{col.kind, members}] += static_cast<double>(col.bytes);
+        ++count[{col.kind, members}];
+    }
+    const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter;
+    CHECK(count[{ag, 8}] == 3);   // the stage's 3 units, once
+    CHECK(count[{ag, 2}] == 2);   // its 2 MoE layers' experts, once
+    CHECK(count[{rs, 8}] == 3);
+    CHECK(count[{rs, 2}] == 2);
+    CHECK(bytes[{ag, 8}] == Approx(2 * dense));
+    CHECK(bytes[{ag, 2}] == Approx(2 * experts));
+    CHECK(bytes[{rs, 8}] == Approx(l.fsdp_reduce_bytes * dense));
+    CHECK(bytes[{rs, 2}] == Approx(l.fsdp_reduce_bytes * experts));
+    CHECK(r.summary.iteration > Time::zero());
+}
+
+TEST_CASE("FSDP under pipeline stages without expert parallelism gathers every expert over dp", "[strategies][moe][fsdp]") {
+    const Model m = small_moe();
+    Plan plan;
+    plan.strategy = DataParallel::fsdp;
+    plan.pp = 2;
+    plan.global_batch = 16;
+    const Built b = build(m, topo::cluster_preset("dgx-a100").with_nodes(2), plan);
+    const std::vector<Block> blocks = m.blocks(Workload{});
+    double stage1 = 4096.0 * 512;   // the tied table's copy, as above
+    for (std::size_t i = 3; i < blocks.size(); ++i) stage1 += static_cast<double>(blocks[i].params);
+    double gathered = 0;
+    const int rank = b.layout.rank(0, 5, 1);
+    for (const Op& op : b.graph.ops()) {
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        if (col.kind == CollectiveKind::all_reduce) continue;   // the tied table's shard with stage 0
+        CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)].size() == 8);
+        if (col.kind == CollectiveKind::all_gather) gathered += static_cast<double>(col.bytes);
+    }
+    CHECK(gathered == Approx(2 * stage1));
+}
+
 TEST_CASE("FSDP with one replica per expert set holds the experts whole: only the dense part is sharded", "[strategies][moe][fsdp]") {
     const Model m = small_moe();
     Plan plan;
@@ -328,14 +398,15 @@ TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]
         CHECK_THAT(bad_input_message([&] { build(model_preset("gpt2-small"), c, p); }),
                    Contains("needs a mixture-of-experts model; gpt2-small has no experts"));
     }
-    SECTION("FSDP with expert parallelism and pipeline stages") {
+    SECTION("FSDP with expert and tensor parallelism") {
         const Plan p = plan_with([](Plan& q) {
             q.ep = 2;
-            q.pp = 2;
+            q.tp = 2;
+            q.sequence_parallel = true;
             q.strategy = DataParallel::fsdp;
         });
         CHECK_THAT(bad_input_message([&] { build(small_moe(), topo::cluster_preset("dgx-a100").with_nodes(2), p); }),
-                   Contains("--strategy fsdp with --ep is modelled without --tp, --pp and --cp"));
+                   Contains("--strategy fsdp with --ep is modelled without --tp and --cp"));
     }
     SECTION("FSDP's hybrid sharding with expert parallelism") {
         const Plan p = plan_with([](Plan& q) {
