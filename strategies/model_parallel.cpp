@@ -138,8 +138,8 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             // replicas of tensor-parallel shards) runs on the sharded engine (strategies/zero.hpp);
             // under pipeline stages (torchtitan's 3-D FSDP + TP + PP), with context parallelism
             // (FSDP over the data- and context-parallel ranks) or with expert parallelism
-            // (torchtitan's FSDP + EP, check_expert_parallel) on this builder.
-            // A mixture of experts runs on this builder (its MoE passes), not on the sharded engine.
+            // (torchtitan's FSDP + EP, check_expert_parallel) on this builder, whose MoE passes
+            // the sharded engine does not have.
             if (sharded_with_tp(plan, l)) {
                 dense_only("fsdp with tensor parallelism");
                 break;
