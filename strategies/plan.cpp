@@ -372,6 +372,12 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input("--finetune " + to_string(plan.finetune) + " puts adapters on the weight GEMMs of transformer "
                            "blocks, and " + model.name() + " is a layer list; fine-tune it in full",
                        ft);
+        // Expert parallelism splits the experts' frozen weights and adapters over its group: not
+        // modelled (the expert gradients' reduction and sharding count full-training experts).
+        if (l.ep > 1)
+            fail_input("--finetune " + to_string(plan.finetune) + " with expert parallelism is not modelled; fine-tune a "
+                           "mixture of experts with --ep 1 (every rank holds every expert's frozen weights and adapters)",
+                       ft);
         if (l.tp > 1 || l.pp > 1) {
             // Megatron's layers with PEFT's tensor-parallel adapters (strategies/finetune.hpp),
             // built by the model-parallel builder.

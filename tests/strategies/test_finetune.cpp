@@ -388,4 +388,17 @@ TEST_CASE("fine-tuning with model parallelism refuses what it does not model", "
         p.framework = "megatron-deepspeed";
         CHECK_THAT(message(p), Catch::Contains("--framework megatron"));
     }
+    SECTION("expert parallelism") {
+        // It used to be built with the experts' frozen weights reduced and sharded as trained ones
+        // (a Qwen3-30B-A3B LoRA step on four RTX 4090s: 80 GiB a GPU with zero1 --ep 4).
+        const Model moe = load_model(std::string(SMOL_TEST_DATA) + "/hf/Qwen3-30B-A3B.json");
+        for (const DataParallel s : {DataParallel::ddp, DataParallel::zero1, DataParallel::fsdp}) {
+            Plan q = lora(16);
+            q.strategy = s;
+            q.ep = 4;
+            q.global_batch = 8;
+            CHECK_THAT(test::bad_input_message([&] { (void)build(moe, topo::cluster_preset("workstation-4gpu"), q); }),
+                       Catch::Contains("--finetune lora:16 with expert parallelism is not modelled"));
+        }
+    }
 }
