@@ -229,6 +229,7 @@ std::int32_t OpGraph::intern_communicator(const std::vector<int>& members, int g
 
 OpId OpGraph::add_compute(int rank, Phase phase, int layer, int microbatch, Flops flops, Bytes traffic,
                           KernelClass kernel, DType dtype, bool on_host, Stream stream) {
+    if (flops.count() < 0 || traffic.count() < 0) fail_graph("compute op with negative FLOPs or traffic");
     Op op;
     op.kind = OpKind::compute;
     op.rank = rank;
@@ -254,6 +255,7 @@ OpId OpGraph::add_kernels(int rank, Phase phase, int layer, int microbatch, std:
 
 std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<int>& communicator,
                                         Bytes bytes_per_rank, int root, int group) {
+    if (bytes_per_rank < Bytes(0)) fail_graph(std::string(to_string(kind)) + " of negative size");
     const std::int32_t comm = intern_communicator(communicator, group);   // checks a new communicator's ranks
     if ((kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) &&
         std::find(communicator.begin(), communicator.end(), root) == communicator.end())
@@ -298,6 +300,7 @@ std::vector<OpId> OpGraph::add_collective(CollectiveKind kind, const std::vector
 std::pair<OpId, OpId> OpGraph::add_send_recv(int src, int dst, Bytes bytes, Phase phase, int layer, int microbatch,
                                              Stream send_stream, Stream recv_stream) {
     if (src == dst) fail_graph("send from rank " + std::to_string(src) + " to itself");
+    if (bytes < Bytes(0)) fail_graph("send of negative size");
     const auto pid = static_cast<std::int32_t>(p2ps_.size());
     Op s;
     s.kind = OpKind::send;
@@ -320,6 +323,7 @@ std::pair<OpId, OpId> OpGraph::add_send_recv(int src, int dst, Bytes bytes, Phas
 
 OpId OpGraph::add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer, int microbatch) {
     if (from == to) fail_graph("copy within one tier");
+    if (bytes < Bytes(0)) fail_graph("copy of negative size");
     Op op;
     op.kind = OpKind::copy;
     op.rank = rank;
@@ -346,6 +350,7 @@ OpId OpGraph::add_timer(int rank, Time period, Stream stream, Phase phase, int i
 
 std::int32_t OpGraph::add_buffer(int rank, Tier tier, Bytes bytes, BufferLabel label) {
     if (rank < 0 || rank >= ranks_) fail_graph("buffer on rank " + std::to_string(rank) + " out of range");
+    if (bytes < Bytes(0)) fail_graph("buffer of negative size");
     buffers_.push_back({rank, tier, bytes.count(), static_cast<std::int32_t>(label)});
     return static_cast<std::int32_t>(buffers_.size() - 1);
 }

@@ -11,6 +11,8 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -130,7 +132,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         opt.network = analytic ? sim::NetworkMode::analytic : sim::NetworkMode::flow;
         opt.record_memory = false;
         (void)sim::simulate(b.graph, cluster, opt);
-    } catch (const Error&) {
+    } catch (const Error& e) {
+        // The plan's own impossibility (bad input, a quantity out of range) is an answer; a
+        // deadlock or an internal error of a plan resolve accepted is a bug.
+        if (!is_input_error(e.kind())) {
+            std::fprintf(stderr, "fuzz_plan: %s\n", e.what());
+            std::abort();
+        }
     }
     return 0;
 }

@@ -97,3 +97,26 @@ TEST_CASE("a free without its alloc is rejected", "[core][op_graph]") {
     g.add_free(buf, Stream::compute);
     CHECK_THROWS_WITH(g.finalize(), Catch::Contains("frees a buffer that is not allocated"));
 }
+
+TEST_CASE("an op, collective, transfer or buffer of negative size is a bug, not a graph", "[core][op_graph]") {
+    // A strategy subtracting more than it holds (a unit's experts from its trainable parameters,
+    // say) must fail where it builds, not simulate a negative transfer.
+    OpGraph g(2);
+    auto internal = [](auto&& add) {
+        try {
+            add();
+        } catch (const Error& e) {
+            return e.kind() == ErrorKind::internal && std::string(e.what()).find("negative") != std::string::npos;
+        }
+        return false;
+    };
+    CHECK(internal([&] { g.add_compute(0, Phase::fwd, 0, 0, Flops(-1), Bytes(0), KernelClass::gemm, DType::bf16); }));
+    CHECK(internal([&] { g.add_compute(0, Phase::fwd, 0, 0, Flops(1), Bytes(-1), KernelClass::gemm, DType::bf16); }));
+    CHECK(internal([&] { g.declare_collective(CollectiveKind::all_gather, {0, 1}, Bytes(-8)); }));
+    CHECK(internal([&] { g.add_send_recv(0, 1, Bytes(-8), Phase::fwd, 0, 0); }));
+    CHECK(internal([&] { g.add_copy(0, Tier::host, Tier::device, Bytes(-8), Phase::fwd); }));
+    CHECK(internal([&] { g.add_buffer(0, Tier::device, Bytes(-8), BufferLabel::staging); }));
+    // Zero is a size: an empty buffer, a collective of nothing.
+    CHECK_NOTHROW(g.add_buffer(0, Tier::device, Bytes(0), BufferLabel::staging));
+    CHECK_NOTHROW(g.declare_collective(CollectiveKind::all_gather, {0, 1}, Bytes(0)));
+}
