@@ -433,9 +433,9 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
         // reduce-scatter shards and parameter servers push to servers, which it does not model.
         const ErrorContext cf{"", "", "--compress"};
         const std::string what = "--compress " + to_string(plan.compress);
-        if (l.tp > 1 || l.pp > 1)
-            fail_input(what + " is modelled for data parallelism (tp = pp = 1): it compresses the gradients replicas "
-                           "all-reduce; leave out --tp and --pp",
+        if (l.tp > 1 || l.pp > 1 || l.ep > 1)
+            fail_input(what + " is modelled for data parallelism (tp = pp = ep = 1): it compresses the gradients replicas "
+                           "all-reduce; leave out --tp, --pp and --ep",
                        cf);
         if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::ring)
             fail_input(what + " compresses the full-gradient all-reduce of --strategy ddp and ring (Horovod); --strategy " +
@@ -748,7 +748,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // ZeRO-2 and ZeRO-3 are DeepSpeed's own: with tensor parallelism, Megatron's layers on
     // DeepSpeed's engine (Megatron-DeepSpeed).
     const bool deepspeed_only = plan.strategy == DataParallel::zero2 || plan.strategy == DataParallel::zero3;
-    const bool layered = l.tp > 1 || l.pp > 1 || l.cp > 1;
+    // Expert parallelism is Megatron's too (the model-parallel builder's MoE passes and groups).
+    const bool layered = l.tp > 1 || l.pp > 1 || l.cp > 1 || plan.ep > 1;
     l.framework = !plan.framework.empty()            ? parse_framework(plan.framework)
                   : pytorch_only                     ? parse_framework("pytorch")
                   : deepspeed_only && layered        ? parse_framework("megatron-deepspeed")

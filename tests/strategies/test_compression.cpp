@@ -122,7 +122,17 @@ TEST_CASE("the compression flag refuses what it does not model", "[strategies][c
         Plan p;
         p.tp = 2;
         p.compress = parse_compression("topk:0.01");
-        CHECK_THROWS_WITH(build(gpt, topo::cluster_preset("dgx-a100"), p), Catch::Contains("tp = pp = 1"));
+        CHECK_THROWS_WITH(build(gpt, topo::cluster_preset("dgx-a100"), p), Catch::Contains("tp = pp = ep = 1"));
+    }
+    SECTION("expert parallelism") {
+        // It was accepted and then ignored: the model-parallel builder, which runs the experts'
+        // all-to-alls, has no compressed all-reduce (the heading said compressed, the step was not).
+        const Model moe = load_model(std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json");
+        Plan p;
+        p.ep = 2;
+        p.global_batch = 8;
+        p.compress = parse_compression("powersgd:2");
+        CHECK_THROWS_WITH(build(moe, topo::cluster_preset("dgx-a100"), p), Catch::Contains("leave out --tp, --pp and --ep"));
     }
 }
 

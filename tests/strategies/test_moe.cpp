@@ -205,6 +205,23 @@ TEST_CASE("expert parallelism composes with pipelines, tensor parallelism and ze
     CHECK(skewed.built.model_flops.count() == Approx(run.built.model_flops.count()));
 }
 
+TEST_CASE("expert parallelism runs on Megatron by default, FSDP's on PyTorch", "[strategies][moe][framework]") {
+    // The model-parallel builder's MoE passes are Megatron's (its all-to-all dispatcher, its
+    // groups): ddp and zero1 with --ep default to Megatron core as with --tp or --pp; before, a
+    // data-parallel-only layout took PyTorch's DDP and DeepSpeed's ZeRO-1 labels.
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    for (const auto& [strategy, framework] : {std::pair{DataParallel::ddp, FrameworkName::megatron},
+                                              std::pair{DataParallel::zero1, FrameworkName::megatron},
+                                              std::pair{DataParallel::fsdp, FrameworkName::pytorch}}) {
+        Plan p;
+        p.strategy = strategy;
+        p.ep = 2;
+        p.global_batch = 8;
+        CAPTURE(to_string(strategy));
+        CHECK(resolve(small_moe(), c, p).framework.name == framework);
+    }
+}
+
 TEST_CASE("FSDP with expert parallelism gathers and reduce-scatters each layer's experts over the expert-data-parallel group",
           "[strategies][moe][fsdp]") {
     // torchtitan's FSDP + EP (models/llama4/infra/parallelize.py apply_fsdp): each block's
