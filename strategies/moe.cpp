@@ -66,6 +66,14 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
             fail_input("--fsdp-sharding " + std::string(to_string(plan.fsdp_sharding)) +
                            " with --ep is not modelled: FSDP with expert parallelism shards fully (full or grad-op)",
                        {"", "", "--fsdp-sharding"});
+    } else if (plan.ep > 1 && (plan.strategy == DataParallel::ddp || plan.strategy == DataParallel::zero1) &&
+               l.framework.name != FrameworkName::megatron) {
+        // The token dispatcher, groups and distributed optimizer are Megatron core's; DeepSpeed's
+        // MoE (deepspeed/moe/sharded_moe.py) drops tokens past a capacity by default.
+        fail_input("--ep with --strategy " + std::string(to_string(plan.strategy)) + " is modelled as Megatron runs it "
+                       "(its all-to-all token dispatcher and expert-data-parallel groups); " +
+                       describe(l.framework) + " is not: use --framework megatron",
+                   {"", "", "--framework"});
     } else if (plan.ep > 1 && plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1) {
         fail_input(std::string("--strategy ") + to_string(plan.strategy) +
                        " is not modelled with expert parallelism; use ddp or zero1 (Megatron's distributed optimizer, "

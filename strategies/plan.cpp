@@ -336,9 +336,9 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input("--offload-activations moves each layer's activation checkpoint: it needs --recompute full", act);
         const bool zero = plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2 ||
                           plan.strategy == DataParallel::zero3;
-        if (!zero || l.tp > 1 || l.pp > 1)
+        if (!zero || l.tp > 1 || l.pp > 1 || l.ep > 1)
             fail_input("--offload-activations is DeepSpeed's activation checkpointing: it needs --strategy zero1, zero2 or "
-                       "zero3 (tp = pp = 1)",
+                       "zero3 (tp = pp = ep = 1)",
                        act);
         bool unified = true;
         for (const auto& g : cluster.groups) unified = unified && (g.device.unified_memory || g.device.is_cpu);
@@ -448,11 +448,12 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input("parameter servers step Adam; --optimizer " + std::string(to_string(plan.optimizer)) +
                            " is modelled for the other strategies",
                        opt);
-        // LAMB's trust ratio needs each layer's norms; with tensor or pipeline parallelism those
-        // span ranks of other groups, which is not modelled.
-        if (plan.optimizer == Optimizer::lamb && (l.tp > 1 || l.pp > 1))
-            fail_input("--optimizer lamb is modelled for data parallelism (tp = pp = 1): its per-layer norms would span "
-                       "tensor and pipeline ranks",
+        // LAMB's trust ratio needs each layer's norms; with tensor, pipeline or expert parallelism
+        // those span ranks of other groups (an MoE layer's experts over its expert-parallel
+        // group), which is not modelled.
+        if (plan.optimizer == Optimizer::lamb && (l.tp > 1 || l.pp > 1 || l.ep > 1))
+            fail_input("--optimizer lamb is modelled for data parallelism (tp = pp = ep = 1): its per-layer norms would "
+                       "span tensor, pipeline and expert-parallel ranks",
                        opt);
     }
 }

@@ -433,6 +433,27 @@ TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]
         });
         CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--fsdp-sharding hybrid with --ep is not modelled"));
     }
+    SECTION("flags the expert-parallel builder does not model, which it ignored before") {
+        Plan p = plan_with([](Plan& q) {
+            q.ep = 2;
+            q.strategy = DataParallel::zero1;
+            q.recompute = Recompute::full;
+        });
+        Plan lamb = p, activations = p;
+        lamb.optimizer = Optimizer::lamb;
+        activations.offload_activations = Offload::cpu;
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, lamb); }), Contains("--optimizer lamb is modelled for data parallelism (tp = pp = ep = 1)"));
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, activations); }),
+                   Contains("--offload-activations is DeepSpeed's activation checkpointing: it needs --strategy zero1, zero2 or zero3 (tp = pp = ep = 1)"));
+    }
+    SECTION("expert parallelism on DeepSpeed's engine") {
+        const Plan p = plan_with([](Plan& q) {
+            q.ep = 2;
+            q.strategy = DataParallel::zero1;
+            q.framework = "deepspeed";
+        });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--framework: --ep with --strategy zero1 is modelled as Megatron runs it"));
+    }
     SECTION("offload with expert parallelism") {
         const Plan p = plan_with([](Plan& q) {
             q.ep = 2;
