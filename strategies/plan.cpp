@@ -587,6 +587,9 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     l.tp = plan.tp;
     l.pp = plan.pp;
     l.cp = plan.cp;
+    if (plan.partition && l.pp == 1)
+        fail_input("--partition has no effect here: it splits the layers over pipeline stages (--pp 2 or more)",
+                   {"", "", "--partition"});
     check_context_parallel(model, plan, l);
     // Parameter servers (ps, ps-async): with --ps-placement dedicated the S servers are the last S
     // devices of the cluster and the workers the first devices − S (pi5-1gbe × 5 with one server:
@@ -803,6 +806,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
         if (!l.framework.can_overlap_grad_reduce)
             fail_input(describe(l.framework) + " has no switch to overlap gradient reduction with backward "
                        "(megatron-core, megatron@0.1 or later, has --overlap-grad-reduce)",
+                       {"", "", "--overlap-grad-reduce"});
+        if (plan.strategy == DataParallel::zero3)
+            fail_input("--overlap-grad-reduce has no effect here: ZeRO-3 reduce-scatters its gradient buckets as backward "
+                       "fills them already (overlap_comm defaults to true for stage 3, DeepSpeed runtime/zero/config.py)",
                        {"", "", "--overlap-grad-reduce"});
         l.framework.grad_reduce = GradReduce::overlapped;
         if (deepspeed_engine(l.framework.name))

@@ -263,6 +263,8 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--seq", "128"}, "resnet50"), {"--seq", "layer list"});
         refused(simulate({"--recompute", "selective"}, "resnet50"), {"--recompute", "attention core"});
         refused(simulate({"--trace-ranks", "0"}), {"--trace-ranks", "--trace"});
+        refused(simulate({"--partition", "balanced"}), {"--partition", "no effect", "--pp 2"});
+        refused(simulate({"--strategy", "zero3", "--overlap-grad-reduce"}), {"--overlap-grad-reduce", "no effect", "stage 3"});
     }
     SECTION("flags scripts pass whatever the plan get a warning") {
         const Result r = cli(simulate({"--schedule", "1f1b", "--no-fold"}));
