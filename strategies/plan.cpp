@@ -719,6 +719,12 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             fail_input("--recompute selective recomputes the attention core, which layer-list model " + model.name() +
                            " does not have; use none or full",
                        {"", "", "--recompute"});
+        if (plan.attention || plan.attention_backend) {
+            const char* flag = plan.attention ? "--attention" : "--attention-backend";
+            fail_input(std::string(flag) + " has no effect: " + model.name() + " is a layer list (CNN / MLP), which has no "
+                           "attention",
+                       {"", "", flag});
+        }
     }
     l.seq = plan.seq > 0 ? plan.seq : model.default_seq();
     if (model.is_transformer() && l.seq > model.shape().max_seq)
