@@ -453,7 +453,13 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
         fail_input("has no effect here: " + why, flag(name));
     };
     const DataParallel s = p.strategy;
-    const bool model_parallel = p.tp > 1 || p.pp > 1 || p.cp > 1;   // built by strategies/model_parallel.cpp
+    // Built by strategies/model_parallel.cpp, whose default framework is Megatron (zero2, zero3 and
+    // fsdp with --tp alone excepted: the sharded engines build them).
+    const bool model_parallel = p.tp > 1 || p.pp > 1 || p.cp > 1 || p.ep > 1;
+    // DeepSpeed's ZeRO-1/2 engine (strategies/zero.cpp build_zero): zero2 always, zero1 where the
+    // framework is DeepSpeed's, which it is by default without model parallelism.
+    const bool deepspeed_zero12 =
+        s == DataParallel::zero2 || (s == DataParallel::zero1 && (p.framework.empty() ? !model_parallel : deepspeed_engine(p.framework)));
     const bool ps = s == DataParallel::ps || s == DataParallel::ps_async;
     const std::string strategy = std::string("--strategy ") + strategies::to_string(s);
     if (given("--cp-comm") && p.cp == 1)
@@ -466,12 +472,11 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--bucket-mb") && (s == DataParallel::ring || s == DataParallel::zero3 || s == DataParallel::fsdp))
         no_effect("--bucket-mb", strategy + (s == DataParallel::ring ? " fuses gradients by --fusion-mb"
                                                                    : " reduces each block's gradients on their own"));
-    if (given("--bucket-mb") && (s == DataParallel::zero1 || s == DataParallel::zero2) && !model_parallel &&
-        deepspeed_engine(p.framework))
+    if (given("--bucket-mb") && deepspeed_zero12)
         no_effect("--bucket-mb", "DeepSpeed's ZeRO-1/2 reduce gradients in buckets of reduce_bucket_size elements (5e8 by "
                                  "default): set zero_optimization.reduce_bucket_size in a --deepspeed-config file");
     if (given("--first-bucket-mb") && !(s == DataParallel::ddp || s == DataParallel::hybrid_cnn ||
-                                        (model_parallel && s == DataParallel::zero1)))
+                                        (model_parallel && s == DataParallel::zero1 && !deepspeed_zero12)))
         no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp or hybrid-cnn, or zero1 with --tp / --pp) has a "
                                        "smaller first bucket");
     for (const char* name : {"--fusion-mb", "--cycle-ms"})
