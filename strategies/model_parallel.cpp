@@ -343,16 +343,21 @@ private:
         return b;
     }
     /// FSDP's shard of device s's parameters: over its shard group, the experts' over their
-    /// expert-data-parallel group (FSDP + EP: dp / ep ranks).
+    /// expert shard group (FSDP + EP, expert_shard_ranks).
     std::int64_t fsdp_shard(int s) const {
-        return l_.ep > 1 ? zero1_shard(device_params(s), device_expert_params(s), l_) : detail::shard(device_params(s), shard_slots_);
+        const std::int64_t experts = device_expert_params(s);
+        return detail::shard(device_params(s) - experts, shard_slots_) + (experts > 0 ? detail::shard(experts, expert_shard_ranks()) : 0);
     }
-    /// FSDP + EP: the parameters of unit i FSDP shards over the expert-data-parallel group (its
-    /// local experts), where that group has more than one rank; 0 otherwise.
+    /// FSDP + EP: the local experts' parameters of unit i, an FSDP unit of their own (0 without
+    /// expert parallelism: every expert is then part of its block's unit).
     std::int64_t unit_expert_params(int i) const {
         const Block& b = blocks_[static_cast<std::size_t>(i)];
-        return l_.ep > 1 && l_.dp / l_.ep > 1 && b.moe ? b.moe->expert_params : 0;
+        return l_.ep > 1 && b.moe ? b.moe->expert_params : 0;
     }
+    /// FSDP + EP: the ranks an expert shard group spans — the replicas of a shard group (every
+    /// replica, or a hybrid shard group's) holding the same experts: shard group / ep. With one,
+    /// the experts stay whole on their rank: neither gathered nor reduce-scattered.
+    int expert_shard_ranks() const { return shard_slots_ / l_.ep; }
     /// Of device_params, the experts' (reduced and sharded over the expert-data-parallel group).
     std::int64_t device_expert_params(int s) const {
         std::int64_t p = 0;
@@ -619,20 +624,21 @@ private:
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
             for (int i = c.first; i < c.last; ++i) {
-                const Bytes bytes(unit_params(i, vs) * sb_.params), experts(unit_expert_params(i) * sb_.params);
+                const Bytes experts(unit_expert_params(i) * sb_.params), dense(Bytes(unit_params(i, vs) * sb_.params) - experts);
                 const std::vector<std::int32_t> expert_cids = declare_expert_collectives(CollectiveKind::all_gather, t, s, experts);
+                const Bytes unsharded = expert_cids.empty() ? dense : dense + experts;
                 std::int32_t cid = -1;
                 for (int d = 0; d < emit_dp_; ++d) {
                     if (d % shard_slots_ == 0 && shard_slots_ > 1)   // each shard group's gather
-                        cid = g_.declare_collective(CollectiveKind::all_gather, shard_group(group, d), bytes - experts);
+                        cid = g_.declare_collective(CollectiveKind::all_gather, shard_group(group, d), dense);
                     const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
-                    const std::int32_t buf = g_.add_buffer(r, Tier::device, bytes, BufferLabel::staging);
+                    const std::int32_t buf = g_.add_buffer(r, Tier::device, unsharded, BufferLabel::staging);
                     OpId op = g_.add_alloc(buf, Stream::comm, i, 0);
                     if (i == c.first && !wait_for.empty() && wait_for[static_cast<std::size_t>(sl)] != kNoOp)
                         g_.depend(wait_for[static_cast<std::size_t>(sl)], op);
                     if (cid >= 0) op = g_.add_collective_op(cid, r, Stream::comm, Phase::fwd, i, 0);
                     if (!expert_cids.empty())   // after the dense gather on the comm stream
-                        op = g_.add_collective_op(expert_cids[static_cast<std::size_t>(d % l_.ep)], r, Stream::comm, Phase::fwd, i, 0);
+                        op = g_.add_collective_op(expert_cids[expert_cid(d)], r, Stream::comm, Phase::fwd, i, 0);
                     fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = buf;
                     fsdp_ag_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = op;
                 }
@@ -640,15 +646,23 @@ private:
         }
     }
 
-    /// FSDP + EP: one collective of `kind` moving `bytes` per expert-data-parallel group of tensor
-    /// rank t and stage s, indexed by the expert set (replica d's is d mod ep); none for no bytes.
+    /// FSDP + EP: one collective of `kind` moving `bytes` per expert shard group of tensor rank t
+    /// and stage s — per shard group, the replicas holding one expert set (d mod ep) — indexed by
+    /// expert_cid; none for no bytes or one-rank groups. Without hybrid sharding these are the
+    /// expert-data-parallel groups (strategies/moe.hpp).
     std::vector<std::int32_t> declare_expert_collectives(CollectiveKind kind, int t, int s, Bytes bytes) {
         std::vector<std::int32_t> cids;
-        if (bytes <= Bytes(0)) return cids;
-        for (int e = 0; e < l_.ep; ++e)
-            cids.push_back(g_.declare_collective(kind, expert_data_parallel_group(l_, t, e, s), bytes, -1, kExpertDataParallelGroup));
+        if (bytes <= Bytes(0) || expert_shard_ranks() == 1) return cids;
+        for (int first = 0; first < l_.dp; first += shard_slots_)
+            for (int e = 0; e < l_.ep; ++e) {
+                std::vector<int> members;
+                for (int d = first + e; d < first + shard_slots_; d += l_.ep) members.push_back(l_.rank(t, d, s));
+                cids.push_back(g_.declare_collective(kind, members, bytes, -1, kExpertDataParallelGroup));
+            }
         return cids;
     }
+    /// Replica d's collective among declare_expert_collectives'.
+    std::size_t expert_cid(int d) const { return static_cast<std::size_t>(d / shard_slots_ * l_.ep + d % l_.ep); }
 
     /// FSDP without pipeline stages (with context parallelism; build_sharded runs it without):
     /// torchtitan reshards after forward when pipeline parallelism is off (parallelize.py
@@ -684,23 +698,24 @@ private:
             // the comm stream; `wired(d, op)` as above.
             auto over_experts = [&](CollectiveKind kind, Bytes bytes, Phase phase, int i, const std::function<void(int, OpId)>& wired) {
                 const std::vector<std::int32_t> cids = declare_expert_collectives(kind, t, 0, bytes);
+                if (cids.empty()) return;
                 for (int d = 0; d < emit_dp_; ++d)
-                    wired(d, g_.add_collective_op(cids[static_cast<std::size_t>(d % l_.ep)], group[static_cast<std::size_t>(d)],
-                                                  Stream::comm, phase, i, mb));
+                    wired(d, g_.add_collective_op(cids[expert_cid(d)], group[static_cast<std::size_t>(d)], Stream::comm, phase, i, mb));
             };
             const detail::FsdpHooks hooks{
                 units,
                 [&](int i) { return detail::fsdp_reshards_after_forward(blocks_[static_cast<std::size_t>(i)], reshard); },
                 [&](int i, Phase phase, int after) {
-                    const Bytes bytes(unit_params(i, 0) * sb_.params), experts(unit_expert_params(i) * sb_.params);
+                    const Bytes experts(unit_expert_params(i) * sb_.params), dense(Bytes(unit_params(i, 0) * sb_.params) - experts);
+                    const Bytes unsharded = expert_shard_ranks() > 1 ? dense + experts : dense;   // else resident
                     auto before_use = [&](int d, OpId op) {
                         g_.depend(op, at(phase == Phase::fwd ? m.fwd.first : m.bwd.first, slot(t, d), i));
                     };
                     over_shards(
-                        CollectiveKind::all_gather, bytes - experts, phase, i,
+                        CollectiveKind::all_gather, dense, phase, i,
                         [&](int d) {
                             const int sl = slot(t, d), r = group[static_cast<std::size_t>(d)];
-                            const std::int32_t buf = g_.add_buffer(r, Tier::device, bytes, BufferLabel::staging);
+                            const std::int32_t buf = g_.add_buffer(r, Tier::device, unsharded, BufferLabel::staging);
                             const OpId a = g_.add_alloc(buf, Stream::comm, i, mb);
                             if (after >= 0) g_.depend(at(m.bwd.last, sl, after), a);
                             fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)] = buf;
@@ -725,10 +740,9 @@ private:
                     over_shards(
                         CollectiveKind::reduce_scatter, Bytes((unit - experts) * l_.fsdp_reduce_bytes), Phase::comm, i,
                         [&](int d) { return at(m.bwd.last, slot(t, d), i); }, finished);
-                    if (experts > 0) {   // after the dense reduce-scatter, on the comm stream
-                        over_experts(CollectiveKind::reduce_scatter, Bytes(experts * l_.fsdp_reduce_bytes), Phase::comm, i, finished);
-                    }
-                    if (groups_of_shards > 1) reduce_across_shard_groups(group, unit, i, mb, done);
+                    // The experts' after the dense reduce-scatter, on the comm stream.
+                    over_experts(CollectiveKind::reduce_scatter, Bytes(experts * l_.fsdp_reduce_bytes), Phase::comm, i, finished);
+                    if (groups_of_shards > 1) reduce_across_shard_groups(group, unit - experts, experts, i, mb, done);
                     for (int d = 0; d < emit_dp_; ++d) {
                         const int sl = slot(t, d);
                         last_comm_[static_cast<std::size_t>(group[static_cast<std::size_t>(d)])] = done[static_cast<std::size_t>(d)];
@@ -745,23 +759,27 @@ private:
         if (!forward) m = {};   // the micro-batch's ops are wired
     }
 
-    /// Hybrid sharding's replicate dimension: each position's gradient shard of unit i all-reduced
-    /// with the same shard of the other shard groups among `group` (a tensor rank's slots of a
-    /// stage), after after[d], which becomes the all-reduce.
-    void reduce_across_shard_groups(const std::vector<int>& group, std::int64_t unit, int i, int mb, std::vector<OpId>& after) {
+    /// Hybrid sharding's replicate dimension: each position's gradient shard of unit i (its
+    /// `dense` parameters' shard, then the shard of its `experts` over their expert shard group,
+    /// FSDP + EP) all-reduced with the same shard of the other shard groups among `group` (a
+    /// tensor rank's slots of a stage), after after[d], which becomes the last all-reduce.
+    void reduce_across_shard_groups(const std::vector<int>& group, std::int64_t dense, std::int64_t experts, int i, int mb,
+                                    std::vector<OpId>& after) {
         const int groups_of_shards = l_.dp_cp() / shard_slots_;
-        for (int p = 0; p < shard_slots_; ++p) {
-            std::vector<int> members;
-            for (int q = 0; q < groups_of_shards; ++q) members.push_back(group[static_cast<std::size_t>(q * shard_slots_ + p)]);
-            const std::int32_t ar = g_.declare_collective(CollectiveKind::all_reduce, members,
-                                                           Bytes(detail::shard(unit, shard_slots_) * l_.fsdp_reduce_bytes));
-            for (int q = 0; q < groups_of_shards; ++q) {
-                const int d = q * shard_slots_ + p;
-                const int r = group[static_cast<std::size_t>(d)];
-                const OpId op = g_.add_collective_op(ar, r, Stream::comm, Phase::comm, i, mb);
-                g_.depend(after[static_cast<std::size_t>(d)], op);
-                after[static_cast<std::size_t>(d)] = op;
-                last_comm_[static_cast<std::size_t>(r)] = op;
+        for (const std::int64_t shard : {detail::shard(dense, shard_slots_), experts > 0 ? detail::shard(experts, expert_shard_ranks()) : 0}) {
+            if (shard == 0) continue;
+            for (int p = 0; p < shard_slots_; ++p) {
+                std::vector<int> members;
+                for (int q = 0; q < groups_of_shards; ++q) members.push_back(group[static_cast<std::size_t>(q * shard_slots_ + p)]);
+                const std::int32_t ar = g_.declare_collective(CollectiveKind::all_reduce, members, Bytes(shard * l_.fsdp_reduce_bytes));
+                for (int q = 0; q < groups_of_shards; ++q) {
+                    const int d = q * shard_slots_ + p;
+                    const int r = group[static_cast<std::size_t>(d)];
+                    const OpId op = g_.add_collective_op(ar, r, Stream::comm, Phase::comm, i, mb);
+                    g_.depend(after[static_cast<std::size_t>(d)], op);
+                    after[static_cast<std::size_t>(d)] = op;
+                    last_comm_[static_cast<std::size_t>(r)] = op;
+                }
             }
         }
     }
@@ -799,13 +817,12 @@ private:
                         last_comm_[static_cast<std::size_t>(r)] = after[static_cast<std::size_t>(d)];
                     }
                     if (!expert_cids.empty()) {   // the experts' shard, after the dense reduce-scatter
-                        const OpId op = g_.add_collective_op(expert_cids[static_cast<std::size_t>(d % l_.ep)], r, Stream::comm,
-                                                             Phase::comm, i, -1);
+                        const OpId op = g_.add_collective_op(expert_cids[expert_cid(d)], r, Stream::comm, Phase::comm, i, -1);
                         g_.depend(after[static_cast<std::size_t>(d)], op);
                         after[static_cast<std::size_t>(d)] = last_comm_[static_cast<std::size_t>(r)] = op;
                     }
                 }
-                if (groups_of_shards > 1) reduce_across_shard_groups(group, unit, i, -1, after);
+                if (groups_of_shards > 1) reduce_across_shard_groups(group, unit - experts, experts, i, -1, after);
                 for (int d = 0; d < emit_dp_; ++d) {
                     const int sl = slot(t, d);
                     for (const std::int32_t buf : {fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)],

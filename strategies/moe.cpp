@@ -54,18 +54,25 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
         // apply_fsdp): each block's experts are an FSDP unit of their own over the
         // expert-data-parallel mesh (dp_mod_ep), the rest of the block over every data-parallel
         // rank; modelled without tensor or context parallelism, with pipeline stages
-        // (torchtitan's PP + FSDP + EP, as it trains DeepSeek-V3), and with full or grad-op
-        // sharding.
+        // (torchtitan's PP + FSDP + EP, as it trains DeepSeek-V3), and with full, grad-op or
+        // hybrid sharding (HSDP: the experts' shards too replicated across shard groups).
         const ErrorContext strategy{"", "", "--strategy"};
         if (l.tp > 1 || l.cp > 1)
             fail_input("--strategy fsdp with --ep is modelled without --tp and --cp (torchtitan's FSDP + EP over the "
                            "data-parallel ranks, with or without --pp); use ddp or zero1 (Megatron) to compose expert "
                            "parallelism with them",
                        strategy);
-        if (plan.fsdp_sharding == FsdpSharding::hybrid || plan.fsdp_sharding == FsdpSharding::none)
-            fail_input("--fsdp-sharding " + std::string(to_string(plan.fsdp_sharding)) +
-                           " with --ep is not modelled: FSDP with expert parallelism shards fully (full or grad-op)",
+        if (plan.fsdp_sharding == FsdpSharding::none)
+            fail_input("--fsdp-sharding none with --ep is not modelled: FSDP with expert parallelism shards (full, grad-op "
+                           "or hybrid)",
                        {"", "", "--fsdp-sharding"});
+        // torchtitan's HSDP borrows the expert-parallel ranks from dp_shard: the expert-parallel
+        // groups lie within a shard group.
+        if (plan.fsdp_sharding == FsdpSharding::hybrid && l.shard_group % plan.ep != 0)
+            fail_input("--ep " + std::to_string(plan.ep) + " does not divide the hybrid shard group of " +
+                           std::to_string(l.shard_group) + " replicas: the expert-parallel groups lie within a shard group "
+                           "(torchtitan takes them from dp_shard); choose --ep dividing it, or --fsdp-group",
+                       ep_flag);
     } else if (plan.ep > 1 && (plan.strategy == DataParallel::ddp || plan.strategy == DataParallel::zero1) &&
                l.framework.name != FrameworkName::megatron) {
         // The token dispatcher, groups and distributed optimizer are Megatron core's; DeepSpeed's

@@ -245,6 +245,12 @@ TEST_CASE("exec runs fsdp with expert parallelism: the all-to-alls, and the expe
     strategies::Plan p = data_parallel(DataParallel::fsdp);
     p.ep = 2;
     run_moe_and_check(p);
+    if (test::session().size() < 4) return;
+    // HSDP + EP: shard groups of 2 replicas, each holding both expert sets, experts replicated
+    // across the groups (all-reduced).
+    p.fsdp_sharding = strategies::FsdpSharding::hybrid;
+    p.fsdp_group = 2;
+    run_moe_and_check(p);
 }
 TEST_CASE("exec runs fsdp with expert parallelism under pipeline stages", "[exec][mpi][plan-fsdp-pp2]") {
     if (test::session().size() < 4) return;   // pp 2 leaves dp 1 on two ranks: nothing for ep to split

@@ -376,17 +376,93 @@ TEST_CASE("FSDP under pipeline stages without expert parallelism gathers every e
     CHECK(gathered == Approx(2 * stage1));
 }
 
+namespace {
+
+/// Rank `rank`'s comm-stream collectives: bytes by (kind, communicator size).
+std::map<std::pair<CollectiveKind, std::size_t>, double> comm_bytes(const OpGraph& g, int rank) {
+    std::map<std::pair<CollectiveKind, std::size_t>, double> out;
+    for (const Op& op : g.ops()) {
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
+        out[{col.kind, g.communicators()[static_cast<std::size_t>(col.communicator)].size()}] += static_cast<double>(col.bytes);
+    }
+    return out;
+}
+
+/// The small MoE's parameters outside the experts, and of its embedding and head.
+std::pair<double, double> dense_and_root(const Model& m) {
+    double dense = 0, root = 0;
+    for (const Block& blk : m.blocks(Workload{})) {
+        const double d = static_cast<double>(blk.params - (blk.moe ? blk.moe->expert_params : 0));
+        dense += d;
+        if (blk.kind == Block::Kind::embedding || blk.kind == Block::Kind::head) root += d;
+    }
+    return {dense, root};
+}
+
+}  // namespace
+
 TEST_CASE("FSDP with one replica per expert set holds the experts whole: only the dense part is sharded", "[strategies][moe][fsdp]") {
+    // dp 8, ep 8: each rank's expert shard group is itself, so its one expert per layer is neither
+    // gathered nor reduce-scattered (each rank's experts are its own); the dense part is.
     const Model m = small_moe();
     Plan plan;
     plan.strategy = DataParallel::fsdp;
     plan.ep = 8;
     plan.global_batch = 8;
-    const Built b = build(m, topo::cluster_preset("dgx-a100"), plan);
-    for (const Op& op : b.graph.ops())
-        if (op.kind == OpKind::collective && op.stream == Stream::comm)
-            CHECK(b.graph.communicators()[static_cast<std::size_t>(b.graph.collectives()[static_cast<std::size_t>(op.ref)].communicator)]
-                      .size() == 8);
+    const test::DpRun r = test::dp_run(m, topo::cluster_preset("dgx-a100"), plan);
+    const auto [dense, root] = dense_and_root(m);
+    const double experts = 3 * (1 * 3 * 512.0 * 1024);   // 3 MoE layers, one local expert each
+    const auto bytes = comm_bytes(r.built.graph, 3);
+    CHECK(bytes.size() == 2);
+    CHECK(bytes.at({CollectiveKind::all_gather, 8}) == Approx(2.0 * (2 * dense - root)));
+    CHECK(bytes.at({CollectiveKind::reduce_scatter, 8}) == Approx(r.built.layout.fsdp_reduce_bytes * dense));
+    CHECK(test::peak_of_labels(r.built.graph, r.timeline, 3, test::kModelStates).as_double() ==
+          Approx(16.0 * (std::ceil(dense / 8) + experts)).epsilon(1e-9));
+}
+
+TEST_CASE("HSDP with expert parallelism shards the experts within a node and all-reduces their shards across nodes",
+          "[strategies][moe][fsdp]") {
+    // torchtitan's HSDP + EP (dp_replicate 2 × dp_shard 8, ep 4 taken from dp_shard): two DGX A100,
+    // a node's 8 replicas a shard group. Per micro-batch the dense part is gathered and
+    // reduce-scattered over the node's 8 ranks and each 1/8 shard all-reduced with the other node's
+    // rank at the same position; each MoE layer's 2 local experts over the 2 ranks of the node
+    // holding them, their 1/2 shard all-reduced across the nodes the same way.
+    const Model m = small_moe();
+    Plan plan;
+    plan.strategy = DataParallel::fsdp;
+    plan.fsdp_sharding = FsdpSharding::hybrid;
+    plan.ep = 4;
+    plan.global_batch = 16;
+    const test::DpRun r = test::dp_run(m, topo::cluster_preset("dgx-a100").with_nodes(2), plan);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 16);
+    REQUIRE(l.shard_group == 8);
+    const auto [dense, root] = dense_and_root(m);
+    const double experts = 3 * (2 * 3 * 512.0 * 1024);
+    const int rank = l.rank(0, 13, 0), rb = l.fsdp_reduce_bytes;
+    const auto bytes = comm_bytes(r.built.graph, rank);
+    const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter, ar = CollectiveKind::all_reduce;
+    CHECK(bytes.at({ag, 8}) == Approx(2.0 * (2 * dense - root)));
+    CHECK(bytes.at({ag, 2}) == Approx(2.0 * 2 * experts));
+    CHECK(bytes.at({rs, 8}) == Approx(rb * dense));
+    CHECK(bytes.at({rs, 2}) == Approx(rb * experts));
+    // Across the nodes: every unit's dense shard (1/8, rounded up per unit) and each MoE layer's
+    // expert shard (1/2).
+    double dense_shards = 0;
+    for (const Block& blk : m.blocks(Workload{}))
+        dense_shards += std::ceil(static_cast<double>(blk.params - (blk.moe ? blk.moe->expert_params : 0)) / 8);
+    CHECK(bytes.at({ar, 2}) == Approx(rb * (dense_shards + experts / 2)));
+    CHECK(bytes.size() == 5);
+    // Rank 13 (node 1, expert set 1) reduce-scatters its experts with rank 9 and all-reduces with 5.
+    std::set<std::vector<int>> groups;
+    for (const Op& op : r.built.graph.ops())
+        if (op.rank == rank && op.kind == OpKind::collective && op.stream == Stream::comm)
+            groups.insert(r.built.graph.communicators()[static_cast<std::size_t>(r.built.graph.collectives()[static_cast<std::size_t>(op.ref)].communicator)]);
+    CHECK(groups.count({l.rank(0, 9, 0), l.rank(0, 13, 0)}) == 1);
+    CHECK(groups.count({l.rank(0, 5, 0), l.rank(0, 13, 0)}) == 1);
+    CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates).as_double() ==
+          Approx(16.0 * (std::ceil(dense / 8) + experts / 2)).epsilon(1e-4));
 }
 
 TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]") {
@@ -425,13 +501,14 @@ TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]
         CHECK_THAT(bad_input_message([&] { build(small_moe(), topo::cluster_preset("dgx-a100").with_nodes(2), p); }),
                    Contains("--strategy fsdp with --ep is modelled without --tp and --cp"));
     }
-    SECTION("FSDP's hybrid sharding with expert parallelism") {
+    SECTION("FSDP's hybrid sharding with expert-parallel groups crossing shard groups") {
         const Plan p = plan_with([](Plan& q) {
-            q.ep = 2;
+            q.ep = 4;
             q.strategy = DataParallel::fsdp;
             q.fsdp_sharding = FsdpSharding::hybrid;
+            q.fsdp_group = 2;
         });
-        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--fsdp-sharding hybrid with --ep is not modelled"));
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }), Contains("--ep 4 does not divide the hybrid shard group of 2"));
     }
     SECTION("flags the expert-parallel builder does not model, which it ignored before") {
         Plan p = plan_with([](Plan& q) {
