@@ -619,7 +619,7 @@ private:
     /// the gathers and reduce-scatters stay within shard groups (shard_group), and fsdp_reduce
     /// all-reduces each shard across them.
     /// With expert parallelism (torchtitan's FSDP + EP under pipeline stages) an MoE unit's local
-    /// experts are gathered after its dense part, over their expert-data-parallel group.
+    /// experts are gathered after its dense part, over their expert shard group (expert_shard_ranks).
     void fsdp_gather(int s, const Chunk& c, int vs, const std::vector<OpId>& wait_for) {
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
