@@ -81,44 +81,56 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
         if (static_cast<int>(r) > static_cast<int>(plan.recompute)) recomputes.push_back(r);
     std::vector<int> micro_batches{plan.micro_batch};
     for (int m = plan.micro_batch / 2; m >= 1; m /= 2) micro_batches.push_back(m);
+    // A mixture of experts: more expert parallelism, each rank holding fewer experts (every power
+    // of two above the plan's dividing dp and the experts).
+    std::vector<int> eps{plan.ep};
+    if (model.is_transformer() && model.shape().is_moe())
+        for (int e = plan.ep * 2; e <= l.dp && model.shape().moe.experts % e == 0; e *= 2)
+            if (l.dp % e == 0) eps.push_back(e);
 
     std::vector<PlanChange> out;
     for (DataParallel s : strategies)
         for (const OffloadChoice& o : offload_choices(s, nvme))
             for (Recompute r : recomputes)
-                for (int m : micro_batches) {
-                    PlanChange c;
-                    c.plan = plan;
-                    if (s != plan.strategy) {
-                        c.plan.strategy = s;
-                        // The framework follows the strategy (FSDP is PyTorch's, ZeRO DeepSpeed's).
-                        c.plan.framework.clear();
-                        c.flags += " --strategy " + std::string(strategies::to_string(s));
-                        ++c.changes;
+                for (int m : micro_batches)
+                    for (int e : eps) {
+                        PlanChange c;
+                        c.plan = plan;
+                        if (s != plan.strategy) {
+                            c.plan.strategy = s;
+                            // The framework follows the strategy (FSDP is PyTorch's, ZeRO DeepSpeed's).
+                            c.plan.framework.clear();
+                            c.flags += " --strategy " + std::string(strategies::to_string(s));
+                            ++c.changes;
+                        }
+                        if (o.offloads()) {
+                            const bool already = plan.offload != Offload::none || plan.offload_params != Offload::none ||
+                                                 plan.offload_optimizer != Offload::none;
+                            if (already && s == plan.strategy) continue;   // the plan's own offload, or one it has
+                            apply_offload(c.plan, o);
+                            c.flags += " " + o.flags;
+                            ++c.changes;
+                        }
+                        if (r != plan.recompute) {
+                            c.plan.recompute = r;
+                            c.flags += " --recompute " + std::string(to_string(r));
+                            ++c.changes;
+                        }
+                        if (m != plan.micro_batch) {
+                            c.plan.micro_batch = m;
+                            c.plan.global_batch = l.global_batch;   // the same batch in more micro-batches
+                            c.flags += " --micro-batch " + std::to_string(m);
+                            ++c.changes;
+                        }
+                        if (e != plan.ep) {
+                            c.plan.ep = e;
+                            c.flags += " --ep " + std::to_string(e);
+                            ++c.changes;
+                        }
+                        if (c.changes == 0 || !accepted(model, cluster, c.plan)) continue;
+                        c.flags.erase(0, 1);
+                        out.push_back(std::move(c));
                     }
-                    if (o.offloads()) {
-                        const bool already = plan.offload != Offload::none || plan.offload_params != Offload::none ||
-                                             plan.offload_optimizer != Offload::none;
-                        if (already && s == plan.strategy) continue;   // the plan's own offload, or one it has
-                        apply_offload(c.plan, o);
-                        c.flags += " " + o.flags;
-                        ++c.changes;
-                    }
-                    if (r != plan.recompute) {
-                        c.plan.recompute = r;
-                        c.flags += " --recompute " + std::string(to_string(r));
-                        ++c.changes;
-                    }
-                    if (m != plan.micro_batch) {
-                        c.plan.micro_batch = m;
-                        c.plan.global_batch = l.global_batch;   // the same batch in more micro-batches
-                        c.flags += " --micro-batch " + std::to_string(m);
-                        ++c.changes;
-                    }
-                    if (c.changes == 0 || !accepted(model, cluster, c.plan)) continue;
-                    c.flags.erase(0, 1);
-                    out.push_back(std::move(c));
-                }
     std::stable_sort(out.begin(), out.end(), [](const PlanChange& a, const PlanChange& b) { return a.changes < b.changes; });
     return out;
 }

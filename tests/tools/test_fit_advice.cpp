@@ -134,6 +134,17 @@ TEST_CASE("Llama 2 70B with QLoRA on two RTX 4090s: FSDP alone runs out, FSDP's 
     CHECK(j["memory"]["device"]["parameters"].get<double>() == 0);
 }
 
+TEST_CASE("a mixture of experts that does not fit is offered more expert parallelism", "[tools][fit_advice][moe]") {
+    // Mixtral-8x7B with DeepSpeed's ZeRO-1 on two DGX A100: every rank holds all 8 experts' 16-bit
+    // weights and gradients (87 GiB of parameters alone); with --ep 8 each holds one.
+    const Result r = cli({"simulate", "--model", std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json", "--cluster",
+                          "dgx-a100", "--nodes", "2", "--strategy", "zero1", "--recompute", "full", "--seq", "4096",
+                          "--global-batch", "16"});
+    REQUIRE(r.code == 3);
+    CHECK_THAT(r.out, Catch::Contains("\n    --ep 8 "));
+    CHECK_THAT(r.out, Catch::Contains("--strategy fsdp --ep 8"));
+}
+
 TEST_CASE("the changes tried save memory and the plan's checks accept them", "[tools][fit_advice]") {
     const Model m = model_preset("llama3-8b");
     const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
