@@ -354,6 +354,44 @@ TEST_CASE("FSDP with expert parallelism under pipeline stages gathers each stage
     CHECK(r.summary.iteration > Time::zero());
 }
 
+TEST_CASE("HSDP with expert parallelism under pipeline stages all-reduces each stage's dense and expert shards once a step",
+          "[strategies][moe][fsdp]") {
+    // Four DGX A100, pp 2 (stage 1 on nodes 2 and 3), dp 16, a node's 8 replicas a shard group, ep 4:
+    // after stage 1's last backward each unit's dense shard (1/8) and each MoE layer's expert shard
+    // (1/2 of its 2 local experts) are all-reduced with the other node's rank at the same position.
+    const Model m = small_moe();
+    Plan plan;
+    plan.strategy = DataParallel::fsdp;
+    plan.fsdp_sharding = FsdpSharding::hybrid;
+    plan.ep = 4;
+    plan.pp = 2;
+    plan.global_batch = 32;
+    const Built b = build(m, topo::cluster_preset("dgx-a100").with_nodes(4), plan);
+    REQUIRE(b.layout.dp == 16);
+    REQUIRE(b.layout.shard_group == 8);
+    const std::vector<Block> blocks = m.blocks(Workload{});
+    double dense_shards = 0;   // layers 2 and 3, and the head with the tied table's copy
+    for (std::size_t i = 3; i < blocks.size(); ++i) {
+        const double own = static_cast<double>(blocks[i].params - (blocks[i].moe ? blocks[i].moe->expert_params : 0));
+        dense_shards += std::ceil((own + (i + 1 == blocks.size() ? 4096.0 * 512 : 0)) / 8);
+    }
+    const double expert_shards = 2 * (2 * 3 * 512.0 * 1024) / 2;   // layers 2 and 3
+    const int rank = b.layout.rank(0, 3, 1);
+    double reduced = 0;
+    int all_reduces = 0;
+    for (const Op& op : b.graph.ops()) {
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        const auto& members = b.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        if (col.kind != CollectiveKind::all_reduce || members.size() != 2 || members[0] != b.layout.rank(0, 3, 1)) continue;
+        CHECK(members[1] == b.layout.rank(0, 11, 1));
+        reduced += static_cast<double>(col.bytes);
+        ++all_reduces;
+    }
+    CHECK(all_reduces == 3 + 2);   // the stage's 3 units' dense shards, its 2 MoE layers' expert shards
+    CHECK(reduced == Approx(b.layout.fsdp_reduce_bytes * (dense_shards + expert_shards)));
+}
+
 TEST_CASE("FSDP under pipeline stages without expert parallelism gathers every expert over dp", "[strategies][moe][fsdp]") {
     const Model m = small_moe();
     Plan plan;
