@@ -36,6 +36,7 @@ struct SweepFlags {
     bool no_fold = false;
     std::vector<std::string> strategies;
     std::vector<int> tp, pp, micro_batch, cp, ep;
+    std::vector<std::string> fsdp_sharding;
     std::vector<std::string> cp_comm;
     std::vector<std::string> offload;
     std::string max_memory;
@@ -164,7 +165,17 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         offloads |= o != "-";
         offload_width = std::max(offload_width, o.size());
     }
-    out << "\n  rank  strategy  tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   " << (eps ? "ep   " : "")
+    // The strategy column names FSDP's sharding where it is not full ("fsdp hybrid").
+    const auto strategy_of = [](const PlanResult& p) {
+        std::string s = strategies::to_string(p.plan.strategy);
+        if (p.plan.strategy == strategies::DataParallel::fsdp && p.plan.fsdp_sharding != strategies::FsdpSharding::full)
+            s += std::string(" ") + strategies::to_string(p.plan.fsdp_sharding);
+        return s;
+    };
+    std::size_t strategy_width = 8;
+    for (std::size_t k = 0; k < shown; ++k) strategy_width = std::max(strategy_width, strategy_of(r.plans[r.ranking[k]]).size());
+    out << "\n  rank  " << pad("strategy", strategy_width + 2) << "tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   "
+        << (eps ? "ep   " : "")
         << pad("schedule", width + 1)
         << "mb  recompute  sp  " << (offloads ? pad("offload", offload_width + 2) : "")
         << "step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
@@ -177,8 +188,8 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         if (eps) std::snprintf(ep, sizeof ep, "%-4d ", p.layout.ep);
         const std::string offload = offloads ? pad(offload_of(p), offload_width + 2) : "";
         char buf[384];
-        std::snprintf(buf, sizeof buf, "  %-5zu %-9s %-3d %-3d %s%-4d %s%s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
-                      strategies::to_string(p.plan.strategy), p.layout.tp, p.layout.pp, cp, p.layout.dp, ep, schedule.c_str(),
+        std::snprintf(buf, sizeof buf, "  %-5zu %s %-3d %-3d %s%-4d %s%s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
+                      pad(strategy_of(p), strategy_width + 1).c_str(), p.layout.tp, p.layout.pp, cp, p.layout.dp, ep, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       offload.c_str(), to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string_binary(x.peak_memory).c_str(), sim::to_string(x.network));
@@ -250,6 +261,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"cp", p.plan.cp},
            {"cp_comm", to_string(p.plan.cp_comm)},
            {"ep", p.plan.ep},
+           {"fsdp_sharding", p.plan.strategy == strategies::DataParallel::fsdp ? Json(strategies::to_string(p.plan.fsdp_sharding)) : Json(nullptr)},
            {"schedule", strategies::to_string(p.plan.schedule)},
            {"virtual_stages", p.plan.virtual_stages},
            {"micro_batch", p.plan.micro_batch},
@@ -292,7 +304,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
-    out << "model,cluster,nodes,devices,index,rank,strategy,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
+    out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
            "recompute,sp,offload,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
@@ -306,7 +318,9 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
             const bool resolved = p.status != PlanStatus::pruned || p.reason_key == "memory bound";
             out << model.name() << ',' << quoted(n.cluster.name) << ',' << (n.nodes ? std::to_string(*n.nodes) : "") << ','
                 << n.cluster.num_devices() << ',' << p.index << ',' << (rank[p.index] ? std::to_string(*rank[p.index]) : "")
-                << ',' << strategies::to_string(p.plan.strategy) << ',' << p.plan.tp << ',' << p.plan.pp << ',' << p.plan.cp << ','
+                << ',' << strategies::to_string(p.plan.strategy) << ','
+                << (p.plan.strategy == strategies::DataParallel::fsdp ? strategies::to_string(p.plan.fsdp_sharding) : "") << ','
+                << p.plan.tp << ',' << p.plan.pp << ',' << p.plan.cp << ','
                 << to_string(p.plan.cp_comm) << ',' << p.plan.ep << ',' << (resolved ? std::to_string(p.layout.dp) : "") << ',' << strategies::to_string(p.plan.schedule) << ','
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
@@ -442,6 +456,14 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     o.space.pp = f.pp;
     o.space.cp = f.cp;
     o.space.ep = f.ep;
+    for (const std::string& v : f.fsdp_sharding) {
+        const strategies::FsdpSharding sharding = strategies::parse_fsdp_sharding(v);
+        if (std::find(o.space.fsdp_sharding.begin(), o.space.fsdp_sharding.end(), sharding) == o.space.fsdp_sharding.end())
+            o.space.fsdp_sharding.push_back(sharding);
+    }
+    if (!o.space.fsdp_sharding.empty() && !o.space.strategies.empty() &&
+        std::find(o.space.strategies.begin(), o.space.strategies.end(), strategies::DataParallel::fsdp) == o.space.strategies.end())
+        fail_input("has no effect here: it is FSDP's sharding, and --strategies does not search fsdp", flag("--fsdp-sharding"));
     for (const std::string& s : f.cp_comm) {
         const CpComm c = parse_cp_comm(s, flag("--cp-comm"));
         if (std::find(o.space.cp_comm.begin(), o.space.cp_comm.end(), c) == o.space.cp_comm.end()) o.space.cp_comm.push_back(c);
@@ -556,6 +578,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--tp", f->tp, "tensor-parallel sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--pp", f->pp, "pipeline sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--cp", f->cp, "context-parallel sizes to try, e.g. 1,2,4 (default: 1)")->delimiter(',');
+    app->add_option("--fsdp-sharding", f->fsdp_sharding,
+                    "FSDP's sharding to try, of full,grad-op,hybrid,none (default: full, and hybrid on several nodes)")
+        ->delimiter(',');
     app->add_option("--ep", f->ep,
                     "expert-parallel sizes to try, e.g. 1,8 (default: for a mixture of experts every power of two "
                     "dividing dp and the experts, else 1)")

@@ -90,8 +90,10 @@ std::vector<DeviceOrder> device_orders(const topo::Cluster& cluster) {
 
 std::string describe_plan(const PlanResult& p) {
     const Plan& x = p.plan;
-    std::string s = std::string(strategies::to_string(x.strategy)) + " tp " + std::to_string(x.tp) + " pp " +
-                    std::to_string(x.pp);
+    std::string s = std::string(strategies::to_string(x.strategy));
+    if (x.strategy == DataParallel::fsdp && x.fsdp_sharding != strategies::FsdpSharding::full)
+        s += std::string(" ") + strategies::to_string(x.fsdp_sharding);
+    s += " tp " + std::to_string(x.tp) + " pp " + std::to_string(x.pp);
     if (x.pp > 1) s += std::string(" ") + strategies::to_string(x.schedule);
     if (x.schedule == Schedule::interleaved) s += " v " + std::to_string(x.virtual_stages);
     if (x.cp > 1) s += " cp " + std::to_string(x.cp) + (x.cp_comm == CpComm::p2p ? "" : std::string(" ") + to_string(x.cp_comm));
@@ -188,6 +190,15 @@ const Dimension kDimensions[] = {
      false},
     {"pp", [](const Context& c, const Plan& p, const Layout&) {
          return vary(p, &Plan::pp, powers_of_two(c.cluster.num_devices() / (p.tp * p.cp), c.options.space.pp));
+     }},
+    // FSDP's sharding: full, and hybrid (HSDP, a node's replicas a shard group) where the replicas
+    // span more than one node, unless --fsdp-sharding lists them.
+    {"fsdp_sharding", [](const Context& c, const Plan& p, const Layout& l) {
+         if (p.strategy != DataParallel::fsdp) return std::vector<Plan>{p};
+         if (!c.options.space.fsdp_sharding.empty()) return vary(p, &Plan::fsdp_sharding, c.options.space.fsdp_sharding);
+         const int per_node = c.cluster.groups.front().devices_per_node / (l.tp * l.cp);   // a shard group's replicas
+         if (per_node < 1 || l.dp <= per_node) return std::vector<Plan>{p};
+         return vary(p, &Plan::fsdp_sharding, {strategies::FsdpSharding::full, strategies::FsdpSharding::hybrid});
      }},
     // Expert parallelism over the data-parallel ranks (strategies/moe.hpp): for a mixture of
     // experts every power of two dividing dp and the experts unless --ep lists them; 1 otherwise.

@@ -54,6 +54,8 @@ struct SearchSpace {
     std::vector<int> cp;                                // empty: 1 (context parallelism only when asked)
     std::vector<CpComm> cp_comm;                        // with cp > 1; empty: p2p
     std::vector<int> ep;                                // empty: for a mixture of experts every power of two dividing dp and the experts, else 1
+    /// FSDP's sharding; empty: full, and hybrid (a node a shard group) on clusters of several nodes.
+    std::vector<strategies::FsdpSharding> fsdp_sharding;
     /// Where states may go for plans that cannot fit without (cpu, nvme; none: nowhere); empty: cpu.
     std::vector<strategies::Offload> offload;
 };

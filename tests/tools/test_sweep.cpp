@@ -305,6 +305,37 @@ TEST_CASE("a sweep of a mixture of experts tries every expert-parallel size divi
     for (const PlanResult& p : sweep(model_preset("llama3-8b"), cluster, o).plans) CHECK(p.plan.ep == 1);
 }
 
+TEST_CASE("a sweep tries FSDP's hybrid sharding where the replicas span more than one node", "[tools][sweep][fsdp]") {
+    // Two DGX A100: with pp 1 the 16 replicas span both nodes (full and hybrid); with pp 2 a stage's
+    // 8 replicas fill one node, where hybrid is full (not tried). One node: full only.
+    SweepOptions o = analytic_screen(16);
+    o.space.strategies = {strategies::DataParallel::fsdp};
+    o.space.tp = {1};
+    o.space.pp = {1, 2};
+    o.space.micro_batch = {1};
+    auto shardings = [](const SweepResult& r, int pp) {
+        std::set<strategies::FsdpSharding> out;
+        for (const PlanResult& p : r.plans)
+            if (p.plan.pp == pp && p.plan.recompute == Recompute::none) out.insert(p.plan.fsdp_sharding);
+        return out;
+    };
+    const Model m = model_preset("gpt2-small");
+    const SweepResult two = sweep(m, topo::cluster_preset("dgx-a100").with_nodes(2), o);
+    CHECK(shardings(two, 1) == std::set<strategies::FsdpSharding>{strategies::FsdpSharding::full, strategies::FsdpSharding::hybrid});
+    CHECK(shardings(two, 2) == std::set<strategies::FsdpSharding>{strategies::FsdpSharding::full});
+    bool named = false;
+    for (const PlanResult& p : two.plans)
+        if (p.plan.fsdp_sharding == strategies::FsdpSharding::hybrid && p.result) {
+            CHECK(describe_plan(p).rfind("fsdp hybrid tp 1", 0) == 0);
+            named = true;
+        }
+    CHECK(named);
+    CHECK(shardings(sweep(m, topo::cluster_preset("dgx-a100"), o), 1) == std::set<strategies::FsdpSharding>{strategies::FsdpSharding::full});
+    o.space.fsdp_sharding = {strategies::FsdpSharding::grad_op};
+    CHECK(shardings(sweep(m, topo::cluster_preset("dgx-a100").with_nodes(2), o), 1) ==
+          std::set<strategies::FsdpSharding>{strategies::FsdpSharding::grad_op});
+}
+
 TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
     // Llama-2-7B on four 24 GB RTX 4090: DDP's 16 bytes per parameter (108 GB) cannot fit, ZeRO-3's 27 GB
     // per device neither; the pipeline plans may.
@@ -516,10 +547,11 @@ TEST_CASE("smolcluster sweep prints the ranking and writes every plan to --csv a
     const std::size_t plans = j["sweeps"][0]["plans"].size();
     CHECK(plans == j["sweeps"][0]["candidates"].get<std::size_t>());
     CHECK(j["sweeps"][0]["plans"][0]["ep"] == 1);
+    CHECK(j["sweeps"][0]["plans"][0].contains("fsdp_sharding"));
     std::ifstream in(csv);
     std::size_t lines = 0;
     for (std::string line; std::getline(in, line);) {
-        if (lines == 0) CHECK(line.find(",tp,pp,cp,cp_comm,ep,dp,") != std::string::npos);
+        if (lines == 0) CHECK(line.find(",strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,") != std::string::npos);
         ++lines;
     }
     CHECK(lines == plans + 1);
@@ -551,6 +583,11 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         args.insert(args.end(), extra.begin(), extra.end());
         return cli(args);
     };
+    SECTION("FSDP's sharding without fsdp searched") {
+        const Result r = with({"--strategies", "zero1", "--fsdp-sharding", "hybrid"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--fsdp-sharding: has no effect here") != std::string::npos);
+    }
     SECTION("an expert-parallel size below 1") {
         const Result r = with({"--ep", "1,0"});
         CHECK(r.code == 2);
