@@ -65,8 +65,12 @@ std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& clus
 
 int run_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
                  const std::string& recompute, int step_seq, int micro_batch, const std::string& finetune_spec,
-                 const std::string& optimizer_spec, std::ostream& out, std::ostream& err) {
+                 const std::string& optimizer_spec, int ep, std::ostream& out, std::ostream& err) {
     const Model model = load_model_warning(model_spec, err);
+    if (ep < 1) fail_input("--ep must be at least 1, found " + std::to_string(ep), flag("--ep"));
+    if (ep > 1 && cluster_spec.empty())
+        fail_input("has no effect here: expert parallelism spreads the experts over the cluster's ranks; give --cluster",
+                   flag("--ep"));
     // What the steps train and with which optimizer (simulate's --finetune and --optimizer).
     const strategies::FineTune finetune = strategies::parse_finetune(finetune_spec);
     const strategies::Optimizer optimizer = strategies::parse_optimizer(optimizer_spec);
@@ -99,6 +103,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
            {"model_state_bytes", {{"ddp", states.count()}}}};
     if (adapters) j["finetune"] = strategies::to_string(finetune);
     if (optimizer != strategies::Optimizer::adam) j["optimizer"] = strategies::to_string(optimizer);
+    if (ep > 1) j["ep"] = ep;
     std::optional<topo::Cluster> cluster;
     // With a cluster: each data-parallel strategy's model-state bytes per device, read from the
     // graph the strategy builds over all its devices (rank 0's parameter, gradient and
@@ -111,13 +116,19 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         j["device_memory_bytes"] = cluster->device_kind(0).memory.count();
         j["devices"] = cluster->num_devices();
         per_strategy.clear();
-        // With adapters, FSDP too (it shards the frozen weights); ZeRO-3 does not train them.
-        std::vector<strategies::DataParallel> flavours{strategies::DataParallel::ddp, strategies::DataParallel::zero1,
-                                                       strategies::DataParallel::zero2};
-        flavours.push_back(adapters ? strategies::DataParallel::fsdp : strategies::DataParallel::zero3);
+        // With adapters, FSDP too (it shards the frozen weights); ZeRO-3 does not train them. With
+        // expert parallelism the strategies that shard experts: ddp, zero1 (Megatron's) and fsdp.
+        std::vector<strategies::DataParallel> flavours{strategies::DataParallel::ddp, strategies::DataParallel::zero1};
+        if (ep > 1) {
+            flavours.push_back(strategies::DataParallel::fsdp);
+        } else {
+            flavours.push_back(strategies::DataParallel::zero2);
+            flavours.push_back(adapters ? strategies::DataParallel::fsdp : strategies::DataParallel::zero3);
+        }
         for (auto flavour : flavours) {
             strategies::Plan plan;
             plan.strategy = flavour;
+            plan.ep = ep;
             plan.finetune = finetune;
             plan.optimizer = optimizer;
             plan.dtype = DType::bf16;
@@ -145,6 +156,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         base.recompute = parse_recompute(recompute, flag("--recompute"));
         base.seq = step_seq;
         base.micro_batch = micro_batch;
+        base.ep = ep;
         rows = memory_rows(model, *cluster, base);
         Json m = Json::array();
         for (const MemoryRow& r : rows)
@@ -184,7 +196,8 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     out << '\n';
     if (cluster)
         out << "  on " << cluster->name << ": " << cluster->num_devices() << " devices of "
-            << to_string_binary(cluster->device_kind(0).memory) << "; model states per device (" << trains << "):\n";
+            << to_string_binary(cluster->device_kind(0).memory) << "; model states per device (" << trains
+            << (ep > 1 ? ", ep " + std::to_string(ep) : std::string()) << "):\n";
     else
         out << "  model states per device (" << trains << "; --cluster for the sharded strategies):\n";
     for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string_binary(bytes) << '\n';
@@ -213,6 +226,7 @@ Command add_describe(CLI::App& parent) {
         std::string recompute = "none";
         int seq = 0, micro_batch = 1;
         std::string finetune = "full", optimizer = "adam";
+        int ep = 1;
     };
     auto f = std::make_shared<Flags>();
     CLI::App* app = parent.add_subcommand("describe", "parameters, FLOPs per token and memory of a model");
@@ -226,9 +240,11 @@ Command add_describe(CLI::App& parent) {
     app->add_option("--finetune", f->finetune, "with --cluster: what the steps train, full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS]")
         ->capture_default_str();
     app->add_option("--optimizer", f->optimizer, "with --cluster: adam, adamw-8bit, sgd or lamb")->capture_default_str();
+    app->add_option("--ep", f->ep, "with --cluster: expert parallelism of the strategies (a mixture of experts)")
+        ->capture_default_str();
     return {app, [f](const Io& io) {
                 return run_describe(f->model, f->cluster, f->nodes, f->json, f->recompute, f->seq, f->micro_batch, f->finetune,
-                                    f->optimizer, io.out, io.err);
+                                    f->optimizer, f->ep, io.out, io.err);
             }};
 }
 

@@ -233,6 +233,28 @@ TEST_CASE("describe breaks the peak down per strategy and offload", "[tools][fit
     CHECK_THAT(text.out, Catch::Contains("zero3 --offload cpu") && Catch::Contains("host:"));
 }
 
+TEST_CASE("describe --ep shows the strategies that shard experts, with the experts spread", "[tools][fit_advice][moe]") {
+    // Mixtral-8x7B on two DGX A100 with ep 8: each rank holds one of the 8 experts of every layer.
+    // DDP keeps 16 bytes a parameter of the dense part and its one expert; zero1 (Megatron's)
+    // shards the optimizer's 12 over dp (dense) and dp / ep (experts); FSDP shards all 16 that way.
+    const std::string mixtral = std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json";
+    const Result r = cli({"describe", "--model", mixtral, "--cluster", "dgx-a100", "--nodes", "2", "--ep", "8", "--seq",
+                          "4096", "--recompute", "full", "--json"});
+    REQUIRE(r.code == 0);
+    const Json j = Json::parse(r.out);
+    CHECK(j["ep"] == 8);
+    const double experts = 32.0 * 8 * 3 * 4096 * 14336, dense = 46'702'792'704.0 - experts;
+    const Json& states = j["model_state_bytes"];
+    CHECK(states.size() == 3);
+    CHECK(states["ddp"].get<double>() == Approx(16 * (dense + experts / 8)).epsilon(1e-3));
+    CHECK(states["zero1"].get<double>() == Approx(4 * (dense + experts / 8) + 12 * (dense / 16 + experts / 8 / 2)).epsilon(1e-3));
+    CHECK(states["fsdp"].get<double>() == Approx(16 * (dense / 16 + experts / 8 / 2)).epsilon(1e-3));
+    std::map<std::string, bool> fits;
+    for (const Json& row : j["memory"]) fits[row["strategy"].get<std::string>() + "/" + row["offload"].get<std::string>()] = row["fits"].get<bool>();
+    CHECK(fits == std::map<std::string, bool>{{"ddp/none", false}, {"zero1/none", true}, {"fsdp/none", true}});
+    CHECK(cli({"describe", "--model", "gpt2-small", "--ep", "2"}).code == 2);   // no cluster to spread experts over
+}
+
 TEST_CASE("a DeepSpeed config's offload devices become the plan's", "[tools][fit_advice][deepspeed]") {
     TempFile cfg("ds_offload_test.json", R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
         "offload_param": {"device": "nvme"}}, "optimizer": {"type": "AdamW"}})");
