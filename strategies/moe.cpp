@@ -53,15 +53,11 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
         // torchtitan's FSDP with expert parallelism (torchtitan/models/llama4/infra/parallelize.py
         // apply_fsdp): each block's experts are an FSDP unit of their own over the
         // expert-data-parallel mesh (dp_mod_ep), the rest of the block over every data-parallel
-        // rank; modelled without tensor or context parallelism, with pipeline stages
-        // (torchtitan's PP + FSDP + EP, as it trains DeepSeek-V3), and with full, grad-op or
-        // hybrid sharding (HSDP: the experts' shards too replicated across shard groups).
-        const ErrorContext strategy{"", "", "--strategy"};
-        if (l.tp > 1 || l.cp > 1)
-            fail_input("--strategy fsdp with --ep is modelled without --tp and --cp (torchtitan's FSDP + EP over the "
-                           "data-parallel ranks, with or without --pp); use ddp or zero1 (Megatron) to compose expert "
-                           "parallelism with them",
-                       strategy);
+        // rank; with tensor parallelism (each tensor rank's slices, the experts split over the
+        // tensor group as Megatron's expert tensor parallelism does), pipeline stages (torchtitan's
+        // PP + FSDP + EP, as it trains DeepSeek-V3), and full, grad-op or hybrid sharding (HSDP:
+        // the experts' shards too replicated across shard groups). A mixture of experts with
+        // context parallelism is refused before (check_context_parallel).
         if (plan.fsdp_sharding == FsdpSharding::none)
             fail_input("--fsdp-sharding none with --ep is not modelled: FSDP with expert parallelism shards (full, grad-op "
                            "or hybrid)",

@@ -251,6 +251,12 @@ TEST_CASE("exec runs fsdp with expert parallelism: the all-to-alls, and the expe
     p.fsdp_sharding = strategies::FsdpSharding::hybrid;
     p.fsdp_group = 2;
     run_moe_and_check(p);
+    // FSDP + TP + EP: tp 2 · dp 2, the experts split over the tensor group, one expert set a replica.
+    p = data_parallel(DataParallel::fsdp);
+    p.tp = 2;
+    p.sequence_parallel = true;
+    p.ep = 2;
+    run_moe_and_check(p);
 }
 TEST_CASE("exec runs fsdp with expert parallelism under pipeline stages", "[exec][mpi][plan-fsdp-pp2]") {
     if (test::session().size() < 4) return;   // pp 2 leaves dp 1 on two ranks: nothing for ep to split

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "dp_fixtures.hpp"
+#include "strategies/data_parallel.hpp"
 #include "strategies/moe.hpp"
 #include "strategies/plan.hpp"
 #include "test_support.hpp"
@@ -440,6 +441,50 @@ std::pair<double, double> dense_and_root(const Model& m) {
 
 }  // namespace
 
+TEST_CASE("FSDP with tensor and expert parallelism shards each tensor rank's slices: dense over dp, experts over their group",
+          "[strategies][moe][fsdp]") {
+    // torchtitan's FSDP + TP + EP with expert tensor parallelism (Megatron's layout: the experts
+    // split over the tensor group too): two DGX A100, tp 2 · dp 8, ep 2. Each tensor rank's dense
+    // slices are gathered and reduce-scattered over the 8 replicas' ranks of that tensor rank, its
+    // slices of the 4 local experts of each MoE layer over the 4 replicas holding them.
+    const Model m = small_moe();
+    Plan plan;
+    plan.strategy = DataParallel::fsdp;
+    plan.tp = 2;
+    plan.sequence_parallel = true;
+    plan.ep = 2;
+    plan.global_batch = 8;
+    const test::DpRun r = test::dp_run(m, topo::cluster_preset("dgx-a100").with_nodes(2), plan);
+    const Layout& l = r.built.layout;
+    REQUIRE(l.dp == 8);
+    const double experts = 3 * (4 * 3 * 512.0 * 1024) / 2;   // 3 MoE layers, 4 local experts, half of each
+    double dense = 0, root = 0;   // one tensor rank's
+    for (const Block& b : strategies::detail::replica_blocks(m, l, plan)) {
+        const double d = static_cast<double>(b.params - (b.moe ? b.moe->expert_params : 0));
+        dense += d;
+        if (b.kind == Block::Kind::embedding || b.kind == Block::Kind::head) root += d;
+        if (b.moe) CHECK(static_cast<double>(b.moe->expert_params) == Approx(experts / 3));
+    }
+    const int rank = l.rank(1, 5, 0);
+    const auto bytes = comm_bytes(r.built.graph, rank);
+    const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter;
+    CHECK(bytes.at({ag, 8}) == Approx(2.0 * (2 * dense - root)));
+    CHECK(bytes.at({ag, 4}) == Approx(2.0 * 2 * experts));
+    CHECK(bytes.at({rs, 8}) == Approx(l.fsdp_reduce_bytes * dense));
+    CHECK(bytes.at({rs, 4}) == Approx(l.fsdp_reduce_bytes * experts));
+    // The expert group: tensor rank 1 of replicas 1, 3, 5, 7.
+    bool group = false;
+    for (const Op& op : r.built.graph.ops())
+        if (op.rank == rank && op.kind == OpKind::collective && op.stream == Stream::comm) {
+            const auto& members = r.built.graph.communicators()[static_cast<std::size_t>(
+                r.built.graph.collectives()[static_cast<std::size_t>(op.ref)].communicator)];
+            group = group || members == std::vector<int>{l.rank(1, 1, 0), l.rank(1, 3, 0), l.rank(1, 5, 0), l.rank(1, 7, 0)};
+        }
+    CHECK(group);
+    CHECK(test::peak_of_labels(r.built.graph, r.timeline, rank, test::kModelStates).as_double() ==
+          Approx(16.0 * (std::ceil(dense / 8) + experts / 4)).epsilon(1e-4));
+}
+
 TEST_CASE("FSDP with one replica per expert set holds the experts whole: only the dense part is sharded", "[strategies][moe][fsdp]") {
     // dp 8, ep 8: each rank's expert shard group is itself, so its one expert per layer is neither
     // gathered nor reduce-scattered (each rank's experts are its own); the dense part is.
@@ -528,16 +573,6 @@ TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]
         const Plan p = plan_with([](Plan& q) { q.ep = 2; });
         CHECK_THAT(bad_input_message([&] { build(model_preset("gpt2-small"), c, p); }),
                    Contains("needs a mixture-of-experts model; gpt2-small has no experts"));
-    }
-    SECTION("FSDP with expert and tensor parallelism") {
-        const Plan p = plan_with([](Plan& q) {
-            q.ep = 2;
-            q.tp = 2;
-            q.sequence_parallel = true;
-            q.strategy = DataParallel::fsdp;
-        });
-        CHECK_THAT(bad_input_message([&] { build(small_moe(), topo::cluster_preset("dgx-a100").with_nodes(2), p); }),
-                   Contains("--strategy fsdp with --ep is modelled without --tp and --cp"));
     }
     SECTION("FSDP's hybrid sharding with expert-parallel groups crossing shard groups") {
         const Plan p = plan_with([](Plan& q) {
