@@ -114,11 +114,11 @@ std::vector<int> min_max_split(int n, int stages, const std::function<double(int
 
 void check_model_parallel(const Model& model, const Plan& plan, const Layout& l, const std::vector<Block>& blocks) {
     const ErrorContext pp_flag{"", "", "--pp"}, strategy_flag{"", "", "--strategy"};
-    auto dense_only = [&](const char* what) {
+    auto dense_only = [&](const char* what, const char* instead = "use ddp or zero1 with --tp and --pp") {
         for (const Block& b : blocks)
             if (b.moe)
-                fail_input(std::string(what) + " is modelled for dense models; " + model.name() +
-                               " routes tokens to experts: use ddp or zero1 with --tp and --pp",
+                fail_input(std::string(what) + " is modelled for dense models; " + model.name() + " routes tokens to experts: " +
+                               instead,
                            strategy_flag);
     };
     switch (plan.strategy) {
@@ -141,7 +141,8 @@ void check_model_parallel(const Model& model, const Plan& plan, const Layout& l,
             // (torchtitan's FSDP + EP, check_expert_parallel) on this builder, whose MoE passes
             // the sharded engine does not have.
             if (sharded_with_tp(plan, l)) {
-                dense_only("fsdp with tensor parallelism");
+                dense_only("fsdp with tensor parallelism alone",
+                           "add --ep or --pp (FSDP of a mixture of experts runs with them), or use ddp or zero1 with --tp");
                 break;
             }
             if (l.pp > 1 || l.cp > 1 || l.ep > 1) break;

@@ -257,7 +257,7 @@ TEST_CASE("impossible FSDP + TP plans say why", "[strategies][fsdp][plan]") {
                                           "moe-small.json");
         p.sequence_parallel = true;   // Megatron's MoE with tp needs it; FSDP does not get that far
         CHECK_THROWS_WITH(build(model_from_json(JsonView(doc, "moe-small.json"), "moe-small"), topo::cluster_preset("dgx-h100"), p),
-                          Catch::Contains("fsdp with tensor parallelism is modelled for dense models"));
+                          Catch::Contains("fsdp with tensor parallelism alone is modelled for dense models"));
     }
     SECTION("a hybrid group that cannot be a node's replicas") {
         // tp 3 does not divide a DGX A100's 8 GPUs: a node holds no whole number of replicas.
