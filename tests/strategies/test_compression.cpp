@@ -124,6 +124,18 @@ TEST_CASE("the compression flag refuses what it does not model", "[strategies][c
         p.compress = parse_compression("topk:0.01");
         CHECK_THROWS_WITH(build(gpt, topo::cluster_preset("dgx-a100"), p), Catch::Contains("tp = pp = ep = 1"));
     }
+    SECTION("PowerSGD with LoRA adapters") {
+        // Found by fuzz_plan: lora:65536 made the frozen weights' GEMMs fit in the adapters'
+        // parameter count, so their shapes were compressed, more elements than the bucket held.
+        Plan p;
+        p.finetune = parse_finetune("lora:16");
+        p.compress = parse_compression("powersgd:2");
+        p.global_batch = 8;
+        CHECK_THROWS_WITH(build(model_preset("llama3-8b"), topo::cluster_preset("dgx-a100"), p),
+                          Catch::Contains("--compress powersgd:2 with --finetune lora:16 is not modelled"));
+        p.compress = parse_compression("topk:0.01");
+        CHECK_NOTHROW(build(model_preset("llama3-8b"), topo::cluster_preset("dgx-a100"), p));
+    }
     SECTION("expert parallelism") {
         // It was accepted and then ignored: the model-parallel builder, which runs the experts'
         // all-to-alls, has no compressed all-reduce (the heading said compressed, the step was not).
