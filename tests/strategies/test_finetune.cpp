@@ -40,6 +40,14 @@ std::int64_t llama3_8b_adapters(std::int64_t r) {
     return 32 * r * ((h + h) + 2 * (h + kv) + (h + h) + 2 * (h + f) + (f + h));
 }
 
+/// The frozen weights of `p`'s fine-tuning as DDP holds them whole on a rank (its parameter
+/// buffers less the adapters' 2 bytes each; the QLoRA test counts them by hand).
+double frozen_bytes(const Model& m, const topo::Cluster& c, Plan p, double adapters) {
+    p.strategy = DataParallel::ddp;
+    p.offload = Offload::none;
+    return static_cast<double>(held(build(m, c, p).graph, 0, Tier::device, BufferLabel::parameters)) - 2 * adapters;
+}
+
 }  // namespace
 
 TEST_CASE("LoRA's optimizer state and gradients scale with the adapters only", "[strategies][finetune]") {
@@ -187,12 +195,8 @@ TEST_CASE("FSDP with LoRA and QLoRA shards the frozen weights, gathers them with
     const test::DpRun r = test::dp_run(m, c, p, o);
     const Built& b = r.built;
     INFO(to_string(p.finetune));
-    // The frozen weights as ddp holds them whole (the QLoRA test above counts them by hand).
-    Plan replicated = p;
-    replicated.strategy = DataParallel::ddp;
-    const Built whole = build(m, c, replicated);
     const double adapters = static_cast<double>(llama3_8b_adapters(16));
-    const double frozen = static_cast<double>(held(whole.graph, 0, Tier::device, BufferLabel::parameters)) - 2 * adapters;
+    const double frozen = frozen_bytes(m, c, p, adapters);
     // Model states: a quarter of the frozen weights and of the adapters' 2 + 2 + 12 bytes.
     CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::parameters)) == Approx((frozen + 2 * adapters) / 4).epsilon(1e-4));
     CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::optimizer_state)) == Approx(12 * adapters / 4).epsilon(1e-4));
@@ -238,11 +242,8 @@ TEST_CASE("FSDP's CPU offload with LoRA and QLoRA keeps the frozen shards on the
     o.network = sim::NetworkMode::analytic;
     const test::DpRun r = test::dp_run(m, c, p, o);
     const Built& b = r.built;
-    Plan replicated = p;
-    replicated.strategy = DataParallel::ddp;
-    replicated.offload = Offload::none;
     const double adapters = static_cast<double>(llama3_8b_adapters(16));
-    const double frozen = static_cast<double>(held(build(m, c, replicated).graph, 0, Tier::device, BufferLabel::parameters)) - 2 * adapters;
+    const double frozen = frozen_bytes(m, c, p, adapters);
     // Nothing of the model states stays on the device.
     for (const BufferLabel l : {BufferLabel::parameters, BufferLabel::gradients, BufferLabel::optimizer_state})
         CHECK(held(b.graph, 0, Tier::device, l) == 0);

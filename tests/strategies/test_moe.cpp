@@ -55,6 +55,34 @@ AllToAll all_to_alls(const OpGraph& g, int rank, int layer) {
     return out;
 }
 
+/// Rank `rank`'s comm-stream collectives by (kind, communicator size): their bytes and count.
+struct CommTotals {
+    std::map<std::pair<CollectiveKind, std::size_t>, double> bytes;
+    std::map<std::pair<CollectiveKind, std::size_t>, int> count;
+};
+CommTotals comm_totals(const OpGraph& g, int rank) {
+    CommTotals out;
+    for (const Op& op : g.ops()) {
+        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
+        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::pair key{col.kind, g.communicators()[static_cast<std::size_t>(col.communicator)].size()};
+        out.bytes[key] += static_cast<double>(col.bytes);
+        ++out.count[key];
+    }
+    return out;
+}
+
+/// The small MoE's parameters outside the experts, and of its embedding and head.
+std::pair<double, double> dense_and_root(const Model& m) {
+    double dense = 0, root = 0;
+    for (const Block& blk : m.blocks(Workload{})) {
+        const double d = static_cast<double>(blk.params - (blk.moe ? blk.moe->expert_params : 0));
+        dense += d;
+        if (blk.kind == Block::Kind::embedding || blk.kind == Block::Kind::head) root += d;
+    }
+    return {dense, root};
+}
+
 }  // namespace
 
 TEST_CASE("MoE all-to-all bytes per layer are tokens × hidden × top-k × bytes × (ep − 1)/ep", "[strategies][moe]") {
@@ -246,26 +274,18 @@ TEST_CASE("FSDP with expert parallelism gathers and reduce-scatters each layer's
     // the root's (embedding, head), which FSDP does not reshard after forward.
     const std::int64_t h = 512, fe = 1024;
     const double experts = 3 * (2 * 3 * h * fe);
-    double dense = 0, root = 0;
-    for (const Block& blk : m.blocks(Workload{})) {
-        const double d = static_cast<double>(blk.params - (blk.moe ? blk.moe->expert_params : 0));
-        dense += d;
-        if (blk.kind == Block::Kind::embedding || blk.kind == Block::Kind::head) root += d;
-    }
+    const auto [dense, root] = dense_and_root(m);
     const int units = static_cast<int>(m.blocks(Workload{}).size());
     const int rank = l.rank(0, 5, 0);
     const OpGraph& g = r.built.graph;
-    std::map<std::pair<CollectiveKind, std::size_t>, double> bytes;   // (kind, group size) → bytes
-    std::map<std::pair<CollectiveKind, std::size_t>, int> count;
-    std::map<std::tuple<int, Phase, int>, Time> gathered;              // (micro-batch, phase, block) → last gather's end
+    auto [bytes, count] = comm_totals(g, rank);
+    std::map<std::tuple<int, Phase, int>, Time> gathered;   // (micro-batch, phase, block) → last gather's end
     std::set<std::vector<int>> expert_groups;
     for (OpId id = 0; id < g.size(); ++id) {
         const Op& op = g.op(id);
         if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
         const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
         const std::vector<int>& members = g.communicators()[static_cast<std::size_t>(col.communicator)];
-        bytes[{col.kind, members.size()}] += static_cast<double>(col.bytes);
-        ++count[{col.kind, members.size()}];
         if (members.size() == 2) expert_groups.insert(members);
         if (col.kind == CollectiveKind::all_gather) {
             Time& end = gathered[{op.microbatch, op.phase, op.layer}];
@@ -332,17 +352,7 @@ TEST_CASE("FSDP with expert parallelism under pipeline stages gathers each stage
     double dense = 4096.0 * 512;
     for (std::size_t i = 3; i < blocks.size(); ++i)
         dense += static_cast<double>(blocks[i].params - (blocks[i].moe ? blocks[i].moe->expert_params : 0));
-    const int rank = l.rank(0, 5, 1);
-    const OpGraph& g = r.built.graph;
-    std::map<std::pair<CollectiveKind, std::size_t>, double> bytes;
-    std::map<std::pair<CollectiveKind, std::size_t>, int> count;
-    for (const Op& op : g.ops()) {
-        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
-        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
-        const std::size_t members = g.communicators()[static_cast<std::size_t>(col.communicator)].size();
-        bytes[{col.kind, members}] += static_cast<double>(col.bytes);
-        ++count[{col.kind, members}];
-    }
+    auto [bytes, count] = comm_totals(r.built.graph, l.rank(0, 5, 1));
     const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter;
     CHECK(count[{ag, 8}] == 3);   // the stage's 3 units, once
     CHECK(count[{ag, 2}] == 2);   // its 2 MoE layers' experts, once
@@ -415,32 +425,6 @@ TEST_CASE("FSDP under pipeline stages without expert parallelism gathers every e
     CHECK(gathered == Approx(2 * stage1));
 }
 
-namespace {
-
-/// Rank `rank`'s comm-stream collectives: bytes by (kind, communicator size).
-std::map<std::pair<CollectiveKind, std::size_t>, double> comm_bytes(const OpGraph& g, int rank) {
-    std::map<std::pair<CollectiveKind, std::size_t>, double> out;
-    for (const Op& op : g.ops()) {
-        if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
-        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
-        out[{col.kind, g.communicators()[static_cast<std::size_t>(col.communicator)].size()}] += static_cast<double>(col.bytes);
-    }
-    return out;
-}
-
-/// The small MoE's parameters outside the experts, and of its embedding and head.
-std::pair<double, double> dense_and_root(const Model& m) {
-    double dense = 0, root = 0;
-    for (const Block& blk : m.blocks(Workload{})) {
-        const double d = static_cast<double>(blk.params - (blk.moe ? blk.moe->expert_params : 0));
-        dense += d;
-        if (blk.kind == Block::Kind::embedding || blk.kind == Block::Kind::head) root += d;
-    }
-    return {dense, root};
-}
-
-}  // namespace
-
 TEST_CASE("FSDP with tensor and expert parallelism shards each tensor rank's slices: dense over dp, experts over their group",
           "[strategies][moe][fsdp]") {
     // torchtitan's FSDP + TP + EP with expert tensor parallelism (Megatron's layout: the experts
@@ -466,7 +450,7 @@ TEST_CASE("FSDP with tensor and expert parallelism shards each tensor rank's sli
         if (b.moe) CHECK(static_cast<double>(b.moe->expert_params) == Approx(experts / 3));
     }
     const int rank = l.rank(1, 5, 0);
-    const auto bytes = comm_bytes(r.built.graph, rank);
+    const auto bytes = comm_totals(r.built.graph, rank).bytes;
     const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter;
     CHECK(bytes.at({ag, 8}) == Approx(2.0 * (2 * dense - root)));
     CHECK(bytes.at({ag, 4}) == Approx(2.0 * 2 * experts));
@@ -496,7 +480,7 @@ TEST_CASE("FSDP with one replica per expert set holds the experts whole: only th
     const test::DpRun r = test::dp_run(m, topo::cluster_preset("dgx-a100"), plan);
     const auto [dense, root] = dense_and_root(m);
     const double experts = 3 * (1 * 3 * 512.0 * 1024);   // 3 MoE layers, one local expert each
-    const auto bytes = comm_bytes(r.built.graph, 3);
+    const auto bytes = comm_totals(r.built.graph, 3).bytes;
     CHECK(bytes.size() == 2);
     CHECK(bytes.at({CollectiveKind::all_gather, 8}) == Approx(2.0 * (2 * dense - root)));
     CHECK(bytes.at({CollectiveKind::reduce_scatter, 8}) == Approx(r.built.layout.fsdp_reduce_bytes * dense));
@@ -524,7 +508,7 @@ TEST_CASE("HSDP with expert parallelism shards the experts within a node and all
     const auto [dense, root] = dense_and_root(m);
     const double experts = 3 * (2 * 3 * 512.0 * 1024);
     const int rank = l.rank(0, 13, 0), rb = l.fsdp_reduce_bytes;
-    const auto bytes = comm_bytes(r.built.graph, rank);
+    const auto bytes = comm_totals(r.built.graph, rank).bytes;
     const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter, ar = CollectiveKind::all_reduce;
     CHECK(bytes.at({ag, 8}) == Approx(2.0 * (2 * dense - root)));
     CHECK(bytes.at({ag, 2}) == Approx(2.0 * 2 * experts));
