@@ -73,6 +73,7 @@ const char* to_string(KernelName k) {
         case KernelName::grad_accumulate: return "grad_accumulate";
         case KernelName::quantize: return "quantize";
         case KernelName::powersgd_orthogonalize: return "powersgd_orthogonalize";
+        case KernelName::router: return "router";
     }
     return "?";
 }

@@ -61,6 +61,9 @@ enum class KernelName : std::uint8_t {
     // PowerSGD's Gram–Schmidt over a factor's columns (`elements` rows, `m` columns), which the
     // CPU executor runs for real (exec/cpu/compression.hpp); its other kernels are `powersgd`.
     powersgd_orthogonalize,
+    // An MoE layer's router (its logits over the experts) and Qwen-MoE's shared-expert gate: weight
+    // GEMMs that are not an MLP's projections, so no LoRA target adapts them.
+    router,
 };
 
 /// FP8 training as Transformer Engine runs it (Megatron core's --fp8-format hybrid with

@@ -500,7 +500,7 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     // Router: logits over the experts (a replicated GEMM on the rank's tokens), then softmax and
     // top-k in fp32 (read the logits, write fp32 probabilities), then the permutation that copies
     // each token to its K experts' slots (read b·s·h, write K copies).
-    k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, local, E, d.h, 1, eb, true));
+    k.push_back(gemm_kernel(KernelName::router, KernelClass::gemm, local, E, d.h, 1, eb, true));
     k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, local * E * (e + 4)));
     k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, (local + copies) * d.h * e));
     const I shared = static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden / t;
@@ -510,7 +510,7 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
         k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + shared) * tok * e));
         linear(k, d, KernelName::mlp_down, tok, d.h, shared);
     }
-    if (m.moe.shared_expert_gate) k.push_back(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, local, 1, d.h, 1, eb, true));
+    if (m.moe.shared_expert_gate) k.push_back(gemm_kernel(KernelName::router, KernelClass::gemm, local, 1, d.h, 1, eb, true));
     const int dispatch_at = static_cast<int>(k.size());
     // The local experts as grouped GEMMs (Megatron's GroupedMLP / TEGroupedMLP): one problem per
     // local expert, over the tokens routed to it.

@@ -19,10 +19,17 @@ struct Module {
 /// row-parallel one (attn_proj, mlp_down) its inputs; `k` is already this rank's slice.
 std::vector<Module> modules_of(const TransformerShape& s, const Kernel& k, int tp) {
     const bool split = s.gated_mlp;   // Llama's separate projections; GPT-2's fused Conv1D modules
-    const std::int64_t head = s.hidden / s.heads, kv = static_cast<std::int64_t>(s.kv_heads) * head;
+    // Query, key and value widths from the heads' own widths (Qwen3's and Gemma's head_dim is not
+    // hidden / heads).
+    const std::int64_t kv_heads = s.kv_heads > 0 ? s.kv_heads : s.heads;
+    const std::int64_t q = static_cast<std::int64_t>(s.heads) * s.q_head_dim() / tp, key = kv_heads * s.q_head_dim() / tp,
+                       value = kv_heads * s.value_head_dim() / tp;
     switch (k.name) {
         case KernelName::qkv:
-            if (split) return {{k.k, static_cast<std::int64_t>(s.heads) * head / tp}, {k.k, kv / tp}, {k.k, kv / tp}};
+            // The fused QKV GEMM (or a cross-attention's fused K and V) is q_proj, k_proj and
+            // v_proj; MLA's projections (q_a_proj, kv_a_proj_with_mqa, kv_b_proj …) are one each.
+            if (split && k.n == q + key + value) return {{k.k, q}, {k.k, key}, {k.k, value}};
+            if (split && k.n == key + value) return {{k.k, key}, {k.k, value}};
             return {{k.k, k.n}};
         case KernelName::mlp_up:
             if (split) return {{k.k, k.n / 2}, {k.k, k.n / 2}};
@@ -83,7 +90,8 @@ std::vector<Unit> train_units(const std::vector<Kernel>& fwd, const TransformerS
             continue;
         }
         Unit base{{}, k, true};
-        const std::int64_t elements = k.k * k.n;
+        // A grouped GEMM (an MoE layer's local experts, core/transformer.cpp) is `batch` weights.
+        const std::int64_t elements = k.k * k.n * k.batch;
         if (frozen_gemm_elements) *frozen_gemm_elements += elements;
         if (quantised) {
             // Read the 4-bit weight and its constants, write it in the compute dtype; one multiply
@@ -95,17 +103,21 @@ std::vector<Unit> train_units(const std::vector<Kernel>& fwd, const TransformerS
         for (const Kernel& d : base.before) units.push_back({{}, d, false});
         units.push_back(base);
         if (!adapters || !targeted(f, k.name)) continue;
-        const std::int64_t tok = k.m, r = f.rank;
+        // Every expert's modules are adapted apart (PEFT wraps each expert's nn.Linear: Mixtral's
+        // w1, w2, w3, Qwen-MoE's gate_proj, up_proj, down_proj), each on its own tokens: the
+        // adapters of a grouped GEMM are grouped GEMMs over its `batch` experts.
+        const std::int64_t tok = k.m, r = f.rank, experts = k.batch;
         for (const Module& m : modules_of(shape, k, tp)) {
             if (collectives && tp > 1) {
                 ++(row_parallel(k.name) ? collectives->fwd : collectives->bwd);
                 collectives->elements = tok * r;
             }
-            units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, r, m.in, 1, k.elem_bytes, true), false});
-            units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, m.out, r, 1, k.elem_bytes, true), false});
-            units.push_back({{}, stream_kernel(k.name, KernelClass::elementwise, 5 * tok * m.out * k.elem_bytes), false});
-            if (adapter_params) *adapter_params += r * (m.in + m.out);
-            if (kept_bytes) *kept_bytes += tok * r * k.elem_bytes;
+            units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, r, m.in, experts, k.elem_bytes, true), false});
+            units.push_back({{}, gemm_kernel(k.name, KernelClass::gemm, tok, m.out, r, experts, k.elem_bytes, true), false});
+            units.push_back(
+                {{}, stream_kernel(k.name, KernelClass::elementwise, 5 * tok * m.out * experts * k.elem_bytes), false});
+            if (adapter_params) *adapter_params += r * (m.in + m.out) * experts;
+            if (kept_bytes) *kept_bytes += tok * r * experts * k.elem_bytes;
         }
     }
     // The dequantisation kernels sit in `units` for the forward; in backward they are redone by
@@ -131,23 +143,6 @@ std::vector<Unit> differentiated(const std::vector<Unit>& units) {
 }
 
 }  // namespace
-
-std::int64_t adapter_params_per_layer(const TransformerShape& shape, int rank, const std::vector<KernelName>& targets) {
-    // One layer's weight GEMMs at tp 1 (as core/model.cpp lays them out).
-    const std::int64_t h = shape.hidden, head = shape.hidden / shape.heads, kv = static_cast<std::int64_t>(shape.kv_heads) * head;
-    const std::int64_t up = (shape.gated_mlp ? 2 : 1) * static_cast<std::int64_t>(shape.ffn_hidden);
-    FineTune f;
-    f.rank = rank;
-    f.targets = targets;
-    std::int64_t n = 0;
-    for (const Kernel& k : {gemm_kernel(KernelName::qkv, KernelClass::gemm, 1, h + 2 * kv, h, 1, 2, true),
-                            gemm_kernel(KernelName::attn_proj, KernelClass::gemm, 1, h, h, 1, 2, true),
-                            gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 1, up, h, 1, 2, true),
-                            gemm_kernel(KernelName::mlp_down, KernelClass::gemm, 1, h, shape.ffn_hidden, 1, 2, true)})
-        if (targeted(f, k.name))
-            for (const Module& m : modules_of(shape, k, 1)) n += static_cast<std::int64_t>(rank) * (m.in + m.out);
-    return n;
-}
 
 Training apply_finetune(const Model& model, const Layout& layout, std::vector<Block>& blocks) {
     Training t;

@@ -9,6 +9,11 @@
 // target_modules="all-linear" and what QLoRA uses, because "LoRA on all linear transformer block
 // layers is required to match full finetuning performance" (Dettmers et al. 2023 §4); PEFT's
 // older q,v default trains a fused QKV GEMM only in part, which the kernel list does not split.
+// In a mixture of experts every routed expert's projections are adapted apart (PEFT wraps each
+// expert's nn.Linear: Mixtral's w1, w3, w2, Qwen-MoE's gate_proj, up_proj, down_proj): E times an
+// expert's adapters a layer, each run on the tokens routed to its expert (grouped, as the experts'
+// GEMMs are). The router stays frozen (KernelName::router; PEFT's "all-linear" would adapt it too,
+// r·(h + E) parameters a layer, which no target here names).
 //
 // Per adapted layer the forward adds x·A (tok×k by k×r), (x·A)·B (tok×r by r×n) and the scaled add
 // into y (PEFT's `result + lora_B(lora_A(x)) * scaling`: read and write y for the scale, read two
@@ -69,9 +74,5 @@ constexpr double kNf4BytesPerParam = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) 
 /// grow by the adapters' kept intermediates; the frozen weights are returned apart. In full
 /// fine-tuning the blocks are left as they are.
 Training apply_finetune(const Model& model, const Layout& layout, std::vector<Block>& blocks);
-
-/// Adapter parameters LoRA of rank `rank` on `targets` adds to one transformer layer of `shape`
-/// (tp 1): Σ r·(k + n) over the adapted Hugging Face modules.
-std::int64_t adapter_params_per_layer(const TransformerShape& shape, int rank, const std::vector<KernelName>& targets);
 
 }  // namespace smol::strategies

@@ -53,7 +53,6 @@ double frozen_bytes(const Model& m, const topo::Cluster& c, Plan p, double adapt
 TEST_CASE("LoRA's optimizer state and gradients scale with the adapters only", "[strategies][finetune]") {
     const Model m = model_preset("llama3-8b");
     const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
-    CHECK(adapter_params_per_layer(m.shape(), 16, parse_finetune("lora:16").targets) * 32 == llama3_8b_adapters(16));
     for (const int r : {8, 16, 64}) {
         const Built b = build(m, c, lora(r));
         const double adapters = static_cast<double>(llama3_8b_adapters(r));
@@ -105,6 +104,51 @@ TEST_CASE("QLoRA keeps the blocks' linear weights in 4-bit NF4 and dequantises t
     CHECK(fwd_dequant == 1);
     CHECK(bwd_dequant == 1);
     CHECK(frozen_weight_grads == 0);
+}
+
+TEST_CASE("LoRA on a mixture of experts adapts every expert's projections, each on its own tokens", "[strategies][finetune]") {
+    // Qwen3-30B-A3B (its config.json): 48 layers, hidden 2048, 32 query heads and 4 key-value
+    // heads of width 128 (not hidden / heads), 128 experts of width 768, 8 a token, untied
+    // vocabulary of 151,936, q and k norms. PEFT wraps q_proj 2048→4096, k_proj and v_proj
+    // 2048→512, o_proj 4096→2048, and every expert's gate_proj and up_proj 2048→768 and down_proj
+    // 768→2048; the router (2048→128) stays frozen.
+    const Model m = load_model(std::string(SMOL_TEST_DATA) + "/hf/Qwen3-30B-A3B.json");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(1);
+    const std::int64_t r = 16, h = 2048, q = 4096, kv = 512, fe = 768, E = 128, K = 8, s = 2048;
+    const std::int64_t attention = r * ((h + q) + 2 * (h + kv) + (q + h)), expert = r * 3 * (h + fe);
+    const std::int64_t adapters = 48 * (attention + E * expert);
+    REQUIRE(adapters == 843'841'536);
+    Plan p = lora(16);
+    p.seq = static_cast<int>(s);
+    const Built b = build(m, c, p);
+    CHECK(held(b.graph, 0, Tier::device, BufferLabel::optimizer_state) == 12 * adapters);
+    CHECK(held(b.graph, 0, Tier::device, BufferLabel::gradients) == 2 * adapters);
+    CHECK(held(b.graph, 0, Tier::device, BufferLabel::parameters) == 2 * (m.parameters() + adapters));
+    // A layer's forward adds 2·tokens·r·(in + out) FLOPs an adapter: the attention's on the
+    // sequence's tokens, each expert's on the tokens routed to it (s·K/E of them, balanced).
+    Plan full = p;
+    full.finetune = parse_finetune("full");
+    auto fwd_flops = [&](const Plan& plan) {
+        const Built built = build(m, c, plan);
+        double f = 0;
+        for (const Op& op : built.graph.ops())
+            if (op.kind == OpKind::compute && op.rank == 0 && op.phase == Phase::fwd && op.layer == 7 && op.microbatch == 0) f += op.flops;
+        return f;
+    };
+    const double extra = 2.0 * static_cast<double>(s * attention + (s * K / E) * E * expert);
+    CHECK(fwd_flops(p) - fwd_flops(full) == Approx(extra).epsilon(1e-9));
+    SECTION("QLoRA stores every expert's weights in NF4") {
+        // Per layer in NF4: the attention's 2048·(4096 + 512 + 512) + 4096·2048, the router's
+        // 2048·128 and 128 experts' 3·2048·768; in bf16: two norms of 2048 and the q and k norms
+        // of 128; the embedding, the head and the final norm in bf16; the adapters in bf16.
+        const double nf4 = (4 + 8.0 / 64 + 32.0 / (64 * 256)) / 8;
+        const double linear = 48.0 * (2048.0 * (4096 + 512 + 512) + 4096.0 * 2048 + 2048.0 * 128 + 128.0 * 3 * 2048 * 768);
+        const double bf16 = 48.0 * (2 * 2048 + 2 * 128) + 2.0 * 151936 * 2048 + 2048;
+        REQUIRE(linear + bf16 == Approx(static_cast<double>(m.parameters())).epsilon(1e-12));
+        p.finetune = parse_finetune("qlora:16");
+        CHECK(static_cast<double>(held(build(m, c, p).graph, 0, Tier::device, BufferLabel::parameters)) ==
+              Approx(linear * nf4 + 2 * bf16 + 2.0 * static_cast<double>(adapters)).epsilon(1e-6));
+    }
 }
 
 TEST_CASE("LoRA's backward computes the frozen weights' input gradients only", "[strategies][finetune]") {
