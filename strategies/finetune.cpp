@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "core/error.hpp"
 
@@ -79,7 +80,7 @@ struct AdapterCollectives {
 /// The forward units of a kernel list with adapters on the targets (`adapters`: transformer
 /// layers only) and frozen weights; `frozen_gemm_elements` collects the weight elements. With
 /// `tp` tensor ranks the kernels are one rank's and so are the adapters (modules_of).
-std::vector<Unit> train_units(const std::vector<Kernel>& fwd, const TransformerShape& shape, const FineTune& f,
+std::vector<Unit> train_units(std::span<const Kernel> fwd, const TransformerShape& shape, const FineTune& f,
                               bool adapters, bool quantised, std::int64_t* frozen_gemm_elements,
                               std::int64_t* adapter_params, std::int64_t* kept_bytes, int tp = 1,
                               AdapterCollectives* collectives = nullptr) {
@@ -163,19 +164,44 @@ Training apply_finetune(const Model& model, const Layout& layout, std::vector<Bl
         const bool layer = b.kind == Block::Kind::transformer;
         std::int64_t gemm_elements = 0, adapters = 0, kept = 0;
         AdapterCollectives exchanged;
-        const std::vector<Unit> units = train_units(b.fwd_kernels, shape, f, layer, qlora && layer, &gemm_elements, &adapters,
-                                                    &kept, layout.tp, &exchanged);
+        // Kernel by kernel, so an MoE layer's three parts (before the dispatch, the experts, after
+        // the combine) are trained apart and joined, their boundaries kept.
+        const std::span<const Kernel> all(b.fwd_kernels);
+        std::vector<std::span<const Kernel>> parts{all};
+        if (b.moe) {
+            const auto dispatch = static_cast<std::size_t>(b.moe->dispatch_at), combine = static_cast<std::size_t>(b.moe->combine_at);
+            parts = {all.subspan(0, dispatch), all.subspan(dispatch, combine - dispatch), all.subspan(combine)};
+        }
+        std::vector<std::vector<Unit>> part_units;
+        for (std::size_t k = 0; k < parts.size(); ++k) {
+            const std::int64_t before = adapters;
+            part_units.push_back(train_units(parts[k], shape, f, layer, qlora && layer, &gemm_elements,
+                                             &adapters, &kept, layout.tp, &exchanged));
+            for (const Unit& u : part_units.back()) bk.fwd.push_back(u.kernel);
+            if (b.moe && k == 0) b.moe->dispatch_at = static_cast<int>(bk.fwd.size());
+            if (b.moe && k == 1) {
+                b.moe->combine_at = static_cast<int>(bk.fwd.size());
+                b.moe->expert_params = adapters - before;
+            }
+        }
         b.tp_adapter_fwd = exchanged.fwd;
         b.tp_adapter_bwd = exchanged.bwd;
         b.tp_adapter_bytes = Bytes(exchanged.elements * dtype);
-        bk.fwd = forward_of(units);
         if (b.kind == Block::Kind::embedding) {
             // Frozen, and first: nothing upstream needs its gradient.
         } else {
-            const std::vector<Unit> diff = differentiated(units);
-            bk.bwd = backward_of(diff, BackwardPart::all);
-            bk.bwd_input = backward_of(diff, BackwardPart::input);
-            bk.bwd_weight = backward_of(diff, BackwardPart::weight);
+            // Backward visits the parts last first.
+            for (std::size_t k = part_units.size(); k-- > 0;) {
+                const std::vector<Unit> diff = differentiated(part_units[k]);
+                for (const Kernel& x : backward_of(diff, BackwardPart::all)) bk.bwd.push_back(x);
+                for (const Kernel& x : backward_of(diff, BackwardPart::input)) bk.bwd_input.push_back(x);
+                for (const Kernel& x : backward_of(diff, BackwardPart::weight)) bk.bwd_weight.push_back(x);
+                const std::size_t at = part_units.size() - 1 - k;   // parts done so far, less one
+                if (at < 2) {
+                    bk.bwd_at[at] = static_cast<int>(bk.bwd.size());
+                    bk.bwd_input_at[at] = static_cast<int>(bk.bwd_input.size());
+                }
+            }
         }
         if (!b.recompute_kernels.empty())
             bk.recompute =

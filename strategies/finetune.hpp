@@ -52,6 +52,12 @@ namespace smol::strategies {
 /// The kernels of one block's passes as the step trains it.
 struct BlockKernels {
     std::vector<Kernel> fwd, bwd, bwd_input, bwd_weight, recompute;
+    /// An MoE layer's backward in the three parts of its forward (core/model.hpp MoePass), last
+    /// part first: bwd[0, bwd_at[0]) is the backward of what runs after the combine,
+    /// [bwd_at[0], bwd_at[1]) the experts', the rest that of what runs before the dispatch; the
+    /// same for bwd_input. The block's MoePass indexes fwd.
+    int bwd_at[2] = {0, 0};
+    int bwd_input_at[2] = {0, 0};
 };
 
 struct Training {
@@ -71,8 +77,9 @@ constexpr double kNf4BytesPerParam = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) 
 
 /// Applies the layout's fine-tuning to `blocks` (one replica's, from replica_blocks): with LoRA or
 /// QLoRA each block's `params` becomes its trainable (adapter) parameters and its activations
-/// grow by the adapters' kept intermediates; the frozen weights are returned apart. In full
-/// fine-tuning the blocks are left as they are.
+/// grow by the adapters' kept intermediates; the frozen weights are returned apart. An MoE
+/// layer's MoePass then indexes the fine-tuned forward, and its expert_params are the local
+/// experts' adapters. In full fine-tuning the blocks are left as they are.
 Training apply_finetune(const Model& model, const Layout& layout, std::vector<Block>& blocks);
 
 }  // namespace smol::strategies

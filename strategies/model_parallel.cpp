@@ -212,7 +212,7 @@ public:
         // params become theirs, and the frozen weights are held beside them.
         training_ = apply_finetune(model, layout, blocks_);
         recipes_ = detail::intern_block_recipes(g_, blocks_, &training_.kernels);
-        moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute);
+        moe_ = ExpertParallel(g_, l_, blocks_, plan.recompute, training_.kernels);
         sb_ = state_bytes(l_.dtype);
         sp_ = plan.sequence_parallel && l_.tp > 1;
         emit_dp_ = l_.folded ? l_.cp * l_.fold_width : l_.dp_cp();   // folded: the kept replicas' slots

@@ -1,5 +1,6 @@
 #include "strategies/moe.hpp"
 
+#include <array>
 #include <span>
 
 #include "core/error.hpp"
@@ -117,22 +118,38 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
     }
 }
 
-ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute)
+namespace {
+
+/// `all` cut at `first` and `second`.
+std::array<std::span<const Kernel>, 3> three(std::span<const Kernel> all, int first, int second) {
+    const auto a = static_cast<std::size_t>(first), b = static_cast<std::size_t>(second);
+    return {all.subspan(0, a), all.subspan(a, b - a), all.subspan(b)};
+}
+
+}  // namespace
+
+ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute,
+                               const std::vector<BlockKernels>& trained)
     : g_(&g), l_(&l), blocks_(&blocks), recompute_(recompute), recipes_(blocks.size()) {
     for (const Block& b : blocks) {
         if (!b.moe || (l.ep == 1 && l.tp == 1)) continue;
-        const std::span<const Kernel> all(b.fwd_kernels);
-        const std::span<const Kernel> parts[3] = {
-            all.subspan(0, static_cast<std::size_t>(b.moe->dispatch_at)),
-            all.subspan(static_cast<std::size_t>(b.moe->dispatch_at),
-                        static_cast<std::size_t>(b.moe->combine_at - b.moe->dispatch_at)),
-            all.subspan(static_cast<std::size_t>(b.moe->combine_at))};
+        const auto parts = three(b.fwd_kernels, b.moe->dispatch_at, b.moe->combine_at);
         Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
+        for (int k = 0; k < 3; ++k) r.fwd[k] = g.intern_recipe(parts[static_cast<std::size_t>(k)]);
+        if (!trained.empty()) {
+            // LoRA: the backward fine-tuning runs, cut where its parts meet (finetune.hpp).
+            const BlockKernels& t = trained[static_cast<std::size_t>(b.index)];
+            const auto bwd = three(t.bwd, t.bwd_at[0], t.bwd_at[1]), input = three(t.bwd_input, t.bwd_input_at[0], t.bwd_input_at[1]);
+            for (int k = 0; k < 3; ++k) {
+                r.bwd[k] = g.intern_recipe(bwd[static_cast<std::size_t>(k)]);
+                r.bwd_input[k] = g.intern_recipe(input[static_cast<std::size_t>(k)]);
+            }
+            continue;
+        }
         for (int k = 0; k < 3; ++k) {
-            r.fwd[k] = g.intern_recipe(parts[k]);
             // Backward visits the parts in reverse: after combine, experts, before dispatch.
-            r.bwd[k] = g.intern_recipe(backward_kernels(parts[2 - k]));
-            r.bwd_input[k] = g.intern_recipe(backward_kernels(parts[2 - k], BackwardPart::input));
+            r.bwd[k] = g.intern_recipe(backward_kernels(parts[static_cast<std::size_t>(2 - k)]));
+            r.bwd_input[k] = g.intern_recipe(backward_kernels(parts[static_cast<std::size_t>(2 - k)], BackwardPart::input));
         }
     }
 }

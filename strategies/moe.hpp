@@ -36,6 +36,7 @@
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
+#include "strategies/finetune.hpp"
 #include "strategies/plan.hpp"
 
 namespace smol::strategies {
@@ -62,7 +63,9 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
 class ExpertParallel {
 public:
     ExpertParallel() = default;
-    ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute);
+    /// `trained`: LoRA's passes by block (strategies/finetune.hpp; empty in full training).
+    ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Block>& blocks, Recompute recompute,
+                   const std::vector<BlockKernels>& trained);
 
     /// An MoE layer's pass this class emits: forward, backward (whole or input gradients) and
     /// full recompute of a routed block when ep > 1 or tp > 1.

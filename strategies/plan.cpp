@@ -372,32 +372,32 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input("--finetune " + to_string(plan.finetune) + " puts adapters on the weight GEMMs of transformer "
                            "blocks, and " + model.name() + " is a layer list; fine-tune it in full",
                        ft);
-        // Expert parallelism splits the experts' frozen weights and adapters over its group: not
-        // modelled (the expert gradients' reduction and sharding count full-training experts).
-        if (l.ep > 1)
-            fail_input("--finetune " + to_string(plan.finetune) + " with expert parallelism is not modelled; fine-tune a "
-                           "mixture of experts with --ep 1 (every rank holds every expert's frozen weights and adapters)",
+        if (l.ep > 1 && plan.strategy == DataParallel::fsdp)
+            fail_input("--finetune " + to_string(plan.finetune) + " with FSDP and expert parallelism is not modelled; use "
+                           "ddp or zero1 with --ep (Megatron's layers with adapters on every expert), or fsdp without --ep",
                        ft);
-        if (l.tp > 1 || l.pp > 1) {
+        if (l.tp > 1 || l.pp > 1 || l.ep > 1) {
             // Megatron's layers with PEFT's tensor-parallel adapters (strategies/finetune.hpp),
             // built by the model-parallel builder.
             if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
-                fail_input("--finetune " + to_string(plan.finetune) + " with tensor or pipeline parallelism is modelled with "
-                               "ddp and zero1 (Megatron's distributed optimizer); not with " + to_string(plan.strategy),
+                fail_input("--finetune " + to_string(plan.finetune) + " with tensor, pipeline or expert parallelism is modelled "
+                               "with ddp and zero1 (Megatron's distributed optimizer); not with " + to_string(plan.strategy),
                            ft);
             if (plan.finetune.kind == FineTuneKind::qlora)
-                fail_input("--finetune " + to_string(plan.finetune) + " is modelled for data parallelism (tp = pp = 1): "
-                               "QLoRA's NF4 weights are bitsandbytes' Linear4bit, which Megatron's tensor- and pipeline-"
-                               "parallel layers are not; use lora with --tp or --pp, or qlora with fsdp",
+                fail_input("--finetune " + to_string(plan.finetune) + " is modelled for data parallelism (tp = pp = ep = 1): "
+                               "QLoRA's NF4 weights are bitsandbytes' Linear4bit, which Megatron's tensor-, pipeline- and "
+                               "expert-parallel layers are not; use lora with --tp, --pp or --ep, or qlora with fsdp",
+                           ft);
+            // Megatron runs a mixture of experts with tp > 1 only under --sp, which PEFT's layer lacks.
+            if (model.shape().is_moe() && l.tp > 1)
+                fail_input("--finetune " + to_string(plan.finetune) + " of a mixture of experts with tensor parallelism is "
+                               "not modelled: Megatron needs --sp for its experts with tp > 1, and PEFT's parallel layer has "
+                               "no sequence-parallel path; use --ep or --pp",
                            ft);
             if (plan.sequence_parallel && l.tp > 1)
                 fail_input("--finetune " + to_string(plan.finetune) + " with tensor parallelism is modelled without sequence "
                                "parallelism (PEFT's LoraParallelLinear, peft/tuners/lora/tp_layer.py, has no sequence-"
                                "parallel path); leave out --sp",
-                           ft);
-            if (model.shape().is_moe())
-                fail_input("--finetune " + to_string(plan.finetune) + " of a mixture of experts is modelled for data "
-                               "parallelism only (tp = pp = 1)",
                            ft);
         }
         switch (plan.strategy) {

@@ -220,6 +220,16 @@ TEST_CASE("exec runs ps-async: edges between ranks (bounded staleness)", "[exec]
     run_and_check(p, true);
 }
 TEST_CASE("exec runs zero1", "[exec][mpi][plan-zero1]") { run_and_check(data_parallel(DataParallel::zero1)); }
+TEST_CASE("exec runs Megatron's zero1 with expert parallelism, trained in full and with LoRA on every expert",
+          "[exec][mpi][plan-zero1]") {
+    for (const char* ft : {"full", "lora:4"}) {
+        CAPTURE(ft);
+        strategies::Plan p = data_parallel(DataParallel::zero1);
+        p.ep = 2;
+        p.finetune = strategies::parse_finetune(ft);
+        run_moe_and_check(p);
+    }
+}
 TEST_CASE("exec runs zero2", "[exec][mpi][plan-zero2]") { run_and_check(data_parallel(DataParallel::zero2)); }
 TEST_CASE("exec runs zero3", "[exec][mpi][plan-zero3]") { run_and_check(data_parallel(DataParallel::zero3)); }
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }

@@ -433,17 +433,21 @@ TEST_CASE("fine-tuning with model parallelism refuses what it does not model", "
         p.framework = "megatron-deepspeed";
         CHECK_THAT(message(p), Catch::Contains("--framework megatron"));
     }
-    SECTION("expert parallelism") {
-        // It used to be built with the experts' frozen weights reduced and sharded as trained ones
-        // (a Qwen3-30B-A3B LoRA step on four RTX 4090s: 80 GiB a GPU with zero1 --ep 4).
+    SECTION("expert parallelism: fsdp, QLoRA, and a mixture of experts with tensor parallelism") {
         const Model moe = load_model(std::string(SMOL_TEST_DATA) + "/hf/Qwen3-30B-A3B.json");
-        for (const DataParallel s : {DataParallel::ddp, DataParallel::zero1, DataParallel::fsdp}) {
-            Plan q = lora(16);
-            q.strategy = s;
-            q.ep = 4;
-            q.global_batch = 8;
-            CHECK_THAT(test::bad_input_message([&] { (void)build(moe, topo::cluster_preset("workstation-4gpu"), q); }),
-                       Catch::Contains("--finetune lora:16 with expert parallelism is not modelled"));
-        }
+        auto refused = [&](Plan q) { return test::bad_input_message([&] { (void)build(moe, topo::cluster_preset("workstation-4gpu"), q); }); };
+        Plan q = lora(16);
+        q.ep = 4;
+        q.global_batch = 8;
+        q.strategy = DataParallel::fsdp;
+        CHECK_THAT(refused(q), Catch::Contains("with FSDP and expert parallelism is not modelled"));
+        q.strategy = DataParallel::zero1;
+        q.finetune = parse_finetune("qlora:16");
+        CHECK_THAT(refused(q), Catch::Contains("expert-parallel layers are not"));
+        q = lora(16);
+        q.tp = 2;
+        q.sequence_parallel = true;
+        q.global_batch = 8;
+        CHECK_THAT(refused(q), Catch::Contains("of a mixture of experts with tensor parallelism is not modelled"));
     }
 }

@@ -159,6 +159,67 @@ TEST_CASE("expert gradients are reduced over the expert-data-parallel group, the
     CHECK(reduced.size() == 2);
 }
 
+TEST_CASE("LoRA with expert parallelism trains each rank's experts' adapters, reduced over the expert-data-parallel group",
+          "[strategies][moe][finetune]") {
+    // The small MoE at rank 8 (PEFT's adapters, r·(in + out) a module; the routers frozen):
+    // attention q, k, v, o 512→512: 4 · 8 · 1024 a layer; layer 0's dense gate, up 512→2048 and
+    // down 2048→512: 3 · 8 · 2560; an expert's gate, up 512→1024 and down 1024→512: 3 · 8 · 1536,
+    // and with ep 4 a rank holds 2 of the 8 experts of each of the 3 MoE layers.
+    const Model m = small_moe();
+    const double dense_adapters = 4 * (4 * 8 * 1024) + 3 * 8 * 2560, expert_adapters = 3 * 2 * (3 * 8 * 1536);
+    const double local_experts = 3 * 2 * (3 * 512.0 * 1024);   // frozen expert weights on a rank
+    const auto [dense, root] = dense_and_root(m);
+    (void)root;
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan plan;
+    plan.ep = 4;
+    plan.global_batch = 8;
+    plan.finetune = parse_finetune("lora:8");
+    for (const DataParallel s : {DataParallel::ddp, DataParallel::zero1}) {
+        plan.strategy = s;
+        CAPTURE(to_string(s));
+        const Built b = build(m, c, plan);
+        for (const int rank : {0, 5}) {
+            const CommTotals t = comm_totals(b.graph, rank);
+            // DDP all-reduces the 16-bit gradients; zero1 reduce-scatters them: dense adapters over
+            // the 8 replicas, the rank's expert adapters over the 2 holding the same experts. The
+            // frozen weights are never reduced.
+            const CollectiveKind reduce = s == DataParallel::ddp ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+            CHECK(t.bytes.at({reduce, 8}) == 2 * dense_adapters);
+            CHECK(t.bytes.at({reduce, 2}) == 2 * expert_adapters);
+            // Held: the frozen dense weights and the rank's experts, and the adapters, in bf16;
+            // zero1 shards the adapters' 12 bytes of state, dense over 8, experts over 2.
+            double params = 0, state = 0;
+            for (const Buffer& buf : b.graph.buffers()) {
+                if (buf.rank != rank || buf.tier != Tier::device) continue;
+                if (static_cast<BufferLabel>(buf.label) == BufferLabel::parameters) params += static_cast<double>(buf.bytes);
+                if (static_cast<BufferLabel>(buf.label) == BufferLabel::optimizer_state) state += static_cast<double>(buf.bytes);
+            }
+            CHECK(params == 2 * (dense + local_experts) + 2 * (dense_adapters + expert_adapters));
+            CHECK(state == (s == DataParallel::ddp ? 12 * (dense_adapters + expert_adapters)
+                                                   : 12 * (dense_adapters / 8 + expert_adapters / 2)));
+        }
+        // Backward computes no gradient of a frozen weight: every weight-gradient GEMM is an
+        // adapter's (one side of rank 8).
+        int frozen_grads = 0, adapter_grads = 0;
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.kind != OpKind::compute || op.rank != 0 || op.phase != Phase::bwd || op.layer != 3 || op.microbatch != 0) continue;
+            for (const Kernel& k : b.graph.kernels_of(id))
+                if (k.op == KernelOp::gemm && k.weight) ++(std::min(k.m, k.n) > 8 ? frozen_grads : adapter_grads);
+        }
+        CHECK(frozen_grads == 0);
+        CHECK(adapter_grads == 2 * (4 + 3));   // A and B of 4 attention and 3 expert modules
+        CHECK(tools::simulate_plan(m, c, plan, {}).summary.iteration > Time::zero());
+    }
+    SECTION("with pipeline stages") {
+        plan.pp = 2;
+        plan.global_batch = 8;
+        const tools::Simulation run = tools::simulate_plan(m, topo::cluster_preset("dgx-a100").with_nodes(2), plan, {});
+        CHECK(run.summary.iteration > Time::zero());
+    }
+}
+
 TEST_CASE("Mixtral-8x7B on 2 × dgx-a100 with ep 8: memory per device by hand", "[strategies][moe]") {
     // Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1): 32 layers, hidden 4096, 32 heads, 8 kv heads, 8
     // experts of 14336, vocab 32000. Plan: pp 2 (16 layers per stage), dp 8, ep 8 (one expert per
