@@ -641,9 +641,13 @@ std::vector<std::int64_t> partitioned_tensors(const Block& b, std::int64_t persi
     for (const Kernel& k : b.fwd_kernels) {
         if (k.op != KernelOp::gemm || !k.weight) continue;
         const std::int64_t e = k.k * k.n;   // B of C[m×n] = A[m×k]·B[k×n]
-        if (e > left) continue;             // a tied weight, held by another block
-        left -= e;
-        (e >= persistence_threshold ? out.push_back(e) : void(small += e));
+        if (e * k.batch > left) continue;   // a tied weight, held by another block
+        // A grouped GEMM is its experts' weights, one tensor each (Mixtral's w1 of every expert
+        // is an nn.Linear of its own).
+        for (std::int64_t i = 0; i < k.batch; ++i) {
+            left -= e;
+            (e >= persistence_threshold ? out.push_back(e) : void(small += e));
+        }
     }
     // What no GEMM reads: embedding and position tables (one tensor), or norms and biases.
     if (left >= persistence_threshold) out.push_back(left);

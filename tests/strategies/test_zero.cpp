@@ -10,7 +10,9 @@
 // 7.5 B exactly), so the count needs no transformer arithmetic.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 
 #include "dp_fixtures.hpp"
 #include "sim/simulator.hpp"
@@ -136,6 +138,27 @@ TEST_CASE("ZeRO-3's recompute waits for its gather, deepspeed@0.5 gathers per te
                 CHECK(tl.start[id] >= fwd_end_prev);
         }
     }
+}
+
+TEST_CASE("ZeRO-3 partitions every expert's weights as tensors of their own", "[strategies][zero]") {
+    // Mixtral-8x7B's layer (its config.json): the fused QKV (4096 × 6144) and output (4096 ×
+    // 4096) projections, and 8 experts of two partitioned tensors each (the fused gate and up
+    // projection, 4096 × 28672, and the down projection, 14336 × 4096); the router (4096 × 8) and
+    // the two norms fall under param_persistence_threshold (1e5) and stay whole.
+    const Model m = load_model(std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json");
+    int layers = 0;
+    for (const Block& b : m.blocks(Workload{})) {
+        if (b.kind != Block::Kind::transformer) continue;
+        ++layers;
+        std::int64_t persistent = 0;
+        const std::vector<std::int64_t> tensors = partitioned_tensors(b, 100'000, &persistent);
+        CHECK(tensors.size() == 2 + 8 * 2);
+        CHECK(std::count(tensors.begin(), tensors.end(), 4096ll * 28672) == 8);
+        CHECK(std::count(tensors.begin(), tensors.end(), 14336ll * 4096) == 8);
+        CHECK(persistent == 4096 * 8 + 2 * 4096);
+        CHECK(std::accumulate(tensors.begin(), tensors.end(), persistent) == b.params);
+    }
+    CHECK(layers == 32);
 }
 
 TEST_CASE("elements sent per device per step follow 2Ψ(N−1)/N and 3Ψ(N−1)/N", "[strategies][zero][fsdp][horovod]") {
