@@ -37,10 +37,16 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
                            " must divide; use p2p or all-gather, or a smaller --cp",
                        {"", "", "--cp-comm"});
     }
-    if (model.shape().is_moe())
-        fail_input("context parallelism with a mixture of experts is not modelled yet (Megatron forms its expert groups "
-                   "across the context-parallel ranks); leave out --cp",
+    // A mixture of experts: Megatron's experts fold the context-parallel ranks into their groups
+    // (strategies/moe.hpp). Modelled without tensor parallelism and FSDP.
+    if (model.shape().is_moe() && l.tp > 1)
+        fail_input("context parallelism with a mixture of experts and tensor parallelism is not modelled; use --cp with "
+                   "--ep and --pp, without --tp",
                    cp_flag);
+    if (model.shape().is_moe() && plan.strategy == DataParallel::fsdp)
+        fail_input("fsdp with context parallelism on a mixture of experts is not modelled; use ddp or zero1 (Megatron) with "
+                   "--cp",
+                   {"", "", "--strategy"});
     const bool offload = plan.offload != Offload::none || plan.offload_params != Offload::none ||
                          plan.offload_optimizer != Offload::none || plan.offload_activations != Offload::none;
     const char* data_parallel_only = offload                                         ? "--offload"
@@ -108,7 +114,8 @@ bool ContextParallel::runs(const Block& b, Phase phase) const {
     }
 }
 
-void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last) {
+void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last,
+                           const AfterCore& hook) {
     const Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
     const int cp = l_->cp;
     const Bytes kv = b.cp->kv_bytes;
@@ -177,6 +184,15 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
             }
         }
     };
+    // The layer's part after the core (its backward, in backward): `recipe`, or `hook`'s ops.
+    auto rest = [&](std::int32_t recipe) {
+        if (!hook || recipe < 0) return segment(recipe);
+        for (int c = 0; c < cp; ++c) {
+            const std::vector<OpId> firsts = hook(first + c, last[static_cast<std::size_t>(first + c)]);
+            for (int t = 0; t < emit_tp_; ++t)
+                if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = firsts[static_cast<std::size_t>(t)];
+        }
+    };
     auto tails = [&] {
         std::vector<std::vector<OpId>> out(n);
         for (int c = 0; c < cp; ++c)
@@ -206,11 +222,11 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
             before = forward ? qkv : out;   // backward: dO before the core, dQ, dK, dV after
             after = forward ? out : qkv;
         }
-        segment(before_core);
+        forward ? segment(before_core) : rest(before_core);
         for (const auto& [kind, bytes] : before) group_collective(kind, bytes);
         for (int i = 0; i < b.cp->steps; ++i) steps(core_step, {});
         for (const auto& [kind, bytes] : after) group_collective(kind, bytes);
-        segment(after_core);
+        forward ? rest(after_core) : segment(after_core);
     } else if (forward) {
         segment(before_core);                         // norm, QKV projection: K and V ready
         std::vector<OpId> held;                       // the receive of the block each rank holds (none: its own)
@@ -226,9 +242,9 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
             steps(core_step, held);
             held = std::move(next);
         }
-        segment(after_core);                          // output projection, residual, MLP
+        rest(after_core);                             // output projection, residual, MLP
     } else {
-        segment(before_core);
+        rest(before_core);
         // TE's backward (context_parallel.py:2459-2500) runs the ring the other way round, from
         // the block the forward ended on (saved: :2087), so each key-value block's gradient is
         // summed on the ranks it visits and ends on its owner.

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/model.hpp"
@@ -51,8 +52,9 @@ namespace smol::strategies {
 
 /// The context-parallel group of slot d (ranks of one (t, s)), in ring order.
 std::vector<int> context_parallel_group(const Layout& l, int t, int d, int s);
-/// The checks resolve() runs for --cp: a transformer, ddp or zero1, no experts, none of the
-/// data-parallel-only features (offload, LoRA, gradient compression, LAMB).
+/// The checks resolve() runs for --cp: a transformer, ddp, zero1 or fsdp, a mixture of experts
+/// without --tp or fsdp, none of the data-parallel-only features (offload, LoRA, gradient
+/// compression, LAMB).
 void check_context_parallel(const Model& model, const Plan& plan, const Layout& l);
 
 /// Emits the layers' passes of a context-parallel group: their ring steps and transfers.
@@ -64,9 +66,15 @@ public:
     /// A layer's pass this class emits: forward, backward (whole or input gradients), and the
     /// recompute, of a block with a ContextPass.
     bool runs(const Block& b, Phase phase) const;
+    /// What runs after the attention core of a layer on slot d, in place of the rest of its
+    /// kernels (forward) or of their backward (backward, before the ring): an MoE layer's
+    /// experts with their all-to-alls (ExpertParallel). Appends to `last` (per tensor rank) and
+    /// returns the first op it emitted on each tensor rank.
+    using AfterCore = std::function<std::vector<OpId>(int d, std::vector<OpId>& last)>;
     /// Emits one pass on every slot of the group whose first slot is `first` (a multiple of cp) of
     /// stage s; `last[slot][t]` holds each rank's latest op and becomes the pass's last.
-    void pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last);
+    void pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last,
+              const AfterCore& hook = {});
     /// The first op of the latest pass on the rank whose last op is `op` (`op` itself when it
     /// ends no pass): what a receive the pass waits for must come before.
     OpId first_of(OpId op) const;

@@ -488,7 +488,15 @@ private:
                 const Block& blk = blocks_[static_cast<std::size_t>(i)];
                 const detail::BlockRecipes& rc = recipes_[static_cast<std::size_t>(i)];
                 auto run = [&](Phase phase, std::int32_t recipe) {
-                    if (cp_.runs(blk, phase))
+                    if (cp_.runs(blk, phase) && moe_.runs(blk, phase))
+                        // The ring up to the attention core's end, then the experts' all-to-alls.
+                        cp_.pass(blk, g, s, phase, mb, last, [&](int d, std::vector<OpId>& tail) {
+                            moe_.pass(blk, d, s, phase, mb, tail);
+                            std::vector<OpId> firsts;
+                            for (const OpId op : tail) firsts.push_back(moe_.first_of(op));
+                            return firsts;
+                        });
+                    else if (cp_.runs(blk, phase))
                         cp_.pass(blk, g, s, phase, mb, last);
                     else
                         for (int d = g; d < g + cp; ++d) compute(blk, d, s, phase, mb, recipe, last[static_cast<std::size_t>(d)]);
@@ -496,7 +504,7 @@ private:
                         if (!first[static_cast<std::size_t>(d - g)]) continue;
                         for (int t = 0; t < emit_tp_; ++t)
                             if (waiting(t, d) != kNoOp)
-                                g_.depend(waiting(t, d), cp_.first_of(moe_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)])));
+                                g_.depend(waiting(t, d), moe_.first_of(cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)])));
                         first[static_cast<std::size_t>(d - g)] = false;
                     }
                 };
@@ -510,7 +518,7 @@ private:
                         for (int t = 0; t < emit_tp_; ++t) {
                             const OpId op = last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)];
                             auto& at = (first_op ? hooked->first : hooked->last)[static_cast<std::size_t>(slot(t, d))];
-                            at[static_cast<std::size_t>(i)] = first_op ? cp_.first_of(moe_.first_of(op)) : op;
+                            at[static_cast<std::size_t>(i)] = first_op ? moe_.first_of(cp_.first_of(op)) : op;
                         }
                 };
                 switch (st.pass) {

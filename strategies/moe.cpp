@@ -25,13 +25,13 @@ std::vector<int> expert_parallel_group(const Layout& l, int t, int d, int s) {
 
 std::vector<int> expert_data_parallel_group(const Layout& l, int t, int d, int s) {
     std::vector<int> out;
-    for (int r = d % l.ep; r < l.dp; r += l.ep) out.push_back(l.rank(t, r, s));
+    for (int r = d % l.ep; r < l.dp_cp(); r += l.ep) out.push_back(l.rank(t, r, s));
     return out;
 }
 
 std::int64_t zero1_shard(std::int64_t total, std::int64_t expert, const Layout& l) {
     const std::int64_t dense = ceil_div(total - expert, l.dp_cp());
-    return expert > 0 ? dense + ceil_div(expert, l.dp / l.ep) : dense;
+    return expert > 0 ? dense + ceil_div(expert, l.dp_cp() / l.ep) : dense;
 }
 
 void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l) {
@@ -41,10 +41,11 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
     if (plan.ep > 1 && !moe)
         fail_input("--ep " + std::to_string(plan.ep) + " needs a mixture-of-experts model; " + model.name() + " has no experts",
                    ep_flag);
-    if (l.dp % plan.ep != 0)
-        fail_input("--ep " + std::to_string(plan.ep) + " does not divide dp = " + std::to_string(l.dp) +
-                       ": Megatron forms expert-parallel groups from the data-parallel ranks "
-                       "(megatron/core/parallel_state.py), so ep must divide dp",
+    if (l.dp_cp() % plan.ep != 0)
+        fail_input("--ep " + std::to_string(plan.ep) + " does not divide " +
+                       (l.cp > 1 ? "dp · cp = " + std::to_string(l.dp_cp()) : "dp = " + std::to_string(l.dp)) +
+                       ": Megatron forms expert-parallel groups from the data-" + (l.cp > 1 ? "and context-" : "") +
+                       "parallel ranks (megatron/core/parallel_state.py), so ep must divide " + (l.cp > 1 ? "dp · cp" : "dp"),
                    ep_flag);
     if (moe && model.shape().moe.experts % plan.ep != 0)
         fail_input("--ep " + std::to_string(plan.ep) + " does not divide the " + std::to_string(model.shape().moe.experts) +
@@ -133,11 +134,16 @@ ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Bl
     : g_(&g), l_(&l), blocks_(&blocks), recompute_(recompute), recipes_(blocks.size()) {
     for (const Block& b : blocks) {
         if (!b.moe || (l.ep == 1 && l.tp == 1)) continue;
-        const auto parts = three(b.fwd_kernels, b.moe->dispatch_at, b.moe->combine_at);
+        // Under context parallelism the attention up to its core's end is the ring's (ContextParallel).
+        const std::span<const Kernel> whole(b.fwd_kernels);
+        const std::size_t from = b.cp && l.cp > 1 ? static_cast<std::size_t>(b.cp->core_at + b.cp->steps * b.cp->per_step) : 0;
+        const auto parts = three(whole.subspan(from), b.moe->dispatch_at - static_cast<int>(from), b.moe->combine_at - static_cast<int>(from));
         Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
         for (int k = 0; k < 3; ++k) r.fwd[k] = g.intern_recipe(parts[static_cast<std::size_t>(k)]);
         if (!trained.empty()) {
-            // LoRA: the backward fine-tuning runs, cut where its parts meet (finetune.hpp).
+            // LoRA: the backward fine-tuning runs, cut where its parts meet (finetune.hpp); never
+            // with context parallelism (check_context_parallel).
+            if (from > 0) throw Error(ErrorKind::internal, "LoRA's MoE passes under context parallelism");
             const BlockKernels& t = trained[static_cast<std::size_t>(b.index)];
             const auto bwd = three(t.bwd, t.bwd_at[0], t.bwd_at[1]), input = three(t.bwd_input, t.bwd_input_at[0], t.bwd_input_at[1]);
             for (int k = 0; k < 3; ++k) {
@@ -262,7 +268,7 @@ std::int64_t ExpertParallel::expert_params(int first, int last) const {
 void ExpertParallel::grad_sync(int s, int first, int last, Bytes cap, int grad_bytes, bool zero1,
                                const std::vector<std::vector<OpId>>& grad_ready, std::vector<OpId>& last_comm) {
     const Layout& l = *l_;
-    if (l.ep == 1 || l.dp / l.ep == 1) return;  // one replica per expert: nothing to reduce
+    if (l.ep == 1 || l.dp_cp() / l.ep == 1) return;  // one rank per expert: nothing to reduce
     std::vector<Block> experts(blocks_->begin() + first, blocks_->begin() + last);
     for (Block& b : experts) b.params = b.moe ? b.moe->expert_params : 0;
     const std::vector<Bucket> buckets = make_buckets(experts, grad_bytes, cap, cap);
@@ -272,7 +278,7 @@ void ExpertParallel::grad_sync(int s, int first, int last, Bytes cap, int grad_b
             for (std::size_t k = 0; k < buckets.size(); ++k) {
                 const auto cid = g_->declare_collective(zero1 ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
                                                         group, buckets[k].bytes, -1, kExpertDataParallelGroup);
-                for (int d = e; d < l.dp; d += l.ep) {
+                for (int d = e; d < l.dp_cp(); d += l.ep) {
                     const int r = l.rank(t, d, s);
                     const OpId op = g_->add_collective_op(cid, r, Stream::comm, Phase::comm, -1, -1, static_cast<int>(k));
                     g_->depend(grad_ready[static_cast<std::size_t>(t + l.tp * d)][static_cast<std::size_t>(buckets[k].ready_after_block)], op);
@@ -294,7 +300,7 @@ void ExpertParallel::gather_experts(int s, int param_bytes, int grad_bytes, cons
             for (Bytes b : it->second) {
                 const auto cid = g_->declare_collective(CollectiveKind::all_gather, group,
                                                         Bytes(b.count() / grad_bytes * param_bytes), -1, kExpertDataParallelGroup);
-                for (int d = e; d < l.dp; d += l.ep) {
+                for (int d = e; d < l.dp_cp(); d += l.ep) {
                     const OpId op = g_->add_collective_op(cid, l.rank(t, d, s), Stream::comm, Phase::opt);
                     g_->depend(opt[static_cast<std::size_t>(t + l.tp * d)], op);
                 }

@@ -12,6 +12,14 @@
 //
 //   dp = 8, ep = 4:   EP groups {d0 d1 d2 d3} {d4 d5 d6 d7}    EDP groups {d0 d4} {d1 d5} {d2 d6} {d3 d7}
 //
+// With context parallelism the experts' groups fold the cp ranks in (Megatron's "MoE parallel
+// folding": parallel_state.py builds the expert groups with a RankGenerator of its own, cp = 1
+// and expert_data_parallel_size = world / (etp · ep · pp)): the dp · cp slots of (t, s), cp
+// fastest (Layout::rank), are cut into EP groups of ep consecutive slots and EDP groups of the
+// slots with the same slot mod ep. A context-parallel rank routes its own share of the sequence.
+// An MoE layer's pass is then the context-parallel attention (strategies/context_parallel.hpp)
+// up to the end of its core, and this class's segments and all-to-alls after it.
+//
 // One MoE layer's forward on a rank, as MoEAlltoAllTokenDispatcher runs it
 // (megatron/core/transformer/moe/token_dispatcher.py:375-387: "permute → A2A(EP) → AG(TP) →
 // experts → RS(TP) → A2A(EP) → unpermute"), all on the compute stream, blocking:
@@ -68,7 +76,8 @@ public:
                    const std::vector<BlockKernels>& trained);
 
     /// An MoE layer's pass this class emits: forward, backward (whole or input gradients) and
-    /// full recompute of a routed block when ep > 1 or tp > 1.
+    /// full recompute of a routed block when ep > 1 or tp > 1. With context parallelism the
+    /// passes start (forward) or end (backward) at the attention core's end.
     bool runs(const Block& b, Phase phase) const;
     /// Emits one pass on the tensor ranks of replica d of stage s; `last[t]` becomes the pass's
     /// last op on tensor rank t.

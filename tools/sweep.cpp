@@ -200,15 +200,16 @@ const Dimension kDimensions[] = {
          if (per_node < 1 || l.dp <= per_node) return std::vector<Plan>{p};
          return vary(p, &Plan::fsdp_sharding, {strategies::FsdpSharding::full, strategies::FsdpSharding::hybrid});
      }},
-    // Expert parallelism over the data-parallel ranks (strategies/moe.hpp): for a mixture of
-    // experts every power of two dividing dp and the experts unless --ep lists them; 1 otherwise.
+    // Expert parallelism over the data- and context-parallel ranks (strategies/moe.hpp): for a
+    // mixture of experts every power of two dividing dp · cp and the experts unless --ep lists
+    // them; 1 otherwise.
     {"ep", [](const Context& c, const Plan& p, const Layout& l) {
          const bool moe = c.model.is_transformer() && c.model.shape().is_moe();
          if (!c.options.space.ep.empty()) return vary(p, &Plan::ep, c.options.space.ep);
          if (!moe) return std::vector<Plan>{p};
          std::vector<int> eps;
-         for (int e = 1; e <= l.dp && c.model.shape().moe.experts % e == 0; e *= 2)
-             if (l.dp % e == 0) eps.push_back(e);
+         for (int e = 1; e <= l.dp_cp() && c.model.shape().moe.experts % e == 0; e *= 2)
+             if (l.dp_cp() % e == 0) eps.push_back(e);
          return vary(p, &Plan::ep, eps);
      }},
     // Up to the per-replica batch (one micro-batch per replica).

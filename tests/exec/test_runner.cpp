@@ -155,21 +155,24 @@ strategies::Plan data_parallel(strategies::DataParallel s) {
     return p;
 }
 
-/// Runs `plan` on a small mixture of experts (four layers of 128, the first dense, 8 experts of
-/// width 256, 2 per token) and checks it, its all-to-alls included.
-void run_moe_and_check(strategies::Plan plan) {
+/// A small mixture of experts: four layers of 128, the first dense, 8 experts of width 256, 2 per token.
+Model moe_tiny() {
     static const Json doc = parse_json_text(
         R"({"kind": "transformer", "name": "moe-tiny", "layers": 4, "hidden": 128, "heads": 4, "ffn_hidden": 512,
             "vocab": 1024, "seq": 128, "gated_mlp": true, "biases": false, "norm": "rmsnorm", "positions": "rope",
             "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 256, "dense_layers": [0]}})",
         "moe-tiny.json");
-    const topo::Cluster cluster = topo::localhost_cluster();
+    return model_from_json(JsonView(doc, "moe-tiny.json"), "moe-tiny");
+}
+
+/// Runs `plan` on moe_tiny(), built for `cluster`, and checks it, its all-to-alls included.
+void run_moe_and_check(strategies::Plan plan, const topo::Cluster& cluster = topo::localhost_cluster()) {
     plan.fold = false;
-    const strategies::Built built = strategies::build(model_from_json(JsonView(doc, "moe-tiny.json"), "moe-tiny"), cluster, plan);
+    const strategies::Built built = strategies::build(moe_tiny(), cluster, plan);
     std::size_t all_to_all = 0;
     for (const Collective& c : built.graph.collectives()) all_to_all += c.kind == CollectiveKind::all_to_all;
     CHECK(all_to_all > 0);
-    run_and_check(built.graph, cluster);
+    run_and_check(built.graph, topo::localhost_cluster());
 }
 
 strategies::Plan pipeline(strategies::Schedule s, int virtual_stages = 1) {
@@ -347,6 +350,24 @@ TEST_CASE("exec runs cp: the ring attention's sends and receives on their own qu
     }
     CHECK((comm == CpComm::p2p ? ring : group) > 0);
     run_and_check(built.graph, topo::localhost_cluster());
+}
+TEST_CASE("exec runs cp on a mixture of experts: the ring, then the all-to-alls over the folded expert groups",
+          "[exec][mpi][plan-cp]") {
+    // cp 2: with 2 ranks the expert-parallel pair is the context-parallel pair; with 4, dp 2 · cp 2
+    // and ep 2 (each cp pair) or 4 (every rank), zero1 sharding the experts' states.
+    const int ranks = test::session().size();
+    for (const int ep : {2, 4}) {
+        if (ep > ranks) continue;
+        CAPTURE(ep);
+        strategies::Plan p;
+        p.cp = 2;
+        p.ep = ep;
+        p.strategy = DataParallel::zero1;
+        p.seq = 128;
+        p.global_batch = ranks / 2;
+        p.dtype = DType::fp32;
+        run_moe_and_check(p, topo::cluster_preset("dgx-h100").first_devices(ranks));
+    }
 }
 TEST_CASE("exec runs fsdp with cp: every unit gathered per micro-batch over the context-parallel ranks", "[exec][mpi][plan-cp]") {
     // FSDP sharding over the cp ranks (dp 1), two micro-batches: each unit's all-gathers and

@@ -220,6 +220,72 @@ TEST_CASE("LoRA with expert parallelism trains each rank's experts' adapters, re
     }
 }
 
+TEST_CASE("with context parallelism the experts' groups fold the context-parallel ranks in, after the ring",
+          "[strategies][moe][cp]") {
+    // Megatron's MoE parallel folding (parallel_state.py: the expert RankGenerator has cp = 1):
+    // dp 4 · cp 2 = 8 slots of a stage, cp fastest; ep 4 → EP groups of slots {0-3} {4-7}, EDP
+    // groups of the slots equal mod 4, {1, 5} for slot 5.
+    const Model m = small_moe();
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan plan;
+    plan.cp = 2;
+    plan.ep = 4;
+    plan.global_batch = 4;
+    plan.seq = 256;
+    for (const Recompute rc : {Recompute::none, Recompute::full}) {
+        plan.recompute = rc;
+        CAPTURE(static_cast<int>(rc));
+        const Built b = build(m, c, plan);
+        const Layout& l = b.layout;
+        REQUIRE(l.dp == 4);
+        const int rank = l.rank(0, 5, 0);
+        std::vector<int> ep_group, edp_group{l.rank(0, 1, 0), l.rank(0, 5, 0)};
+        for (int d = 4; d < 8; ++d) ep_group.push_back(l.rank(0, d, 0));
+        const AllToAll a = all_to_alls(b.graph, rank, 3);
+        CHECK(a.per_layer_fwd == 2);   // dispatch and combine
+        REQUIRE(a.groups.size() == 1);
+        CHECK(*a.groups.begin() == ep_group);
+        // Each rank routes its half of the sequence: 128 tokens × top-2 × 512 × 2 bytes.
+        CHECK(a.bytes == 128 * 2 * 512 * 2);
+        // Gradients: the dense part over the 8 data- and context-parallel slots, the rank's two
+        // experts of each MoE layer over its expert-data-parallel pair.
+        const auto [dense, root] = dense_and_root(m);
+        (void)root;
+        const CommTotals t = comm_totals(b.graph, rank);
+        CHECK(t.bytes.at({CollectiveKind::all_reduce, 8}) == 2 * dense);
+        CHECK(t.bytes.at({CollectiveKind::all_reduce, 2}) == 2 * (3 * 2 * 3 * 512.0 * 1024));
+        for (const Op& op : b.graph.ops())
+            if (op.kind == OpKind::collective && op.rank == rank && op.stream == Stream::comm &&
+                b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_reduce &&
+                b.graph.communicators()[static_cast<std::size_t>(b.graph.collectives()[static_cast<std::size_t>(op.ref)].communicator)].size() == 2)
+                CHECK(b.graph.communicators()[static_cast<std::size_t>(b.graph.collectives()[static_cast<std::size_t>(op.ref)].communicator)] ==
+                      edp_group);
+        // In time: a layer's dispatch starts after its ring's last receive in forward, and its
+        // backward ring's first send after the dispatch's gradient.
+        const tools::Simulation run = tools::simulate_plan(m, c, plan, {});
+        const Built& g = run.built;
+        const Timeline& tl = run.timeline;
+        Time ring_fwd_end = Time::zero(), a2a_fwd_start = Time::max(), a2a_bwd_end = Time::zero(), ring_bwd_start = Time::max();
+        for (OpId id = 0; id < g.graph.size(); ++id) {
+            const Op& op = g.graph.op(id);
+            if (op.rank != rank || op.layer != 3 || op.microbatch != 0) continue;
+            const bool ring = op.stream == Stream::cp_recv || op.stream == Stream::cp_send;
+            const bool a2a = op.kind == OpKind::collective &&
+                             g.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_to_all;
+            if (op.phase == Phase::fwd && ring) ring_fwd_end = std::max(ring_fwd_end, tl.end[id]);
+            if (op.phase == Phase::fwd && a2a) a2a_fwd_start = std::min(a2a_fwd_start, tl.start[id]);
+            if (op.phase == Phase::bwd && a2a) a2a_bwd_end = std::max(a2a_bwd_end, tl.end[id]);
+            if (op.phase == Phase::bwd && ring) ring_bwd_start = std::min(ring_bwd_start, tl.start[id]);
+        }
+        CHECK(ring_fwd_end > Time::zero());
+        CHECK(a2a_bwd_end > Time::zero());
+        CHECK(a2a_fwd_start < Time::max());
+        CHECK(ring_bwd_start < Time::max());
+        CHECK(a2a_fwd_start >= ring_fwd_end);
+        CHECK(ring_bwd_start >= a2a_bwd_end);
+    }
+}
+
 TEST_CASE("Mixtral-8x7B on 2 × dgx-a100 with ep 8: memory per device by hand", "[strategies][moe]") {
     // Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1): 32 layers, hidden 4096, 32 heads, 8 kv heads, 8
     // experts of 14336, vocab 32000. Plan: pp 2 (16 layers per stage), dp 8, ep 8 (one expert per
@@ -613,6 +679,34 @@ TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]
         }();
         const Plan p = plan_with([](Plan& q) { q.ep = 4; });
         CHECK_THAT(bad_input_message([&] { build(odd, c, p); }), Contains("--ep 4 does not divide the 6 experts of odd"));
+    }
+    SECTION("ep not dividing dp · cp") {
+        const Plan p = plan_with([](Plan& q) {
+            q.cp = 2;
+            q.ep = 8;
+            q.seq = 256;
+            q.global_batch = 4;
+            q.dp = 2;
+        });
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c.first_devices(4), p); }),
+                   Contains("--ep 8 does not divide dp · cp = 4"));
+    }
+    SECTION("context parallelism on a mixture of experts with tensor parallelism or fsdp") {
+        Plan p = plan_with([](Plan& q) {
+            q.cp = 2;
+            q.ep = 2;
+            q.seq = 256;
+            q.global_batch = 4;
+        });
+        Plan tp = p;
+        tp.tp = 2;
+        tp.sequence_parallel = true;
+        tp.global_batch = 2;
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, tp); }),
+                   Contains("--cp: context parallelism with a mixture of experts and tensor parallelism is not modelled"));
+        p.strategy = DataParallel::fsdp;
+        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }),
+                   Contains("--strategy: fsdp with context parallelism on a mixture of experts is not modelled"));
     }
     SECTION("ep on a dense model") {
         const Plan p = plan_with([](Plan& q) { q.ep = 2; });
