@@ -126,9 +126,15 @@ std::vector<Unit> train_units(std::span<const Kernel> fwd, const TransformerShap
     return units;
 }
 
+/// The forward's kernels. A frozen weight's GEMM is no longer a weight GEMM there (core/kernel.hpp:
+/// its B is a parameter with no gradient), so what lists a step's weight gradients from the
+/// forward (PowerSGD's matrices, strategies/compression.cpp) finds the adapters' alone.
 std::vector<Kernel> forward_of(const std::vector<Unit>& units) {
     std::vector<Kernel> out;
-    for (const Unit& u : units) out.push_back(u.kernel);
+    for (const Unit& u : units) {
+        out.push_back(u.kernel);
+        if (u.frozen_weight) out.back().weight = false;
+    }
     return out;
 }
 
@@ -177,7 +183,7 @@ Training apply_finetune(const Model& model, const Layout& layout, std::vector<Bl
             const std::int64_t before = adapters;
             part_units.push_back(train_units(parts[k], shape, f, layer, qlora && layer, &gemm_elements,
                                              &adapters, &kept, layout.tp, &exchanged));
-            for (const Unit& u : part_units.back()) bk.fwd.push_back(u.kernel);
+            for (const Kernel& k : forward_of(part_units.back())) bk.fwd.push_back(k);
             if (b.moe && k == 0) b.moe->dispatch_at = static_cast<int>(bk.fwd.size());
             if (b.moe && k == 1) {
                 b.moe->combine_at = static_cast<int>(bk.fwd.size());

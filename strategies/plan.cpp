@@ -441,13 +441,6 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input(what + " compresses the full-gradient all-reduce of --strategy ddp and ring (Horovod); --strategy " +
                            to_string(plan.strategy) + " exchanges gradients another way; use --strategy ddp or ring",
                        cf);
-        // PowerSGD compresses each weight matrix's gradient; with adapters those are the LoRA A and
-        // B matrices, which its matrix list (block_gradients) does not hold: it read the frozen
-        // weights' shapes instead.
-        if (plan.compress.method == CompressionMethod::powersgd && plan.finetune.kind != FineTuneKind::full)
-            fail_input(what + " with --finetune " + to_string(plan.finetune) + " is not modelled: PowerSGD would compress "
-                           "the adapters' gradient matrices; 1bit and topk compress any gradient",
-                       cf);
     }
     if (plan.optimizer != Optimizer::adam) {
         const ErrorContext opt{"", "", "--optimizer"};

@@ -198,18 +198,22 @@ TEST_CASE("exec runs ddp with 1-bit compression: its kernels and its all-to-all 
 }
 TEST_CASE("exec runs ddp with PowerSGD: its factor GEMMs, Gram–Schmidt and the factors' all-reduces",
           "[exec][mpi][plan-ddp-powersgd]") {
-    strategies::Plan p = data_parallel(DataParallel::ddp);
-    p.compress = strategies::parse_compression("powersgd:2");
-    p.fold = false;
-    p.seq = 128;
-    const topo::Cluster cluster = topo::localhost_cluster();
-    const strategies::Built built = strategies::build(tiny(), cluster, p);
-    int orthogonalize = 0;
-    for (OpId id = 0; id < built.graph.size(); ++id)
-        if (built.graph.op(id).kind == OpKind::compute)
-            for (const Kernel& k : built.graph.kernels_of(id)) orthogonalize += k.name == KernelName::powersgd_orthogonalize;
-    CHECK(orthogonalize > 0);
-    run_and_check(built.graph, cluster);
+    for (const char* ft : {"full", "lora:8"}) {   // with LoRA: the adapters' A and B matrices
+        CAPTURE(ft);
+        strategies::Plan p = data_parallel(DataParallel::ddp);
+        p.compress = strategies::parse_compression("powersgd:2");
+        p.finetune = strategies::parse_finetune(ft);
+        p.fold = false;
+        p.seq = 128;
+        const topo::Cluster cluster = topo::localhost_cluster();
+        const strategies::Built built = strategies::build(tiny(), cluster, p);
+        int orthogonalize = 0;
+        for (OpId id = 0; id < built.graph.size(); ++id)
+            if (built.graph.op(id).kind == OpKind::compute)
+                for (const Kernel& k : built.graph.kernels_of(id)) orthogonalize += k.name == KernelName::powersgd_orthogonalize;
+        CHECK(orthogonalize > 0);
+        run_and_check(built.graph, cluster);
+    }
 }
 TEST_CASE("exec runs ring with top-k compression", "[exec][mpi][plan-ring-topk]") {
     strategies::Plan p = data_parallel(DataParallel::ring);
