@@ -64,13 +64,24 @@ std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& clus
 }
 
 int run_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
-                 const std::string& recompute, int step_seq, int micro_batch, const std::string& finetune_spec,
-                 const std::string& optimizer_spec, int ep, std::ostream& out, std::ostream& err) {
+                 const std::optional<std::string>& recompute_spec, std::optional<int> seq_flag,
+                 std::optional<int> micro_batch_flag, const std::string& finetune_spec, const std::string& optimizer_spec,
+                 int ep, std::ostream& out, std::ostream& err) {
     const Model model = load_model_warning(model_spec, err);
     if (ep < 1) fail_input("--ep must be at least 1, found " + std::to_string(ep), flag("--ep"));
     if (ep > 1 && cluster_spec.empty())
         fail_input("has no effect here: expert parallelism spreads the experts over the cluster's ranks; give --cluster",
                    flag("--ep"));
+    if (seq_flag && *seq_flag < 1)
+        fail_input("must be at least 1 (leave it out for the model's), found " + std::to_string(*seq_flag), flag("--seq"));
+    if (micro_batch_flag && *micro_batch_flag < 1)
+        fail_input("must be at least 1, found " + std::to_string(*micro_batch_flag), flag("--micro-batch"));
+    const Recompute recompute = parse_recompute(recompute_spec.value_or("none"), flag("--recompute"));
+    // The steps' recompute and micro-batch shape the simulated rows only.
+    for (const auto& [given, name] : {std::pair{recompute_spec.has_value(), "--recompute"}, {micro_batch_flag.has_value(), "--micro-batch"}})
+        if (given && cluster_spec.empty())
+            fail_input("has no effect here: it sets the steps simulated on a cluster; give --cluster", flag(name));
+    const int step_seq = seq_flag.value_or(0), micro_batch = micro_batch_flag.value_or(1);
     // What the steps train and with which optimizer (simulate's --finetune and --optimizer).
     const strategies::FineTune finetune = strategies::parse_finetune(finetune_spec);
     const strategies::Optimizer optimizer = strategies::parse_optimizer(optimizer_spec);
@@ -80,7 +91,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
                                                                          : std::string("mixed-precision ") + strategies::to_string(optimizer));
     const std::int64_t params = model.parameters();
     const std::int64_t active = model.active_parameters();
-    const int seq = model.default_seq();
+    const int seq = step_seq > 0 ? step_seq : model.default_seq();   // --seq, or the model's
     // FLOPs per token of a training step (forward + backward), from the model's own blocks.
     Workload w;
     w.seq = seq;
@@ -96,7 +107,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
            {"parameters", params},
            {"active_parameters", active},
            {"seq", seq},
-           {"seq_note", model.seq_note()},
+           {"seq_note", step_seq > 0 ? std::string() : model.seq_note()},
            {"train_flops_per_token", per_sample.count() / seq},
            {"activation_bytes_per_sample", activations.count()},
            {"activation_bytes_per_sample_flash", flash_activations.count()},
@@ -117,10 +128,11 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         j["devices"] = cluster->num_devices();
         per_strategy.clear();
         // With adapters, FSDP too (it shards the frozen weights); ZeRO-3 does not train them. With
-        // expert parallelism the strategies that shard experts: ddp, zero1 (Megatron's) and fsdp.
+        // expert parallelism the strategies that shard experts: ddp, zero1 (Megatron's) and fsdp
+        // (not with adapters).
         std::vector<strategies::DataParallel> flavours{strategies::DataParallel::ddp, strategies::DataParallel::zero1};
         if (ep > 1) {
-            flavours.push_back(strategies::DataParallel::fsdp);
+            if (!adapters) flavours.push_back(strategies::DataParallel::fsdp);
         } else {
             flavours.push_back(strategies::DataParallel::zero2);
             flavours.push_back(adapters ? strategies::DataParallel::fsdp : strategies::DataParallel::zero3);
@@ -153,7 +165,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         strategies::Plan base;
         base.finetune = finetune;
         base.optimizer = optimizer;
-        base.recompute = parse_recompute(recompute, flag("--recompute"));
+        base.recompute = recompute;
         base.seq = step_seq;
         base.micro_batch = micro_batch;
         base.ep = ep;
@@ -190,7 +202,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     std::snprintf(buf, sizeof buf, "  train FLOPs / token   %.4g (forward + backward, seq %d)\n",
                   per_sample.count() / seq, seq);
     out << buf;
-    if (!model.seq_note().empty()) out << "  seq " << seq << ": " << model.seq_note() << '\n';
+    if (step_seq == 0 && !model.seq_note().empty()) out << "  seq " << seq << ": " << model.seq_note() << '\n';
     out << "  activations / sample  " << to_string_binary(activations) << " (bf16, no recompute, eager attention)";
     if (model.is_transformer()) out << "; " << to_string_binary(flash_activations) << " with flash attention";
     out << '\n';
@@ -202,7 +214,7 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         out << "  model states per device (" << trains << "; --cluster for the sharded strategies):\n";
     for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string_binary(bytes) << '\n';
     if (!rows.empty()) {
-        out << "  one step simulated per strategy and offload (analytic network; recompute " << recompute
+        out << "  one step simulated per strategy and offload (analytic network; recompute " << to_string(recompute)
             << ", micro-batch " << micro_batch << "): the device and the host at their peaks\n";
         for (const MemoryRow& r : rows) {
             const std::string name = r.strategy + (r.offload == "none" ? "" : " --offload " + r.offload);
@@ -223,8 +235,8 @@ Command add_describe(CLI::App& parent) {
         std::string model, cluster;
         std::optional<int> nodes;
         bool json = false;
-        std::string recompute = "none";
-        int seq = 0, micro_batch = 1;
+        std::optional<std::string> recompute;
+        std::optional<int> seq, micro_batch;
         std::string finetune = "full", optimizer = "adam";
         int ep = 1;
     };
@@ -234,9 +246,9 @@ Command add_describe(CLI::App& parent) {
     app->add_option("--cluster", f->cluster, "cluster preset or JSON file");
     app->add_option("--nodes", f->nodes, "scale the cluster to N nodes");
     app->add_flag("--json", f->json, "print one JSON object");
-    app->add_option("--recompute", f->recompute, "with --cluster: activation recompute of the simulated steps")->capture_default_str();
-    app->add_option("--seq", f->seq, "with --cluster: sequence length of the simulated steps (default: the model's)");
-    app->add_option("--micro-batch", f->micro_batch, "with --cluster: micro-batch of the simulated steps")->capture_default_str();
+    app->add_option("--recompute", f->recompute, "with --cluster: activation recompute of the simulated steps (default: none)");
+    app->add_option("--seq", f->seq, "sequence length of the figures and of the simulated steps (default: the model's)");
+    app->add_option("--micro-batch", f->micro_batch, "with --cluster: micro-batch of the simulated steps (default: 1)");
     app->add_option("--finetune", f->finetune, "with --cluster: what the steps train, full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS]")
         ->capture_default_str();
     app->add_option("--optimizer", f->optimizer, "with --cluster: adam, adamw-8bit, sgd or lamb")->capture_default_str();

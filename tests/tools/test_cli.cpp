@@ -288,6 +288,23 @@ TEST_CASE("describe, models and clusters list what they know", "[tools][cli]") {
     CHECK(lj["model_state_bytes"]["fsdp"].get<double>() == Approx((frozen + a * (4 + opt)) / 4).epsilon(1e-4));
     CHECK_FALSE(lj["model_state_bytes"].contains("zero3"));
     CHECK(cli({"describe", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--finetune", "lora:x"}).code == 2);
+    // --seq sets the figures without a cluster too (train FLOPs per token at 2,048: Llama 3 8B's
+    // 6Ψ plus its attention, less than at the default 8,192); the steps' flags need a cluster, and
+    // bad values are refused, not ignored.
+    const Json s2k = Json::parse(cli({"describe", "--model", "llama3-8b", "--seq", "2048", "--json"}).out);
+    const Json s8k = Json::parse(cli({"describe", "--model", "llama3-8b", "--json"}).out);
+    CHECK(s2k["seq"] == 2048);
+    CHECK(s2k["train_flops_per_token"].get<double>() < s8k["train_flops_per_token"].get<double>());
+    for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+             {"--micro-batch", "2"}, {"--recompute", "full"}, {"--seq", "0"}, {"--cluster", "dgx-a100", "--micro-batch", "0"},
+             {"--cluster", "dgx-a100", "--recompute", "most"}}) {
+        std::vector<std::string> args{"describe", "--model", "gpt2-small"};
+        args.insert(args.end(), bad.begin(), bad.end());
+        const Result r = cli(args);
+        CAPTURE(bad.front());
+        CHECK(r.code == 2);
+        CHECK_THAT(r.err, Catch::Contains(bad[bad.size() - 2]));
+    }
     // simulate names the fine-tuning and the optimizer on its heading line and in --json.
     const std::vector<std::string> qlora{"simulate", "--model", "llama3-8b", "--cluster", "workstation-4gpu", "--finetune",
                                          "qlora:16", "--optimizer", "adamw-8bit", "--strategy", "fsdp", "--seq", "512"};
