@@ -42,7 +42,8 @@ struct SweepFlags {
     std::string max_memory;
     std::string dispatch_overhead;
     std::optional<double> min_headroom;
-    int top = 10, refine = 10;
+    int top = 10;
+    std::optional<int> refine;
     std::optional<int> jobs;              // unset: the machine's cores
     std::string csv, json;
     bool force = false, quiet = false;
@@ -450,7 +451,10 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     // Under mpirun the ranks of one host share its cores.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     o.jobs = f.jobs.value_or(std::max(1, cores / (session ? session->local_size() : 1)));
-    o.refine = f.refine;
+    if (f.refine && *f.refine < 0) fail_input("--refine must be at least 0, found " + std::to_string(*f.refine), flag("--refine"));
+    if (f.refine && o.network != sim::NetworkMode::analytic)
+        fail_input("has no effect here: it sets how many plans --network analytic re-simulates flow-level", flag("--refine"));
+    o.refine = f.refine.value_or(10);
     for (const std::string& s : f.strategies) o.space.strategies.push_back(strategies::parse_data_parallel(s));
     o.space.tp = f.tp;
     o.space.pp = f.pp;
@@ -569,7 +573,7 @@ Command add_sweep(CLI::App& parent) {
                     "attention kernel (default: each plan's framework's)");
     app->add_option("--network", f->network, "flow, or analytic (screen analytically, re-simulate the best flow-level)")
         ->capture_default_str();
-    app->add_option("--refine", f->refine, "with --network analytic: plans re-simulated flow-level")->capture_default_str();
+    app->add_option("--refine", f->refine, "with --network analytic: plans re-simulated flow-level (default: 10)");
     app->add_option("--collective-algo", f->collective_algo, "auto, ring, tree, halving-doubling, hierarchical, direct, nvls, pat")
         ->capture_default_str();
     app->add_flag("--no-fold", f->no_fold, "simulate every data-parallel replica");
@@ -583,7 +587,7 @@ Command add_sweep(CLI::App& parent) {
         ->delimiter(',');
     app->add_option("--ep", f->ep,
                     "expert-parallel sizes to try, e.g. 1,8 (default: for a mixture of experts every power of two "
-                    "dividing dp and the experts, else 1)")
+                    "dividing dp · cp and the experts, else 1)")
         ->delimiter(',');
     app->add_option("--cp-comm", f->cp_comm, "with --cp: key-value exchanges to try, of p2p,all-gather,a2a (default: p2p)")->delimiter(',');
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');

@@ -588,6 +588,14 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         CHECK(r.code == 2);
         CHECK(r.err.find("--fsdp-sharding: has no effect here") != std::string::npos);
     }
+    SECTION("--refine without --network analytic, or below 0") {
+        Result r = with({"--refine", "3"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--refine: has no effect here") != std::string::npos);
+        r = with({"--network", "analytic", "--refine", "-1"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--refine must be at least 0") != std::string::npos);
+    }
     SECTION("an expert-parallel size below 1") {
         const Result r = with({"--ep", "1,0"});
         CHECK(r.code == 2);
