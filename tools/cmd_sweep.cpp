@@ -451,7 +451,6 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     // Under mpirun the ranks of one host share its cores.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     o.jobs = f.jobs.value_or(std::max(1, cores / (session ? session->local_size() : 1)));
-    if (f.refine && *f.refine < 0) fail_input("--refine must be at least 0, found " + std::to_string(*f.refine), flag("--refine"));
     if (f.refine && o.network != sim::NetworkMode::analytic)
         fail_input("has no effect here: it sets how many plans --network analytic re-simulates flow-level", flag("--refine"));
     o.refine = f.refine.value_or(10);
