@@ -38,11 +38,7 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
                        {"", "", "--cp-comm"});
     }
     // A mixture of experts: Megatron's experts fold the context-parallel ranks into their groups
-    // (strategies/moe.hpp). Modelled without tensor parallelism and FSDP.
-    if (model.shape().is_moe() && l.tp > 1)
-        fail_input("context parallelism with a mixture of experts and tensor parallelism is not modelled; use --cp with "
-                   "--ep and --pp, without --tp",
-                   cp_flag);
+    // (strategies/moe.hpp). Modelled without FSDP.
     if (model.shape().is_moe() && plan.strategy == DataParallel::fsdp)
         fail_input("fsdp with context parallelism on a mixture of experts is not modelled; use ddp or zero1 (Megatron) with "
                    "--cp",

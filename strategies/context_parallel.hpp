@@ -53,8 +53,8 @@ namespace smol::strategies {
 /// The context-parallel group of slot d (ranks of one (t, s)), in ring order.
 std::vector<int> context_parallel_group(const Layout& l, int t, int d, int s);
 /// The checks resolve() runs for --cp: a transformer, ddp, zero1 or fsdp, a mixture of experts
-/// without --tp or fsdp, none of the data-parallel-only features (offload, LoRA, gradient
-/// compression, LAMB).
+/// without fsdp, none of the data-parallel-only features (offload, LoRA, gradient compression,
+/// LAMB).
 void check_context_parallel(const Model& model, const Plan& plan, const Layout& l);
 
 /// Emits the layers' passes of a context-parallel group: their ring steps and transfers.

@@ -372,6 +372,18 @@ TEST_CASE("exec runs cp on a mixture of experts: the ring, then the all-to-alls 
         p.dtype = DType::fp32;
         run_moe_and_check(p, topo::cluster_preset("dgx-h100").first_devices(ranks));
     }
+    if (ranks < 4) return;
+    // tp 2 · cp 2 with sequence parallelism: each tensor rank's experts over its cp pair.
+    strategies::Plan p;
+    p.tp = 2;
+    p.sequence_parallel = true;
+    p.cp = 2;
+    p.ep = 2;
+    p.strategy = DataParallel::zero1;
+    p.seq = 128;
+    p.global_batch = 1;
+    p.dtype = DType::fp32;
+    run_moe_and_check(p, topo::cluster_preset("dgx-h100").first_devices(ranks));
 }
 TEST_CASE("exec runs fsdp with cp: every unit gathered per micro-batch over the context-parallel ranks", "[exec][mpi][plan-cp]") {
     // FSDP sharding over the cp ranks (dp 1), two micro-batches: each unit's all-gathers and

@@ -284,6 +284,23 @@ TEST_CASE("with context parallelism the experts' groups fold the context-paralle
         CHECK(a2a_fwd_start >= ring_fwd_end);
         CHECK(ring_bwd_start >= a2a_bwd_end);
     }
+    SECTION("with tensor parallelism: each tensor rank's experts over its own folded groups") {
+        plan.tp = 2;
+        plan.sequence_parallel = true;
+        plan.recompute = Recompute::full;
+        const topo::Cluster two = topo::cluster_preset("dgx-a100").with_nodes(2);
+        const Built b = build(m, two, plan);
+        const Layout& l = b.layout;
+        REQUIRE(l.dp == 4);
+        std::vector<int> ep_group;
+        for (int d = 4; d < 8; ++d) ep_group.push_back(l.rank(1, d, 0));
+        const AllToAll a = all_to_alls(b.graph, l.rank(1, 5, 0), 3);
+        REQUIRE(a.groups.size() == 1);
+        CHECK(*a.groups.begin() == ep_group);
+        // Its sequence share split over the tensor group (sp): 128 / 2 tokens routed a rank.
+        CHECK(a.bytes == 64 * 2 * 512 * 2);
+        CHECK(tools::simulate_plan(m, two, plan, {}).summary.iteration > Time::zero());
+    }
 }
 
 TEST_CASE("Mixtral-8x7B on 2 × dgx-a100 with ep 8: memory per device by hand", "[strategies][moe]") {
@@ -691,19 +708,13 @@ TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]
         CHECK_THAT(bad_input_message([&] { build(small_moe(), c.first_devices(4), p); }),
                    Contains("--ep 8 does not divide dp · cp = 4"));
     }
-    SECTION("context parallelism on a mixture of experts with tensor parallelism or fsdp") {
+    SECTION("context parallelism on a mixture of experts with fsdp") {
         Plan p = plan_with([](Plan& q) {
             q.cp = 2;
             q.ep = 2;
             q.seq = 256;
             q.global_batch = 4;
         });
-        Plan tp = p;
-        tp.tp = 2;
-        tp.sequence_parallel = true;
-        tp.global_batch = 2;
-        CHECK_THAT(bad_input_message([&] { build(small_moe(), c, tp); }),
-                   Contains("--cp: context parallelism with a mixture of experts and tensor parallelism is not modelled"));
         p.strategy = DataParallel::fsdp;
         CHECK_THAT(bad_input_message([&] { build(small_moe(), c, p); }),
                    Contains("--strategy: fsdp with context parallelism on a mixture of experts is not modelled"));
