@@ -21,6 +21,13 @@ std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_byte
     // A bucket of zero bytes would never fill (plan flags keep buckets at 1 KiB or more).
     if (cap < Bytes(1) || first_cap < Bytes(1))
         throw Error(ErrorKind::internal, "gradient buckets of " + to_string(cap) + " (first " + to_string(first_cap) + ")");
+    // A bucket holds whole gradients: a cap rounds down to whole parameters (at least one), so
+    // that buckets count in parameters as they do in bytes (an odd --bucket-mb in 16-bit left
+    // half an element a bucket, which PowerSGD's matrices then overran).
+    const std::int64_t g = grad_bytes_per_param;
+    const auto whole = [g](Bytes b) { return Bytes(std::max(g, b.count() / g * g)); };
+    cap = whole(cap);
+    first_cap = whole(first_cap);
     std::vector<Bucket> out;
     Bytes open;  // bytes in the bucket being filled
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {

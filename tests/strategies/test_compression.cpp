@@ -330,6 +330,17 @@ TEST_CASE("PowerSGD with LoRA compresses the adapters' A and B matrices, and not
         }
         CHECK(adapters == 12 * r * ((768 + 2304) + (768 + 768) + (768 + 3072) + (3072 + 768)));
     }
+    // fuzz_plan: an odd --bucket-mb in 16-bit split half an element into each bucket; lora:65536
+    // on Llama 3 8B ends on a matrix reaching into the last bucket, past its (89 elements short)
+    // count, an internal error. Buckets now hold whole gradients.
+    {
+        Plan odd;
+        odd.finetune = parse_finetune("lora:65536");
+        odd.compress = parse_compression("powersgd:2");
+        odd.bucket_mb = 1847.2;
+        odd.first_bucket_mb = 209718.6;
+        CHECK_NOTHROW(build(model_preset("llama3-8b"), topo::cluster_preset("jetson-agx-orin").with_nodes(4), odd));
+    }
     // On the Pis, rank 4: every adapter matrix pays ((n + m)·4·2 < n·m); the factors of all of
     // them are what goes on the wire, in fp32.
     Plan p = one_bucket("powersgd:4");
@@ -407,3 +418,4 @@ TEST_CASE("PowerSGD pays on eight Pis over 1 GbE and not on a DGX A100", "[strat
         CHECK(low.iteration > plain.iteration);
     }
 }
+
