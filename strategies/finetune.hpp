@@ -12,8 +12,9 @@
 // In a mixture of experts every routed expert's projections are adapted apart (PEFT wraps each
 // expert's nn.Linear: Mixtral's w1, w3, w2, Qwen-MoE's gate_proj, up_proj, down_proj): E times an
 // expert's adapters a layer, each run on the tokens routed to its expert (grouped, as the experts'
-// GEMMs are). The router stays frozen (KernelName::router; PEFT's "all-linear" would adapt it too,
-// r·(h + E) parameters a layer, which no target here names).
+// GEMMs are). The router stays frozen unless the `router` target is named (Megatron-Bridge's
+// LoRATopKRouter; PEFT's "all-linear" wraps it too, ms-swift's leaves it out): r·(h + E) a layer,
+// and r·(h + 1) for Qwen-MoE's shared-expert gate.
 //
 // Per adapted layer the forward adds x·A (tok×k by k×r), (x·A)·B (tok×r by r×n) and the scaled add
 // into y (PEFT's `result + lora_B(lora_A(x)) * scaling`: read and write y for the scale, read two

@@ -156,14 +156,19 @@ Optimizer parse_optimizer(const std::string& text) {
 }
 
 namespace {
-/// The weight GEMMs of a transformer block that can carry adapters, by their KernelName.
+/// The weight GEMMs of a transformer block that carry adapters by default, by their KernelName:
+/// every linear layer of the block.
 constexpr KernelName kAdapterTargets[] = {KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down};
+/// And on request a mixture of experts' routers (Megatron-Bridge's LoRATopKRouter; PEFT's
+/// "all-linear" wraps the router's nn.Linear too, ms-swift's leaves it out).
+constexpr KernelName kAllTargets[] = {KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down,
+                                      KernelName::router};
 }  // namespace
 
 FineTune parse_finetune(const std::string& text) {
     const ErrorContext where{"", "", "--finetune"};
     const char* expected = "full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS], TARGETS a comma list of qkv, attn_proj, "
-                           "mlp_up, mlp_down (e.g. lora:16 or qlora:64:qkv,mlp_down)";
+                           "mlp_up, mlp_down, router (e.g. lora:16 or qlora:64:qkv,mlp_down)";
     FineTune f;
     if (text == "full") return f;
     const auto colon = text.find(':');
@@ -192,13 +197,13 @@ FineTune parse_finetune(const std::string& text) {
     std::stringstream s(rest.substr(colon2 + 1));
     std::string item;
     std::vector<std::string> names;
-    for (KernelName k : kAdapterTargets) names.emplace_back(to_string(k));
+    for (KernelName k : kAllTargets) names.emplace_back(to_string(k));
     while (std::getline(s, item, ',')) {
         const auto it = std::find(names.begin(), names.end(), item);
         if (it == names.end())
-            fail_input("adapter targets among " + names[0] + ", " + names[1] + ", " + names[2] + ", " + names[3],
+            fail_input("adapter targets among " + names[0] + ", " + names[1] + ", " + names[2] + ", " + names[3] + ", " + names[4],
                        "'" + item + "'" + did_you_mean(item, names), where);
-        const KernelName k = kAdapterTargets[it - names.begin()];
+        const KernelName k = kAllTargets[it - names.begin()];
         if (std::find(f.targets.begin(), f.targets.end(), k) == f.targets.end()) f.targets.push_back(k);
     }
     if (f.targets.empty()) fail_input("at least one adapter target after the rank", "'" + text + "'", where);
@@ -371,6 +376,11 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
         if (!model.is_transformer())
             fail_input("--finetune " + to_string(plan.finetune) + " puts adapters on the weight GEMMs of transformer "
                            "blocks, and " + model.name() + " is a layer list; fine-tune it in full",
+                       ft);
+        const auto& targets = plan.finetune.targets;
+        if (std::find(targets.begin(), targets.end(), KernelName::router) != targets.end() && !model.shape().is_moe())
+            fail_input("--finetune " + to_string(plan.finetune) + ": the router target adapts a mixture of experts' routers, "
+                           "and " + model.name() + " has none",
                        ft);
         if (l.ep > 1 && plan.strategy == DataParallel::fsdp)
             fail_input("--finetune " + to_string(plan.finetune) + " with FSDP and expert parallelism is not modelled; use "

@@ -83,7 +83,8 @@ struct FineTune {
     bool operator==(const FineTune&) const = default;
 };
 /// "full", "lora:RANK[:TARGETS]" or "qlora:RANK[:TARGETS]"; TARGETS is a comma list of qkv,
-/// attn_proj, mlp_up, mlp_down (default: all four, every linear layer of a block).
+/// attn_proj, mlp_up, mlp_down, router (default: the first four, every linear layer of a block;
+/// router: a mixture of experts' routers).
 FineTune parse_finetune(const std::string& text);
 std::string to_string(const FineTune& f);
 

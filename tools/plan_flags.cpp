@@ -73,7 +73,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_flag("--delayed-update", f.delayed_update,
                  "ZeRO-Offload's one-step delayed parameter update: the CPU step overlaps the next step");
     app.add_option("--finetune", f.finetune,
-                   "full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS] (TARGETS from qkv,attn_proj,mlp_up,mlp_down; default all)")
+                   "full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS] (TARGETS from qkv,attn_proj,mlp_up,mlp_down,router; default the first four)")
         ->capture_default_str();
     app.add_option("--optimizer", f.optimizer, "adam, adamw-8bit, sgd or lamb")->capture_default_str();
     app.add_option("--compress", f.compress,

@@ -137,6 +137,20 @@ TEST_CASE("LoRA on a mixture of experts adapts every expert's projections, each 
     };
     const double extra = 2.0 * static_cast<double>(s * attention + (s * K / E) * E * expert);
     CHECK(fwd_flops(p) - fwd_flops(full) == Approx(extra).epsilon(1e-9));
+    SECTION("the router target adapts each layer's router, 2048→128, too") {
+        const std::int64_t routers = 48 * r * (h + E);
+        for (const auto& [spec, want] : {std::pair{"lora:16:router", routers},
+                                          {"lora:16:qkv,attn_proj,mlp_up,mlp_down,router", adapters + routers}}) {
+            CAPTURE(spec);
+            Plan q = p;
+            q.finetune = parse_finetune(spec);
+            CHECK(held(build(m, c, q).graph, 0, Tier::device, BufferLabel::optimizer_state) == 12 * want);
+        }
+        Plan dense = lora(16);
+        dense.finetune = parse_finetune("lora:16:router");
+        CHECK_THAT(test::bad_input_message([&] { (void)build(model_preset("llama3-8b"), c, dense); }),
+                   Catch::Contains("the router target adapts a mixture of experts' routers, and llama3-8b has none"));
+    }
     SECTION("QLoRA stores every expert's weights in NF4") {
         // Per layer in NF4: the attention's 2048·(4096 + 512 + 512) + 4096·2048, the router's
         // 2048·128 and 128 experts' 3·2048·768; in bf16: two norms of 2048 and the q and k norms
