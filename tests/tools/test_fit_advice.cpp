@@ -253,6 +253,22 @@ TEST_CASE("describe --ep shows the strategies that shard experts, with the exper
     for (const Json& row : j["memory"]) fits[row["strategy"].get<std::string>() + "/" + row["offload"].get<std::string>()] = row["fits"].get<bool>();
     CHECK(fits == std::map<std::string, bool>{{"ddp/none", false}, {"zero1/none", true}, {"fsdp/none", true}});
     CHECK(cli({"describe", "--model", "gpt2-small", "--ep", "2"}).code == 2);   // no cluster to spread experts over
+    SECTION("with LoRA: ddp and zero1, whose frozen experts stay put and whose adapters' states zero1 shards") {
+        // Each rank's frozen bf16 weights (dense and its expert) and its adapters' 2 + 2 + 12 bytes
+        // (zero1: the 12 over dp for the dense adapters, over dp / ep for the experts'). Mixtral's
+        // adapters at rank 8 (PEFT's, r·(in + out)): q, k, v, o 4096→4096, →1024, →1024, 4096→4096
+        // and each expert's w1, w3 4096→14336 and w2 14336→4096, 32 layers.
+        const Result l = cli({"describe", "--model", mixtral, "--cluster", "dgx-a100", "--nodes", "2", "--ep", "8", "--seq",
+                              "4096", "--recompute", "full", "--finetune", "lora:8", "--json"});
+        REQUIRE(l.code == 0);
+        const Json lj = Json::parse(l.out);
+        const Json& ls = lj["model_state_bytes"];
+        CHECK(ls.size() == 2);
+        const double a_dense = 32.0 * 8 * (2 * (4096 + 4096) + 2 * (4096 + 1024)), a_expert = 32.0 * 8 * 3 * (4096 + 14336);
+        CHECK(ls["ddp"].get<double>() == Approx(2 * (dense + experts / 8) + 16 * (a_dense + a_expert)).epsilon(1e-3));
+        CHECK(ls["zero1"].get<double>() ==
+              Approx(2 * (dense + experts / 8) + 4 * (a_dense + a_expert) + 12 * (a_dense / 16 + a_expert / 2)).epsilon(1e-3));
+    }
 }
 
 TEST_CASE("a DeepSpeed config's offload devices become the plan's", "[tools][fit_advice][deepspeed]") {
