@@ -62,7 +62,7 @@ enum class KernelName : std::uint8_t {
     // CPU executor runs for real (exec/cpu/compression.hpp); its other kernels are `powersgd`.
     powersgd_orthogonalize,
     // An MoE layer's router (its logits over the experts) and Qwen-MoE's shared-expert gate: weight
-    // GEMMs that are not an MLP's projections, so no LoRA target adapts them.
+    // GEMMs that are not an MLP's projections, adapted by LoRA's `router` target alone.
     router,
 };
 

@@ -156,13 +156,13 @@ Optimizer parse_optimizer(const std::string& text) {
 }
 
 namespace {
-/// The weight GEMMs of a transformer block that carry adapters by default, by their KernelName:
-/// every linear layer of the block.
-constexpr KernelName kAdapterTargets[] = {KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down};
-/// And on request a mixture of experts' routers (Megatron-Bridge's LoRATopKRouter; PEFT's
-/// "all-linear" wraps the router's nn.Linear too, ms-swift's leaves it out).
-constexpr KernelName kAllTargets[] = {KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down,
-                                      KernelName::router};
+/// The weight GEMMs of a transformer block that can carry adapters, by their KernelName. The
+/// first kDefaultTargets, every linear layer of the block, are the default; a mixture of
+/// experts' routers only on request (Megatron-Bridge's LoRATopKRouter; PEFT's "all-linear"
+/// wraps the router's nn.Linear too, ms-swift's leaves it out).
+constexpr KernelName kAdapterTargets[] = {KernelName::qkv, KernelName::attn_proj, KernelName::mlp_up, KernelName::mlp_down,
+                                          KernelName::router};
+constexpr std::ptrdiff_t kDefaultTargets = 4;
 }  // namespace
 
 FineTune parse_finetune(const std::string& text) {
@@ -191,19 +191,21 @@ FineTune parse_finetune(const std::string& text) {
         fail_input("an adapter rank from 1 to 65536 after '" + kind + ":'", "'" + rank + "'", where);
     f.rank = static_cast<int>(r);
     if (colon2 == std::string::npos) {
-        f.targets.assign(std::begin(kAdapterTargets), std::end(kAdapterTargets));
+        f.targets.assign(std::begin(kAdapterTargets), std::begin(kAdapterTargets) + kDefaultTargets);
         return f;
     }
     std::stringstream s(rest.substr(colon2 + 1));
     std::string item;
     std::vector<std::string> names;
-    for (KernelName k : kAllTargets) names.emplace_back(to_string(k));
+    std::string listed;
+    for (KernelName k : kAdapterTargets) {
+        names.emplace_back(to_string(k));
+        listed += (listed.empty() ? "" : ", ") + names.back();
+    }
     while (std::getline(s, item, ',')) {
         const auto it = std::find(names.begin(), names.end(), item);
-        if (it == names.end())
-            fail_input("adapter targets among " + names[0] + ", " + names[1] + ", " + names[2] + ", " + names[3] + ", " + names[4],
-                       "'" + item + "'" + did_you_mean(item, names), where);
-        const KernelName k = kAllTargets[it - names.begin()];
+        if (it == names.end()) fail_input("adapter targets among " + listed, "'" + item + "'" + did_you_mean(item, names), where);
+        const KernelName k = kAdapterTargets[it - names.begin()];
         if (std::find(f.targets.begin(), f.targets.end(), k) == f.targets.end()) f.targets.push_back(k);
     }
     if (f.targets.empty()) fail_input("at least one adapter target after the rank", "'" + text + "'", where);
@@ -213,7 +215,7 @@ FineTune parse_finetune(const std::string& text) {
 std::string to_string(const FineTune& f) {
     if (f.kind == FineTuneKind::full) return "full";
     std::string out = std::string(f.kind == FineTuneKind::lora ? "lora:" : "qlora:") + std::to_string(f.rank);
-    if (f.targets.size() != std::size(kAdapterTargets) ||
+    if (f.targets.size() != static_cast<std::size_t>(kDefaultTargets) ||
         !std::equal(f.targets.begin(), f.targets.end(), std::begin(kAdapterTargets))) {
         out += ":";
         for (std::size_t i = 0; i < f.targets.size(); ++i) out += (i ? "," : "") + std::string(smol::to_string(f.targets[i]));

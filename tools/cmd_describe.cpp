@@ -72,10 +72,8 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     if (ep > 1 && cluster_spec.empty())
         fail_input("has no effect here: expert parallelism spreads the experts over the cluster's ranks; give --cluster",
                    flag("--ep"));
-    if (seq_flag && *seq_flag < 1)
-        fail_input("must be at least 1 (leave it out for the model's), found " + std::to_string(*seq_flag), flag("--seq"));
-    if (micro_batch_flag && *micro_batch_flag < 1)
-        fail_input("must be at least 1, found " + std::to_string(*micro_batch_flag), flag("--micro-batch"));
+    check_at_least(seq_flag, 1, "--seq", "leave it out for the model's");
+    check_at_least(micro_batch_flag, 1, "--micro-batch", "leave it out for 1");
     const Recompute recompute = parse_recompute(recompute_spec.value_or("none"), flag("--recompute"));
     // The steps' recompute and micro-batch shape the simulated rows only.
     for (const auto& [given, name] : {std::pair{recompute_spec.has_value(), "--recompute"}, {micro_batch_flag.has_value(), "--micro-batch"}})

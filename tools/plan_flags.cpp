@@ -373,13 +373,6 @@ void check_range(double v, double lo, double hi, const char* name, const char* r
     }
 }
 
-/// Refuses an integer flag below `lo` (0 is a value like any other: never "the default").
-template <class T>
-void check_at_least(const std::optional<T>& v, T lo, const char* name, const char* what) {
-    if (v && *v < lo)
-        fail_input("must be at least " + std::to_string(lo) + " (" + what + "), found " + std::to_string(*v), flag(name));
-}
-
 }  // namespace
 
 strategies::Plan resolve_plan(const PlanFlags& f) {

@@ -99,6 +99,14 @@ sim::SimOptions resolve_sim_options(const PlanFlags& f);
 void refuse_simulation_only_flags(const PlanFlags& f, const char* command);
 
 inline ErrorContext flag(const char* name) { return {"", "", name}; }
+
+/// Refuses an integer flag below `lo` (0 is a value like any other: never "the default").
+template <class T>
+void check_at_least(const std::optional<T>& v, T lo, const char* name, const char* what) {
+    if (v && *v < lo)
+        fail_input("must be at least " + std::to_string(lo) + " (" + what + "), found " + std::to_string(*v), flag(name));
+}
+
 /// --dispatch-overhead TEXT ("20 us", 0 to 100 ms); unset when empty. Bad input names the flag.
 std::optional<Time> parse_dispatch_overhead(const std::string& text);
 
