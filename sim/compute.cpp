@@ -16,12 +16,22 @@ FlopRate vector_peak(const topo::DeviceKind& dev, DType dtype) {
 
 Time memory_time(Bytes bytes, const topo::DeviceKind& dev) { return bytes / (dev.memory_bandwidth * dev.memory_efficiency); }
 
-/// A kernel priced from a calibration profile's tables, or nullopt when a table it needs is empty.
-std::optional<Time> measured_time(const Kernel& k, const topo::MeasuredCompute& m) {
+/// A kernel of a `dtype` run priced from a calibration profile's tables, or nullopt when none was
+/// measured for it: a CPU's tables hold fp32 (kernel_time asks for fp32 runs only); a GPU's GEMM
+/// tables are per dtype (none for FP8), its flash attention and softmax were timed on 16-bit
+/// elements, and arithmetic it did not measure runs at `vector_rate`.
+std::optional<Time> measured_time(const Kernel& k, DType dtype, const topo::MeasuredCompute& m, FlopRate vector_rate) {
+    const bool gpu = m.on_gpu();
+    if (gpu && k.elem_bytes != 2 && (k.op == KernelOp::flash || k.op == KernelOp::softmax)) return std::nullopt;
     switch (k.op) {
-        case KernelOp::gemm:
-            if (m.gemm.empty()) return std::nullopt;
-            return Time::seconds(k.flops / m.gemm.at(static_cast<double>(k.m), static_cast<double>(k.n), static_cast<double>(k.k)));
+        case KernelOp::gemm: {
+            const topo::ShapeTable* t = k.fp8 == Fp8Recipe::none ? m.gemm_table(dtype, k.elem_bytes) : nullptr;
+            if (!t) return std::nullopt;
+            // A GPU tiles a batched GEMM's products side by side, as it tiles the rows of one
+            // product batch × m tall; a CPU runs them one after another at one product's rate.
+            const double rows = static_cast<double>(k.m) * (gpu ? static_cast<double>(k.batch) : 1.0);
+            return Time::seconds(k.flops / t->at(rows, static_cast<double>(k.n), static_cast<double>(k.k)));
+        }
         case KernelOp::flash: {
             const topo::ShapeTable& t = k.causal ? (k.backward ? m.flash_bwd_causal : m.flash_fwd_causal)
                                                  : (k.backward ? m.flash_bwd : m.flash_fwd);
@@ -38,7 +48,8 @@ std::optional<Time> measured_time(const Kernel& k, const topo::MeasuredCompute& 
             const double bytes = static_cast<double>(k.bytes);
             // The executor's pass does 2 FLOPs per 8 bytes moved; more arithmetic runs after it.
             const double extra = std::max(0.0, k.flops - bytes / 4);
-            return Time::seconds((bytes > 0 ? bytes / m.stream.rate_at(bytes) : 0.0) + (m.arithmetic > 0 ? extra / m.arithmetic : 0.0));
+            const double arithmetic = m.arithmetic > 0 ? m.arithmetic : vector_rate.per_second();
+            return Time::seconds((bytes > 0 ? bytes / m.stream.rate_at(bytes) : 0.0) + (extra > 0 ? extra / arithmetic : 0.0));
         }
         case KernelOp::adam: {
             if (m.adam.empty()) return std::nullopt;
@@ -93,9 +104,10 @@ double fp8_gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group) {
     const topo::DeviceKind& dev = group.device;
     const Bytes bytes(kernel.bytes);
-    // Measured rates are fp32 (what the CPU executor runs); a CPU board's host is its device.
-    if (dev.measured && dtype == DType::fp32 && (dev.is_cpu || !on_host))
-        if (const auto t = measured_time(kernel, *dev.measured)) return *t;
+    // A CPU's measured rates are fp32 (what the CPU executor runs), and a CPU board's host is its
+    // device; a GPU's are per dtype, for what runs on the GPU.
+    if (dev.measured && (dev.measured->on_gpu() ? !on_host : dtype == DType::fp32 && (dev.is_cpu || !on_host)))
+        if (const auto t = measured_time(kernel, dtype, *dev.measured, vector_peak(dev, dtype))) return *t;
     if (on_host) return host_time(bytes, Flops(kernel.flops), group);
     const Flops flops(kernel.flops);
     switch (kernel.op) {

@@ -33,6 +33,11 @@
 // passes and Adam over the rate measured at their size; a pass's arithmetic beyond the two FLOPs
 // per element its streaming loop does runs at the measured arithmetic rate. On a CPU board the
 // host is the device, so host kernels are priced the same way.
+// A GPU's profile (calibrate --backend cuda) prices what runs on the GPU in any dtype: a GEMM
+// from the table of its dtype (an FP8 GEMM keeps the FP8 curve: none was measured) at batch × m
+// rows, as the GPU tiles a batched GEMM's products side by side; flash attention and softmax
+// from their 16-bit tables (on fp32 elements, such as Megatron's unfused fp32 softmax, they
+// keep the leads); streaming passes and Adam by size, extra arithmetic at the vector peak.
 //
 // Slow devices and jitter (topologies/cluster.hpp DeviceSpeed, ComputeJitter) are applied by the
 // simulator on top of these times (sim/simulator.cpp device_time): time / speed × jitter_factor.

@@ -41,11 +41,12 @@ std::string factor(double v) {
 }
 
 /// What a --profile replaced: "profile F: measured compute and memory rates; measured all_reduce
-/// over 2-8 ranks on 1 host, p2p within a host". Transfers of one kind and host span are listed
+/// over 2-8 ranks on 1 host, p2p within a host" (a GPU's: "measured GPU kernel rates (NVIDIA …)"). Transfers of one kind and host span are listed
 /// as the range of their group sizes.
 std::string profile_note(const topo::Cluster& cluster) {
     std::string note = "profile " + cluster.profile + ": ";
-    if (cluster.groups[0].device.measured) note += "measured compute and memory rates; ";
+    if (const auto& m = cluster.groups[0].device.measured)
+        note += m->on_gpu() ? "measured GPU kernel rates (" + m->gpu + "); " : "measured compute and memory rates; ";
     std::map<std::pair<std::string, int>, std::pair<int, int>> spans;   // (kind, hosts) -> (fewest, most) ranks
     if (cluster.measured_network)
         for (const topo::MeasuredTransfer& t : cluster.measured_network->transfers) {

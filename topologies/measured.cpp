@@ -57,6 +57,12 @@ double ShapeTable::at(double mv, double nv, double kv) const {
     return std::exp(log_rate);
 }
 
+const ShapeTable* MeasuredCompute::gemm_table(DType dtype, int elem_bytes) const {
+    const ShapeTable* t = &gemm;
+    if (on_gpu() && elem_bytes < 4) t = dtype == DType::bf16 ? &gemm_bf16 : dtype == DType::fp16 ? &gemm_fp16 : nullptr;
+    return t && !t->empty() ? t : nullptr;
+}
+
 const MeasuredTransfer* MeasuredNetwork::collective(CollectiveKind kind, int ranks, int nodes) const {
     for (const MeasuredTransfer& t : transfers)
         if (!t.p2p && t.kind == kind && t.ranks == ranks && t.nodes == nodes) return &t;

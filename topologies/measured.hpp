@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/op_graph.hpp"
@@ -44,9 +45,17 @@ struct ShapeTable {
     double at(double m, double n, double k) const;
 };
 
-/// What one rank of a host computes at, measured through the executor's own kernels in fp32.
+/// What one rank of a host computes at, measured through the executor's own kernels: the CPU
+/// executor's, every table in fp32; or a GPU's (`calibrate --backend cuda`): cuBLASLt GEMMs per
+/// dtype, the CUDA backend's flash attention and softmax on 16-bit elements, its streaming pass and
+/// fused Adam.
 struct MeasuredCompute {
-    ShapeTable gemm;          // FLOP/s of one m×n×k product (a batched GEMM runs them one by one)
+    /// The GPU measured ("NVIDIA H200 (compute capability 9.0, 132 SMs, …)"); empty for a CPU.
+    std::string gpu;
+    ShapeTable gemm;          // FLOP/s of one m×n×k product in fp32 (a GPU's without TF32; a
+                              // batched GEMM runs them one by one on a CPU)
+    ShapeTable gemm_bf16;     // a GPU's bf16 and fp16 products (empty for a CPU)
+    ShapeTable gemm_fp16;
     ShapeTable flash_fwd;     // FLOP/s of one head of FlashAttention-2 forward, q × kv × head dim
     ShapeTable flash_bwd;     // and backward
     /// The same under the causal mask, FLOP/s of the pairs it computes (causal_pairs): the tiles
@@ -56,9 +65,14 @@ struct MeasuredCompute {
     Curve stream;             // bytes moved (read + written) → bytes/s of a streaming pass
     Curve softmax;            // elements → elements/s
     Curve adam;               // parameters → parameters/s
-    double arithmetic = 0;    // FLOP/s of register-resident vector arithmetic (a memory-free pass)
-    Time dispatch;            // per kernel: the executor's dispatch around a kernel that does nothing
-    double comm_slowdown = 1; // compute time while a collective runs on the rank ÷ alone
+    double arithmetic = 0;    // FLOP/s of register-resident vector arithmetic (a memory-free pass); 0: not measured (a GPU)
+    Time dispatch;            // per kernel: the executor's dispatch around a kernel that does nothing (a GPU: its launch)
+    double comm_slowdown = 1; // compute time while a collective runs on the rank ÷ alone; 0: not measured (a GPU)
+
+    bool on_gpu() const { return !gpu.empty(); }
+    /// The GEMM table of a product of `elem_bytes`-byte elements in a run of `dtype` (a CPU's fp32
+    /// table whatever they are; a GPU's by dtype: fp32, bf16 or fp16), or null.
+    const ShapeTable* gemm_table(DType dtype, int elem_bytes) const;
 };
 
 /// A collective (or, with `p2p`, a point-to-point transfer) timed over message sizes on `ranks`

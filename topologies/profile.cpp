@@ -11,8 +11,9 @@ namespace smol::topo {
 namespace {
 
 /// Format 2 added the causal flash tables to `compute`; a format-1 profile without `compute`
-/// (network and memory only) reads the same in both.
-constexpr int kFormat = 2;
+/// (network and memory only) reads the same in both. Format 3 added a GPU's profile
+/// (`measured_on.gpu`, the 16-bit GEMM tables, `host_link`); a format-2 profile reads as before.
+constexpr int kFormat = 3;
 
 const std::vector<std::pair<CollectiveKind, const char*>>& kind_names() {
     static const std::vector<std::pair<CollectiveKind, const char*>> names{
@@ -122,10 +123,9 @@ Json to_json(const Profile& p) {
         {"network", net},
     };
     if (!p.source.empty()) out["measured_on"]["source"] = p.source;
-    if (p.has_compute)
+    if (c.on_gpu()) out["measured_on"]["gpu"] = c.gpu;
+    if (p.has_compute) {
         out["compute"] = {{"dispatch_s", c.dispatch.to_seconds()},
-                          {"comm_slowdown", c.comm_slowdown},
-                          {"arithmetic_flops_per_s", c.arithmetic},
                           {"gemm", table_json(c.gemm, "flops_per_s")},
                           {"flash_forward", table_json(c.flash_fwd, "flops_per_s")},
                           {"flash_backward", table_json(c.flash_bwd, "flops_per_s")},
@@ -134,6 +134,15 @@ Json to_json(const Profile& p) {
                           {"stream", curve_json(c.stream, "bytes", "bytes_per_s")},
                           {"softmax", curve_json(c.softmax, "elements", "elements_per_s")},
                           {"adam", curve_json(c.adam, "parameters", "parameters_per_s")}};
+        if (c.comm_slowdown > 0) out["compute"]["comm_slowdown"] = c.comm_slowdown;
+        if (c.arithmetic > 0) out["compute"]["arithmetic_flops_per_s"] = c.arithmetic;
+        if (c.on_gpu()) {
+            out["compute"]["gemm_bf16"] = table_json(c.gemm_bf16, "flops_per_s");
+            out["compute"]["gemm_fp16"] = table_json(c.gemm_fp16, "flops_per_s");
+        }
+    }
+    if (!p.h2d.empty() || !p.d2h.empty())
+        out["host_link"] = {{"h2d", curve_json(p.h2d, "bytes", "seconds")}, {"d2h", curve_json(p.d2h, "bytes", "seconds")}};
     if (p.has_memory)
         out["memory"] = {{"memcpy_bytes_per_s", p.memcpy.bytes_per_second()},
                          {"file_read_bytes_per_s", p.file_read.bytes_per_second()},
@@ -143,19 +152,21 @@ Json to_json(const Profile& p) {
 }
 
 Profile profile_from_json(const JsonView& j) {
-    j.expect_only({"smolcluster_profile", "measured_on", "compute", "memory", "network"});
+    j.expect_only({"smolcluster_profile", "measured_on", "compute", "memory", "network", "host_link"});
     const std::int64_t format = j.integer("smolcluster_profile");
     if (format == 1 && j.has("compute"))
-        j.fail_member("compute", "the causal attention timings of format " + std::to_string(kFormat) +
-                                     " (run smolcluster calibrate again)",
+        j.fail_member("compute", "the causal attention timings of format 2 and later (run smolcluster calibrate again)",
                       "a format-1 profile's compute section, timed without the causal mask");
-    if (format != kFormat && format != 1)
+    if (format < 1 || format > kFormat)
         j.fail_member("smolcluster_profile", "format " + std::to_string(kFormat) + " (this smolcluster's)",
                       describe_json(j.raw().at("smolcluster_profile")));
     Profile p;
     const JsonView on = j.at("measured_on");
     on.expect_only({"hosts", "cpu_model", "cores", "nodes", "ranks_per_node", "blas", "blas_threads", "mpi", "date", "quick",
-                    "source"});
+                    "source", "gpu"});
+    if (format < 3 && on.has("gpu"))
+        on.fail_member("gpu", "no GPU in a format-" + std::to_string(format) + " profile (a GPU's is format 3)",
+                       describe_json(on.raw().at("gpu")));
     const JsonView hosts = on.at("hosts");
     hosts.expect_array();
     for (std::size_t i = 0; i < hosts.size(); ++i) {
@@ -172,18 +183,34 @@ Profile profile_from_json(const JsonView& j) {
     p.date = on.string("date");
     p.quick = on.boolean_or("quick", false);
     p.source = on.string_or("source", "");
+    p.compute.gpu = on.string_or("gpu", "");
+    if (on.has("gpu") && p.compute.gpu.empty()) on.fail_member("gpu", "the GPU's name", "an empty string");
+    const bool gpu = p.compute.on_gpu();
 
     p.has_compute = j.has("compute");
     if (p.has_compute) {
         const JsonView c = j.at("compute");
-        c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "flash_forward", "flash_backward",
-                       "flash_forward_causal", "flash_backward_causal", "stream", "softmax", "adam"});
+        if (gpu)
+            c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "gemm_bf16", "gemm_fp16",
+                           "flash_forward", "flash_backward", "flash_forward_causal", "flash_backward_causal", "stream",
+                           "softmax", "adam"});
+        else
+            c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "flash_forward",
+                           "flash_backward", "flash_forward_causal", "flash_backward_causal", "stream", "softmax", "adam"});
         p.compute.dispatch = Time::seconds(positive(c, "dispatch_s"));
-        p.compute.comm_slowdown = c.number("comm_slowdown");
-        if (!(p.compute.comm_slowdown >= 1.0))
-            c.fail_member("comm_slowdown", "a slowdown factor of at least 1", describe_json(c.raw().at("comm_slowdown")));
-        p.compute.arithmetic = positive(c, "arithmetic_flops_per_s");
+        // A GPU's profile has neither (the cluster keeps its leads); a CPU's has both.
+        p.compute.comm_slowdown = 0;
+        if (!gpu || c.has("comm_slowdown")) {
+            p.compute.comm_slowdown = c.number("comm_slowdown");
+            if (!(p.compute.comm_slowdown >= 1.0))
+                c.fail_member("comm_slowdown", "a slowdown factor of at least 1", describe_json(c.raw().at("comm_slowdown")));
+        }
+        if (!gpu || c.has("arithmetic_flops_per_s")) p.compute.arithmetic = positive(c, "arithmetic_flops_per_s");
         p.compute.gemm = read_table(c.at("gemm"), "flops_per_s");
+        if (gpu) {
+            p.compute.gemm_bf16 = read_table(c.at("gemm_bf16"), "flops_per_s");
+            p.compute.gemm_fp16 = read_table(c.at("gemm_fp16"), "flops_per_s");
+        }
         p.compute.flash_fwd = read_table(c.at("flash_forward"), "flops_per_s");
         p.compute.flash_bwd = read_table(c.at("flash_backward"), "flops_per_s");
         p.compute.flash_fwd_causal = read_table(c.at("flash_forward_causal"), "flops_per_s");
@@ -200,6 +227,14 @@ Profile profile_from_json(const JsonView& j) {
         p.file_read = Bandwidth::bytes_per_s(positive(m, "file_read_bytes_per_s"));
         p.file_write = Bandwidth::bytes_per_s(positive(m, "file_write_bytes_per_s"));
         p.direct_io = m.boolean("direct_io");
+    }
+
+    if (j.has("host_link")) {
+        const JsonView h = j.at("host_link");
+        if (!gpu) h.fail("no host_link (a GPU's pinned copies) in a profile without measured_on.gpu", "one");
+        h.expect_only({"h2d", "d2h"});
+        p.h2d = read_curve(h.at("h2d"), "bytes", "seconds");
+        p.d2h = read_curve(h.at("d2h"), "bytes", "seconds");
     }
 
     const JsonView net = j.at("network");
@@ -244,14 +279,22 @@ Cluster apply_profile(const Cluster& cluster, const Profile& profile, const std:
                            cluster.groups[0].device.name + " and " + cluster.groups[i].device.name +
                            ": calibrate each kind and give each group its own cluster file",
                        where);
+    const bool gpu = profile.compute.on_gpu();
+    if (gpu)
+        for (const NodeGroup& g : cluster.groups)
+            if (g.device.is_cpu)
+                fail_input("profile " + file + " was measured on a GPU (" + profile.compute.gpu + "), and cluster " + cluster.name +
+                               "'s devices are CPUs (" + g.device.name + "): calibrate the board itself (smolcluster calibrate)",
+                           where);
     Cluster out = cluster;
     const auto compute = profile.has_compute ? std::make_shared<const MeasuredCompute>(profile.compute) : nullptr;
     const MeasuredTransfer* intra = profile.network.p2p(1);
     const MeasuredTransfer* inter = profile.network.p2p(2);
     for (NodeGroup& g : out.groups) {
-        // Only the compute and memory rates depend on how many ranks share a host; a collective
-        // curve is looked up by its own ranks and hosts, so a network-only profile fits any node.
-        if ((profile.has_compute || profile.has_memory) && g.devices_per_node != profile.ranks_per_node)
+        // Only a CPU's compute and memory rates depend on how many ranks share a host (a GPU's
+        // are its own); a collective curve is looked up by its own ranks and hosts, so a
+        // network-only profile fits any node.
+        if (((profile.has_compute && !gpu) || profile.has_memory) && g.devices_per_node != profile.ranks_per_node)
             fail_input("profile " + file + " was measured with " + std::to_string(profile.ranks_per_node) +
                            " ranks per node, and cluster " + cluster.name + " has " + std::to_string(g.devices_per_node) +
                            " devices per node (group " + g.name + "): ranks share a host's cores and memory, so the "
@@ -262,7 +305,7 @@ Cluster apply_profile(const Cluster& cluster, const Profile& profile, const std:
             DeviceKind& d = g.device;
             d.measured = compute;
             d.launch_overhead = profile.compute.dispatch;
-            d.comm_slowdown = profile.compute.comm_slowdown;
+            if (profile.compute.comm_slowdown >= 1) d.comm_slowdown = profile.compute.comm_slowdown;
             if (!profile.compute.stream.empty()) {
                 d.memory_bandwidth = Bandwidth::bytes_per_s(profile.compute.stream.y.back());
                 d.memory_efficiency = 1.0;
@@ -274,6 +317,12 @@ Cluster apply_profile(const Cluster& cluster, const Profile& profile, const std:
                 g.nvme_read = profile.file_read;
                 g.nvme_write = profile.file_write;
             }
+        }
+        if (!profile.h2d.empty() && !profile.d2h.empty()) {
+            // Offload's copies go both ways over the one link: the slower direction prices both.
+            const auto [l1, b1] = fit(profile.h2d);
+            const auto [l2, b2] = fit(profile.d2h);
+            g.host_link = {std::min(b1, b2), std::max(l1, l2)};
         }
         if (intra && g.intra != IntraKind::none) {
             // A message between two ranks of a host crosses two intra links (rank → shm → rank).

@@ -143,3 +143,47 @@ TEST_CASE("measured collectives and sends take the measured time, other group si
     CHECK(tl.duration(modelled[0]) > Time::ms(1.2));
     CHECK(tl.end[recv] - std::max(tl.start[send], tl.start[recv]) == Time::seconds(2e-5));
 }
+
+TEST_CASE("a GPU's profile prices what runs on the GPU in its dtype (FP8, fp32 softmax and the host keep the leads)",
+          "[sim][measured]") {
+    const topo::NodeGroup lead = topo::cluster_preset("dgx-h100").groups[0];
+    topo::NodeGroup g = lead;
+    topo::MeasuredCompute m = compute_tables();
+    m.gpu = "test GPU";
+    m.gemm_bf16 = m.gemm_fp16 = m.gemm;
+    for (double& r : m.gemm_bf16.rate) r *= 10;   // 800 GFLOP/s at the large corner
+    for (double& r : m.gemm_fp16.rate) r *= 9;    // 720
+    m.arithmetic = 0;
+    m.comm_slowdown = 0;
+    g.device.measured = std::make_shared<const topo::MeasuredCompute>(m);
+    using sim::kernel_time;
+
+    const Kernel big = gemm_kernel(KernelName::qkv, KernelClass::gemm, 1024, 1024, 1024, 1, 2, true);
+    CHECK(kernel_time(big, DType::bf16, false, g) == Time::seconds(big.flops / 800e9));
+    CHECK(kernel_time(big, DType::fp16, false, g) == Time::seconds(big.flops / 720e9));
+    // Sixteen products of 64 rows side by side: the rate of one of 1,024 rows.
+    const Kernel batched = gemm_kernel(KernelName::scores, KernelClass::attention, 64, 1024, 1024, 16, 2, false);
+    CHECK(kernel_time(batched, DType::bf16, false, g) == Time::seconds(batched.flops / 800e9));
+    // fp32 operands inside a bf16 run: the fp32 table.
+    const Kernel wide = gemm_kernel(KernelName::router, KernelClass::gemm, 1024, 1024, 1024, 1, 4, true);
+    CHECK(kernel_time(wide, DType::bf16, false, g) == Time::seconds(wide.flops / 80e9));
+    // No FP8 GEMM was measured: the FP8 curve, as without a profile.
+    const Kernel f8 = fp8_gemm_kernel(KernelName::qkv, KernelClass::gemm, 1024, 1024, 1024, 1, 2, true, Fp8Recipe::delayed);
+    CHECK(kernel_time(f8, DType::bf16, false, g) == kernel_time(f8, DType::bf16, false, lead));
+
+    // Flash attention and softmax were timed on 16-bit elements.
+    const Kernel flash = flash_kernel(4, 64, 64, 64, 2, false);
+    CHECK(kernel_time(flash, DType::bf16, false, g) == Time::seconds(flash.flops / 10e9));
+    const Kernel soft16 = softmax_kernel(1000, 1000, 2), soft32 = softmax_kernel(1000, 1000, 4);
+    CHECK(kernel_time(soft16, DType::bf16, false, g) == Time::seconds(1e6 / 1e9));
+    CHECK(kernel_time(soft32, DType::bf16, false, g) == kernel_time(soft32, DType::bf16, false, lead));
+
+    // Streaming passes and Adam by size in any dtype; arithmetic beyond the pass's at the vector peak.
+    const Kernel busy = stream_kernel(KernelName::layer, KernelClass::elementwise, 8000, 2000 + 4e6);
+    CHECK(kernel_time(busy, DType::bf16, false, g).to_seconds() ==
+          Approx(8000 / 50e9 + 4e6 / lead.device.peak_for(DType::fp32).per_second()));
+    const Kernel adam = adam_kernel(1000, 28);
+    CHECK(kernel_time(adam, DType::bf16, false, g) == Time::seconds(1000 / 2e9));
+    // Offload's Adam on the host CPU is not the GPU's: the host's rate, as without the profile.
+    CHECK(kernel_time(adam, DType::bf16, true, g) == kernel_time(adam, DType::bf16, true, lead));
+}

@@ -55,6 +55,27 @@ std::string read_error(const Json& doc) {
     return bad_input_message([&] { profile_from_json(JsonView(doc, "p.json")); });
 }
 
+/// A GPU's profile as calibrate --backend cuda writes it (exec/cuda/profile.cpp fill_profile):
+/// 16-bit GEMM tables, no arithmetic rate or comm_slowdown, pinned copies, no memory section.
+Profile gpu_sample(int ranks_per_node = 1) {
+    Profile p = sample(ranks_per_node);
+    p.blas = "cuBLASLt";
+    p.blas_threads = 1;
+    MeasuredCompute& c = p.compute;
+    c.gpu = "NVIDIA H200 (compute capability 9.0, 132 SMs, 139.8 GiB)";
+    c.gemm_bf16 = c.gemm_fp16 = c.gemm;
+    for (double& r : c.gemm_bf16.rate) r *= 10;
+    for (double& r : c.gemm_fp16.rate) r *= 9;
+    c.arithmetic = 0;
+    c.comm_slowdown = 0;
+    c.stream = {{1e6, 1e9}, {1e12, 4e12}};
+    p.has_memory = false;
+    // Host to device: 10 us at 64 KiB, 1 GiB in 20 ms; device to host slower: 12 us, 25 ms.
+    p.h2d = {{65536, 1073741824}, {10e-6, 20e-3}};
+    p.d2h = {{65536, 1073741824}, {12e-6, 25e-3}};
+    return p;
+}
+
 Cluster localhost(int devices) {
     HostFacts f;
     f.cores = 8;
@@ -91,10 +112,29 @@ TEST_CASE("bad profiles are bad_input errors naming the JSON path", "[topologies
         CHECK_THAT(m, Contains("p.json: at /compute/gemm_rate"));
     }
     SECTION("another format") {
-        doc["smolcluster_profile"] = 3;
+        doc["smolcluster_profile"] = 4;
         const std::string m = read_error(doc);
         CHECK_THAT(m, Contains("at /smolcluster_profile"));
-        CHECK_THAT(m, Contains("format 2 (this smolcluster's)"));
+        CHECK_THAT(m, Contains("format 3 (this smolcluster's)"));
+    }
+    SECTION("a CPU's profile with a GPU's 16-bit table") {
+        doc["compute"]["gemm_bf16"] = doc["compute"]["gemm"];
+        CHECK_THAT(read_error(doc), Contains("at /compute/gemm_bf16"));
+    }
+    SECTION("a CPU's profile with pinned copies") {
+        doc["host_link"] = {{"h2d", doc["compute"]["stream"]}, {"d2h", doc["compute"]["stream"]}};
+        CHECK_THAT(read_error(doc), Contains("no host_link (a GPU's pinned copies) in a profile without measured_on.gpu"));
+    }
+    SECTION("a GPU in a format-2 profile") {
+        doc["smolcluster_profile"] = 2;
+        doc["measured_on"]["gpu"] = "NVIDIA A100";
+        CHECK_THAT(read_error(doc), Contains("no GPU in a format-2 profile"));
+    }
+    SECTION("a format-2 profile reads as before") {
+        doc["smolcluster_profile"] = 2;
+        const Profile p = profile_from_json(JsonView(doc, "p.json"));
+        CHECK_FALSE(p.compute.on_gpu());
+        CHECK(p.compute.comm_slowdown == 1.5);
     }
     SECTION("a format-1 profile's compute section, timed without the causal mask") {
         doc["smolcluster_profile"] = 1;
@@ -213,4 +253,62 @@ TEST_CASE("a profile of collective curves alone keeps the cluster's compute and 
         bad["measured_on"].erase("date");
         CHECK_THAT(read_error(bad), Contains("date"));
     }
+}
+
+TEST_CASE("a GPU's profile survives its JSON round trip: 16-bit tables and pinned copies, no arithmetic or slowdown",
+          "[topologies][profile]") {
+    const Json j = to_json(gpu_sample());
+    CHECK(j["smolcluster_profile"] == 3);
+    CHECK(j["measured_on"]["gpu"] == "NVIDIA H200 (compute capability 9.0, 132 SMs, 139.8 GiB)");
+    CHECK_FALSE(j["compute"].contains("arithmetic_flops_per_s"));
+    CHECK_FALSE(j["compute"].contains("comm_slowdown"));
+    CHECK_FALSE(j.contains("memory"));
+    const Profile q = profile_from_json(JsonView(j, "gpu.json"));
+    CHECK(to_json(q) == j);
+    CHECK(q.compute.on_gpu());
+    CHECK(q.compute.gemm_bf16.rate == gpu_sample().compute.gemm_bf16.rate);
+    CHECK(q.compute.comm_slowdown == 0);
+    CHECK(q.compute.arithmetic == 0);
+    CHECK(q.h2d.y == gpu_sample().h2d.y);
+    // The table a GEMM is priced from: a GPU's by its dtype (fp32 elements: the fp32 table), a
+    // CPU's fp32 one whatever it is asked.
+    CHECK(q.compute.gemm_table(DType::bf16, 2) == &q.compute.gemm_bf16);
+    CHECK(q.compute.gemm_table(DType::fp16, 2) == &q.compute.gemm_fp16);
+    CHECK(q.compute.gemm_table(DType::bf16, 4) == &q.compute.gemm);
+    CHECK(q.compute.gemm_table(DType::fp32, 4) == &q.compute.gemm);
+    const Profile cpu = sample();
+    CHECK(cpu.compute.gemm_table(DType::bf16, 2) == &cpu.compute.gemm);
+
+    SECTION("a GPU's profile needs both 16-bit tables") {
+        Json bad = j;
+        bad["compute"].erase("gemm_fp16");
+        CHECK_THAT(read_error(bad), Contains("gemm_fp16"));
+    }
+    SECTION("an empty GPU name") {
+        Json bad = j;
+        bad["measured_on"]["gpu"] = "";
+        CHECK_THAT(read_error(bad), Contains("at /measured_on/gpu"));
+    }
+}
+
+TEST_CASE("a GPU's profile fits a node of any size, keeps the cluster's slowdown and sets the host link",
+          "[topologies][profile]") {
+    const Cluster before = cluster_preset("dgx-h100");
+    const Cluster c = apply_profile(before, gpu_sample(1), "gpu.json");   // one GPU measured, eight in the node
+    const NodeGroup& g = c.groups[0];
+    REQUIRE(g.device.measured);
+    CHECK(g.device.measured->on_gpu());
+    CHECK(g.device.launch_overhead == Time::ns(50));
+    CHECK(g.device.comm_slowdown == before.groups[0].device.comm_slowdown);   // not measured on a GPU
+    CHECK(g.device.memory_bandwidth.bytes_per_second() == Approx(4e12));
+    CHECK(g.host_memory_bandwidth == before.groups[0].host_memory_bandwidth);   // no memory section
+    // The slower direction (device to host): 12 us, 1 GiB in 25 ms less the 12 us.
+    CHECK(g.host_link.latency == Time::us(12));
+    CHECK(g.host_link.bandwidth.bytes_per_second() == Approx(1073741824.0 / (25e-3 - 12e-6)));
+}
+
+TEST_CASE("a GPU's profile on a CPU board is refused", "[topologies][profile]") {
+    const std::string m = bad_input_message([] { apply_profile(localhost(1), gpu_sample(1), "gpu.json"); });
+    CHECK_THAT(m, Contains("gpu.json was measured on a GPU (NVIDIA H200"));
+    CHECK_THAT(m, Contains("devices are CPUs"));
 }
