@@ -7,7 +7,7 @@
 #      skip with one GPU)
 #   3. calibrate: bench_gpu calibrate (GEMM grid per dtype, HBM, softmax, flash, Adam, launch
 #      overhead, pinned copies, NCCL where there are several GPUs) into gpu-figures.json; and a
-#      profile from `smolcluster calibrate --backend cuda` once calibrate measures GPUs
+#      GPU's profile from `smolcluster calibrate --backend cuda` (h200-profile.json)
 #   4. a bf16 8192³ GEMM op through the executor against a bare cuBLASLt call (target ≥ 90 %)
 #   5. single-GPU plans on hgx-h200 --devices 1, simulated and run: gpt2-small, gpt2-xl, and the
 #      offload plan once --offload cpu is accepted (skipped with a message until then); with

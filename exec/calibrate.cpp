@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "exec/cpu/backend.hpp"
 #include "exec/cpu/kernels.hpp"
+#include "exec/cuda/measure.hpp"
 #include "exec/mpi.hpp"
 #include "exec/runner.hpp"
 #include "topologies/localhost.hpp"
@@ -208,6 +209,10 @@ public:
 
     topo::Profile run() {
         describe_machine();
+        if (o_.cuda) {
+            section("gpu", [&] { gpu(); });
+            return profile_;
+        }
         section("compute", [&] { compute(); });
         section("network", [&] { network(); });
         section("memory", [&] { memory(); });
@@ -258,6 +263,22 @@ private:
                       << facts_.cpu_model << ", " << facts_.cores << " cores), " << mpi_.local_size() << " rank"
                       << (mpi_.local_size() == 1 ? "" : "s") << " per host, " << profile_.blas_threads << " BLAS thread"
                       << (profile_.blas_threads == 1 ? "" : "s") << " per rank" << std::endl;
+    }
+
+    // ---- a GPU --------------------------------------------------------------------------------
+    void gpu() {
+        cuda::MeasureOptions mo;
+        mo.quick = o_.quick;
+        const cuda::GpuFigures f = cuda::measure_session(session_, mo);
+        if (!root()) return;
+        profile_.blas = "cuBLASLt";
+        profile_.blas_threads = 1;
+        cuda::fill_profile(f, profile_);
+        double best = 0;
+        for (double r : profile_.compute.gemm_bf16.rate) best = std::max(best, r);
+        detail_ = f.device + ": bf16 GEMM up to " + to_string(FlopRate::flops_per_s(best)) + ", HBM " +
+                  to_string(Bandwidth::bytes_per_s(profile_.compute.stream.y.back())) + ", launch " +
+                  to_string(profile_.compute.dispatch) + ", " + std::to_string(f.nccl.size()) + " NCCL points";
     }
 
     // ---- compute --------------------------------------------------------------------------------

@@ -14,6 +14,8 @@
 //   memory    memcpy between tiers and file I/O in the scratch directory (the NVMe tier);
 //   overlap   how much slower GEMMs run while all-reduces run on the comm stream (comm_slowdown).
 // Each figure is the median of several repetitions after a warm-up repetition.
+// With `cuda`, the GPU's figures instead (exec/cuda/measure.hpp), as a GPU's profile
+// (topologies/profile.hpp, format 3).
 #pragma once
 
 #include <ostream>
@@ -26,6 +28,9 @@ namespace smol::exec {
 
 struct CalibrateOptions {
     bool quick = false;          // fewer shapes and sizes (CI, a first look)
+    /// Measure each rank's GPU and NCCL instead (exec/cuda/measure.hpp: cuBLASLt GEMMs per dtype,
+    /// the CUDA backend's kernels, pinned copies, NCCL over every group size): a GPU's profile.
+    bool cuda = false;
     std::string scratch;         // directory for the file I/O benchmark; empty: the temporary directory
 };
 

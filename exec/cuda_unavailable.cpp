@@ -1,6 +1,7 @@
 // The CUDA entry points of executor.hpp in a build with MPI but without CUDA, cuBLASLt or NCCL:
 // each says so (exit 2); the CPU backend is unaffected.
 #include "core/error.hpp"
+#include "exec/cuda/measure.hpp"
 #include "exec/executor.hpp"
 
 namespace smol::exec {
@@ -16,5 +17,6 @@ namespace {
 bool cuda_built() { return false; }
 GpuMemory gpu_memory(Session&, Bytes) { unavailable(); }
 Measured run_cuda(Session&, const OpGraph&, const topo::Cluster&, const ExecOptions&) { unavailable(); }
+cuda::GpuFigures cuda::measure_session(Session&, const MeasureOptions&) { unavailable(); }
 
 }  // namespace smol::exec

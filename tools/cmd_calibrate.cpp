@@ -20,6 +20,7 @@ struct CalibrateFlags {
     std::string out;
     bool quick = false, force = false;
     std::string scratch;
+    std::string backend = "cpu";
 };
 
 int run_calibrate(const CalibrateFlags& f, const Io& io) {
@@ -29,6 +30,7 @@ int run_calibrate(const CalibrateFlags& f, const Io& io) {
         exec::CalibrateOptions options;
         options.quick = f.quick;
         options.scratch = f.scratch;
+        options.cuda = f.backend == "cuda";
         const topo::Profile profile = exec::calibrate(session, options, io.out);
         if (!session.root()) return 0;
         write_text_file(f.out, topo::to_json(profile).dump(1) + '\n', f.force, "--out");
@@ -46,6 +48,10 @@ Command add_calibrate(CLI::App& parent) {
     app->add_option("--out", f->out, "the profile JSON file to write")->required();
     app->add_flag("--quick", f->quick, "fewer shapes and message sizes (seconds instead of about a minute)");
     app->add_option("--scratch", f->scratch, "directory for the file I/O benchmark (default: the temporary directory)");
+    app->add_option("--backend", f->backend,
+                    "cpu: this host's cores through the CPU executor (default); cuda: each rank's GPU and NCCL "
+                    "(cuBLASLt GEMMs per dtype, the CUDA backend's kernels, pinned copies), a GPU's profile")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
     app->add_flag("--force", f->force, "overwrite an existing profile");
     return {app, [f](const Io& io) { return run_calibrate(*f, io); }};
 }

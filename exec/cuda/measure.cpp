@@ -155,12 +155,17 @@ GpuFigures measure_device(int device, const MeasureOptions& o) {
                                  })});
     }
 
-    // Flash attention forward and backward (bf16, 16 heads).
+    // Flash attention forward and backward (bf16) over queries × keys × head dim: enough heads
+    // that the shortest sequence's query tiles (64 rows each) fill every SM twice, so the table
+    // holds the kernel's rate on a full GPU, as a run's batch × heads usually keeps it.
     {
         const std::vector<std::int64_t> lengths = o.quick ? std::vector<std::int64_t>{1024, 4096}
                                                           : std::vector<std::int64_t>{512, 1024, 2048, 4096};
         const std::vector<std::int64_t> dims{64, 128};
-        const std::int64_t heads = 16, top = lengths.back() * heads * dims.back();
+        int sms = 0;
+        check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+        const std::int64_t heads = std::max<std::int64_t>(16, (2 * sms * 64 + lengths.front() - 1) / lengths.front());
+        const std::int64_t top = lengths.back() * heads * dims.back();
         FlashTiles widest{};
         for (std::int64_t d : dims) {
             const FlashTiles t = flash_tiles(d, smem);
@@ -175,28 +180,29 @@ GpuFigures measure_device(int device, const MeasureOptions& o) {
             check(fill_uniform(b->get(), top, Element::bf16, -1.0f, 1.0f, 14, s), "filling attention inputs");
         for (bool causal : {false, true})
             for (std::int64_t d : dims)
-                for (std::int64_t len : lengths) {
-                    const FlashTiles t = flash_tiles(d, smem);
-                    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-                    auto* lse_p = reinterpret_cast<float*>(lse.get());
-                    const double fwd = time_each(s, reps, [&] {
-                        check(flash_forward(q.get(), k.get(), v.get(), o_.get(), lse_p, heads, len, len, t, scale, causal,
-                                            Element::bf16, s),
-                              "flash forward");
-                    });
-                    const double bwd = time_each(s, reps, [&] {
-                        check(flash_backward(q.get(), k.get(), v.get(), o_.get(), d_o.get(), lse_p,
-                                             reinterpret_cast<float*>(delta.get()), reinterpret_cast<float*>(dq.get()), dk.get(),
-                                             dv.get(), heads, len, len, t, scale, causal, Element::bf16, s),
-                              "flash backward");
-                    });
-                    // FLOPs as core/kernel.cpp counts them: 4·d per computed pair and head forward
-                    // (q·kv pairs, or causal_pairs under the mask), 2.5× that backward.
-                    const double pairs = causal ? causal_pairs(len, len) : static_cast<double>(len) * static_cast<double>(len);
-                    const double flops = 4.0 * pairs * static_cast<double>(d * heads);
-                    f.flash.push_back({false, causal, heads, len, len, d, flops / fwd});
-                    f.flash.push_back({true, causal, heads, len, len, d, 2.5 * flops / bwd});
-                }
+                for (std::int64_t len : lengths)
+                    for (std::int64_t kv : lengths) {
+                        const FlashTiles t = flash_tiles(d, smem);
+                        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+                        auto* lse_p = reinterpret_cast<float*>(lse.get());
+                        const double fwd = time_each(s, reps, [&] {
+                            check(flash_forward(q.get(), k.get(), v.get(), o_.get(), lse_p, heads, len, kv, t, scale, causal,
+                                                Element::bf16, s),
+                                  "flash forward");
+                        });
+                        const double bwd = time_each(s, reps, [&] {
+                            check(flash_backward(q.get(), k.get(), v.get(), o_.get(), d_o.get(), lse_p,
+                                                 reinterpret_cast<float*>(delta.get()), reinterpret_cast<float*>(dq.get()), dk.get(),
+                                                 dv.get(), heads, len, kv, t, scale, causal, Element::bf16, s),
+                                  "flash backward");
+                        });
+                        // FLOPs as core/kernel.cpp counts them: 4·d per computed pair and head forward
+                        // (q·kv pairs, or causal_pairs under the mask), 2.5× that backward.
+                        const double pairs = causal ? causal_pairs(len, kv) : static_cast<double>(len) * static_cast<double>(kv);
+                        const double flops = 4.0 * pairs * static_cast<double>(d * heads);
+                        f.flash.push_back({false, causal, heads, len, kv, d, flops / fwd});
+                        f.flash.push_back({true, causal, heads, len, kv, d, 2.5 * flops / bwd});
+                    }
     }
 
     // Adam over one flat tensor of parameters.
@@ -314,6 +320,15 @@ std::vector<NcclTime> measure_nccl(Session& session, int device, const MeasureOp
     cudaEventDestroy(start);
     cudaEventDestroy(end);
     return out;
+}
+
+GpuFigures measure_session(Session& session, const MeasureOptions& options) {
+    Mpi& mpi = session.mpi();
+    const int device = device_for_rank(mpi.local_rank(), mpi.local_size(), visible_gpus(mpi.host_name()), mpi.host_name());
+    GpuFigures f;
+    if (session.root()) f = measure_device(device, options);
+    f.nccl = measure_nccl(session, device, options);
+    return f;
 }
 
 Json to_json(const GpuFigures& f) {

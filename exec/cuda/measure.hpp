@@ -26,6 +26,7 @@
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
 #include "core/units.hpp"
+#include "topologies/profile.hpp"
 
 namespace smol::exec {
 class Session;
@@ -83,6 +84,17 @@ std::vector<NcclTime> measure_nccl(Session& session, int device, const MeasureOp
 
 /// The figures as one JSON object (sizes and seconds as arrays).
 Json to_json(const GpuFigures& f);
+
+/// measure_device on rank 0's GPU (each rank's is its local rank's) and measure_nccl over every
+/// rank: `smolcluster calibrate --backend cuda`. Every rank calls it; rank 0 gets the figures.
+/// In a build without the CUDA backend: bad_input saying so (exec/cuda_unavailable.cpp).
+GpuFigures measure_session(Session& session, const MeasureOptions& options);
+
+/// The figures as a GPU's profile (topologies/profile.hpp, format 3): `p` arrives with
+/// measured_on filled (its ranks_per_node places each NCCL group's ranks on hosts) and leaves
+/// with the GPU's compute tables, host link and collective curves; no memory section. The TF32
+/// GEMMs have no place in a profile and are left out. Pure (no GPU): exec/cuda/profile.cpp.
+void fill_profile(const GpuFigures& f, topo::Profile& p);
 
 /// Median of `v` (empty: 0).
 double median(std::vector<double> v);

@@ -207,6 +207,24 @@ TEST_CASE("calibrate --quick under mpirun writes a profile that simulate reads",
     fs::remove(profile);
 }
 
+TEST_CASE("calibrate --backend cuda writes a GPU's profile, or says why it cannot", "[exec][cli]") {
+    const fs::path profile = fs::temp_directory_path() / ("smol-gpu-profile-" + std::to_string(getpid()) + ".json");
+    const Job j = shell(mpirun(1) + bin + " calibrate --backend cuda --quick --force --out " + profile.string());
+    INFO(j.output);
+    if (j.code == 0) {   // a machine with a GPU
+        const topo::Profile p = topo::load_profile(profile.string());
+        CHECK(p.compute.on_gpu());
+        CHECK_FALSE(p.compute.gemm_bf16.empty());
+        CHECK_FALSE(p.has_memory);
+        fs::remove(profile);
+    } else {             // CI: no GPU, or no CUDA backend in the build
+        CHECK(j.code == 2);
+        CHECK_THAT(j.output, exec::cuda_built() ? Contains("no usable GPU") : Contains("built without the CUDA backend"));
+        CHECK_FALSE(fs::exists(profile));
+    }
+    CHECK(survivors_after_job() == 0);
+}
+
 TEST_CASE("validate under mpirun compares the simulated and measured steps, exiting 1 beyond --tolerance", "[exec][cli]") {
     const Job j = shell(mpirun(2) + bin + " validate --model gpt-tiny --cluster localhost --seq 64 --warmup 0 --tolerance 1000 --json");
     REQUIRE(j.code == 0);

@@ -13,6 +13,7 @@
 #include "core/json.hpp"
 #include "exec/executor.hpp"
 #include "tools/cli_fixtures.hpp"
+#include "topologies/profile.hpp"
 
 using namespace smol;
 using namespace smol::test;
@@ -475,6 +476,10 @@ TEST_CASE("run, validate and calibrate say how to start them, or that MPI was no
         }
     }
     if (!exec::available()) CHECK_THAT(cli({"calibrate", "--out", "x.json"}).err, Catch::Contains("built without MPI"));
+    const Result gpu = cli({"calibrate", "--out", "x.json", "--backend", "gpu"});
+    CHECK(gpu.code == 2);
+    CHECK_THAT(gpu.err, Catch::Contains("--backend"));
+    CHECK_THAT(gpu.err, Catch::Contains("cuda"));
 }
 
 TEST_CASE("stragglers: --slow, a cluster file's speed and seeded --jitter", "[tools][cli][speed]") {
@@ -554,6 +559,50 @@ TEST_CASE("a profile of measured all-reduces slows a tensor-parallel step and is
     CHECK(measured["notes"][0].get<std::string>() == "profile " + profile + ": measured all_reduce over 2-8 ranks on 1 host");
     CHECK(measured["iteration_time_s"].get<double>() > lead["iteration_time_s"].get<double>());
     CHECK(measured["total_comm_s"].get<double>() > lead["total_comm_s"].get<double>());
+}
+
+TEST_CASE("a GPU's profile prices a GPU step from its tables on a node of any size, and is said in the summary", "[tools][cli]") {
+    // One GPU measured (calibrate --backend cuda -np 1) at a flat 100 TFLOP/s for every 16-bit and
+    // fp32 GEMM and flash kernel: a sixth of what the H100 preset reaches at GPT-2 medium's shapes,
+    // so the step is longer; its HBM pass as the preset's. No NCCL curves (one rank).
+    topo::Profile p;
+    p.hosts = {"gpu0"};
+    p.date = "2026-12-06T00:00:00Z";
+    p.has_memory = false;
+    topo::MeasuredCompute& c = p.compute;
+    c.gpu = "NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs, 79.1 GiB)";
+    topo::ShapeTable flat;
+    flat.m = flat.n = flat.k = {256, 8192};
+    flat.rate.assign(8, 100e12);
+    c.gemm = c.gemm_bf16 = c.gemm_fp16 = flat;
+    c.flash_fwd = c.flash_bwd = c.flash_fwd_causal = c.flash_bwd_causal = flat;
+    c.stream = {{1e6, 1e9}, {1e12, 2.8e12}};
+    c.softmax = {{1e6, 1e9}, {1e11, 1e11}};
+    c.adam = {{1e6, 1e9}, {1e11, 1e11}};
+    c.dispatch = Time::us(4);
+    c.arithmetic = c.comm_slowdown = 0;
+    const fs::path file = fs::temp_directory_path() / ("smol-gpu-profile-" + std::to_string(::getpid()) + ".json");
+    {
+        std::ofstream out(file);
+        out << topo::to_json(p).dump(1);
+    }
+    auto step = [](std::vector<std::string> extra) {
+        std::vector<std::string> args{"simulate", "--model", "gpt2-medium", "--cluster", "dgx-h100", "--dtype", "bf16", "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const Result r = cli(args);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        return Json::parse(r.out);
+    };
+    const Json lead = step({}), measured = step({"--profile", file.string()});   // 8 GPUs a node, 1 measured
+    REQUIRE(measured.contains("notes"));
+    CHECK(measured["notes"][0].get<std::string>() == "profile " + file.string() +
+                                                         ": measured GPU kernel rates (" + c.gpu + "); no measured transfers");
+    CHECK(measured["iteration_time_s"].get<double>() > 2 * lead["iteration_time_s"].get<double>());
+    const Result board = cli({"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--profile", file.string()});
+    CHECK(board.code == 2);
+    CHECK_THAT(board.err, Catch::Contains("was measured on a GPU"));
+    fs::remove(file);
 }
 
 TEST_CASE("the host time per kernel from --dispatch-overhead slows the step and is said in the summary", "[tools][cli]") {
