@@ -16,6 +16,7 @@
 #include "tools/output_file.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/progress.hpp"
+#include "tools/simulation.hpp"
 #include "tools/sweep.hpp"
 
 namespace smol::tools {
@@ -41,6 +42,7 @@ struct SweepFlags {
     std::vector<std::string> offload;
     std::string max_memory;
     std::string dispatch_overhead;
+    std::string profile;
     std::optional<double> min_headroom;
     int top = 10;
     std::optional<int> refine;
@@ -89,6 +91,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << (o.attention_backend ? std::string(", attention backend ") + to_string(*o.attention_backend) : std::string())
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
+    if (!n.cluster.profile.empty()) out << "  " << profile_note(n.cluster) << "\n";
     const std::size_t pruned = r.count(PlanStatus::pruned);
     const std::size_t simulated = r.plans.size() - pruned - r.count(PlanStatus::pending);
     out << "  " << with_commas(r.plans.size()) << " candidate plans: " << with_commas(pruned) << " pruned before simulating, "
@@ -364,6 +367,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const std::vect
         const auto rank = ranks_of(r);
         for (const PlanResult& p : r.plans) plans.push_back(plan_json(r, p, rank[p.index]));
         list.push_back({{"cluster", n.cluster.name},
+                        {"profile", n.cluster.profile.empty() ? Json(nullptr) : Json(n.cluster.profile)},
                         {"nodes", n.nodes ? Json(*n.nodes) : Json(nullptr)},
                         {"devices", n.cluster.num_devices()},
                         {"device_memory_bytes", n.cluster.device_kind(0).memory.count()},
@@ -506,6 +510,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     plan_flags.cluster = f.cluster;
     plan_flags.cluster_network = f.cluster_network;
     plan_flags.devices = f.devices;
+    plan_flags.profile = f.profile;
     std::vector<NodeSweep> sweeps;
     if (f.nodes.empty()) {
         sweeps.push_back({std::nullopt, resolve_cluster(plan_flags), {}});
@@ -598,6 +603,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--dispatch-overhead", f->dispatch_overhead,
                     "host time per GPU kernel before the driver's launch for every plan, such as \"20 us\" (default: each "
                     "plan's framework's; see simulate --help)");
+    app->add_option("--profile", f->profile,
+                    "a calibration profile (smolcluster calibrate --out FILE; a GPU's with --backend cuda) whose measured "
+                    "rates replace the cluster's leads for every plan");
     app->add_option("--min-headroom", f->min_headroom, "fraction of each device's memory to leave free, e.g. 0.1");
     app->add_option("--top", f->top, "plans to print")->capture_default_str();
     app->add_option("--jobs", f->jobs, "simulation threads (default: the machine's cores)");

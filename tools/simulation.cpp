@@ -40,35 +40,6 @@ std::string factor(double v) {
     return buf;
 }
 
-/// What a --profile replaced: "profile F: measured compute and memory rates; measured all_reduce
-/// over 2-8 ranks on 1 host, p2p within a host" (a GPU's: "measured GPU kernel rates (NVIDIA …)"). Transfers of one kind and host span are listed
-/// as the range of their group sizes.
-std::string profile_note(const topo::Cluster& cluster) {
-    std::string note = "profile " + cluster.profile + ": ";
-    if (const auto& m = cluster.groups[0].device.measured)
-        note += m->on_gpu() ? "measured GPU kernel rates (" + m->gpu + "); " : "measured compute and memory rates; ";
-    std::map<std::pair<std::string, int>, std::pair<int, int>> spans;   // (kind, hosts) -> (fewest, most) ranks
-    if (cluster.measured_network)
-        for (const topo::MeasuredTransfer& t : cluster.measured_network->transfers) {
-            const auto key = std::make_pair(std::string(t.p2p ? "p2p" : to_string(t.kind)), t.nodes);
-            const auto [it, fresh] = spans.try_emplace(key, t.ranks, t.ranks);
-            if (!fresh) it->second = {std::min(it->second.first, t.ranks), std::max(it->second.second, t.ranks)};
-        }
-    std::string list;
-    for (const auto& [key, ranks] : spans) {
-        const auto& [kind, hosts] = key;
-        list += (list.empty() ? "" : ", ") + kind;
-        if (kind == "p2p") {
-            list += hosts == 1 ? " within a host" : " between hosts";
-            continue;
-        }
-        list += " over " + std::to_string(ranks.first) +
-                (ranks.second > ranks.first ? "-" + std::to_string(ranks.second) : std::string()) + " ranks on " +
-                std::to_string(hosts) + (hosts == 1 ? " host" : " hosts");
-    }
-    return note + (list.empty() ? "no measured transfers" : "measured " + list);
-}
-
 /// What the summary says about slow devices, jitter, Hogwild! and a profile.
 std::vector<std::string> speed_notes(const Model& model, const topo::Cluster& cluster, const strategies::Layout& layout,
                                      const strategies::Plan& plan) {
@@ -103,6 +74,35 @@ std::vector<std::string> speed_notes(const Model& model, const topo::Cluster& cl
 }
 
 }  // namespace
+
+/// What a --profile replaced: "profile F: measured compute and memory rates; measured all_reduce
+/// over 2-8 ranks on 1 host, p2p within a host" (a GPU's: "measured GPU kernel rates (NVIDIA …)"). Transfers of one kind and host span are listed
+/// as the range of their group sizes.
+std::string profile_note(const topo::Cluster& cluster) {
+    std::string note = "profile " + cluster.profile + ": ";
+    if (const auto& m = cluster.groups[0].device.measured)
+        note += m->on_gpu() ? "measured GPU kernel rates (" + m->gpu + "); " : "measured compute and memory rates; ";
+    std::map<std::pair<std::string, int>, std::pair<int, int>> spans;   // (kind, hosts) -> (fewest, most) ranks
+    if (cluster.measured_network)
+        for (const topo::MeasuredTransfer& t : cluster.measured_network->transfers) {
+            const auto key = std::make_pair(std::string(t.p2p ? "p2p" : to_string(t.kind)), t.nodes);
+            const auto [it, fresh] = spans.try_emplace(key, t.ranks, t.ranks);
+            if (!fresh) it->second = {std::min(it->second.first, t.ranks), std::max(it->second.second, t.ranks)};
+        }
+    std::string list;
+    for (const auto& [key, ranks] : spans) {
+        const auto& [kind, hosts] = key;
+        list += (list.empty() ? "" : ", ") + kind;
+        if (kind == "p2p") {
+            list += hosts == 1 ? " within a host" : " between hosts";
+            continue;
+        }
+        list += " over " + std::to_string(ranks.first) +
+                (ranks.second > ranks.first ? "-" + std::to_string(ranks.second) : std::string()) + " ranks on " +
+                std::to_string(hosts) + (hosts == 1 ? " host" : " hosts");
+    }
+    return note + (list.empty() ? "no measured transfers" : "measured " + list);
+}
 
 void check_simulable(const strategies::Layout& layout, const strategies::Plan& plan) {
     const double need = static_cast<double>(layout.estimated_ops) * kBytesPerOp;

@@ -34,6 +34,10 @@ inline constexpr double kBytesPerOp = 128;
 /// estimated ops (Layout::estimated_ops) need more memory than this machine has available.
 void check_simulable(const strategies::Layout& layout, const strategies::Plan& plan);
 
+/// What a cluster's --profile replaced, for a summary's notes: "profile F: measured compute and
+/// memory rates; measured all_reduce over 2-8 ranks on 1 host, p2p within a host".
+std::string profile_note(const topo::Cluster& cluster);
+
 /// Checks the plan fits this machine (check_simulable), builds, simulates and summarises it;
 /// on stages of different device kinds (or with --partition speed) the pipeline split is the
 /// speed-balanced one (tools/pipeline_split.hpp).

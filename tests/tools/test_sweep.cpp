@@ -710,3 +710,47 @@ TEST_CASE("a sweep with a dispatch overhead prices every plan with it", "[tools]
     }
     CHECK(compared > 0);
 }
+
+TEST_CASE("sweep --profile prices every plan with the measured rates, as simulate --profile does", "[tools][sweep]") {
+    // vTrain's nccl-tests all-reduces of its A100 node (validation/): slower than the NCCL model,
+    // so every tp 8 plan that all-reduces gets longer, and each equals simulate's with the profile.
+    const std::string profile = (fs::path(SMOL_SOURCE_DIR) / "validation/vtrain-a100-nccl.json").string();
+    const fs::path out = fs::temp_directory_path() / ("smol-sweep-measured-" + std::to_string(::getpid()) + ".json");
+    auto swept = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args{"sweep", "--model", "gpt2-medium", "--cluster", "hgx-a100-4hdr", "--global-batch", "8",
+                                      "--tp", "8", "--pp", "1", "--strategies", "ddp", "--micro-batch", "1", "--quiet",
+                                      "--force", "--json", out.string()};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const Result r = cli(args);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        std::ifstream in(out);
+        return std::make_pair(r.out, Json::parse(in)["sweeps"][0]);
+    };
+    const auto [plain_text, plain] = swept({});
+    const auto [text, measured] = swept({"--profile", profile});
+    CHECK_THAT(text, Catch::Contains("  profile " + profile + ": measured all_reduce over 2-8 ranks on 1 host\n"));
+    CHECK_THAT(plain_text, !Catch::Contains("profile"));
+    CHECK(plain["profile"].is_null());
+    CHECK(measured["profile"] == profile);
+    REQUIRE(measured["plans"].size() == plain["plans"].size());
+    std::size_t compared = 0;
+    for (std::size_t i = 0; i < measured["plans"].size(); ++i) {
+        const Json& p = measured["plans"][i];
+        // With sequence parallelism the tensor collectives are reduce-scatters and all-gathers,
+        // which the profile did not measure: those plans keep their time.
+        if (p["sp"].get<bool>()) {
+            CHECK(p["iteration_time_s"].get<double>() == plain["plans"][i]["iteration_time_s"].get<double>());
+            continue;
+        }
+        CHECK(p["iteration_time_s"].get<double>() > plain["plans"][i]["iteration_time_s"].get<double>());
+        const Result s = cli({"simulate", "--model", "gpt2-medium", "--cluster", "hgx-a100-4hdr", "--global-batch", "8", "--tp", "8",
+                              "--strategy", "ddp", "--micro-batch", "1", "--recompute", p["recompute"].get<std::string>(),
+                              "--profile", profile, "--json"});
+        REQUIRE(s.code == 0);
+        CHECK(Json::parse(s.out)["iteration_time_s"].get<double>() == Approx(p["iteration_time_s"].get<double>()).epsilon(1e-12));
+        ++compared;
+    }
+    CHECK(compared == 3);   // recompute none, selective and full without sp
+    fs::remove(out);
+}
