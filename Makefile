@@ -5,7 +5,7 @@
 #                  (make test-asan) and every fuzz target for FUZZ_SECONDS (make fuzz): what CI runs
 #   make test-asan the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang,
 #                  float-cast-overflow included, every report fatal), in its own build dir
-#   make fuzz      the libFuzzer targets of fuzz/ (model, HF config, cluster, plan), each for
+#   make fuzz      the libFuzzer targets of fuzz/ (model, HF config, cluster, plan, profile), each for
 #                  FUZZ_SECONDS from the checked-in seeds and dictionaries, in the same build dir
 #   make validate  every published measurement of validation/ simulated, the per-source error table
 

@@ -10,7 +10,7 @@ build=${1:?usage: fuzz/run.sh BUILD_DIR}
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-2}
 here=$(cd "$(dirname "$0")" && pwd)
-targets=(model hf cluster plan)
+targets=(model hf cluster plan profile)
 
 run_one() {
     local name=$1 work="$build/fuzz-corpus/$1" log="$build/fuzz-$1.log"
