@@ -284,6 +284,40 @@ private:
     // ---- compute --------------------------------------------------------------------------------
 
     void compute() {
+        // Rounds of the whole set, one after another, keeping each figure's fastest round: a
+        // shape timed while something else held a core is timed again seconds later (a kernel
+        // never runs faster than the machine allows; it runs slower whenever it shares it).
+        const int rounds = o_.quick ? 2 : 3;
+        topo::MeasuredCompute best = compute_round();
+        for (int r = 1; r < rounds; ++r) keep_fastest(best, compute_round());
+        if (!root()) return;
+        const double slowdown = profile_.compute.comm_slowdown;
+        profile_.compute = std::move(best);
+        profile_.compute.comm_slowdown = slowdown;
+        const topo::MeasuredCompute& c = profile_.compute;
+        double top = 0;
+        for (double r : c.gemm.rate) top = std::max(top, r);
+        detail_ = "gemm up to " + to_string(FlopRate::flops_per_s(top)) + ", stream " +
+                  to_string(Bandwidth::bytes_per_s(c.stream.y.back())) + ", dispatch " + to_string(c.dispatch) +
+                  " per kernel, fastest of " + std::to_string(rounds) + " rounds";
+    }
+
+    /// Every rate of `next` above `best`'s (and a shorter dispatch) into `best`: the same grids.
+    static void keep_fastest(topo::MeasuredCompute& best, const topo::MeasuredCompute& next) {
+        const auto faster = [](std::vector<double>& a, const std::vector<double>& b) {
+            for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) a[i] = std::max(a[i], b[i]);
+        };
+        for (auto [a, b] : {std::pair{&best.gemm, &next.gemm}, {&best.flash_fwd, &next.flash_fwd}, {&best.flash_bwd, &next.flash_bwd},
+                            {&best.flash_fwd_causal, &next.flash_fwd_causal}, {&best.flash_bwd_causal, &next.flash_bwd_causal}})
+            faster(a->rate, b->rate);
+        for (auto [a, b] : {std::pair{&best.stream, &next.stream}, {&best.softmax, &next.softmax}, {&best.adam, &next.adam}})
+            faster(a->y, b->y);
+        best.arithmetic = std::max(best.arithmetic, next.arithmetic);
+        best.dispatch = std::min(best.dispatch, next.dispatch);
+    }
+
+    /// One round of the compute benchmarks (rank 0: the figures; the others: an empty set).
+    topo::MeasuredCompute compute_round() {
         Bench b(mpi_.size());
         const double target = o_.quick ? 0.002 : 0.006;
         // GEMM grid; shapes above the FLOP cap take the rate of the nearest smaller one measured
@@ -344,10 +378,10 @@ private:
         const Series dispatch = b.kernels(tiny, 5);
 
         const Ran ran = run_bench(session_, cluster_, b, o_.scratch);
-        if (!root()) return;
+        topo::MeasuredCompute c;
+        if (!root()) return c;
         const Timeline& tl = ran.tl;
         auto kernel_s = [&](OpId id) { return kernel_seconds(tl, id); };
-        topo::MeasuredCompute& c = profile_.compute;
         c.gemm.m = c.gemm.n = c.gemm.k = dims;
         c.gemm.rate.assign(shape.size(), 0);
         for (std::size_t i = 0; i < shape.size(); ++i)
@@ -376,10 +410,7 @@ private:
             }
         c.arithmetic = 2e8 / median_of(arithmetic, kernel_s);
         c.dispatch = Time::seconds(median_of(dispatch, [&](OpId id) { return op_seconds(tl, id); }) / 1000.0);
-        double best = 0;
-        for (double r : c.gemm.rate) best = std::max(best, r);
-        detail_ = "gemm up to " + to_string(FlopRate::flops_per_s(best)) + ", stream " +
-                  to_string(Bandwidth::bytes_per_s(c.stream.y.back())) + ", dispatch " + to_string(c.dispatch) + " per kernel";
+        return c;
     }
 
     /// Grid points above the FLOP cap: the rate of the neighbour with the largest dimension halved

@@ -13,7 +13,9 @@
 //             arrival to completion;
 //   memory    memcpy between tiers and file I/O in the scratch directory (the NVMe tier);
 //   overlap   how much slower GEMMs run while all-reduces run on the comm stream (comm_slowdown).
-// Each figure is the median of several repetitions after a warm-up repetition.
+// Each figure is the median of several repetitions after a warm-up repetition; the compute
+// figures are the fastest of three rounds of those medians (two with --quick), run one after
+// another, so a shape timed while something else held a core is timed again seconds later.
 // With `cuda`, the GPU's figures instead (exec/cuda/measure.hpp), as a GPU's profile
 // (topologies/profile.hpp, format 3).
 #pragma once
