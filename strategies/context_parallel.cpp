@@ -37,12 +37,6 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
                            " must divide; use p2p or all-gather, or a smaller --cp",
                        {"", "", "--cp-comm"});
     }
-    // A mixture of experts: Megatron's experts fold the context-parallel ranks into their groups
-    // (strategies/moe.hpp). Modelled without FSDP.
-    if (model.shape().is_moe() && plan.strategy == DataParallel::fsdp)
-        fail_input("fsdp with context parallelism on a mixture of experts is not modelled; use ddp or zero1 (Megatron) with "
-                   "--cp",
-                   {"", "", "--strategy"});
     const bool offload = plan.offload != Offload::none || plan.offload_params != Offload::none ||
                          plan.offload_optimizer != Offload::none || plan.offload_activations != Offload::none;
     const char* data_parallel_only = offload                                         ? "--offload"

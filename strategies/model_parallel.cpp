@@ -662,7 +662,7 @@ private:
     std::vector<std::int32_t> declare_expert_collectives(CollectiveKind kind, int t, int s, Bytes bytes) {
         std::vector<std::int32_t> cids;
         if (bytes <= Bytes(0) || expert_shard_ranks() == 1) return cids;
-        for (int first = 0; first < l_.dp; first += shard_slots_)
+        for (int first = 0; first < l_.dp_cp(); first += shard_slots_)
             for (int e = 0; e < l_.ep; ++e) {
                 std::vector<int> members;
                 for (int d = first + e; d < first + shard_slots_; d += l_.ep) members.push_back(l_.rank(t, d, s));

@@ -58,18 +58,20 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
         // rank; with tensor parallelism (each tensor rank's slices, the experts split over the
         // tensor group as Megatron's expert tensor parallelism does), pipeline stages (torchtitan's
         // PP + FSDP + EP, as it trains DeepSeek-V3), and full, grad-op or hybrid sharding (HSDP:
-        // the experts' shards too replicated across shard groups). A mixture of experts with
-        // context parallelism is refused before (check_context_parallel).
+        // the experts' shards too replicated across shard groups), and context parallelism
+        // (torchtitan's FSDP + CP + EP: the shards and the expert groups over dp · cp slots).
         if (plan.fsdp_sharding == FsdpSharding::none)
             fail_input("--fsdp-sharding none with --ep is not modelled: FSDP with expert parallelism shards (full, grad-op "
                            "or hybrid)",
                        {"", "", "--fsdp-sharding"});
         // torchtitan's HSDP borrows the expert-parallel ranks from dp_shard: the expert-parallel
-        // groups lie within a shard group.
-        if (plan.fsdp_sharding == FsdpSharding::hybrid && l.shard_group % plan.ep != 0)
+        // groups lie within a shard group (of dp_shard · cp slots with context parallelism).
+        if (plan.fsdp_sharding == FsdpSharding::hybrid && (l.shard_group * l.cp) % plan.ep != 0)
             fail_input("--ep " + std::to_string(plan.ep) + " does not divide the hybrid shard group of " +
-                           std::to_string(l.shard_group) + " replicas: the expert-parallel groups lie within a shard group "
-                           "(torchtitan takes them from dp_shard); choose --ep dividing it, or --fsdp-group",
+                           std::to_string(l.shard_group) + " replicas" +
+                           (l.cp > 1 ? " · cp " + std::to_string(l.cp) + " = " + std::to_string(l.shard_group * l.cp) + " slots" : "") +
+                           ": the expert-parallel groups lie within a shard group "
+                           "(torchtitan takes them from dp_shard" + (l.cp > 1 ? " · cp" : "") + "); choose --ep dividing it, or --fsdp-group",
                        ep_flag);
     } else if (plan.ep > 1 && (plan.strategy == DataParallel::ddp || plan.strategy == DataParallel::zero1) &&
                l.framework.name != FrameworkName::megatron) {

@@ -385,6 +385,21 @@ TEST_CASE("exec runs cp on a mixture of experts: the ring, then the all-to-alls 
     p.dtype = DType::fp32;
     run_moe_and_check(p, topo::cluster_preset("dgx-h100").first_devices(ranks));
 }
+TEST_CASE("exec runs fsdp with cp on a mixture of experts: the dense part sharded over dp · cp, the experts over their group",
+          "[exec][mpi][plan-cp]") {
+    // 2 ranks: cp 2 · ep 2, the experts split over the cp pair and held whole; 4 ranks: dp 2 ·
+    // cp 2, ep 2 (each cp pair) with the experts sharded over the two replicas holding the same
+    // ones.
+    const int ranks = test::session().size();
+    strategies::Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.cp = 2;
+    p.ep = 2;
+    p.seq = 128;
+    p.global_batch = ranks / 2;
+    p.dtype = DType::fp32;
+    run_moe_and_check(p, topo::cluster_preset("dgx-h100").first_devices(ranks));
+}
 TEST_CASE("exec runs fsdp with cp: every unit gathered per micro-batch over the context-parallel ranks", "[exec][mpi][plan-cp]") {
     // FSDP sharding over the cp ranks (dp 1), two micro-batches: each unit's all-gathers and
     // reduce-scatter per micro-batch around the ring attention's transfers.
