@@ -401,19 +401,23 @@ TEST_CASE("FSDP with expert parallelism gathers and reduce-scatters each layer's
     // experts are an FSDP unit over the dp_mod_ep mesh — the replicas holding the same experts,
     // Megatron's expert-data-parallel group — and the rest of the block over every data-parallel
     // rank; resharded after forward, every micro-batch reduce-scattered. The small MoE on one DGX
-    // A100, dp 8, ep 4: 2 local experts per rank, expert groups of 2.
+    // A100, dp 8, ep 4: 2 local experts per rank, expert groups of 2. With context parallelism
+    // (torchtitan's FSDP + CP + EP, parallel_dims.py: ep borrows from dp_shard · cp; the dense
+    // part over the dp_shard_cp mesh) dp 4 · cp 2 = 8 slots, cp fastest, and the same groups.
     const Model m = small_moe();
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     Plan plan;
     plan.strategy = DataParallel::fsdp;
     plan.ep = 4;
+    plan.seq = 256;
+    plan.cp = GENERATE(1, 2);
     plan.recompute = GENERATE(Recompute::none, Recompute::full);
-    plan.global_batch = GENERATE(8, 16);   // 1 or 2 micro-batches per replica
+    plan.global_batch = GENERATE(8, 16);   // 1 or 2 micro-batches per replica (2 or 4 with cp)
     const test::DpRun r = test::dp_run(m, c, plan);
     const Layout& l = r.built.layout;
-    REQUIRE(l.dp == 8);
+    REQUIRE(l.dp_cp() == 8);
     const int mbs = l.microbatches;
-    INFO("global batch " << plan.global_batch << ", recompute " << to_string(plan.recompute));
+    INFO("global batch " << plan.global_batch << ", recompute " << to_string(plan.recompute) << ", cp " << plan.cp);
     // By hand: 3 MoE layers × 2 local experts × 3 · h · f_e; the dense rest of every unit, and of
     // the root's (embedding, head), which FSDP does not reshard after forward.
     const std::int64_t h = 512, fe = 1024;
@@ -464,95 +468,52 @@ TEST_CASE("FSDP with expert parallelism gathers and reduce-scatters each layer's
         ++checked;
     }
     CHECK(checked > 0);
-    // The all-to-alls still run around the experts.
-    CHECK(all_to_alls(g, 0, 2).per_layer_fwd == 2);
+    // The all-to-alls still run around the experts, over slots 4-7 for slot 5, each rank routing
+    // its share of the sequence (128 tokens with cp 2) × top-2 × 512 × 2 bytes; with cp after
+    // the ring's sends and receives around each layer's attention.
+    const AllToAll a = all_to_alls(g, rank, 3);
+    CHECK(a.per_layer_fwd == 2);
+    REQUIRE(a.groups.size() == 1);
+    CHECK(*a.groups.begin() == std::vector<int>{l.rank(0, 4, 0), l.rank(0, 5, 0), l.rank(0, 6, 0), l.rank(0, 7, 0)});
+    CHECK(a.bytes == 256 / plan.cp * 2 * 512 * 2);
+    int ring = 0;
+    for (const Op& op : g.ops()) ring += op.rank == rank && op.layer == 3 && (op.stream == Stream::cp_send || op.stream == Stream::cp_recv);
+    CHECK((ring > 0) == (plan.cp > 1));
     // Model states: 16 bytes a parameter of the dense shard (1/8) and the experts' (1/2).
     CHECK(test::peak_of_labels(g, r.timeline, rank, test::kModelStates).as_double() ==
           Approx(16.0 * (std::ceil(dense / 8) + std::ceil(experts / 2))).epsilon(1e-9));
 }
 
-TEST_CASE("FSDP with context and expert parallelism shards over the data- and context-parallel slots, experts over their group",
+TEST_CASE("HSDP with context and expert parallelism shards within each node's dp · cp slots, experts too",
           "[strategies][moe][fsdp][cp]") {
-    // torchtitan's FSDP + CP + EP (parallel_dims.py: ep borrows from dp_shard · cp; the dense
-    // part sharded over the dp_shard_cp mesh, each block's experts over dp_shard_mod_ep): the
-    // small MoE on one DGX A100, dp 4 · cp 2 = 8 slots, cp fastest, ep 4 → all-to-alls over the
-    // slots {4-7} for slot 5, its experts sharded with slot 1, the dense part over all 8.
     const Model m = small_moe();
-    const topo::Cluster c = topo::cluster_preset("dgx-a100");
     Plan plan;
     plan.strategy = DataParallel::fsdp;
     plan.cp = 2;
     plan.ep = 4;
     plan.seq = 256;
-    plan.recompute = GENERATE(Recompute::none, Recompute::full);
-    plan.global_batch = 8;   // 2 micro-batches per replica
-    const test::DpRun r = test::dp_run(m, c, plan);
-    const Layout& l = r.built.layout;
-    REQUIRE(l.dp == 4);
-    REQUIRE(l.dp_cp() == 8);
-    const int mbs = l.microbatches;
-    const std::int64_t h = 512, fe = 1024;
-    const double experts = 3 * (2 * 3 * h * fe);
-    const auto [dense, root] = dense_and_root(m);
-    const int units = static_cast<int>(m.blocks(Workload{}).size());
-    const int rank = l.rank(0, 5, 0);
-    const OpGraph& g = r.built.graph;
-    auto [bytes, count] = comm_totals(g, rank);
-    std::set<std::vector<int>> expert_groups;
-    for (const Op& op : g.ops()) {
+    plan.recompute = Recompute::full;
+    // dp 8 · cp 2 = 16 slots, a shard group per node (4 replicas · cp 2 = 8 slots); slot 13
+    // on the second node shares its experts with slot 9, its all-to-alls over 12-15.
+    plan.fsdp_sharding = FsdpSharding::hybrid;
+    plan.global_batch = 16;
+    const topo::Cluster two = topo::cluster_preset("dgx-a100").with_nodes(2);
+    const Built b = build(m, two, plan);
+    const Layout& l = b.layout;
+    REQUIRE(l.dp_cp() == 16);
+    const int rank = l.rank(0, 13, 0);
+    std::set<std::vector<int>> pairs;
+    for (const Op& op : b.graph.ops()) {
         if (op.rank != rank || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
-        const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
-        const std::vector<int>& members = g.communicators()[static_cast<std::size_t>(col.communicator)];
-        if (members.size() == 2) expert_groups.insert(members);
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = b.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        if (members.size() == 2 && col.kind != CollectiveKind::all_reduce) pairs.insert(members);
     }
-    const auto ag = CollectiveKind::all_gather, rs = CollectiveKind::reduce_scatter;
-    // The same collectives as FSDP + EP over 8 replicas: the context-parallel ranks shard too.
-    CHECK(count[{ag, 8}] == mbs * (units + units - 2));
-    CHECK(count[{ag, 2}] == mbs * 3 * 2);
-    CHECK(count[{rs, 8}] == mbs * units);
-    CHECK(count[{rs, 2}] == mbs * 3);
-    CHECK(bytes[{ag, 8}] == Approx(mbs * 2.0 * (2 * dense - root)));
-    CHECK(bytes[{ag, 2}] == Approx(mbs * 2.0 * 2 * experts));
-    CHECK(bytes[{rs, 8}] == Approx(mbs * l.fsdp_reduce_bytes * dense));
-    CHECK(bytes[{rs, 2}] == Approx(mbs * l.fsdp_reduce_bytes * experts));
-    CHECK(expert_groups == std::set<std::vector<int>>{{l.rank(0, 1, 0), l.rank(0, 5, 0)}});
-    // The all-to-alls over slots 4-7, each rank routing its half of the sequence: 128 tokens ×
-    // top-2 × 512 × 2 bytes; and the ring's sends and receives around each layer's attention.
-    const AllToAll a = all_to_alls(g, rank, 3);
-    CHECK(a.per_layer_fwd == 2);
+    CHECK(pairs == std::set<std::vector<int>>{{l.rank(0, 9, 0), rank}});
+    const AllToAll a = all_to_alls(b.graph, rank, 3);
     REQUIRE(a.groups.size() == 1);
-    CHECK(*a.groups.begin() == std::vector<int>{l.rank(0, 4, 0), l.rank(0, 5, 0), l.rank(0, 6, 0), l.rank(0, 7, 0)});
-    CHECK(a.bytes == 128 * 2 * 512 * 2);
-    int ring = 0;
-    for (const Op& op : g.ops()) ring += op.rank == rank && op.layer == 3 && (op.stream == Stream::cp_send || op.stream == Stream::cp_recv);
-    CHECK(ring > 0);
-    // Model states: 16 bytes a parameter of the dense shard (1/8) and the experts' (1/2).
-    CHECK(test::peak_of_labels(g, r.timeline, rank, test::kModelStates).as_double() ==
-          Approx(16.0 * (std::ceil(dense / 8) + std::ceil(experts / 2))).epsilon(1e-9));
-
-    SECTION("HSDP on two nodes: shards within each node's 8 slots, experts within them too") {
-        // dp 8 · cp 2 = 16 slots, a shard group per node (4 replicas · cp 2 = 8 slots); slot 13
-        // on the second node shares its experts with slot 9, its all-to-alls over 12-15.
-        plan.fsdp_sharding = FsdpSharding::hybrid;
-        plan.global_batch = 16;
-        const topo::Cluster two = topo::cluster_preset("dgx-a100").with_nodes(2);
-        const Built b = build(m, two, plan);
-        const Layout& hl = b.layout;
-        REQUIRE(hl.dp_cp() == 16);
-        const int r13 = hl.rank(0, 13, 0);
-        std::set<std::vector<int>> pairs;
-        for (const Op& op : b.graph.ops()) {
-            if (op.rank != r13 || op.kind != OpKind::collective || op.stream != Stream::comm) continue;
-            const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
-            const std::vector<int>& members = b.graph.communicators()[static_cast<std::size_t>(col.communicator)];
-            if (members.size() == 2 && col.kind != CollectiveKind::all_reduce) pairs.insert(members);
-        }
-        CHECK(pairs == std::set<std::vector<int>>{{hl.rank(0, 9, 0), r13}});
-        const AllToAll ha = all_to_alls(b.graph, r13, 3);
-        REQUIRE(ha.groups.size() == 1);
-        CHECK(*ha.groups.begin() == std::vector<int>{hl.rank(0, 12, 0), r13, hl.rank(0, 14, 0), hl.rank(0, 15, 0)});
-        CHECK(tools::simulate_plan(m, two, plan, {}).summary.iteration > Time::zero());
-    }
+    CHECK(*a.groups.begin() == std::vector<int>{l.rank(0, 12, 0), rank, l.rank(0, 14, 0), l.rank(0, 15, 0)});
+    CHECK(tools::simulate_plan(m, two, plan, {}).summary.iteration > Time::zero());
 }
 
 TEST_CASE("FSDP with expert parallelism under pipeline stages gathers each stage's units once a step, experts over their group",
