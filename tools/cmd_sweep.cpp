@@ -43,6 +43,10 @@ struct SweepFlags {
     std::string max_memory;
     std::string dispatch_overhead;
     std::string profile;
+    std::string slow;
+    double jitter = 0;
+    std::uint64_t seed = 1;
+    bool seed_given = false;
     std::optional<double> min_headroom;
     int top = 10;
     std::optional<int> refine;
@@ -81,7 +85,15 @@ std::string pad(std::string s, std::size_t w) {
     return s;
 }
 
-void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, const SweepOptions& o, int top) {
+/// What --slow and --jitter apply to every plan, for the heading: "" when neither is given.
+std::string speed_text(const SweepFlags& f) {
+    std::string s;
+    if (!f.slow.empty()) s = "slow devices " + f.slow;
+    if (f.jitter > 0) s += (s.empty() ? "" : ", ") + std::string("jitter ±") + fmt("%g", f.jitter) + " % (seed " + std::to_string(f.seed) + ")";
+    return s;
+}
+
+void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, const SweepOptions& o, int top, const std::string& speed) {
     const SweepResult& r = n.result;
     out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << (n.cluster.num_devices() == 1 ? " device" : " devices") << "), global batch "
         << o.global_batch << (o.fp8 != Fp8Recipe::none ? std::string(", fp8 ") + to_string(o.fp8) : std::string())
@@ -92,6 +104,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
     if (!n.cluster.profile.empty()) out << "  " << profile_note(n.cluster) << "\n";
+    if (!speed.empty()) out << "  every plan with " << speed << "\n";
     const std::size_t pruned = r.count(PlanStatus::pruned);
     const std::size_t simulated = r.plans.size() - pruned - r.count(PlanStatus::pending);
     out << "  " << with_commas(r.plans.size()) << " candidate plans: " << with_commas(pruned) << " pruned before simulating, "
@@ -347,12 +360,17 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     return out.str();
 }
 
-std::string json_text(const Model& model, const SweepOptions& o, const std::vector<NodeSweep>& sweeps,
+std::string json_text(const Model& model, const SweepOptions& o, const SweepFlags& f, const std::vector<NodeSweep>& sweeps,
                       const std::vector<ScalingRow>& scaling) {
     Json j{{"model", model.name()},
            {"global_batch", o.global_batch},
            {"objective", to_string(o.objective)},
            {"network", sim::to_string(o.network)}};
+    if (!f.slow.empty()) j["slow"] = f.slow;
+    if (f.jitter > 0) {
+        j["jitter_pct"] = f.jitter;
+        j["seed"] = f.seed;
+    }
     if (o.fp8 != Fp8Recipe::none) j["fp8"] = to_string(o.fp8);
     if (o.finetune.kind != strategies::FineTuneKind::full) j["finetune"] = strategies::to_string(o.finetune);
     if (o.optimizer != strategies::Optimizer::adam) j["optimizer"] = strategies::to_string(o.optimizer);
@@ -511,6 +529,11 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     plan_flags.cluster_network = f.cluster_network;
     plan_flags.devices = f.devices;
     plan_flags.profile = f.profile;
+    plan_flags.slow = f.slow;
+    plan_flags.jitter = f.jitter;
+    plan_flags.seed = f.seed;
+    if (f.seed_given && !(f.jitter > 0))
+        fail_input("has no effect here: --seed seeds --jitter; give --jitter PCT above 0", flag("--seed"));
     std::vector<NodeSweep> sweeps;
     if (f.nodes.empty()) {
         sweeps.push_back({std::nullopt, resolve_cluster(plan_flags), {}});
@@ -527,7 +550,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         n.result = session ? sweep_over_ranks(model, n.cluster, mine, *session) : sweep(model, n.cluster, mine);
         bar.finish();
         if (&n != &sweeps.front()) io.out << "\n";
-        print_sweep(io.out, model, n, o, f.top);
+        print_sweep(io.out, model, n, o, f.top, speed_text(f));
     }
     std::vector<ScalingRow> scaling;
     if (sweeps.size() > 1) {
@@ -541,7 +564,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         io.out << "\n  every plan written to " << f.csv << "\n";
     }
     if (!f.json.empty()) {
-        write_text_file(f.json, json_text(model, o, sweeps, scaling), f.force, "--json");
+        write_text_file(f.json, json_text(model, o, f, sweeps, scaling), f.force, "--json");
         io.out << (f.csv.empty() ? "\n" : "") << "  every plan written to " << f.json << "\n";
     }
     return sweeps_fit(sweeps);
@@ -606,6 +629,11 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--profile", f->profile,
                     "a calibration profile (smolcluster calibrate --out FILE; a GPU's with --backend cuda) whose measured "
                     "rates replace the cluster's leads for every plan");
+    app->add_option("--slow", f->slow,
+                    "slow devices for every plan, RANK:FACTOR[:nic=FACTOR],… (as simulate's: 3:0.5, device 3 at half its "
+                    "rates)");
+    app->add_option("--jitter", f->jitter, "vary every plan's compute ops within ±PCT % (as simulate's), seeded by --seed");
+    app->add_option("--seed", f->seed, "seed of --jitter")->each([f](const std::string&) { f->seed_given = true; });
     app->add_option("--min-headroom", f->min_headroom, "fraction of each device's memory to leave free, e.g. 0.1");
     app->add_option("--top", f->top, "plans to print")->capture_default_str();
     app->add_option("--jobs", f->jobs, "simulation threads (default: the machine's cores)");

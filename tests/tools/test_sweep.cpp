@@ -754,3 +754,52 @@ TEST_CASE("sweep --profile prices every plan with the measured rates, as simulat
     CHECK(compared == 3);   // recompute none, selective and full without sp
     fs::remove(out);
 }
+
+TEST_CASE("sweep --slow and --jitter price every plan as simulate does with them, and say so", "[tools][sweep][speed]") {
+    // Four Pis, one at half speed: each data-parallel plan waits for it, as simulate --slow says.
+    const fs::path out = fs::temp_directory_path() / ("smol-sweep-speed-" + std::to_string(::getpid()) + ".json");
+    auto swept = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args{"sweep", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--nodes", "4", "--global-batch",
+                                      "8", "--strategies", "ddp", "--tp", "1", "--pp", "1", "--micro-batch", "2", "--quiet",
+                                      "--force", "--json", out.string()};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const Result r = cli(args);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        std::ifstream in(out);
+        return std::make_pair(r.out, Json::parse(in));
+    };
+    auto simulated = [](const Json& plan, std::vector<std::string> extra) {
+        std::vector<std::string> args{"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--nodes", "4", "--global-batch",
+                                      "8", "--strategy", "ddp", "--micro-batch", "2", "--recompute",
+                                      plan["recompute"].get<std::string>(), "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const Result r = cli(args);
+        REQUIRE(r.code == 0);
+        return Json::parse(r.out)["iteration_time_s"].get<double>();
+    };
+    const auto [plain_text, plain] = swept({});
+    const auto [slow_text, slow] = swept({"--slow", "1:0.5"});
+    const auto [jitter_text, jittered] = swept({"--jitter", "10", "--seed", "3"});
+    CHECK_THAT(slow_text, Catch::Contains("  every plan with slow devices 1:0.5\n"));
+    CHECK_THAT(jitter_text, Catch::Contains("  every plan with jitter ±10 % (seed 3)\n"));
+    CHECK_THAT(plain_text, !Catch::Contains("every plan with"));
+    CHECK(slow["slow"] == "1:0.5");
+    CHECK(jittered["jitter_pct"] == 10);
+    CHECK(jittered["seed"] == 3);
+    CHECK_FALSE(plain.contains("slow"));
+    const Json& plans = plain["sweeps"][0]["plans"];
+    REQUIRE(plans.size() == 3);   // recompute none, selective, full
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+        const Json& s = slow["sweeps"][0]["plans"][i];
+        const Json& j = jittered["sweeps"][0]["plans"][i];
+        CHECK(s["iteration_time_s"].get<double>() > 1.5 * plans[i]["iteration_time_s"].get<double>());
+        CHECK(s["iteration_time_s"].get<double>() == Approx(simulated(s, {"--slow", "1:0.5"})).epsilon(1e-12));
+        CHECK(j["iteration_time_s"].get<double>() != plans[i]["iteration_time_s"].get<double>());
+        CHECK(j["iteration_time_s"].get<double>() == Approx(simulated(j, {"--jitter", "10", "--seed", "3"})).epsilon(1e-12));
+    }
+    const Result seed = cli({"sweep", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--global-batch", "8", "--seed", "3"});
+    CHECK(seed.code == 2);
+    CHECK_THAT(seed.err, Catch::Contains("--seed: has no effect here"));
+    fs::remove(out);
+}
