@@ -40,6 +40,7 @@ struct SweepFlags {
     std::vector<std::string> fsdp_sharding;
     std::vector<std::string> cp_comm;
     std::vector<std::string> offload;
+    std::vector<std::string> compress;
     std::string max_memory;
     std::string dispatch_overhead;
     std::string profile;
@@ -182,6 +183,14 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         offloads |= o != "-";
         offload_width = std::max(offload_width, o.size());
     }
+    // A compress column where a shown plan compresses its gradients ("powersgd:4").
+    bool compressed = false;
+    std::size_t compress_width = 8;
+    for (std::size_t k = 0; k < shown; ++k) {
+        const strategies::Compression& c = r.plans[r.ranking[k]].plan.compress;
+        compressed |= c.method != strategies::CompressionMethod::none;
+        compress_width = std::max(compress_width, strategies::to_string(c).size());
+    }
     // The strategy column names FSDP's sharding where it is not full ("fsdp hybrid").
     const auto strategy_of = [](const PlanResult& p) {
         std::string s = strategies::to_string(p.plan.strategy);
@@ -195,7 +204,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << (eps ? "ep   " : "")
         << pad("schedule", width + 1)
         << "mb  recompute  sp  " << (offloads ? pad("offload", offload_width + 2) : "")
-        << "step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
+        << (compressed ? pad("compress", compress_width + 2) : "") << "step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
         const Outcome& x = *p.result;
@@ -203,8 +212,9 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         char cp[16] = "", ep[16] = "";
         if (cps) std::snprintf(cp, sizeof cp, "%s ", pad(cp_of(p), cp_width).c_str());
         if (eps) std::snprintf(ep, sizeof ep, "%-4d ", p.layout.ep);
-        const std::string offload = offloads ? pad(offload_of(p), offload_width + 2) : "";
-        char buf[384];
+        const std::string offload = (offloads ? pad(offload_of(p), offload_width + 2) : "") +
+                                    (compressed ? pad(strategies::to_string(p.plan.compress), compress_width + 2) : "");
+        char buf[448];
         std::snprintf(buf, sizeof buf, "  %-5zu %s %-3d %-3d %s%-4d %s%s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
                       pad(strategy_of(p), strategy_width + 1).c_str(), p.layout.tp, p.layout.pp, cp, p.layout.dp, ep, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
@@ -285,6 +295,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"recompute", to_string(p.plan.recompute)},
            {"sp", p.plan.sequence_parallel},
            {"offload", offload_flags(p.plan)},
+           {"compress", strategies::to_string(p.plan.compress)},
            {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
            {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
            {"status", to_string(p.status)},
@@ -322,7 +333,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
-           "recompute,sp,offload,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "recompute,sp,offload,compress,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
@@ -342,7 +353,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << p.plan.virtual_stages << ',' << p.plan.micro_batch << ','
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
                 << (p.plan.sequence_parallel ? "true" : "false") << ','
-                << quoted(offload_flags(p.plan)) << ','
+                << quoted(offload_flags(p.plan)) << ',' << strategies::to_string(p.plan.compress) << ','
                 << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ','
                 << quoted(n.result.orders[static_cast<std::size_t>(p.order)].name) << ',' << to_string(p.status) << ',';
             if (p.result) {
@@ -517,6 +528,17 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
                        flag("--offload"));
         }
     }
+    for (const std::string& c : f.compress) o.space.compress.push_back(strategies::parse_compression(c));
+    // Compression asked for where no searched strategy compresses (only ddp and ring all-reduce
+    // full gradients, strategies/compression.hpp) is refused, not ignored.
+    const bool compresses = std::any_of(o.space.compress.begin(), o.space.compress.end(),
+                                        [](const strategies::Compression& c) { return c.method != strategies::CompressionMethod::none; });
+    if (compresses && !o.space.strategies.empty() &&
+        std::none_of(o.space.strategies.begin(), o.space.strategies.end(), [](strategies::DataParallel d) {
+            return d == strategies::DataParallel::ddp || d == strategies::DataParallel::ring;
+        }))
+        fail_input("no effect here: only ddp and ring compress their gradients' all-reduce; add one of them to --strategies",
+                   flag("--compress"));
     o.space.micro_batch = f.micro_batch;
     if (f.top < 1) fail_input("--top must be at least 1, found " + std::to_string(f.top), flag("--top"));
     for (const auto& [name, list] : {std::pair{"--tp", &f.tp}, {"--pp", &f.pp}, {"--cp", &f.cp}, {"--ep", &f.ep}, {"--micro-batch", &f.micro_batch}})
@@ -620,6 +642,10 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--micro-batch", f->micro_batch, "micro-batch sizes to try (default: powers of two)")->delimiter(',');
     app->add_option("--offload", f->offload,
                     "where plans that cannot fit without offload may keep model states: cpu, nvme, or none (default: cpu)")
+        ->delimiter(',');
+    app->add_option("--compress", f->compress,
+                    "gradient compressions to try, of none,1bit,topk:RATIO,powersgd:RANK (default: none; ddp and ring "
+                    "compress)")
         ->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");

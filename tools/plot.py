@@ -265,6 +265,8 @@ def plot_sweep(doc, out, fmt):
         ax.scatter(xs, ys, s=40, facecolors="none", edgecolors="#000000", linewidths=1.0)
         b = min(front, key=lambda p: p["iteration_time_s"])
         offload = f" {b['offload']}" if b.get("offload") else ""   # sweep --json: the simulate flags, "" without
+        if b.get("compress", "none") != "none":
+            offload += f" --compress {b['compress']}"
         text = (f"fastest: {b['strategy']} tp {b['tp']} pp {b['pp']} mb {b['micro_batch']}{offload}, "
                 f"{b['iteration_time_s']:.4g} s")
         ax.annotate(text, xy=(b["peak_memory_bytes"] / GIB, b["iteration_time_s"]), xytext=(10, -14),

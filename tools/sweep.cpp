@@ -212,6 +212,12 @@ const Dimension kDimensions[] = {
              if (l.dp_cp() % e == 0) eps.push_back(e);
          return vary(p, &Plan::ep, eps);
      }},
+    // Gradient compression only where the user lists it (--compress none,powersgd:4,…): a
+    // trade of accuracy for bandwidth that a plan search must not make on its own.
+    {"compress", [](const Context& c, const Plan& p, const Layout&) {
+         if (c.options.space.compress.empty()) return std::vector<Plan>{p};
+         return vary(p, &Plan::compress, c.options.space.compress);
+     }},
     // Up to the per-replica batch (one micro-batch per replica).
     // On a pipeline whose stages sit on different device kinds: layers by FLOPs, or by each
     // stage's time on its own devices within their memory (tools/pipeline_split.hpp).

@@ -58,6 +58,9 @@ struct SearchSpace {
     std::vector<strategies::FsdpSharding> fsdp_sharding;
     /// Where states may go for plans that cannot fit without (cpu, nvme; none: nowhere); empty: cpu.
     std::vector<strategies::Offload> offload;
+    /// Gradient compressions to try (--compress none,powersgd:4,…); empty: none. The strategies
+    /// that do not compress are pruned by resolve where one is asked.
+    std::vector<strategies::Compression> compress;
 };
 
 struct SweepOptions {

@@ -803,3 +803,46 @@ TEST_CASE("sweep --slow and --jitter price every plan as simulate does with them
     CHECK_THAT(seed.err, Catch::Contains("--seed: has no effect here"));
     fs::remove(out);
 }
+
+TEST_CASE("a sweep tries each --compress on the strategies that compress, and simulates each as simulate would",
+          "[tools][sweep][compression]") {
+    // Four Pi 5 on 1 GbE: PowerSGD's and 1-bit's exchanges on ddp and ring; zero1 exchanges its
+    // gradients another way, so its compressed plans are pruned naming --compress.
+    SweepOptions o;
+    o.global_batch = 8;
+    o.space.strategies = {strategies::DataParallel::ddp, strategies::DataParallel::ring, strategies::DataParallel::zero1};
+    o.space.tp = {1};
+    o.space.pp = {1};
+    o.space.micro_batch = {2};
+    o.space.compress = {strategies::parse_compression("none"), strategies::parse_compression("powersgd:4"),
+                        strategies::parse_compression("1bit")};
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster pis = topo::cluster_preset("pi5-1gbe").with_nodes(4);
+    const SweepResult r = sweep(m, pis, o);
+    std::map<std::pair<strategies::DataParallel, strategies::CompressionMethod>, int> simulated, pruned;
+    for (const PlanResult& p : r.plans) {
+        const auto key = std::make_pair(p.plan.strategy, p.plan.compress.method);
+        if (p.status == PlanStatus::pruned) {
+            ++pruned[key];
+            CHECK(p.reason_key == "--compress");
+            continue;
+        }
+        REQUIRE(p.result);
+        ++simulated[key];
+        CHECK(p.result->iteration == tools::simulate_plan(m, pis, p.plan, {}).summary.iteration);
+    }
+    for (const auto d : {strategies::DataParallel::ddp, strategies::DataParallel::ring})
+        for (const auto c : {strategies::CompressionMethod::none, strategies::CompressionMethod::powersgd, strategies::CompressionMethod::onebit})
+            CHECK(simulated[{d, c}] == 3);   // recompute none, selective, full
+    CHECK(simulated[{strategies::DataParallel::zero1, strategies::CompressionMethod::none}] == 3);
+    CHECK(pruned[{strategies::DataParallel::zero1, strategies::CompressionMethod::powersgd}] == 1);
+    CHECK(pruned[{strategies::DataParallel::zero1, strategies::CompressionMethod::onebit}] == 1);
+
+    const Result bad = cli({"sweep", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--global-batch", "8", "--strategies",
+                            "zero1,fsdp", "--compress", "powersgd:4"});
+    CHECK(bad.code == 2);
+    CHECK_THAT(bad.err, Catch::Contains("--compress: no effect here: only ddp and ring compress"));
+    const Result typo = cli({"sweep", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--global-batch", "8", "--compress", "powersgd"});
+    CHECK(typo.code == 2);
+    CHECK_THAT(typo.err, Catch::Contains("--compress"));
+}
