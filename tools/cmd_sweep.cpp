@@ -43,6 +43,8 @@ struct SweepFlags {
     std::vector<std::string> compress;
     std::string max_memory;
     std::string dispatch_overhead;
+    std::string framework;
+    bool overlap_grad_reduce = false;
     std::string profile;
     std::string slow;
     double jitter = 0;
@@ -102,6 +104,8 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << (o.optimizer != strategies::Optimizer::adam ? std::string(", optimizer ") + strategies::to_string(o.optimizer) : std::string())
         << (o.attention ? std::string(", ") + to_string(*o.attention) + " attention" : std::string())
         << (o.attention_backend ? std::string(", attention backend ") + to_string(*o.attention_backend) : std::string())
+        << (o.framework.empty() ? std::string() : ", framework " + o.framework)
+        << (o.overlap_grad_reduce ? ", overlap-grad-reduce" : "")
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
     if (!n.cluster.profile.empty()) out << "  " << profile_note(n.cluster) << "\n";
@@ -296,6 +300,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"sp", p.plan.sequence_parallel},
            {"offload", offload_flags(p.plan)},
            {"compress", strategies::to_string(p.plan.compress)},
+           {"overlap_grad_reduce", p.plan.overlap_grad_reduce},
            {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
            {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
            {"status", to_string(p.status)},
@@ -333,7 +338,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
-           "recompute,sp,offload,compress,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "recompute,sp,offload,compress,overlap_grad_reduce,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
@@ -354,6 +359,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << (resolved ? std::to_string(p.layout.microbatches) : "") << ',' << to_string(p.plan.recompute) << ','
                 << (p.plan.sequence_parallel ? "true" : "false") << ','
                 << quoted(offload_flags(p.plan)) << ',' << strategies::to_string(p.plan.compress) << ','
+                << (p.plan.overlap_grad_reduce ? "true" : "false") << ','
                 << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ','
                 << quoted(n.result.orders[static_cast<std::size_t>(p.order)].name) << ',' << to_string(p.status) << ',';
             if (p.result) {
@@ -377,6 +383,8 @@ std::string json_text(const Model& model, const SweepOptions& o, const SweepFlag
            {"global_batch", o.global_batch},
            {"objective", to_string(o.objective)},
            {"network", sim::to_string(o.network)}};
+    if (!o.framework.empty()) j["framework"] = o.framework;
+    if (o.overlap_grad_reduce) j["overlap_grad_reduce"] = true;
     if (!f.slow.empty()) j["slow"] = f.slow;
     if (f.jitter > 0) {
         j["jitter_pct"] = f.jitter;
@@ -478,6 +486,15 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         }
     }
     o.dispatch = parse_dispatch_overhead(f.dispatch_overhead);
+    if (!f.framework.empty()) {
+        const strategies::Framework fw = strategies::parse_framework(f.framework);   // bad_input names --framework
+        if (o.fp8 != Fp8Recipe::none && !fw.fp8)
+            fail_input("--fp8 runs through Transformer Engine on Megatron core; " + strategies::describe(fw) +
+                           " does not: leave out --framework, or give megatron",
+                       flag("--framework"));
+        o.framework = f.framework;
+    }
+    o.overlap_grad_reduce = f.overlap_grad_reduce;
     o.min_headroom = f.min_headroom;
     if (f.jobs && (*f.jobs < 1 || *f.jobs > 1024))
         fail_input("--jobs between 1 and 1024 (leave it out for the machine's cores)", std::to_string(*f.jobs), flag("--jobs"));
@@ -649,6 +666,13 @@ Command add_sweep(CLI::App& parent) {
         ->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");
+    app->add_option("--framework", f->framework,
+                    "every plan on this framework, NAME[@VERSION] as simulate's (default: each plan's); the strategies it "
+                    "does not run are pruned naming it");
+    app->add_flag("--overlap-grad-reduce", f->overlap_grad_reduce,
+                  "every plan whose framework can reduces gradients in buckets during backward (Megatron's "
+                  "--overlap-grad-reduce, DeepSpeed's overlap_comm); those that overlap already or cannot run as they do "
+                  "(each plan's overlap_grad_reduce in --csv and --json)");
     app->add_option("--dispatch-overhead", f->dispatch_overhead,
                     "host time per GPU kernel before the driver's launch for every plan, such as \"20 us\" (default: each "
                     "plan's framework's; see simulate --help)");

@@ -258,6 +258,19 @@ struct Candidate {
     int order = 0;                  // DeviceOrder
 };
 
+/// resolve, where --overlap-grad-reduce asks every plan to overlap its gradient reduction: a plan
+/// that overlaps already or cannot (ZeRO-3's buckets, PyTorch DDP; resolve says "no effect here",
+/// naming the flag) runs as it does, the flag cleared in `p`.
+Layout resolve_overlapped(const Context& c, Plan& p) {
+    try {
+        return strategies::resolve(c.model, c.cluster, p);
+    } catch (const Error& e) {
+        if (!p.overlap_grad_reduce || e.context().flag != "--overlap-grad-reduce") throw;
+    }
+    p.overlap_grad_reduce = false;
+    return strategies::resolve(c.model, c.cluster, p);
+}
+
 /// Expands the table dimension by dimension, resolving every partial plan.
 std::vector<Candidate> enumerate(const Context& c) {
     Plan base;
@@ -269,7 +282,9 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.attention_backend = c.options.attention_backend;
     base.finetune = c.options.finetune;
     base.optimizer = c.options.optimizer;
-    if (c.options.fp8 != Fp8Recipe::none) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
+    base.framework = c.options.framework;
+    if (c.options.fp8 != Fp8Recipe::none && base.framework.empty()) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
+    base.overlap_grad_reduce = c.options.overlap_grad_reduce;
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;
     std::vector<Candidate> done, open{{base, Layout{}, "", ""}};
@@ -282,7 +297,8 @@ std::vector<Candidate> enumerate(const Context& c) {
                     continue;
                 }
                 try {
-                    next.push_back({p, strategies::resolve(c.model, c.cluster, p), "", ""});
+                    Layout l = resolve_overlapped(c, p);   // may clear p's overlap_grad_reduce
+                    next.push_back({std::move(p), std::move(l), "", ""});
                 } catch (const Error& e) {
                     if (!is_input_error(e.kind())) throw;
                     done.push_back({std::move(p), std::nullopt, e.detail(), e.context().flag.empty() ? "model" : e.context().flag});

@@ -846,3 +846,56 @@ TEST_CASE("a sweep tries each --compress on the strategies that compress, and si
     CHECK(typo.code == 2);
     CHECK_THAT(typo.err, Catch::Contains("--compress"));
 }
+
+TEST_CASE("sweep --framework runs every plan on that framework, pruning the strategies it does not run", "[tools][sweep][framework]") {
+    SweepOptions o;
+    o.global_batch = 16;
+    o.space.tp = {1, 2};
+    o.space.pp = {1};
+    o.space.micro_batch = {2};
+    o.framework = "deepspeed@0.5";
+    o.overlap_grad_reduce = true;
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const SweepResult r = sweep(m, c, o);
+    std::set<std::string> pruned_by_framework, simulated;
+    for (const PlanResult& p : r.plans) {
+        const std::string s = strategies::to_string(p.plan.strategy);
+        if (p.status == PlanStatus::pruned) {
+            if (p.reason_key == "--framework") pruned_by_framework.insert(s);
+            continue;
+        }
+        REQUIRE(p.result);
+        simulated.insert(s);
+        CHECK(p.plan.framework == "deepspeed@0.5");
+        // Every plan overlaps its gradient reduction; ZeRO-3 does already, so its flag is cleared.
+        CHECK(p.plan.overlap_grad_reduce == (p.plan.strategy != strategies::DataParallel::zero3));
+        CHECK(p.layout.framework.name == strategies::FrameworkName::deepspeed);
+        CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
+    }
+    // DeepSpeed runs DDP and its ZeRO stages; Horovod's ring and PyTorch's FSDP are not its.
+    CHECK(simulated == std::set<std::string>{"ddp", "zero1", "zero2", "zero3"});
+    CHECK(pruned_by_framework.count("ring") == 1);
+    CHECK(pruned_by_framework.count("fsdp") == 1);
+    // --json says per plan whether it overlaps.
+    const fs::path out = fs::temp_directory_path() / ("smol-sweep-framework-" + std::to_string(::getpid()) + ".json");
+    const Result ok = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--tp", "1", "--pp",
+                           "1", "--micro-batch", "2", "--framework", "deepspeed@0.5", "--overlap-grad-reduce", "--quiet", "--json",
+                           out.string(), "--force"});
+    REQUIRE(ok.code == 0);
+    CHECK_THAT(ok.out, Catch::Contains("framework deepspeed@0.5, overlap-grad-reduce"));
+    std::ifstream in(out);
+    const Json j = Json::parse(in);
+    CHECK(j["framework"] == "deepspeed@0.5");
+    for (const Json& p : j["sweeps"][0]["plans"])
+        if (p["status"] == "ranked") CHECK(p["overlap_grad_reduce"].get<bool>() == (p["strategy"] != "zero3"));
+    fs::remove(out);
+
+    const Result bad = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "8", "--framework", "jax"});
+    CHECK(bad.code == 2);
+    CHECK_THAT(bad.err, Catch::Contains("--framework"));
+    const Result fp8 = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "8", "--fp8", "delayed",
+                            "--framework", "deepspeed"});
+    CHECK(fp8.code == 2);
+    CHECK_THAT(fp8.err, Catch::Contains("--fp8 runs through Transformer Engine on Megatron core"));
+}
