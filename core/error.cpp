@@ -78,6 +78,15 @@ std::string nearest_name(const std::string& name, const std::vector<std::string>
 }  // namespace smol
 
 namespace smol {
+std::string join(const std::vector<std::string>& items, const char* separator) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) out += separator;
+        out += items[i];
+    }
+    return out;
+}
+
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates) {
     const std::string near = nearest_name(name, candidates);
     return near.empty() ? std::string() : " (did you mean '" + near + "'?)";

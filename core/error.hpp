@@ -57,5 +57,7 @@ std::string nearest_name(const std::string& name, const std::vector<std::string>
 /// " (did you mean 'x'?)" with the nearest candidate, or "" when none is close: the one way every
 /// message suggests a name.
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& candidates);
+/// The items with `separator` between them: "a, b, c" (for messages and headings).
+std::string join(const std::vector<std::string>& items, const char* separator = ", ");
 
 }  // namespace smol

@@ -65,12 +65,6 @@ std::optional<int> recorded_training_length(const JsonView& j, std::string& sour
 
 }  // namespace
 
-std::string join(const std::vector<std::string>& names) {
-    std::string out;
-    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out;
-}
-
 ConfigReader::ConfigReader(const JsonView& json, std::string model_type) : json_(json), model_type_(std::move(model_type)) {
     used_.insert("model_type");
 }
@@ -302,20 +296,20 @@ Model model_from_hf_config(const JsonView& json, const std::string& name) {
         for (const hf::Family& f : families)
             if (type == f.model_type) family = &f;
         if (!family)
-            fail_input("a model_type smolcluster reads: " + hf::join(types) + did_you_mean(type, types) +
+            fail_input("a model_type smolcluster reads: " + join(types) + did_you_mean(type, types) +
                            " (or describe the model in smolcluster's own JSON, README \"Models\")",
                        "'" + type + "'", {json.file(), "/model_type", ""});
         if (!architectures.empty() && by_architecture() != family)
-            notes.push_back(json.file() + ": architectures " + hf::join(architectures) + " is not a " + type +
+            notes.push_back(json.file() + ": architectures " + join(architectures) + " is not a " + type +
                             " class; read as model_type " + type);
     } else {
         family = by_architecture();
         if (!family)
-            fail_input("a HuggingFace config.json with a model_type (one of " + hf::join(types) +
+            fail_input("a HuggingFace config.json with a model_type (one of " + join(types) +
                            ") or architectures naming one of their classes; or smolcluster's own model JSON with \"kind\"",
-                       architectures.empty() ? "neither" : "architectures " + hf::join(architectures), {json.file(), "", ""});
+                       architectures.empty() ? "neither" : "architectures " + join(architectures), {json.file(), "", ""});
         notes.push_back(json.file() + ": no model_type; read as " + family->model_type + " from architectures " +
-                        hf::join(architectures));
+                        join(architectures));
     }
     hf::ConfigReader reader(json, family->model_type);
     for (const std::string& n : notes) reader.warn(n);

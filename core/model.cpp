@@ -85,12 +85,6 @@ const std::map<std::string, TransformerShape>& transformer_presets() {
     return presets;
 }
 
-std::string join(const std::vector<std::string>& names) {
-    std::string out;
-    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out;
-}
-
 // ---------------------------------------------------------------------------------------------
 // JSON readers.
 

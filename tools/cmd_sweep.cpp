@@ -43,7 +43,7 @@ struct SweepFlags {
     std::vector<std::string> compress;
     std::string max_memory;
     std::string dispatch_overhead;
-    std::string framework;
+    std::vector<std::string> frameworks;
     bool overlap_grad_reduce = false;
     std::string profile;
     std::string slow;
@@ -104,7 +104,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << (o.optimizer != strategies::Optimizer::adam ? std::string(", optimizer ") + strategies::to_string(o.optimizer) : std::string())
         << (o.attention ? std::string(", ") + to_string(*o.attention) + " attention" : std::string())
         << (o.attention_backend ? std::string(", attention backend ") + to_string(*o.attention_backend) : std::string())
-        << (o.framework.empty() ? std::string() : ", framework " + o.framework)
+        << (o.frameworks.empty() ? std::string() : (o.frameworks.size() == 1 ? ", framework " : ", frameworks ") + join(o.frameworks))
         << (o.overlap_grad_reduce ? ", overlap-grad-reduce" : "")
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
@@ -195,6 +195,12 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         compressed |= c.method != strategies::CompressionMethod::none;
         compress_width = std::max(compress_width, strategies::to_string(c).size());
     }
+    // A framework column where the sweep tries several (--framework deepspeed,megatron).
+    const bool frameworks = o.frameworks.size() > 1;
+    std::size_t framework_width = 9;
+    if (frameworks)
+        for (std::size_t k = 0; k < shown; ++k)
+            framework_width = std::max(framework_width, strategies::describe(r.plans[r.ranking[k]].layout.framework).size());
     // The strategy column names FSDP's sharding where it is not full ("fsdp hybrid").
     const auto strategy_of = [](const PlanResult& p) {
         std::string s = strategies::to_string(p.plan.strategy);
@@ -204,7 +210,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     };
     std::size_t strategy_width = 8;
     for (std::size_t k = 0; k < shown; ++k) strategy_width = std::max(strategy_width, strategy_of(r.plans[r.ranking[k]]).size());
-    out << "\n  rank  " << pad("strategy", strategy_width + 2) << "tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   "
+    out << "\n  rank  " << pad("strategy", strategy_width + 2) << (frameworks ? pad("framework", framework_width + 2) : "") << "tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   "
         << (eps ? "ep   " : "")
         << pad("schedule", width + 1)
         << "mb  recompute  sp  " << (offloads ? pad("offload", offload_width + 2) : "")
@@ -220,7 +226,10 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
                                     (compressed ? pad(strategies::to_string(p.plan.compress), compress_width + 2) : "");
         char buf[448];
         std::snprintf(buf, sizeof buf, "  %-5zu %s %-3d %-3d %s%-4d %s%s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
-                      pad(strategy_of(p), strategy_width + 1).c_str(), p.layout.tp, p.layout.pp, cp, p.layout.dp, ep, schedule.c_str(),
+                      (pad(strategy_of(p), strategy_width + 1) +
+                       (frameworks ? " " + pad(strategies::describe(p.layout.framework), framework_width + 1) : ""))
+                          .c_str(),
+                      p.layout.tp, p.layout.pp, cp, p.layout.dp, ep, schedule.c_str(),
                       p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
                       offload.c_str(), to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string_binary(x.peak_memory).c_str(), sim::to_string(x.network));
@@ -307,6 +316,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"reason", p.reason},
            {"rank", rank ? Json(*rank) : Json(nullptr)}};
     if (p.status != PlanStatus::pruned || p.reason_key == "memory bound") {
+        j["framework"] = strategies::describe(p.layout.framework);
         j["dp"] = p.layout.dp;
         j["microbatches"] = p.layout.microbatches;
         j["memory_lower_bound_bytes"] = p.memory_bound.count();
@@ -383,7 +393,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const SweepFlag
            {"global_batch", o.global_batch},
            {"objective", to_string(o.objective)},
            {"network", sim::to_string(o.network)}};
-    if (!o.framework.empty()) j["framework"] = o.framework;
+    if (!o.frameworks.empty()) j["frameworks"] = o.frameworks;
     if (o.overlap_grad_reduce) j["overlap_grad_reduce"] = true;
     if (!f.slow.empty()) j["slow"] = f.slow;
     if (f.jitter > 0) {
@@ -486,13 +496,15 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         }
     }
     o.dispatch = parse_dispatch_overhead(f.dispatch_overhead);
-    if (!f.framework.empty()) {
-        const strategies::Framework fw = strategies::parse_framework(f.framework);   // bad_input names --framework
+    for (const std::string& name : f.frameworks) {
+        const strategies::Framework fw = strategies::parse_framework(name);   // bad_input names --framework
         if (o.fp8 != Fp8Recipe::none && !fw.fp8)
             fail_input("--fp8 runs through Transformer Engine on Megatron core; " + strategies::describe(fw) +
                            " does not: leave out --framework, or give megatron",
                        flag("--framework"));
-        o.framework = f.framework;
+        if (std::find(o.frameworks.begin(), o.frameworks.end(), name) != o.frameworks.end())
+            fail_input("a framework listed twice, " + name, flag("--framework"));
+        o.frameworks.push_back(name);
     }
     o.overlap_grad_reduce = f.overlap_grad_reduce;
     o.min_headroom = f.min_headroom;
@@ -666,9 +678,10 @@ Command add_sweep(CLI::App& parent) {
         ->delimiter(',');
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");
-    app->add_option("--framework", f->framework,
-                    "every plan on this framework, NAME[@VERSION] as simulate's (default: each plan's); the strategies it "
-                    "does not run are pruned naming it");
+    app->add_option("--framework", f->frameworks,
+                    "the frameworks to try every plan on, NAME[@VERSION] as simulate's, e.g. deepspeed,megatron (default: "
+                    "each plan's); the strategies one does not run are pruned naming it")
+        ->delimiter(',');
     app->add_flag("--overlap-grad-reduce", f->overlap_grad_reduce,
                   "every plan whose framework can reduces gradients in buckets during backward (Megatron's "
                   "--overlap-grad-reduce, DeepSpeed's overlap_comm); those that overlap already or cannot run as they do "

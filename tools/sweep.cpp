@@ -172,6 +172,14 @@ const Dimension kDimensions[] = {
          return vary(p, &Plan::strategy, c.options.space.strategies.empty() ? all : c.options.space.strategies);
      },
      false},
+    // The frameworks to try each strategy on (--framework deepspeed,megatron); without: each
+    // plan's default (Megatron with tp or pp, DeepSpeed for ZeRO, PyTorch otherwise).
+    {"framework",
+     [](const Context& c, const Plan& p, const Layout&) {
+         if (c.options.frameworks.empty()) return std::vector<Plan>{p};
+         return vary(p, &Plan::framework, c.options.frameworks);
+     },
+     false},
     {"tp", [](const Context& c, const Plan& p, const Layout&) {
          return vary(p, &Plan::tp, powers_of_two(c.cluster.num_devices(), c.options.space.tp));
      },
@@ -282,8 +290,7 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.attention_backend = c.options.attention_backend;
     base.finetune = c.options.finetune;
     base.optimizer = c.options.optimizer;
-    base.framework = c.options.framework;
-    if (c.options.fp8 != Fp8Recipe::none && base.framework.empty()) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
+    if (c.options.fp8 != Fp8Recipe::none) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
     base.overlap_grad_reduce = c.options.overlap_grad_reduce;
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;

@@ -85,9 +85,9 @@ struct SweepOptions {
     std::optional<Bytes> max_memory;    // peak device memory allowed per device
     std::optional<double> min_headroom; // fraction of each device's memory left free at the peak
     std::optional<Time> dispatch;       // --dispatch-overhead: every plan's framework dispatch per kernel
-    /// --framework and --overlap-grad-reduce: every plan on that framework (the strategies it does
-    /// not run are pruned naming --framework); empty: each plan's default.
-    std::string framework;
+    /// --framework and --overlap-grad-reduce: the frameworks every plan is tried on (the
+    /// strategies one does not run are pruned naming --framework); empty: each plan's default.
+    std::vector<std::string> frameworks;
     bool overlap_grad_reduce = false;
     int jobs = 1;
     int refine = 10;                    // analytic network: the best N re-simulated flow-level

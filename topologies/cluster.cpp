@@ -40,16 +40,6 @@ std::string factor_text(double v) {
     return buf;
 }
 
-std::string join_items(const std::vector<std::string>& items, const char* separator = ", ") {
-    std::string out;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-        if (i) out += separator;
-        out += items[i];
-    }
-    return out;
-}
-
-
 /// A string array such as "sources"; each element must be a string.
 std::vector<std::string> string_list(const JsonView& parent, const std::string& key) {
     std::vector<std::string> out;
@@ -191,7 +181,7 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         std::vector<std::string> names;
         for (const auto& [name, _] : kinds) names.push_back(name);
         j.fail_member("device",
-                      "the name of a device kind under /device_kinds (" + join_items(names) + ")" +
+                      "the name of a device kind under /device_kinds (" + join(names) + ")" +
                           did_you_mean(device, names),
                       in_quotes(device));
     }
@@ -259,7 +249,7 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         }
         nics.fail_member("count",
                          "a NIC count that divides devices_per_node (" + std::to_string(g.devices_per_node) +
-                             "): one of " + join_items(divisors),
+                             "): one of " + join(divisors),
                          std::to_string(g.nics));
     }
     g.nic_link = {nics.bandwidth("bandwidth"), nics.time("latency")};
@@ -320,7 +310,7 @@ FlopRate DeviceKind::peak_for(DType d) const {
         for (DType t : all_dtypes) {
             if (supports(t)) have.emplace_back(to_string(t));
         }
-        fail_input("device " + in_quotes(name) + " has no " + to_string(d) + " matrix peak; it supports " + join_items(have));
+        fail_input("device " + in_quotes(name) + " has no " + to_string(d) + " matrix peak; it supports " + join(have));
     }
     return *peak[static_cast<int>(d)];
 }
@@ -415,7 +405,7 @@ Cluster Cluster::with_nodes(int n) const {
         std::vector<std::string> parts;
         for (const auto& g : groups) parts.push_back(g.name + " (" + std::to_string(g.count) + " nodes)");
         fail_input("--nodes " + std::to_string(n) + " cannot scale cluster " + in_quotes(name) + ": it mixes " +
-                   std::to_string(groups.size()) + " node groups (" + join_items(parts) +
+                   std::to_string(groups.size()) + " node groups (" + join(parts) +
                    ") and --nodes does not know which to grow; edit the counts in a copy of its JSON file, "
                    "or use --devices to take the first devices");
     }
@@ -559,7 +549,7 @@ Cluster cluster_preset(const std::string& name) {
         return cluster_from_json(JsonView(json, file));
     }
     const std::vector<std::string> names = cluster_preset_names();
-    fail_input("unknown cluster preset " + in_quotes(name) + did_you_mean(name, names) + "; presets: " + join_items(names) +
+    fail_input("unknown cluster preset " + in_quotes(name) + did_you_mean(name, names) + "; presets: " + join(names) +
                "; or give the path of a cluster JSON file");
 }
 
@@ -707,7 +697,7 @@ Cluster compose_clusters(const std::string& spec, JoinNetwork join) {
     out.network = Network{};
     out.network.fabric = join == JoinNetwork::fat_tree ? FabricKind::fat_tree : FabricKind::single_switch;
     out.network.switch_latency = switch_latency;
-    out.description = join_items(parts, " + ") + "; joined by " +
+    out.description = smol::join(parts, " + ") + "; joined by " +
                       (join == JoinNetwork::fat_tree ? std::string("a rail-optimized non-blocking fat tree")
                                                      : std::string("one switch")) +
                       " (switch latency " + to_string(switch_latency) + ", the largest of the parts'); every node keeps " +

@@ -79,8 +79,6 @@ struct Family {
     Model (*read)(ConfigReader&, const std::string& name);
 };
 
-/// "a, b, c".
-std::string join(const std::vector<std::string>& names);
 
 /// Every reader (core/hf/*.cpp), in one table (core/hf_config.cpp).
 const std::vector<Family>& families();

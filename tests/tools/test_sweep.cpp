@@ -42,6 +42,16 @@ SweepResult gpt2_on_dgx(int jobs, sim::NetworkMode network = sim::NetworkMode::f
     return sweep(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), o);
 }
 
+/// `smolcluster sweep ARGS EXTRA --quiet --force --json OUT`: what it printed and the JSON it wrote.
+std::pair<std::string, Json> sweep_cli(std::vector<std::string> args, const std::vector<std::string>& extra, const fs::path& out) {
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--quiet", "--force", "--json", out.string()});
+    const Result r = cli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    std::ifstream in(out);
+    return {r.out, Json::parse(in)};
+}
 
 }  // namespace
 
@@ -716,16 +726,11 @@ TEST_CASE("sweep --profile prices every plan with the measured rates, as simulat
     // so every tp 8 plan that all-reduces gets longer, and each equals simulate's with the profile.
     const std::string profile = (fs::path(SMOL_SOURCE_DIR) / "validation/vtrain-a100-nccl.json").string();
     const fs::path out = fs::temp_directory_path() / ("smol-sweep-measured-" + std::to_string(::getpid()) + ".json");
-    auto swept = [&](std::vector<std::string> extra) {
-        std::vector<std::string> args{"sweep", "--model", "gpt2-medium", "--cluster", "hgx-a100-4hdr", "--global-batch", "8",
-                                      "--tp", "8", "--pp", "1", "--strategies", "ddp", "--micro-batch", "1", "--quiet",
-                                      "--force", "--json", out.string()};
-        args.insert(args.end(), extra.begin(), extra.end());
-        const Result r = cli(args);
-        INFO(r.err);
-        REQUIRE(r.code == 0);
-        std::ifstream in(out);
-        return std::make_pair(r.out, Json::parse(in)["sweeps"][0]);
+    auto swept = [&](const std::vector<std::string>& extra) {
+        const auto [text, json] = sweep_cli({"sweep", "--model", "gpt2-medium", "--cluster", "hgx-a100-4hdr", "--global-batch", "8",
+                                             "--tp", "8", "--pp", "1", "--strategies", "ddp", "--micro-batch", "1"},
+                                            extra, out);
+        return std::make_pair(text, json["sweeps"][0]);
     };
     const auto [plain_text, plain] = swept({});
     const auto [text, measured] = swept({"--profile", profile});
@@ -758,16 +763,10 @@ TEST_CASE("sweep --profile prices every plan with the measured rates, as simulat
 TEST_CASE("sweep --slow and --jitter price every plan as simulate does with them, and say so", "[tools][sweep][speed]") {
     // Four Pis, one at half speed: each data-parallel plan waits for it, as simulate --slow says.
     const fs::path out = fs::temp_directory_path() / ("smol-sweep-speed-" + std::to_string(::getpid()) + ".json");
-    auto swept = [&](std::vector<std::string> extra) {
-        std::vector<std::string> args{"sweep", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--nodes", "4", "--global-batch",
-                                      "8", "--strategies", "ddp", "--tp", "1", "--pp", "1", "--micro-batch", "2", "--quiet",
-                                      "--force", "--json", out.string()};
-        args.insert(args.end(), extra.begin(), extra.end());
-        const Result r = cli(args);
-        INFO(r.err);
-        REQUIRE(r.code == 0);
-        std::ifstream in(out);
-        return std::make_pair(r.out, Json::parse(in));
+    auto swept = [&](const std::vector<std::string>& extra) {
+        return sweep_cli({"sweep", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--nodes", "4", "--global-batch", "8",
+                          "--strategies", "ddp", "--tp", "1", "--pp", "1", "--micro-batch", "2"},
+                         extra, out);
     };
     auto simulated = [](const Json& plan, std::vector<std::string> extra) {
         std::vector<std::string> args{"simulate", "--model", "gpt2-small", "--cluster", "pi5-1gbe", "--nodes", "4", "--global-batch",
@@ -847,36 +846,39 @@ TEST_CASE("a sweep tries each --compress on the strategies that compress, and si
     CHECK_THAT(typo.err, Catch::Contains("--compress"));
 }
 
-TEST_CASE("sweep --framework runs every plan on that framework, pruning the strategies it does not run", "[tools][sweep][framework]") {
+TEST_CASE("sweep --framework tries every plan on each framework, pruning the strategies one does not run",
+          "[tools][sweep][framework]") {
     SweepOptions o;
     o.global_batch = 16;
     o.space.tp = {1, 2};
     o.space.pp = {1};
     o.space.micro_batch = {2};
-    o.framework = "deepspeed@0.5";
+    o.frameworks = {"deepspeed@0.5", "megatron"};
     o.overlap_grad_reduce = true;
     const Model m = model_preset("gpt2-small");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     const SweepResult r = sweep(m, c, o);
-    std::set<std::string> pruned_by_framework, simulated;
+    std::map<std::string, std::set<std::string>> pruned_by_framework, simulated;   // framework → strategies
     for (const PlanResult& p : r.plans) {
         const std::string s = strategies::to_string(p.plan.strategy);
         if (p.status == PlanStatus::pruned) {
-            if (p.reason_key == "--framework") pruned_by_framework.insert(s);
+            if (p.reason_key == "--framework") pruned_by_framework[p.plan.framework].insert(s);
             continue;
         }
         REQUIRE(p.result);
-        simulated.insert(s);
-        CHECK(p.plan.framework == "deepspeed@0.5");
+        simulated[p.plan.framework].insert(s);
+        const bool deepspeed = p.plan.framework == "deepspeed@0.5";
+        CHECK(p.layout.framework.name == (deepspeed ? strategies::FrameworkName::deepspeed : strategies::FrameworkName::megatron));
         // Every plan overlaps its gradient reduction; ZeRO-3 does already, so its flag is cleared.
         CHECK(p.plan.overlap_grad_reduce == (p.plan.strategy != strategies::DataParallel::zero3));
-        CHECK(p.layout.framework.name == strategies::FrameworkName::deepspeed);
         CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
     }
-    // DeepSpeed runs DDP and its ZeRO stages; Horovod's ring and PyTorch's FSDP are not its.
-    CHECK(simulated == std::set<std::string>{"ddp", "zero1", "zero2", "zero3"});
-    CHECK(pruned_by_framework.count("ring") == 1);
-    CHECK(pruned_by_framework.count("fsdp") == 1);
+    // DeepSpeed runs DDP and its ZeRO stages, Megatron DDP and its distributed optimizer (zero1);
+    // Horovod's ring and PyTorch's FSDP are neither's.
+    CHECK(simulated["deepspeed@0.5"] == std::set<std::string>{"ddp", "zero1", "zero2", "zero3"});
+    CHECK(simulated["megatron"] == std::set<std::string>{"ddp", "zero1"});
+    CHECK(pruned_by_framework["deepspeed@0.5"] == std::set<std::string>{"fsdp", "ring"});
+    CHECK(pruned_by_framework["megatron"] == std::set<std::string>{"fsdp", "ring", "zero2", "zero3"});
     // --json says per plan whether it overlaps.
     const fs::path out = fs::temp_directory_path() / ("smol-sweep-framework-" + std::to_string(::getpid()) + ".json");
     const Result ok = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--tp", "1", "--pp",
@@ -884,11 +886,27 @@ TEST_CASE("sweep --framework runs every plan on that framework, pruning the stra
                            out.string(), "--force"});
     REQUIRE(ok.code == 0);
     CHECK_THAT(ok.out, Catch::Contains("framework deepspeed@0.5, overlap-grad-reduce"));
-    std::ifstream in(out);
-    const Json j = Json::parse(in);
-    CHECK(j["framework"] == "deepspeed@0.5");
-    for (const Json& p : j["sweeps"][0]["plans"])
-        if (p["status"] == "ranked") CHECK(p["overlap_grad_reduce"].get<bool>() == (p["strategy"] != "zero3"));
+    {
+        std::ifstream in(out);
+        const Json j = Json::parse(in);
+        CHECK(j["frameworks"] == Json::array({"deepspeed@0.5"}));
+        for (const Json& p : j["sweeps"][0]["plans"])
+            if (p["status"] == "ranked") {
+                CHECK(p["overlap_grad_reduce"].get<bool>() == (p["strategy"] != "zero3"));
+                CHECK(p["framework"] == "deepspeed@0.5");
+            }
+    }
+    // Two frameworks: a framework column, each plan's resolved release.
+    const Result two = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--tp", "1", "--pp",
+                            "1", "--micro-batch", "2", "--framework", "deepspeed@0.5,megatron", "--quiet"});
+    REQUIRE(two.code == 0);
+    CHECK_THAT(two.out, Catch::Contains("frameworks deepspeed@0.5, megatron"));
+    CHECK_THAT(two.out, Catch::Contains("  rank  strategy  framework"));
+    CHECK_THAT(two.out, Catch::Contains(" deepspeed@0.5 "));
+    const Result twice = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--framework",
+                              "megatron,megatron"});
+    CHECK(twice.code == 2);
+    CHECK_THAT(twice.err, Catch::Contains("--framework: a framework listed twice"));
     fs::remove(out);
 
     const Result bad = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "8", "--framework", "jax"});
