@@ -348,7 +348,7 @@ std::vector<std::optional<std::size_t>> ranks_of(const SweepResult& r) {
 std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
-           "recompute,sp,offload,compress,overlap_grad_reduce,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
+           "recompute,sp,offload,compress,overlap_grad_reduce,framework,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
@@ -370,6 +370,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << (p.plan.sequence_parallel ? "true" : "false") << ','
                 << quoted(offload_flags(p.plan)) << ',' << strategies::to_string(p.plan.compress) << ','
                 << (p.plan.overlap_grad_reduce ? "true" : "false") << ','
+                << (resolved ? strategies::describe(p.layout.framework) : "") << ','
                 << (p.plan.partition ? strategies::to_string(*p.plan.partition) : "") << ','
                 << quoted(n.result.orders[static_cast<std::size_t>(p.order)].name) << ',' << to_string(p.status) << ',';
             if (p.result) {

@@ -562,6 +562,14 @@ TEST_CASE("smolcluster sweep prints the ranking and writes every plan to --csv a
     std::size_t lines = 0;
     for (std::string line; std::getline(in, line);) {
         if (lines == 0) CHECK(line.find(",strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,") != std::string::npos);
+        if (lines == 0) CHECK(line.find(",offload,compress,overlap_grad_reduce,framework,partition,") != std::string::npos);
+        if (lines > 0 && line.find(",ranked,") != std::string::npos) {
+            // A simulated plan names its framework's release: the 24th field (none before it quotes a comma).
+            std::stringstream fields(line);
+            std::string field;
+            for (int i = 0; i < 24; ++i) std::getline(fields, field, ',');
+            CHECK(field.find('@') != std::string::npos);
+        }
         ++lines;
     }
     CHECK(lines == plans + 1);
