@@ -49,7 +49,7 @@ struct SweepFlags {
     std::string slow;
     double jitter = 0;
     std::uint64_t seed = 1;
-    bool seed_given = false;
+    const CLI::App* app = nullptr;        // the subcommand: resolve_cluster tells --seed given from its default
     std::optional<double> min_headroom;
     int top = 10;
     std::optional<int> refine;
@@ -584,8 +584,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     plan_flags.slow = f.slow;
     plan_flags.jitter = f.jitter;
     plan_flags.seed = f.seed;
-    if (f.seed_given && !(f.jitter > 0))
-        fail_input("has no effect here: --seed seeds --jitter; give --jitter PCT above 0", flag("--seed"));
+    plan_flags.app = f.app;   // --slow, --jitter and --seed: resolve_cluster's checks, as simulate's
     std::vector<NodeSweep> sweeps;
     if (f.nodes.empty()) {
         sweeps.push_back({std::nullopt, resolve_cluster(plan_flags), {}});
@@ -697,7 +696,8 @@ Command add_sweep(CLI::App& parent) {
                     "slow devices for every plan, RANK:FACTOR[:nic=FACTOR],… (as simulate's: 3:0.5, device 3 at half its "
                     "rates)");
     app->add_option("--jitter", f->jitter, "vary every plan's compute ops within ±PCT % (as simulate's), seeded by --seed");
-    app->add_option("--seed", f->seed, "seed of --jitter")->each([f](const std::string&) { f->seed_given = true; });
+    app->add_option("--seed", f->seed, "seed of --jitter");
+    f->app = app;
     app->add_option("--min-headroom", f->min_headroom, "fraction of each device's memory to leave free, e.g. 0.1");
     app->add_option("--top", f->top, "plans to print")->capture_default_str();
     app->add_option("--jobs", f->jobs, "simulation threads (default: the machine's cores)");

@@ -190,13 +190,13 @@ Profile profile_from_json(const JsonView& j) {
     p.has_compute = j.has("compute");
     if (p.has_compute) {
         const JsonView c = j.at("compute");
-        if (gpu)
-            c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "gemm_bf16", "gemm_fp16",
-                           "flash_forward", "flash_backward", "flash_forward_causal", "flash_backward_causal", "stream",
-                           "softmax", "adam"});
-        else
-            c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "flash_forward",
-                           "flash_backward", "flash_forward_causal", "flash_backward_causal", "stream", "softmax", "adam"});
+        c.expect_only({"dispatch_s", "comm_slowdown", "arithmetic_flops_per_s", "gemm", "gemm_bf16", "gemm_fp16", "flash_forward",
+                       "flash_backward", "flash_forward_causal", "flash_backward_causal", "stream", "softmax", "adam"});
+        if (!gpu)
+            for (const char* key : {"gemm_bf16", "gemm_fp16"})
+                if (c.has(key))
+                    c.fail_member(key, "no 16-bit GEMM table in a CPU's profile (a GPU's names it in measured_on.gpu)",
+                                  "one");
         p.compute.dispatch = Time::seconds(positive(c, "dispatch_s"));
         // A GPU's profile has neither (the cluster keeps its leads); a CPU's has both.
         p.compute.comm_slowdown = 0;

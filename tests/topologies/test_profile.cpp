@@ -119,7 +119,9 @@ TEST_CASE("bad profiles are bad_input errors naming the JSON path", "[topologies
     }
     SECTION("a CPU's profile with a GPU's 16-bit table") {
         doc["compute"]["gemm_bf16"] = doc["compute"]["gemm"];
-        CHECK_THAT(read_error(doc), Contains("at /compute/gemm_bf16"));
+        const std::string m = read_error(doc);
+        CHECK_THAT(m, Contains("at /compute/gemm_bf16"));
+        CHECK_THAT(m, Contains("no 16-bit GEMM table in a CPU's profile"));
     }
     SECTION("a CPU's profile with pinned copies") {
         doc["host_link"] = {{"h2d", doc["compute"]["stream"]}, {"d2h", doc["compute"]["stream"]}};
