@@ -268,6 +268,7 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                 break;
             case KernelOp::stream:
                 if (f.name == KernelName::quantize) break;   // its input's gradient is the GEMM's data gradient
+                if (f.name == KernelName::loss) break;       // the loss's own backward: Block::loss_backward
                 if (inputs && same_pass_gradient(f.name)) {
                     out.push_back(f);   // the inverse permutation, the cast back, the same scale or mask
                 } else if (inputs) {

@@ -39,7 +39,12 @@ enum class KernelOp : std::uint8_t {
 /// Which part of the model a kernel is, for labels in traces and reports.
 enum class KernelName : std::uint8_t {
     other, embedding, norm, qkv, scores, softmax, context, attn_proj, bias_dropout_residual, mlp_up, activation,
-    mlp_down, logits, loss, optimizer, layer,
+    mlp_down, logits,
+    // The loss after the logits (the cross-entropy, the loss function's reduction): its forward
+    // passes have no derivatives of their own, backward runs the function's own backward instead
+    // (Block::loss_backward), so backward_kernels skips them.
+    loss,
+    optimizer, layer,
     // Gradient compression (strategies/compression.hpp): 1-bit SGD's worker compression, server
     // step and decompression; top-k's selection and scatter-add; PowerSGD's factor products and
     // orthogonalisation.

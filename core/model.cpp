@@ -338,6 +338,15 @@ int TransformerShape::attended_keys(int i, int s) const {
     return windowed ? std::min(s, sliding_window) : s;
 }
 
+std::vector<Kernel> block_backward(const Block& b, BackwardPart part) {
+    std::vector<Kernel> out;
+    if (part != BackwardPart::weight) out = b.loss_backward;
+    for (const Kernel& k : backward_kernels(b.fwd_kernels, part)) out.push_back(k);
+    // The sum, once both gradients are in (after the lookup's backward, the block's last).
+    if (b.tied_grad_sum && part != BackwardPart::input) out.push_back(*b.tied_grad_sum);
+    return out;
+}
+
 Model Model::transformer(std::string name, TransformerShape shape) {
     std::sort(shape.moe.dense_layers.begin(), shape.moe.dense_layers.end());
     std::sort(shape.full_attention_layers.begin(), shape.full_attention_layers.end());

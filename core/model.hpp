@@ -209,6 +209,9 @@ struct Block {
     /// lookup's), one pass reading both and writing the sum; set on the embedding block when one
     /// replica holds both uses (strategies/data_parallel.cpp replica_blocks).
     std::optional<Kernel> tied_grad_sum;
+    /// Backward only, first: the loss's own backward (the head's; core/transformer.cpp
+    /// loss_backward_kernels), in place of derivatives of its forward passes (KernelName::loss).
+    std::vector<Kernel> loss_backward;
     /// Parameters of the block's FP8 linear layers on this rank: Transformer Engine casts each
     /// weight to FP8 with its transpose at a step's first micro-batch (its weight workspace, kept
     /// until the step's end: 2 bytes per parameter). The sum of k·n·batch over fwd_kernels'
@@ -233,6 +236,12 @@ struct Block {
     /// Set on the layers of a context-parallel workload (strategies/context_parallel.hpp runs them).
     std::optional<ContextPass> cp;
 };
+
+/// A block's backward for one micro-batch: the loss's own backward (the head's), the
+/// derivatives of its forward kernels (backward_kernels), and the tied table's gradient sum;
+/// `part` as in backward_kernels (the loss's backward with the input gradients, the sum with
+/// the weights').
+std::vector<Kernel> block_backward(const Block& b, BackwardPart part = BackwardPart::all);
 
 struct Workload {
     int micro_batch = 1;

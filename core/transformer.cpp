@@ -716,6 +716,55 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     return blk;
 }
 
+/// A pass over one value per token (a target id, a mask, a loss): `bytes_per_token` read and
+/// written, b·s tokens; its cost is its launch and the framework's dispatch.
+Kernel token_pass(I tokens, I bytes_per_token) {
+    return stream_kernel(KernelName::loss, KernelClass::elementwise, tokens * bytes_per_token);
+}
+
+/// The loss's forward after the logits GEMM, on `tokens` rows of `v_rank` logits in `e`-byte
+/// elements, as Megatron runs it:
+///   - `output.float()` (gpt_model.py post_language_model_processing; GPTModelPipe's
+///     float16_to_fp32): read e, write 4 bytes per logit (nothing in fp32 training);
+///   - _VocabParallelCrossEntropy.forward (core/tensor_parallel/cross_entropy.py): max over the
+///     vocabulary (read 4), the max subtracted (read 4, write 4), exp (read 4, write 4), their
+///     sum (read 4), the division that leaves the probabilities kept for backward (read 4,
+///     write 4): 32 bytes per logit in five passes;
+///   - around them, passes over one value per token: the labels' transpose, the target's range
+///     mask (two comparisons and an or), its shifted copy (clone, subtract, masked fill), the
+///     arange and the gather of each target's logit, its copy and masked fill, the three
+///     all-reduce calls (max, target logit, sum; c10d issues them even on a one-rank group), log
+///     and subtract for the loss, the loss's transpose back, and the loss function's
+///     masked mean (pretrain_gpt.py loss_func: multiply, sum, mask sum, divide) and the
+///     schedule's running total of it: 22 launches.
+std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e) {
+    const I logits = tokens * v_rank;
+    std::vector<Kernel> out;
+    if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
+    for (const I bytes : {4, 8, 8, 4, 8}) out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes));
+    // Bytes per token of each small pass: int64 targets (8), bool masks (1), fp32 values (4).
+    for (const I bytes : {16, 9, 9, 3, 16, 16, 9, 8, 20, 8, 5, 4, 4, 4, 8, 12, 8, 12, 4, 4, 4, 4})
+        out.push_back(token_pass(tokens, bytes));
+    return out;
+}
+
+/// The loss's own backward, which replaces the derivatives of loss_forward_kernels (backward
+/// does not revisit the forward's passes): the loss scaled for fp16 and divided by the
+/// micro-batches (Megatron's schedules and optimizer.scale_loss; DeepSpeed's
+/// _scale_loss_by_gas and FP16_Optimizer.backward), autograd's seed gradient, the masked mean's
+/// backward (divide, multiply), then _VocabParallelCrossEntropy.backward: the target mask as
+/// float and 1 − it, the arange, gather, subtract and index_put that take 1 from each target's
+/// probability (small passes), and `grad_input.mul_(grad_output)` over the kept probabilities
+/// (read 4, write 4 per logit). The cast's backward (to the logits' dtype) is derived from the
+/// forward's cast, as any cast's.
+std::vector<Kernel> loss_backward_kernels(I tokens, I v_rank) {
+    const I logits = tokens * v_rank;
+    std::vector<Kernel> out;
+    for (const I bytes : {4, 4, 4, 8, 12, 5, 8, 8, 20, 8, 20}) out.push_back(token_pass(tokens, bytes));
+    out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 8));
+    return out;
+}
+
 Block head_block(const TransformerShape& m, const Dims& d, int index) {
     const I sb = d.s * d.b, sbh = sb * d.h;
     const I v_rank = d.v / d.t;  // vocab columns on this rank
@@ -733,14 +782,13 @@ Block head_block(const TransformerShape& m, const Dims& d, int index) {
     // without sp) and the logits kept in fp32 for the cross-entropy (4·s·b·v/t bytes).
     blk.activations = Bytes(d.rep(2 * sbh * d.e) + 4 * sb * v_rank);
     blk.output = Bytes(4 * sb);  // per-token losses, fp32
-    // Final norm, the logits GEMM (column-parallel over the vocabulary), then Megatron's
-    // vocab-parallel cross-entropy on `output.float()`: the cast (read e, write 4 bytes per
-    // logit), then max, exp-sum and the normalised probabilities kept for backward (read the fp32
-    // logits three times, write them once: 16 bytes per logit).
+    // Final norm and the logits GEMM (column-parallel over the vocabulary), then the loss as
+    // Megatron's code runs it, kernel by kernel (Megatron-DeepSpeed f4157be, the same passes in
+    // NVIDIA/Megatron-LM core/tensor_parallel/cross_entropy.py without --cross-entropy-loss-fusion):
     if (m.final_norm) blk.fwd_kernels.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
     blk.fwd_kernels.push_back(gemm_kernel(KernelName::logits, KernelClass::gemm, sb, v_rank, d.h, 1, static_cast<int>(d.e), true));
-    blk.fwd_kernels.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * (d.e + 4)));
-    blk.fwd_kernels.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, sb * v_rank * 16));
+    for (const Kernel& k : loss_forward_kernels(sb, v_rank, d.e)) blk.fwd_kernels.push_back(k);
+    blk.loss_backward = loss_backward_kernels(sb, v_rank);
     // The column-parallel projection's input needs one collective per pass over b·s·h: its
     // gradient is all-reduced in backward (all-gathered input in forward with sp). The forward
     // cross-entropy reductions (max, sum of exponentials, target logit: 3 × b·s fp32) are tiny

@@ -148,15 +148,9 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
             continue;
         }
         r.fwd = g.intern_recipe(b.fwd_kernels);
-        std::vector<Kernel> bwd = backward_kernels(b.fwd_kernels), bwd_weight = backward_kernels(b.fwd_kernels, BackwardPart::weight);
-        if (b.tied_grad_sum) {
-            // The sum, once both gradients are in (after the lookup's backward, the block's last).
-            bwd.push_back(*b.tied_grad_sum);
-            bwd_weight.push_back(*b.tied_grad_sum);
-        }
-        r.bwd = g.intern_recipe(bwd);
-        r.bwd_input = g.intern_recipe(backward_kernels(b.fwd_kernels, BackwardPart::input));
-        r.bwd_weight = g.intern_recipe(bwd_weight);
+        r.bwd = g.intern_recipe(block_backward(b));
+        r.bwd_input = g.intern_recipe(block_backward(b, BackwardPart::input));
+        r.bwd_weight = g.intern_recipe(block_backward(b, BackwardPart::weight));
         r.recompute = b.recompute_kernels.empty() ? -1 : g.intern_recipe(b.recompute_kernels);
     }
     return out;

@@ -196,7 +196,9 @@ Training apply_finetune(const Model& model, const Layout& layout, std::vector<Bl
         if (b.kind == Block::Kind::embedding) {
             // Frozen, and first: nothing upstream needs its gradient.
         } else {
-            // Backward visits the parts last first.
+            // The loss's own backward first (the head's), then the parts, last first.
+            bk.bwd = b.loss_backward;
+            bk.bwd_input = b.loss_backward;
             for (std::size_t k = part_units.size(); k-- > 0;) {
                 const std::vector<Unit> diff = differentiated(part_units[k]);
                 for (const Kernel& x : backward_of(diff, BackwardPart::all)) bk.bwd.push_back(x);

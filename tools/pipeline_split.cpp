@@ -30,7 +30,7 @@ double block_seconds(const Block& b, DType dtype, const topo::NodeGroup& group, 
     op.ref = 0;   // priced from the kernel list given
     op.sub = static_cast<std::uint8_t>(static_cast<unsigned>(dtype) << 3);
     double s = 0;
-    const std::vector<Kernel> bwd = backward_kernels(b.fwd_kernels);
+    const std::vector<Kernel> bwd = block_backward(b);
     for (const std::vector<Kernel>* pass : {&b.fwd_kernels, &bwd, &b.recompute_kernels})
         if (!pass->empty()) s += sim::compute_time(op, *pass, group, dispatch).to_seconds();
     return s;

@@ -434,6 +434,49 @@ TEST_CASE("eager attention: Megatron's fused softmax where its kernel takes the 
     }
 }
 
+TEST_CASE("the loss runs Megatron's cross-entropy pass by pass, and its own backward", "[core][model][kernel]") {
+    // Megatron-DeepSpeed's _VocabParallelCrossEntropy (megatron/core/tensor_parallel/
+    // cross_entropy.py) on output.float(): the cast (read 2, write 4 per logit), then max (read
+    // 4), subtract (read 4, write 4), exp (read 4, write 4), sum (read 4) and the division that
+    // keeps the probabilities (read 4, write 4): 38 bytes a logit in six passes. Its backward is
+    // one mul_ over the probabilities (read 4, write 4), then the cast back (read 4, write 2):
+    // 14 bytes, not the 2 × 38 of a derived backward. GPT-2's vocabulary 50,257 is split over tp
+    // (padded to a multiple of it).
+    const Model m = model_preset("gpt2-small");
+    const int tp = GENERATE(1, 2);
+    const DType dtype = GENERATE(DType::bf16, DType::fp32);
+    Workload w;
+    w.tp = tp;
+    w.dtype = dtype;
+    const Block head = m.blocks(w).back();
+    REQUIRE(head.kind == Block::Kind::head);
+    const std::int64_t e = dtype == DType::fp32 ? 4 : 2, v_rank = (50257 + tp - 1) / tp, logits = 1024 * v_rank;
+    std::int64_t big = 0, small = 0, cast = 0;
+    int passes = 0, small_passes = 0;
+    for (const Kernel& k : head.fwd_kernels) {
+        if (k.name == KernelName::cast) cast += k.bytes;
+        if (k.name != KernelName::loss) continue;
+        (k.bytes >= logits ? big : small) += k.bytes;
+        ++(k.bytes >= logits ? passes : small_passes);
+    }
+    CHECK(cast == (e == 4 ? 0 : 6 * logits));
+    CHECK(big == 32 * logits);
+    CHECK(passes == 5);
+    CHECK(small_passes == 22);       // per-token bookkeeping: launches, not traffic
+    CHECK(small < 300 * 1024);
+    // Backward: the loss's own first (11 per-token passes and the mul_), then the cast's
+    // derivative, the GEMM's two gradients and the norm's.
+    const std::vector<Kernel> bwd = block_backward(head);
+    REQUIRE(bwd.size() >= 12);
+    CHECK(bwd[11].bytes == 8 * logits);
+    CHECK(std::all_of(bwd.begin(), bwd.begin() + 12, [](const Kernel& k) { return k.name == KernelName::loss; }));
+    CHECK(bwd[12].name == (e == 4 ? KernelName::logits : KernelName::cast));
+    if (e != 4) CHECK(bwd[12].bytes == 6 * logits);
+    for (const Kernel& k : backward_kernels(head.fwd_kernels)) CHECK(k.name != KernelName::loss);
+    // The weight gradient alone (zero-bubble's W pass) has no loss in it.
+    for (const Kernel& k : block_backward(head, BackwardPart::weight)) CHECK(k.name != KernelName::loss);
+}
+
 TEST_CASE("kernels: forward FLOPs are the model's, backward twice them", "[core][model][kernel]") {
     // The model's FLOPs (Narayanan) count the GEMMs; a layer list's pooling FLOPs ride on its
     // memory-bound pass. Softmax arithmetic is not model FLOPs.
