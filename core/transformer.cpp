@@ -784,7 +784,10 @@ Block head_block(const TransformerShape& m, const Dims& d, int index) {
     blk.output = Bytes(4 * sb);  // per-token losses, fp32
     // Final norm and the logits GEMM (column-parallel over the vocabulary), then the loss as
     // Megatron's code runs it, kernel by kernel (Megatron-DeepSpeed f4157be, the same passes in
-    // NVIDIA/Megatron-LM core/tensor_parallel/cross_entropy.py without --cross-entropy-loss-fusion):
+    // NVIDIA/Megatron-LM core/tensor_parallel/cross_entropy.py without --cross-entropy-loss-fusion).
+    // Every framework's runs are priced so: a HuggingFace model under PyTorch or DeepSpeed calls
+    // torch.nn.functional.cross_entropy on the fp32 logits instead (log_softmax and nll_loss and
+    // their backward: about 48 bytes a logit against these 52, in a handful of launches).
     if (m.final_norm) blk.fwd_kernels.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
     blk.fwd_kernels.push_back(gemm_kernel(KernelName::logits, KernelClass::gemm, sb, v_rank, d.h, 1, static_cast<int>(d.e), true));
     for (const Kernel& k : loss_forward_kernels(sb, v_rank, d.e)) blk.fwd_kernels.push_back(k);
