@@ -79,6 +79,13 @@ enum class KernelName : std::uint8_t {
 enum class Fp8Recipe : std::uint8_t { none, delayed, tensorwise };
 const char* to_string(Fp8Recipe r);
 
+/// Whose cross-entropy the head runs (strategies/framework.hpp Framework::loss): Megatron's
+/// vocab-parallel one (_VocabParallelCrossEntropy, in Megatron-LM, Megatron-DeepSpeed and the
+/// Megatron models DeepSpeed's examples train) or PyTorch's F.cross_entropy on the fp32 logits
+/// (log_softmax and nll_loss: HuggingFace models, torchtitan). core/transformer.cpp
+/// loss_forward_kernels lists each one's passes.
+enum class LossKernels : std::uint8_t { megatron, torch };
+
 /// Which library's fused attention kernel runs (Megatron core's --attention-backend, whose
 /// AttnBackend names the first two `flash` and `fused`): FlashAttention-2 (the flash-attn package,
 /// also PyTorch SDPA's flash backend), cuDNN's fused attention (Transformer Engine's

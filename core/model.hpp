@@ -261,6 +261,7 @@ struct Workload {
     /// Megatron's apply_query_key_layer_scaling: eager attention's unfused softmax path scales the
     /// scores by the layer number, one more pass (Framework::qk_layer_scaling).
     bool qk_layer_scaling = false;
+    LossKernels loss = LossKernels::megatron;
     /// FP8 linear layers (Transformer Engine): their GEMMs in FP8, each input cast first, and the
     /// inputs they keep for backward kept in FP8 (core/transformer.cpp).
     Fp8Recipe fp8 = Fp8Recipe::none;

@@ -171,6 +171,7 @@ struct Dims {
     Attention attention;
     AttentionBackend attention_backend = AttentionBackend::flash;
     bool qk_layer_scaling = false;
+    LossKernels loss = LossKernels::megatron;
     Fp8Recipe fp8 = Fp8Recipe::none;
     I q() const { return a * hd; }    // query width
     I k() const { return kvh * hd; }  // key width
@@ -723,9 +724,9 @@ Kernel token_pass(I tokens, I bytes_per_token) {
 }
 
 /// The loss's forward after the logits GEMM, on `tokens` rows of `v_rank` logits in `e`-byte
-/// elements, as Megatron runs it:
-///   - `output.float()` (gpt_model.py post_language_model_processing; GPTModelPipe's
-///     float16_to_fp32): read e, write 4 bytes per logit (nothing in fp32 training);
+/// elements. First the logits cast to fp32 (read e, write 4 bytes per logit; nothing in fp32
+/// training): Megatron's `output.float()` (gpt_model.py post_language_model_processing;
+/// GPTModelPipe's float16_to_fp32), PyTorch models' `logits.float()`. Then, `megatron`:
 ///   - _VocabParallelCrossEntropy.forward (core/tensor_parallel/cross_entropy.py): max over the
 ///     vocabulary (read 4), the max subtracted (read 4, write 4), exp (read 4, write 4), their
 ///     sum (read 4), the division that leaves the probabilities kept for backward (read 4,
@@ -737,10 +738,20 @@ Kernel token_pass(I tokens, I bytes_per_token) {
 ///     and subtract for the loss, the loss's transpose back, and the loss function's
 ///     masked mean (pretrain_gpt.py loss_func: multiply, sum, mask sum, divide) and the
 ///     schedule's running total of it: 22 launches.
-std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e) {
+/// `torch` (F.cross_entropy = log_softmax + nll_loss, aten/src/ATen/native/cuda/SoftMax.cu and
+/// Loss.cu): log_softmax over a row longer than shared memory holds (cunn_SoftMaxForward: the
+/// max, the sum of exponentials and the output pass read the row three times and write it once,
+/// 16 bytes per logit), then nll_loss's gather of each target's log-probability and its mean: one
+/// launch.
+std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e, LossKernels kind) {
     const I logits = tokens * v_rank;
     std::vector<Kernel> out;
     if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
+    if (kind == LossKernels::torch) {
+        out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 16));
+        out.push_back(token_pass(tokens, 16));
+        return out;
+    }
     for (const I bytes : {4, 8, 8, 4, 8}) out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes));
     // Bytes per token of each small pass: int64 targets (8), bool masks (1), fp32 values (4).
     for (const I bytes : {16, 9, 9, 3, 16, 16, 9, 8, 20, 8, 5, 4, 4, 4, 8, 12, 8, 12, 4, 4, 4, 4})
@@ -749,17 +760,27 @@ std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e) {
 }
 
 /// The loss's own backward, which replaces the derivatives of loss_forward_kernels (backward
-/// does not revisit the forward's passes): the loss scaled for fp16 and divided by the
-/// micro-batches (Megatron's schedules and optimizer.scale_loss; DeepSpeed's
+/// does not revisit the forward's passes). `megatron`: the loss scaled for fp16 and divided by
+/// the micro-batches (Megatron's schedules and optimizer.scale_loss; DeepSpeed's
 /// _scale_loss_by_gas and FP16_Optimizer.backward), autograd's seed gradient, the masked mean's
 /// backward (divide, multiply), then _VocabParallelCrossEntropy.backward: the target mask as
 /// float and 1 − it, the arange, gather, subtract and index_put that take 1 from each target's
 /// probability (small passes), and `grad_input.mul_(grad_output)` over the kept probabilities
-/// (read 4, write 4 per logit). The cast's backward (to the logits' dtype) is derived from the
-/// forward's cast, as any cast's.
-std::vector<Kernel> loss_backward_kernels(I tokens, I v_rank) {
+/// (read 4, write 4 per logit). `torch`: autograd's seed, nll_loss's backward (the gradient
+/// zeroed, 4 bytes per logit, then −1/n scattered at each target), and log_softmax's backward
+/// (cunn_SoftMaxBackward: the row's gradient summed, then read again with the output and the
+/// input gradient written: 16 bytes per logit). The cast's backward (to the logits' dtype) is
+/// derived from the forward's cast, as any cast's.
+std::vector<Kernel> loss_backward_kernels(I tokens, I v_rank, LossKernels kind) {
     const I logits = tokens * v_rank;
     std::vector<Kernel> out;
+    if (kind == LossKernels::torch) {
+        out.push_back(token_pass(tokens, 4));
+        out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 4));
+        out.push_back(token_pass(tokens, 16));
+        out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 16));
+        return out;
+    }
     for (const I bytes : {4, 4, 4, 8, 12, 5, 8, 8, 20, 8, 20}) out.push_back(token_pass(tokens, bytes));
     out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 8));
     return out;
@@ -784,14 +805,12 @@ Block head_block(const TransformerShape& m, const Dims& d, int index) {
     blk.output = Bytes(4 * sb);  // per-token losses, fp32
     // Final norm and the logits GEMM (column-parallel over the vocabulary), then the loss as
     // Megatron's code runs it, kernel by kernel (Megatron-DeepSpeed f4157be, the same passes in
-    // NVIDIA/Megatron-LM core/tensor_parallel/cross_entropy.py without --cross-entropy-loss-fusion).
-    // Every framework's runs are priced so: a HuggingFace model under PyTorch or DeepSpeed calls
-    // torch.nn.functional.cross_entropy on the fp32 logits instead (log_softmax and nll_loss and
-    // their backward: about 48 bytes a logit against these 52, in a handful of launches).
+    // NVIDIA/Megatron-LM core/tensor_parallel/cross_entropy.py without --cross-entropy-loss-fusion),
+    // or PyTorch's F.cross_entropy where the framework's models call it (Workload::loss).
     if (m.final_norm) blk.fwd_kernels.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
     blk.fwd_kernels.push_back(gemm_kernel(KernelName::logits, KernelClass::gemm, sb, v_rank, d.h, 1, static_cast<int>(d.e), true));
-    for (const Kernel& k : loss_forward_kernels(sb, v_rank, d.e)) blk.fwd_kernels.push_back(k);
-    blk.loss_backward = loss_backward_kernels(sb, v_rank);
+    for (const Kernel& k : loss_forward_kernels(sb, v_rank, d.e, d.loss)) blk.fwd_kernels.push_back(k);
+    blk.loss_backward = loss_backward_kernels(sb, v_rank, d.loss);
     // The column-parallel projection's input needs one collective per pass over b·s·h: its
     // gradient is all-reduced in backward (all-gathered input in forward with sp). The forward
     // cross-entropy reductions (max, sum of exponentials, target logit: 3 × b·s fp32) are tiny
@@ -968,6 +987,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.attention = w.attention;
     d.attention_backend = w.attention_backend;
     d.qk_layer_scaling = w.qk_layer_scaling;
+    d.loss = w.loss;
     d.fp8 = w.fp8;
     // Every per-block product below is at most 64 × (tokens × the widest matrix) or 16 × the
     // attention scores (a·s²·b): check those two fit in 64 bits, once, instead of each product.

@@ -63,6 +63,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.attention = layout.attention;
     w.attention_backend = layout.attention_backend;
     w.qk_layer_scaling = layout.framework.qk_layer_scaling;
+    w.loss = layout.framework.loss;
     w.fp8 = layout.fp8;
     w.ep = layout.ep;
     w.expert_imbalance = plan.expert_imbalance;

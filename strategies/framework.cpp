@@ -77,6 +77,8 @@ const std::vector<Row>& rows() {
             Framework f = base(FrameworkName::pytorch, "1.0");
             f.grad_reduce = GradReduce::overlapped;
             f.zero3_gather = GatherGranularity::flat_unit;   // FSDP: one flat parameter per unit
+            // Its models (HuggingFace's, torchtitan's) call F.cross_entropy on the fp32 logits.
+            f.loss = LossKernels::torch;
             t.push_back({FrameworkName::pytorch, {1, 0}, f});
         }
         {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel.hpp"
 #include "core/units.hpp"
 
 namespace smol::strategies {
@@ -98,6 +99,11 @@ struct Framework {
     /// Megatron's apply_query_key_layer_scaling default: Q·Kᵀ scaled by 1 / layer number, which
     /// on eager attention's unfused softmax path is one more pass (core/model.hpp Workload).
     bool qk_layer_scaling = false;
+    /// Whose cross-entropy its models run (core/kernel.hpp LossKernels): PyTorch's models call
+    /// F.cross_entropy; Megatron's, Megatron-DeepSpeed's and DeepSpeed's (whose examples and
+    /// published runs train Megatron's GPT: DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3,
+    /// Megatron-DeepSpeed) run the vocab-parallel one.
+    LossKernels loss = LossKernels::megatron;
     /// Runs linear layers in FP8 through Transformer Engine when asked (--fp8): Megatron core.
     bool fp8 = false;
 };

@@ -477,6 +477,32 @@ TEST_CASE("the loss runs Megatron's cross-entropy pass by pass, and its own back
     for (const Kernel& k : block_backward(head, BackwardPart::weight)) CHECK(k.name != KernelName::loss);
 }
 
+TEST_CASE("PyTorch's models run F.cross_entropy: log_softmax and nll_loss, and their backward", "[core][model][kernel]") {
+    // aten/src/ATen/native/cuda/SoftMax.cu cunn_SoftMaxForward on a row longer than shared
+    // memory: max, sum of exponentials and the output pass read the row three times and write it
+    // once (16 bytes a logit); nll_loss gathers one value per token. Backward: nll_loss zeroes the
+    // gradient (4 bytes a logit) and scatters −1/n, cunn_SoftMaxBackward sums the row's gradient
+    // and writes the input gradient from it and the output (16). With the cast and its backward:
+    // 6 + 16 + 4 + 16 + 6 = 48 bytes a logit.
+    const Model m = model_preset("gpt2-small");
+    Workload w;
+    w.loss = LossKernels::torch;
+    const Block head = m.blocks(w).back();
+    const std::int64_t logits = 1024 * 50257;
+    std::int64_t fwd = 0;
+    int launches = 0;
+    for (const Kernel& k : head.fwd_kernels)
+        if (k.name == KernelName::loss || k.name == KernelName::cast) fwd += k.bytes, ++launches;
+    CHECK(launches == 3);
+    CHECK(fwd == 22 * logits + 16 * 1024);
+    const std::vector<Kernel> bwd = block_backward(head);
+    REQUIRE(bwd.size() >= 5);
+    std::int64_t back = 0;
+    for (std::size_t i = 0; i < 5; ++i) back += bwd[i].bytes;
+    CHECK(bwd[4].name == KernelName::cast);
+    CHECK(back == 26 * logits + 20 * 1024);
+}
+
 TEST_CASE("kernels: forward FLOPs are the model's, backward twice them", "[core][model][kernel]") {
     // The model's FLOPs (Narayanan) count the GEMMs; a layer list's pooling FLOPs ride on its
     // memory-bound pass. Softmax arithmetic is not model FLOPs.

@@ -285,6 +285,15 @@ TEST_CASE("gradient accumulation: autograd after the first micro-batch, Megatron
     }
 }
 
+TEST_CASE("whose cross-entropy each framework's models run", "[strategies][framework]") {
+    // PyTorch's models (HuggingFace's ForCausalLMLoss, torchtitan's cross_entropy_loss) call
+    // F.cross_entropy; Megatron's, Megatron-DeepSpeed's and the Megatron GPT DeepSpeed's examples
+    // train run _VocabParallelCrossEntropy.
+    CHECK(parse_framework("pytorch").loss == LossKernels::torch);
+    for (const char* f : {"megatron", "megatron@2.5", "megatron-deepspeed", "deepspeed", "deepspeed@0.5"})
+        CHECK(parse_framework(f).loss == LossKernels::megatron);
+}
+
 TEST_CASE("query-key layer scaling by release, and what it costs on the unfused softmax path", "[strategies][framework]") {
     // Megatron-LM's default flipped twice: --no-query-key-layer-scaling (on by default) from
     // 9acc895 (2021-01-06) until 94a3749 (2023-11-02) made it --apply-query-key-layer-scaling;
