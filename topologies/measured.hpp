@@ -52,6 +52,9 @@ struct ShapeTable {
 struct MeasuredCompute {
     /// The GPU measured ("NVIDIA H200 (compute capability 9.0, 132 SMs, …)"); empty for a CPU.
     std::string gpu;
+    /// Its streaming multiprocessors: the flash tables were timed with two 64-row tiles or more
+    /// per SM, so a kernel of fewer tiles runs at its share, min(1, tiles / sms) (sim/compute.cpp).
+    int sms = 0;
     ShapeTable gemm;          // FLOP/s of one m×n×k product in fp32 (a GPU's without TF32; a
                               // batched GEMM runs them one by one on a CPU)
     ShapeTable gemm_bf16;     // a GPU's bf16 and fp16 products (empty for a CPU)

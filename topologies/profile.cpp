@@ -12,7 +12,8 @@ namespace {
 
 /// Format 2 added the causal flash tables to `compute`; a format-1 profile without `compute`
 /// (network and memory only) reads the same in both. Format 3 added a GPU's profile
-/// (`measured_on.gpu`, the 16-bit GEMM tables, `host_link`); a format-2 profile reads as before.
+/// (`measured_on.gpu` with its `sms`, the 16-bit GEMM tables, `host_link`); a format-2 profile
+/// reads as before.
 constexpr int kFormat = 3;
 
 const std::vector<std::pair<CollectiveKind, const char*>>& kind_names() {
@@ -123,7 +124,10 @@ Json to_json(const Profile& p) {
         {"network", net},
     };
     if (!p.source.empty()) out["measured_on"]["source"] = p.source;
-    if (c.on_gpu()) out["measured_on"]["gpu"] = c.gpu;
+    if (c.on_gpu()) {
+        out["measured_on"]["gpu"] = c.gpu;
+        out["measured_on"]["sms"] = c.sms;
+    }
     if (p.has_compute) {
         out["compute"] = {{"dispatch_s", c.dispatch.to_seconds()},
                           {"gemm", table_json(c.gemm, "flops_per_s")},
@@ -163,7 +167,7 @@ Profile profile_from_json(const JsonView& j) {
     Profile p;
     const JsonView on = j.at("measured_on");
     on.expect_only({"hosts", "cpu_model", "cores", "nodes", "ranks_per_node", "blas", "blas_threads", "mpi", "date", "quick",
-                    "source", "gpu"});
+                    "source", "gpu", "sms"});
     if (format < 3 && on.has("gpu"))
         on.fail_member("gpu", "no GPU in a format-" + std::to_string(format) + " profile (a GPU's is format 3)",
                        describe_json(on.raw().at("gpu")));
@@ -186,6 +190,9 @@ Profile profile_from_json(const JsonView& j) {
     p.compute.gpu = on.string_or("gpu", "");
     if (on.has("gpu") && p.compute.gpu.empty()) on.fail_member("gpu", "the GPU's name", "an empty string");
     const bool gpu = p.compute.on_gpu();
+    if (gpu) p.compute.sms = count(on, "sms");
+    else if (on.has("sms"))
+        on.fail_member("sms", "no streaming multiprocessors in a profile without measured_on.gpu", describe_json(on.raw().at("sms")));
 
     p.has_compute = j.has("compute");
     if (p.has_compute) {

@@ -90,6 +90,7 @@ GpuFigures measure_device(int device, const MeasureOptions& o) {
     GpuFigures f;
     f.device = device_description(device);
     int major = 0, minor = 0, smem = 0;
+    check(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
@@ -162,9 +163,7 @@ GpuFigures measure_device(int device, const MeasureOptions& o) {
         const std::vector<std::int64_t> lengths = o.quick ? std::vector<std::int64_t>{1024, 4096}
                                                           : std::vector<std::int64_t>{512, 1024, 2048, 4096};
         const std::vector<std::int64_t> dims{64, 128};
-        int sms = 0;
-        check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-        const std::int64_t heads = std::max<std::int64_t>(16, (2 * sms * 64 + lengths.front() - 1) / lengths.front());
+        const std::int64_t heads = std::max<std::int64_t>(16, (2 * f.sms * kFlashKeyTile + lengths.front() - 1) / lengths.front());
         const std::int64_t top = lengths.back() * heads * dims.back();
         FlashTiles widest{};
         for (std::int64_t d : dims) {

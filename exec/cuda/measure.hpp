@@ -65,6 +65,7 @@ struct NcclTime {
 
 struct GpuFigures {
     std::string device;                      // device_description
+    int sms = 0;                             // streaming multiprocessors (the flash tables' full occupancy)
     std::vector<std::int64_t> gemm_dims;     // the grid of each of m, n, k
     std::vector<GemmRate> gemm;              // per dtype (and TF32), m, n, k in grid order, k fastest
     std::vector<SizeTime> stream;            // bytes moved → s

@@ -94,11 +94,13 @@ topo::ShapeTable flash_table(const GpuFigures& f, bool backward, bool causal) {
 
 void fill_profile(const GpuFigures& f, topo::Profile& p) {
     if (f.device.empty()) incomplete("the GPU's name");
+    if (f.sms < 1) incomplete("the GPU's streaming multiprocessors");
     if (f.gemm_dims.empty()) incomplete("GEMMs");
     if (f.flash.empty()) incomplete("flash attention");
     topo::MeasuredCompute& c = p.compute;
     c = topo::MeasuredCompute{};
     c.gpu = f.device;
+    c.sms = f.sms;
     c.gemm = gemm_table(f, DType::fp32);
     c.gemm_bf16 = gemm_table(f, DType::bf16);
     c.gemm_fp16 = gemm_table(f, DType::fp16);

@@ -18,6 +18,7 @@ namespace {
 GpuFigures figures() {
     GpuFigures f;
     f.device = "NVIDIA H200 (compute capability 9.0, 132 SMs, 139.8 GiB)";
+    f.sms = 132;
     f.gemm_dims = {256, 4096};
     const std::pair<DType, double> dtypes[] = {{DType::bf16, 1}, {DType::fp16, 2}, {DType::fp32, 3}};
     for (const auto& [d, x] : dtypes)
@@ -65,6 +66,7 @@ TEST_CASE("a GPU's figures become its profile's tables, curves and collective cu
     const topo::MeasuredCompute& c = p.compute;
     CHECK(c.on_gpu());
     CHECK(c.gpu == figures().device);
+    CHECK(c.sms == 132);
     // GEMM tables per dtype on the grid, k fastest; TF32 left out.
     CHECK(c.gemm_bf16.m == std::vector<double>{256, 4096});
     REQUIRE(c.gemm_bf16.rate.size() == 8);
@@ -118,4 +120,7 @@ TEST_CASE("GPU figures with a grid point missing are an internal error naming it
         CHECK(e.kind() == ErrorKind::internal);
         CHECK_THAT(e.what(), Contains("fp16 GEMM 256×256×4096"));
     }
+    f = figures();
+    f.sms = 0;
+    CHECK_THROWS_WITH(fill_profile(f, p), Contains("streaming multiprocessors"));
 }

@@ -174,6 +174,21 @@ TEST_CASE("a GPU's profile prices what runs on the GPU in its dtype (FP8, fp32 s
     // Flash attention and softmax were timed on 16-bit elements.
     const Kernel flash = flash_kernel(4, 64, 64, 64, 2, false);
     CHECK(kernel_time(flash, DType::bf16, false, g) == Time::seconds(flash.flops / 10e9));
+    {
+        // The flash tables hold a full GPU's rate (calibrate timed two 64-row tiles or more per
+        // SM): on 132 SMs the 4 query tiles of 4 heads × 64 queries run at 4/132 of it; 3 heads
+        // × 4,096 queries (192 tiles) at all of it; backward counts tiles of keys, 3 × 1 here.
+        topo::NodeGroup filled = g;
+        topo::MeasuredCompute with_sms = m;
+        with_sms.sms = 132;
+        filled.device.measured = std::make_shared<const topo::MeasuredCompute>(with_sms);
+        CHECK(kernel_time(flash, DType::bf16, false, filled).to_seconds() ==
+              Approx(kernel_time(flash, DType::bf16, false, g).to_seconds() * 132 / 4));
+        const Kernel wide_fwd = flash_kernel(3, 4096, 64, 64, 2, false), wide_bwd = flash_kernel(3, 4096, 64, 64, 2, true);
+        CHECK(kernel_time(wide_fwd, DType::bf16, false, filled) == kernel_time(wide_fwd, DType::bf16, false, g));
+        CHECK(kernel_time(wide_bwd, DType::bf16, false, filled).to_seconds() ==
+              Approx(kernel_time(wide_bwd, DType::bf16, false, g).to_seconds() * 132 / 3));
+    }
     const Kernel soft16 = softmax_kernel(1000, 1000, 2), soft32 = softmax_kernel(1000, 1000, 4);
     CHECK(kernel_time(soft16, DType::bf16, false, g) == Time::seconds(1e6 / 1e9));
     CHECK(kernel_time(soft32, DType::bf16, false, g) == kernel_time(soft32, DType::bf16, false, lead));

@@ -571,6 +571,7 @@ TEST_CASE("a GPU's profile prices a GPU step from its tables on a node of any si
     p.has_memory = false;
     topo::MeasuredCompute& c = p.compute;
     c.gpu = "NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs, 79.1 GiB)";
+    c.sms = 132;
     topo::ShapeTable flat;
     flat.m = flat.n = flat.k = {256, 8192};
     flat.rate.assign(8, 100e12);

@@ -63,6 +63,7 @@ Profile gpu_sample(int ranks_per_node = 1) {
     p.blas_threads = 1;
     MeasuredCompute& c = p.compute;
     c.gpu = "NVIDIA H200 (compute capability 9.0, 132 SMs, 139.8 GiB)";
+    c.sms = 132;
     c.gemm_bf16 = c.gemm_fp16 = c.gemm;
     for (double& r : c.gemm_bf16.rate) r *= 10;
     for (double& r : c.gemm_fp16.rate) r *= 9;
@@ -262,6 +263,7 @@ TEST_CASE("a GPU's profile survives its JSON round trip: 16-bit tables and pinne
     const Json j = to_json(gpu_sample());
     CHECK(j["smolcluster_profile"] == 3);
     CHECK(j["measured_on"]["gpu"] == "NVIDIA H200 (compute capability 9.0, 132 SMs, 139.8 GiB)");
+    CHECK(j["measured_on"]["sms"] == 132);
     CHECK_FALSE(j["compute"].contains("arithmetic_flops_per_s"));
     CHECK_FALSE(j["compute"].contains("comm_slowdown"));
     CHECK_FALSE(j.contains("memory"));
@@ -290,6 +292,20 @@ TEST_CASE("a GPU's profile survives its JSON round trip: 16-bit tables and pinne
         Json bad = j;
         bad["measured_on"]["gpu"] = "";
         CHECK_THAT(read_error(bad), Contains("at /measured_on/gpu"));
+    }
+    SECTION("a GPU's profile needs its SM count, a whole number above zero") {
+        Json bad = j;
+        bad["measured_on"].erase("sms");
+        CHECK_THAT(read_error(bad), Contains("sms"));
+        bad["measured_on"]["sms"] = 0;
+        CHECK_THAT(read_error(bad), Contains("at /measured_on/sms"));
+        bad["measured_on"]["sms"] = 13.5;
+        CHECK_THAT(read_error(bad), Contains("at /measured_on/sms"));
+    }
+    SECTION("a CPU's profile with an SM count") {
+        Json bad = to_json(sample());
+        bad["measured_on"]["sms"] = 132;
+        CHECK_THAT(read_error(bad), Contains("no streaming multiprocessors in a profile without measured_on.gpu"));
     }
 }
 
