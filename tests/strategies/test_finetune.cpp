@@ -188,6 +188,25 @@ TEST_CASE("LoRA's backward computes the frozen weights' input gradients only", "
     CHECK(bwd_flops(full) - bwd_flops(adapted) == Approx(gemm - adapters).epsilon(1e-6));
 }
 
+TEST_CASE("LoRA's frozen head still runs the loss's own backward before its data gradient", "[strategies][finetune]") {
+    // GPT-2 small under PyTorch: F.cross_entropy's backward zeroes the fp32 gradient (4 bytes a
+    // logit) and log_softmax's backward moves 16, then the cast back to bf16 moves 6 — 26 bytes
+    // a logit before the frozen logits GEMM's data gradient (about 2 more). Without the loss's
+    // backward the op would move about 8.
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(1);
+    Plan adapted;
+    adapted.finetune = parse_finetune("lora:8");
+    const Built b = build(m, c, adapted);
+    const std::int32_t head = 13;   // embedding 0, layers 1–12
+    std::int64_t bytes = 0;
+    for (const Op& op : b.graph.ops())
+        if (op.kind == OpKind::compute && op.phase == Phase::bwd && op.layer == head) bytes += op.bytes;
+    const double logits = 1024.0 * 50257;
+    CHECK(static_cast<double>(bytes) >= 26 * logits);
+    CHECK(static_cast<double>(bytes) < 30 * logits);
+}
+
 TEST_CASE("Llama 3 8B on four RTX 4090s: LoRA fits, full fine-tuning only with zero3 and CPU offload", "[strategies][finetune]") {
     const Model m = model_preset("llama3-8b");
     const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
