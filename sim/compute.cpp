@@ -37,13 +37,12 @@ std::optional<Time> measured_time(const Kernel& k, DType dtype, const topo::Meas
                                                  : (k.backward ? m.flash_bwd : m.flash_fwd);
             if (t.empty()) return std::nullopt;
             const double rate = t.at(static_cast<double>(k.m), static_cast<double>(k.n), static_cast<double>(k.k));
-            // A GPU's tables hold the rate on a full GPU (calibrate timed two 64-row tiles or more
-            // per SM: exec/cuda/measure.cpp); a kernel of fewer tiles, one per 64 queries of a
-            // head forward and 64 keys backward (as the CUDA backend's flash_grid), runs at its share.
+            // A GPU's tables hold the rate on a full GPU; a kernel of fewer tiles than SMs runs at
+            // its share (topo::kFlashTileRows).
             double fill = 1;
             if (gpu && m.sms > 0) {
                 const double rows = static_cast<double>(k.backward ? k.n : k.m);
-                fill = std::min(1.0, static_cast<double>(k.batch) * std::ceil(rows / 64) / m.sms);
+                fill = std::min(1.0, static_cast<double>(k.batch) * std::ceil(rows / topo::kFlashTileRows) / m.sms);
             }
             return Time::seconds(k.flops / (rate * fill));
         }

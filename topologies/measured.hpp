@@ -49,11 +49,18 @@ struct ShapeTable {
 /// executor's, every table in fp32; or a GPU's (`calibrate --backend cuda`): cuBLASLt GEMMs per
 /// dtype, the CUDA backend's flash attention and softmax on 16-bit elements, its streaming pass and
 /// fused Adam.
+/// Rows of a head one thread block of the CUDA backend's flash kernel takes (16 rows × 4 warps:
+/// exec/cuda/plan.cpp), queries forward and keys backward: calibrate gives its flash timings two
+/// such tiles per SM or more, and the simulator prices a kernel of fewer tiles than SMs at its
+/// share of the table's rate (sim/compute.cpp).
+inline constexpr int kFlashTileRows = 64;
+
 struct MeasuredCompute {
     /// The GPU measured ("NVIDIA H200 (compute capability 9.0, 132 SMs, …)"); empty for a CPU.
     std::string gpu;
-    /// Its streaming multiprocessors: the flash tables were timed with two 64-row tiles or more
-    /// per SM, so a kernel of fewer tiles runs at its share, min(1, tiles / sms) (sim/compute.cpp).
+    /// Its streaming multiprocessors: the flash tables were timed with two tiles of
+    /// kFlashTileRows or more per SM, so a kernel of fewer tiles runs at its share,
+    /// min(1, tiles / sms) (sim/compute.cpp).
     int sms = 0;
     ShapeTable gemm;          // FLOP/s of one m×n×k product in fp32 (a GPU's without TF32; a
                               // batched GEMM runs them one by one on a CPU)

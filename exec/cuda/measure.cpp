@@ -17,6 +17,7 @@
 #include "exec/cuda/nccl.hpp"
 #include "exec/executor.hpp"
 #include "exec/mpi.hpp"
+#include "topologies/measured.hpp"
 
 namespace smol::exec::cuda {
 
@@ -163,7 +164,7 @@ GpuFigures measure_device(int device, const MeasureOptions& o) {
         const std::vector<std::int64_t> lengths = o.quick ? std::vector<std::int64_t>{1024, 4096}
                                                           : std::vector<std::int64_t>{512, 1024, 2048, 4096};
         const std::vector<std::int64_t> dims{64, 128};
-        const std::int64_t heads = std::max<std::int64_t>(16, (2 * f.sms * kFlashKeyTile + lengths.front() - 1) / lengths.front());
+        const std::int64_t heads = std::max<std::int64_t>(16, (2 * f.sms * topo::kFlashTileRows + lengths.front() - 1) / lengths.front());
         const std::int64_t top = lengths.back() * heads * dims.back();
         FlashTiles widest{};
         for (std::int64_t d : dims) {
