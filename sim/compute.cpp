@@ -139,6 +139,40 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
     return Time::zero();
 }
 
+namespace {
+
+/// How an op runs its kernel list, told kernel by kernel to `on(i, start, run)` (start: from the
+/// op's start; run: on the device, or on the CPU with its launch); returns the op's duration. A
+/// CPU (or a host op) runs each launch and kernel in turn on the same cores. On a GPU the host
+/// issues each kernel after the ones before it, launch + dispatch apart (the launch alone for a
+/// kernel autograd's engine issues); the device runs each when issued and free; the op lasts
+/// until the last kernel ends or the host has issued them all, whichever is later.
+template <class OnKernel>
+Time schedule_kernels(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch, OnKernel on) {
+    const Time launch = group.device.launch_overhead;
+    if (group.device.is_cpu || op.on_host()) {
+        Time t;
+        for (std::size_t i = 0; i < kernels.size(); ++i) {
+            const Time one = launch + kernel_time(kernels[i], op.dtype(), op.on_host(), group);
+            on(i, t, one);
+            t += one;
+        }
+        return t;
+    }
+    Time device_free, issued;
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+        const Kernel& k = kernels[i];
+        const Time run = kernel_time(k, op.dtype(), false, group);
+        const Time start = std::max(device_free, issued);
+        on(i, start, run);
+        device_free = start + run;
+        issued += k.dispatched ? launch + dispatch : launch;
+    }
+    return std::max(device_free, issued);
+}
+
+}  // namespace
+
 Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch,
                   std::array<Time, kKernelClasses>* by_class) {
     const topo::DeviceKind& dev = group.device;
@@ -162,30 +196,22 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
         return done(t + dev.launch_overhead);
     }
     if (kernels.empty()) return done(Time::zero());
-    const Time launch = dev.launch_overhead;
-    if (dev.is_cpu || op.on_host()) {
-        Time t;
-        for (const Kernel& k : kernels) {
-            const Time one = launch + kernel_time(k, op.dtype(), op.on_host(), group);
-            split[static_cast<std::size_t>(k.cls)] += one;
-            t += one;
-        }
-        return done(t);
-    }
-    // The host issues each kernel after the ones before it, launch + dispatch apart (the launch
-    // alone for a kernel autograd's engine issues); the device runs each when issued and free.
-    Time device_free, busy, issued;
-    for (const Kernel& k : kernels) {
-        const Time run = kernel_time(k, op.dtype(), false, group);
-        split[static_cast<std::size_t>(k.cls)] += run;
+    Time busy;
+    const Time total = schedule_kernels(op, kernels, group, dispatch, [&](std::size_t i, Time, Time run) {
+        split[static_cast<std::size_t>(kernels[i].cls)] += run;
         busy += run;
-        device_free = std::max(device_free, issued) + run;
-        issued += k.dispatched ? launch + dispatch : launch;
-    }
-    const Time total = std::max(device_free, issued);
-    if (by_class && busy > Time::zero())
+    });
+    if (by_class && busy > Time::zero() && !(dev.is_cpu || op.on_host()))
         for (Time& c : split) c = c * (total / busy);
     return done(total);
+}
+
+KernelSchedule kernel_schedule(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch) {
+    KernelSchedule s;
+    s.kernels.reserve(kernels.size());
+    s.total = schedule_kernels(op, kernels, group, dispatch,
+                               [&](std::size_t, Time start, Time run) { s.kernels.push_back({start, run}); });
+    return s;
 }
 
 double jitter_factor(const topo::ComputeJitter& jitter, OpId id) {

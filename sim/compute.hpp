@@ -45,6 +45,7 @@
 
 #include <array>
 #include <span>
+#include <vector>
 
 #include "core/op_graph.hpp"
 #include "topologies/cluster.hpp"
@@ -73,6 +74,20 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
 /// shared in proportion to the kernels' times).
 Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch = {},
                   std::array<Time, kKernelClasses>* by_class = nullptr);
+
+/// When each kernel of an op runs, as compute_time prices it: `start` from the op's start (on a
+/// GPU the later of the device's freeing and the host's issue of the kernel, which is how a
+/// host-bound op shows its gaps), `run` its time on the device (on a CPU or the host: with its
+/// launch); `total` the op's duration, compute_time's. Before the device's speed (--slow) and
+/// --jitter, which scale the whole op.
+struct KernelTiming {
+    Time start, run;
+};
+struct KernelSchedule {
+    std::vector<KernelTiming> kernels;
+    Time total;
+};
+KernelSchedule kernel_schedule(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch = {});
 
 /// --jitter: the factor on compute op `id`'s time, 1 + percent/100 · u with u uniform in [−1, 1)
 /// drawn by SplitMix64 (Steele, Lea & Flood 2014; Vigna's splitmix64.c, prng.di.unimi.it) from

@@ -3,6 +3,8 @@
 
 #include "tools/commands.hpp"
 #include "tools/fit_advice.hpp"
+#include "tools/kernel_table.hpp"
+#include "tools/output_file.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/simulation.hpp"
 #include "traces/summary.hpp"
@@ -14,6 +16,7 @@ namespace {
 struct SimulateFlags {
     PlanFlags plan;
     TraceFlags trace;
+    std::string kernels;
     bool json = false;
 };
 
@@ -25,8 +28,11 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     sim::SimOptions opt = resolve_sim_options(f.plan);
     const bool tracing = !f.trace.trace.empty();
     opt.record_memory = tracing;
-    // Every trace flag is checked before the simulation, which may take minutes.
-    check_trace_flags(f.trace, cluster.num_devices());
+    // Every output flag is checked before the simulation, which may take minutes.
+    check_trace_flags(f.trace, cluster.num_devices(), &f.kernels);
+    check_output_target(f.kernels, f.trace.force, "--kernels");
+    if (!f.kernels.empty() && f.kernels == f.trace.trace)
+        fail_input("--kernels and --trace name the same file " + f.kernels + "; give each its own", flag("--kernels"));
     opt.record_links = tracing;
     if (tracing) opt.link_ranks = link_ranks(f.trace.trace_ranks, cluster.num_devices());
 
@@ -51,6 +57,9 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
     if (tracing)
         write_trace(f.trace.trace, f.trace.trace_ranks, f.trace.force, run.built.graph, run.timeline,
                     run_metadata(io.command_line, model, cluster, run.built.layout, plan));
+    if (!f.kernels.empty())
+        write_text_file(f.kernels, kernel_table_csv(run.built.graph, cluster, parse_ranks(f.trace.trace_ranks, run.built.graph.ranks())),
+                        f.trace.force, "--kernels");
     if (f.json)
         io.out << to_json(s).dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
     else {
@@ -58,6 +67,7 @@ int run_simulate(const SimulateFlags& f, const Io& io) {
         if (cluster.groups.size() > 1 && !cluster.description.empty())
             io.out << "\n  cluster: " << cluster.description << "\n";
         if (tracing) io.out << "\n  trace written to " << f.trace.trace << " (open it in https://ui.perfetto.dev)\n";
+        if (!f.kernels.empty()) io.out << "\n  kernels of micro-batch 0 and the step written to " << f.kernels << "\n";
     }
     if (!s.fits()) {
         io.err << "smolcluster: the plan does not fit: " << s.oom->device << " could not allocate "
@@ -78,6 +88,9 @@ Command add_simulate(CLI::App& parent) {
     CLI::App* app = parent.add_subcommand("simulate", "simulate one training step and summarise it");
     add_plan_flags(*app, f->plan);
     add_trace_flags(*app, f->trace);
+    app->add_option("--kernels", f->kernels,
+                    "write every kernel of micro-batch 0 and of the step (optimizer) as the simulator prices it, per "
+                    "rank of --trace-ranks, to FILE (CSV: shape, FLOPs, bytes, start and run time, achieved rates)");
     app->add_flag("--json", f->json, "print the summary as one JSON object");
     return {app, [f](const Io& io) { return run_simulate(*f, io); }};
 }

@@ -180,16 +180,18 @@ sim::SimOptions resolve_sim_options(const PlanFlags& f) {
 void add_trace_flags(CLI::App& app, TraceFlags& f) {
     app.add_option("--trace", f.trace, "write a Chrome trace (ui.perfetto.dev, chrome://tracing) to FILE");
     app.add_option("--trace-ranks", f.trace_ranks, "ranks to trace, e.g. 0,1,8 (default: all up to 64, else 0-7)");
-    app.add_flag("--force", f.force, "overwrite an existing trace file");
+    app.add_flag("--force", f.force, "overwrite existing output files");
 }
 
 void check_trace_target(const std::string& path, bool force, const char* flag_name) {
     check_output_target(path, force, flag_name);
 }
 
-void check_trace_flags(const TraceFlags& f, int devices) {
-    if (f.trace.empty()) {
-        if (!f.trace_ranks.empty()) fail_input("--trace-ranks needs --trace FILE", flag("--trace-ranks"));
+void check_trace_flags(const TraceFlags& f, int devices, const std::string* kernels) {
+    if (f.trace.empty() && (!kernels || kernels->empty())) {
+        if (!f.trace_ranks.empty())
+            fail_input(kernels ? "--trace-ranks needs --trace FILE or --kernels FILE" : "--trace-ranks needs --trace FILE",
+                       flag("--trace-ranks"));
         return;
     }
     check_trace_target(f.trace, f.force);

@@ -121,8 +121,9 @@ void add_trace_flags(CLI::App& app, TraceFlags& f);
 /// not a regular file (a directory, a device, a FIFO, a link) even with it (tools/output_file.hpp).
 void check_trace_target(const std::string& path, bool force, const char* flag_name = "--trace");
 /// Every trace flag checked before simulating: the file (check_trace_target) and --trace-ranks
-/// against the cluster's `devices`.
-void check_trace_flags(const TraceFlags& f, int devices);
+/// against the cluster's `devices`. `kernels`: the command's --kernels FILE (simulate's), which
+/// --trace-ranks also selects ranks for; null where the command has none.
+void check_trace_flags(const TraceFlags& f, int devices, const std::string* kernels = nullptr);
 /// Ranks named by --trace-ranks ("0,1,8", ranges "0-7,64-71"), sorted and without repeats;
 /// empty text: all ranks up to 64 devices, else 0-7.
 std::vector<int> parse_ranks(const std::string& text, int devices);

@@ -272,7 +272,7 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--seq", "128"}, "resnet50"), {"--seq", "layer list"});
         refused(simulate({"--recompute", "selective"}, "resnet50"), {"--recompute", "attention core"});
         refused(simulate({"--attention", "eager"}, "resnet50"), {"--attention", "no effect", "has no attention"});
-        refused(simulate({"--trace-ranks", "0"}), {"--trace-ranks", "--trace"});
+        refused(simulate({"--trace-ranks", "0"}), {"--trace-ranks", "--trace FILE or --kernels FILE"});
         refused(simulate({"--partition", "balanced"}), {"--partition", "no effect", "--pp 2"});
         refused(simulate({"--strategy", "zero3", "--overlap-grad-reduce"}), {"--overlap-grad-reduce", "no effect", "stage 3"});
     }

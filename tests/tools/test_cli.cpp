@@ -672,3 +672,114 @@ TEST_CASE("the summary says which replicas a folded plan keeps", "[tools][cli][f
     CHECK_THAT(header({"--nodes", "2", "--tp", "4", "--pp", "2", "--global-batch", "8"}),
                !Catch::Contains("folded"));
 }
+
+namespace {
+
+/// simulate --kernels's CSV as rows of named fields.
+std::vector<std::map<std::string, std::string>> kernel_rows(const fs::path& p) {
+    std::istringstream in(read(p));
+    std::string line;
+    std::getline(in, line);
+    std::vector<std::string> header;
+    {
+        std::istringstream h(line);
+        for (std::string f; std::getline(h, f, ',');) header.push_back(f);
+    }
+    std::vector<std::map<std::string, std::string>> rows;
+    while (std::getline(in, line)) {
+        std::map<std::string, std::string> row;
+        std::istringstream l(line);
+        std::size_t i = 0;
+        for (std::string f; i < header.size(); ++i) {
+            std::getline(l, f, ',');
+            row[header[i]] = f;
+        }
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+}  // namespace
+
+TEST_CASE("simulate --kernels lists each kernel as the simulator runs it", "[tools][cli]") {
+    // gpt2-small (hidden 768, 1024 tokens, 12 heads) on one A100, eager attention: a layer's
+    // forward GEMMs are Narayanan et al.'s 24·b·s·h² + 4·b·s²·h FLOPs, its backward's twice that.
+    const fs::path k = fs::temp_directory_path() / "smol-kernels.csv", t = fs::temp_directory_path() / "smol-kernels-trace.json";
+    fs::remove(k);
+    fs::remove(t);
+    const std::vector<std::string> plan{"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--devices", "1",
+                                        "--global-batch", "2", "--attention", "eager"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> a = plan;
+        a.insert(a.end(), extra.begin(), extra.end());
+        return a;
+    };
+    const Result r = cli(with({"--kernels", k.string(), "--trace", t.string()}));
+    REQUIRE(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("kernels of micro-batch 0 and the step written to"));
+    const auto rows = kernel_rows(k);
+    const std::string first = read(k);
+    REQUIRE(!rows.empty());
+
+    const double b = 1, s = 1024, h = 768;
+    double fwd = 0, bwd = 0;
+    std::set<std::string> ops, phases;
+    std::map<std::string, double> last_end, op_s;
+    for (const auto& row : rows) {
+        CHECK(row.at("rank") == "0");
+        CHECK(row.at("device") == "node0/gpu0");
+        CHECK(std::stoi(row.at("microbatch")) <= 0);   // micro-batch 0 and the step only
+        phases.insert(row.at("phase"));
+        const std::string& op = row.at("op");
+        const double start = std::stod(row.at("start_s")), run = std::stod(row.at("run_s"));
+        // Kernels of an op run one after another on the device, inside the op's time.
+        if (ops.count(op)) CHECK(start >= last_end[op] * (1 - 1e-8));   // 9 significant digits in the file
+        ops.insert(op);
+        last_end[op] = start + run;
+        op_s[op] = std::stod(row.at("op_s"));
+        CHECK(start + run <= op_s[op] * (1 + 1e-8));
+        if (row.at("layer") == "1" && row.at("kind") == "gemm") (row.at("phase") == "fwd" ? fwd : bwd) += std::stod(row.at("flops"));
+    }
+    CHECK(phases == std::set<std::string>{"fwd", "bwd", "opt"});
+    CHECK(fwd == Approx(24 * b * s * h * h + 4 * b * s * s * h));
+    CHECK(bwd == Approx(2 * fwd));
+
+    // Each op lasts op_s in the simulated timeline: nothing else shares the one GPU.
+    const Json trace = Json::parse(read(t));
+    std::size_t matched = 0;
+    for (const auto& e : trace["traceEvents"])
+        if (e["ph"] == "X" && e["args"].contains("op") && op_s.count(std::to_string(e["args"]["op"].get<long>()))) {
+            CHECK(e["dur"].get<double>() * 1e-6 == Approx(op_s[std::to_string(e["args"]["op"].get<long>())]).epsilon(1e-6));
+            ++matched;
+        }
+    CHECK(matched == op_s.size());
+
+    // The same plan writes the same file; an existing one needs --force.
+    fs::remove(t);
+    const Result again = cli(with({"--kernels", k.string()}));
+    CHECK(again.code == 2);
+    CHECK_THAT(again.err, Catch::Contains("--kernels"));
+    REQUIRE(cli(with({"--kernels", k.string(), "--force"})).code == 0);
+    CHECK(read(k) == first);
+
+    // A host-bound op: at 1 ms of dispatch a kernel, the host issues each kernel 1 ms (and the
+    // launch) after the one before, and the device, long done, waits for it.
+    REQUIRE(cli(with({"--kernels", k.string(), "--force", "--dispatch-overhead", "1 ms"})).code == 0);
+    std::map<std::string, std::vector<double>> starts;
+    for (const auto& row : kernel_rows(k))
+        if (row.at("phase") == "fwd" && row.at("layer") == "1") starts[row.at("op")].push_back(std::stod(row.at("start_s")));
+    REQUIRE(starts.size() == 1);
+    const std::vector<double>& st = starts.begin()->second;
+    REQUIRE(st.size() > 3);
+    for (std::size_t i = 1; i < st.size(); ++i) CHECK(st[i] - st[i - 1] == Approx(1e-3).epsilon(0.02));
+
+    // Ranks: --trace-ranks picks them without a trace; one file cannot be both outputs.
+    const Result two = cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--devices", "2", "--global-batch", "2",
+                            "--kernels", k.string(), "--force", "--trace-ranks", "1"});
+    REQUIRE(two.code == 0);
+    for (const auto& row : kernel_rows(k)) CHECK(row.at("rank") == "1");
+    const Result same = cli(with({"--kernels", k.string(), "--trace", k.string(), "--force"}));
+    CHECK(same.code == 2);
+    CHECK_THAT(same.err, Catch::Contains("same file"));
+    fs::remove(k);
+}
