@@ -1,4 +1,4 @@
-// `smolcluster plot KIND INPUT -o OUT.png`: pictures of traces, sweeps and validations, drawn by
+// `smolcluster plot KIND INPUT -o OUT.png`: pictures of traces, sweeps, validations and kernel lists, drawn by
 // tools/plot.py with Debian's python3 and python3-matplotlib. The script is looked for next to
 // the binary (the build copies it there), then in ../share/smolcluster, then in the source tree.
 #include <algorithm>
@@ -61,9 +61,9 @@ int run_program(const std::vector<std::string>& args) {
 }
 
 int run_plot(const PlotFlags& f, const Io& io) {
-    static const std::vector<std::string> kinds{"timeline", "memory", "sweep", "scaling", "validate"};
+    static const std::vector<std::string> kinds{"timeline", "memory", "sweep", "scaling", "validate", "kernels"};
     if (std::find(kinds.begin(), kinds.end(), f.kind) == kinds.end())
-        fail_input("timeline, memory, sweep, scaling or validate", "'" + f.kind + "'" + did_you_mean(f.kind, kinds),
+        fail_input("timeline, memory, sweep, scaling, validate or kernels", "'" + f.kind + "'" + did_you_mean(f.kind, kinds),
                    ErrorContext{"", "", "KIND"});
     {
         std::error_code ec;
@@ -102,10 +102,10 @@ int run_plot(const PlotFlags& f, const Io& io) {
 
 Command add_plot(CLI::App& parent) {
     auto f = std::make_shared<PlotFlags>();
-    CLI::App* app = parent.add_subcommand("plot", "draw a timeline, memory, sweep, scaling or validate picture (matplotlib)");
-    app->add_option("KIND", f->kind, "timeline, memory (from a trace), sweep, scaling (from sweep --json), validate")
+    CLI::App* app = parent.add_subcommand("plot", "draw a timeline, memory, sweep, scaling, validate or kernels picture (matplotlib)");
+    app->add_option("KIND", f->kind, "timeline, memory (from a trace), sweep, scaling (from sweep --json), validate, kernels (from simulate --kernels)")
         ->required();
-    app->add_option("INPUT", f->input, "trace (.json or .json.gz), sweep JSON or validate JSON")->required();
+    app->add_option("INPUT", f->input, "trace (.json or .json.gz), sweep JSON, validate JSON or kernels CSV")->required();
     app->add_option("-o,--output", f->output, "the picture to write (PNG, or SVG with --svg)")->required();
     app->add_flag("--svg", f->svg, "write SVG instead of PNG");
     app->add_option("--window", f->window, "timeline / memory: START,END in milliseconds");

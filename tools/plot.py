@@ -6,6 +6,7 @@
     plot.py sweep    SWEEP.json      -o OUT.png [--svg]
     plot.py scaling  SWEEP.json      -o OUT.png [--svg]
     plot.py validate VALIDATE.json   -o OUT.png [--svg]
+    plot.py kernels  KERNELS.csv     -o OUT.png [--svg]
 
 timeline: a Gantt chart of a Chrome trace, a row per rank and stream, coloured by op class.
 memory:   device memory in use per rank over time, with each device's capacity.
@@ -13,9 +14,12 @@ sweep:    step time against peak memory, one marker per simulated plan, coloured
           with the Pareto front of the plans that fit.
 scaling:  throughput against nodes per strategy (from `sweep --nodes 1,2,4,8 --json`).
 validate: simulated against measured time per op class (from `validate --json`).
+kernels:  where one rank's micro-batch and step go, kernel by kernel (from `simulate --kernels`):
+          time per kernel name split by phase, and the time the device waits for the host.
 Every picture is 1200 x 675 pixels (12 x 6.75 in at 100 dpi). `smolcluster plot` runs this file.
 """
 import argparse
+import csv
 import gzip
 import json
 import sys
@@ -359,16 +363,95 @@ def plot_validate(doc, out, fmt):
                  fontsize=11, loc="left")
     fig.savefig(out, dpi=DPI, format=fmt)
 
+KERNEL_COLUMNS = ("rank", "device", "op", "phase", "kernel", "run_s", "op_s")
+PHASE_CLASSES = {"fwd": "forward", "recompute": "recompute", "bwd": "backward", "bwd_input": "backward",
+                 "bwd_weight": "backward", "opt": "optimizer"}
+
+
+def load_kernels(path):
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror}")
+    except (UnicodeDecodeError, csv.Error) as e:
+        fail(f"{path}: not a CSV file ({e})")
+    if not rows or any(c not in rows[0] for c in KERNEL_COLUMNS):
+        fail(f"{path}: not a kernels file (smolcluster simulate --kernels FILE): needs the columns "
+             + ", ".join(KERNEL_COLUMNS))
+    return rows
+
+
+def plot_kernels(rows, out, fmt, top=15):
+    try:
+        rank = min(int(r["rank"]) for r in rows)
+        mine = [r for r in rows if int(r["rank"]) == rank]
+        per_name, ops = {}, {}
+        for r in mine:
+            cls = PHASE_CLASSES.get(r["phase"], "other compute")
+            per_name.setdefault(r["kernel"], {}).setdefault(cls, 0.0)
+            per_name[r["kernel"]][cls] += float(r["run_s"])
+            busy, total = ops.get(r["op"], (0.0, float(r["op_s"])))
+            ops[r["op"]] = (busy + float(r["run_s"]), total)
+    except (KeyError, ValueError) as e:
+        fail(f"not a kernels file: a row has a bad field ({e})")
+    waits = sum(max(0.0, total - busy) for busy, total in ops.values())
+    names = sorted(per_name, key=lambda n: -sum(per_name[n].values()))
+    if len(names) > top:
+        other = {}
+        for n in names[top:]:
+            for cls, t in per_name[n].items():
+                other[cls] = other.get(cls, 0.0) + t
+        names = names[:top]
+        per_name["other kernels"] = other
+        names.append("other kernels")
+    if waits > 0:
+        per_name["device waits for the host"] = {"host": waits}
+        names.append("device waits for the host")
+    grand = sum(sum(v.values()) for v in per_name.values())
+    scale, unit = (1e3, "ms") if grand < 5 else (1.0, "s")
+    fig, ax = figure()
+    colours = dict(CLASS_COLOURS, host="#999999")
+    order = ["forward", "recompute", "backward", "optimizer", "other compute", "host"]
+    ys = list(range(len(names)))[::-1]
+    used = set()
+    for y, n in zip(ys, names):
+        left = 0.0
+        for cls in order:
+            t = per_name[n].get(cls, 0.0) * scale
+            if t <= 0:
+                continue
+            ax.barh(y, t, left=left, color=colours[cls], height=0.7)
+            left += t
+            used.add(cls)
+        ax.annotate(f"{left:.3g} {unit} ({left / (grand * scale) * 100:.1f} %)", xy=(left, y), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels(names, fontsize=9)
+    ax.set_xlabel(f"time ({unit})")
+    ax.grid(axis="x", color="#dddddd", linewidth=0.6)
+    ax.set_axisbelow(True)
+    labels = {"host": "host (the device idle inside ops)"}
+    ax.legend(handles=[Patch(color=colours[c], label=labels.get(c, c)) for c in order if c in used],
+              loc="lower right", frameon=False)
+    ax.margins(x=0.12)
+    ax.set_title(f"Kernels of micro-batch 0 and the step on rank {rank} ({mine[0]['device']}): "
+                 f"{grand * scale:.4g} {unit} in {len(ops)} ops, as simulated", fontsize=11, loc="left")
+    fig.savefig(out, dpi=DPI, format=fmt)
+
 
 def main():
     p = argparse.ArgumentParser(prog="plot.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("kind", choices=["timeline", "memory", "sweep", "scaling", "validate"])
+    p.add_argument("kind", choices=["timeline", "memory", "sweep", "scaling", "validate", "kernels"])
     p.add_argument("input")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--svg", action="store_true", help="write SVG instead of PNG")
     p.add_argument("--window", help="START,END in milliseconds (timeline, memory)")
     a = p.parse_args()
     fmt = "svg" if a.svg else "png"
+    if a.kind == "kernels":
+        plot_kernels(load_kernels(a.input), a.output, fmt)
+        return
     doc = load_json(a.input)
     window = parse_window(a.window)
     if a.kind == "timeline":

@@ -35,12 +35,13 @@ std::pair<std::uint32_t, std::uint32_t> png_size(const std::string& png) {
 struct Inputs {
     fs::path dir = fs::temp_directory_path() / ("smol-plot-test-" + std::to_string(::getpid()));
     std::string trace = (dir / "trace.json.gz").string(), sweep = (dir / "sweep.json").string();
+    std::string kernels = (dir / "kernels.csv").string();
     std::string validate = std::string(SMOL_TEST_DATA) + "/validate-example.json";
     Inputs() {
         fs::remove_all(dir);
         fs::create_directories(dir);
         REQUIRE(cli({"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--tp", "2", "--pp", "2",
-                     "--global-batch", "8", "--trace", trace})
+                     "--global-batch", "8", "--trace", trace, "--kernels", kernels})
                     .code == 0);
         REQUIRE(cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "1,2", "--global-batch", "16",
                      "--tp", "1,2", "--micro-batch", "1,2", "--jobs", "2", "--json", sweep})
@@ -98,6 +99,18 @@ TEST_CASE("plot validate draws a validate file, and a timeline window as SVG", "
     const Result r = cli({"plot", "validate", inputs().validate, "-o", (inputs().dir / "validate.png").string()});
     CHECK(r.code == 2);
     CHECK(r.err.find("--force") != std::string::npos);
+}
+
+TEST_CASE("plot kernels draws a kernel list; a file of another kind exits 2", "[tools][plot]") {
+    SKIP_WITHOUT_MATPLOTLIB();
+    check_png("kernels", inputs().kernels);
+    const fs::path bad = inputs().dir / "bad-kernels.png";
+    for (const std::string& input : {inputs().trace, inputs().sweep}) {
+        const Result r = cli({"plot", "kernels", input, "-o", bad.string()});
+        INFO(input);
+        CHECK(r.code == 2);   // plot.py says why on its own stderr
+        CHECK_FALSE(fs::exists(bad));
+    }
 }
 
 TEST_CASE("plot refuses an unknown kind and a missing input with exit 2", "[tools][plot]") {
