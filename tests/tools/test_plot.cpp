@@ -101,7 +101,7 @@ TEST_CASE("plot validate draws a validate file, and a timeline window as SVG", "
     CHECK(r.err.find("--force") != std::string::npos);
 }
 
-TEST_CASE("plot kernels draws a kernel list; a file of another kind exits 2", "[tools][plot]") {
+TEST_CASE("plot kernels draws a kernel list, and a file of another kind exits 2", "[tools][plot]") {
     SKIP_WITHOUT_MATPLOTLIB();
     check_png("kernels", inputs().kernels);
     const fs::path bad = inputs().dir / "bad-kernels.png";
