@@ -37,8 +37,11 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
                            " must divide; use p2p or all-gather, or a smaller --cp",
                        {"", "", "--cp-comm"});
     }
-    const bool offload = plan.offload != Offload::none || plan.offload_params != Offload::none ||
-                         plan.offload_optimizer != Offload::none || plan.offload_activations != Offload::none;
+    // zero1's optimizer offload is Megatron core's --optimizer-cpu-offload, which works with context
+    // parallelism (plan.cpp resolve_training checks it against the framework).
+    const bool megatron_offload = plan.strategy == DataParallel::zero1 && plan.offload_params == Offload::none;
+    const bool offload = ((plan.offload != Offload::none || plan.offload_optimizer != Offload::none) && !megatron_offload) ||
+                         plan.offload_params != Offload::none || plan.offload_activations != Offload::none;
     const char* data_parallel_only = offload                                         ? "--offload"
                                      : plan.finetune.kind != FineTuneKind::full      ? "--finetune"
                                      : plan.compress.method != CompressionMethod::none ? "--compress"

@@ -110,7 +110,14 @@ const std::vector<Row>& rows() {
             // delayed (the default) or tensorwise (megatron/training/arguments.py, the
             // Transformer-Engine argument group).
             f.fp8 = true;
+            f.version = "0.11";
             t.push_back({FrameworkName::megatron, {0, 1}, f});
+            // Core 0.12 adds --optimizer-cpu-offload (NVIDIA/Megatron-LM 60007c93d3 of 2025-02-14,
+            // "Optimizer CPU offload support": megatron/core/optimizer/cpu_offloading/
+            // hybrid_optimizer.py; first in core_v0.12.0).
+            f.optimizer_cpu_offload = true;
+            f.version = "0.19";
+            t.push_back({FrameworkName::megatron, {0, 12}, f});
         }
         {
             // DeepSpeed v0.5: ZeRO-3 fetches a module's parameters one all-gather per tensor with a

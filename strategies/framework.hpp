@@ -106,6 +106,10 @@ struct Framework {
     LossKernels loss = LossKernels::megatron;
     /// Runs linear layers in FP8 through Transformer Engine when asked (--fp8): Megatron core.
     bool fp8 = false;
+    /// Offloads the distributed optimizer's step to the CPU when asked (--offload cpu with zero1 and
+    /// tensor, pipeline, context or expert parallelism): Megatron core's --optimizer-cpu-offload
+    /// (HybridDeviceOptimizer, strategies/model_parallel.cpp), from core 0.12.
+    bool optimizer_cpu_offload = false;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

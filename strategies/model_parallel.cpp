@@ -220,6 +220,7 @@ public:
         cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
         split_ = plan.schedule == Schedule::zb_h1;
         fsdp_ = plan.strategy == DataParallel::fsdp;   // under pipeline stages or with --cp (check_model_parallel)
+        offload_ = l_.optimizer_offload == Offload::cpu;   // zero1 under Megatron (plan.cpp resolve_training)
         // Without pipeline stages (context parallelism alone) FSDP gathers per micro-batch.
         fsdp_per_mb_ = fsdp_ && l_.pp == 1;
         // FSDP's shard groups: every data- and context-parallel slot of a stage, or with hybrid
@@ -250,9 +251,19 @@ public:
                             ? zero1_shard(state, optimizer_state_bytes(l_, device_expert_params(s)).count(), l_)
                             : state;
                     for (auto [bytes, label] : {std::pair{p * sb_.params, BufferLabel::parameters},
-                                                std::pair{p * sb_.grads, BufferLabel::gradients},
-                                                std::pair{opt, BufferLabel::optimizer_state}})
+                                                std::pair{p * sb_.grads, BufferLabel::gradients}})
                         g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(bytes), label), Stream::compute);
+                    // Offloaded (Megatron's --optimizer-cpu-offload): the fp32 master weights and
+                    // moments in pinned host memory, with the pinned fp32 copy of the rank's
+                    // gradient shard the step reads (HybridDeviceOptimizer pin_cpu_params,
+                    // pin_cpu_grads, both on by default).
+                    if (offload_) {
+                        g_.add_alloc(g_.add_buffer(r, Tier::host, Bytes(opt), BufferLabel::optimizer_state), Stream::compute);
+                        g_.add_alloc(g_.add_buffer(r, Tier::host, Bytes(step_shard(s) * 4), BufferLabel::gradients),
+                                     Stream::compute);
+                    } else {
+                        g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(opt), BufferLabel::optimizer_state), Stream::compute);
+                    }
                     if (const Bytes w = device_fp8_weight_bytes(s); w > Bytes(0))
                         g_.add_alloc(g_.add_buffer(r, Tier::device, w, BufferLabel::parameters), Stream::compute);
                     if (const Bytes w = device_frozen_bytes(s); w > Bytes(0))
@@ -1011,6 +1022,41 @@ private:
         }
     }
 
+    /// The parameters whose optimizer step a rank of stage `s` runs: its zero1 shard (Megatron's
+    /// distributed optimizer), its FSDP shard, or all it holds.
+    std::int64_t step_shard(int s) const {
+        const std::int64_t p = device_params(s);
+        return plan_.strategy == DataParallel::zero1 ? zero1_shard(p, device_expert_params(s), l_) : fsdp_ ? fsdp_shard(s) : p;
+    }
+
+    /// Megatron's --optimizer-cpu-offload on rank `r` over `shard` parameters, after `after`
+    /// (HybridDeviceOptimizer.step with offload fraction 1 and overlap_cpu_optimizer_d2h_h2d off,
+    /// Megatron's defaults otherwise: megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py,
+    /// optimizer_config.py). The distributed optimizer's passes over the fp32 main-gradient shard
+    /// stay on the device — the framework's step less Adam's 28 bytes and, in 16-bit training, the
+    /// copy into the 16-bit weights (read 4, write 2): of Megatron's 58, the unscale and check (8),
+    /// the norm (4), the clip (8) and the zeroing for the next step (4) — then the shard crosses
+    /// to its pinned host copy (4 bytes a parameter, _set_sub_optimizer_grads on the current
+    /// stream), the CPU steps it once the copy is done (its event synchronised), and the post-step
+    /// hook copies the updated weights back, cast to 16 bits on the host (optimizer.hpp). Returns
+    /// the copy back.
+    OpId offloaded_step(int r, std::int64_t shard, OpId after) {
+        OpId last = after;
+        const int copy = sb_.params < 4 ? 4 + sb_.params : 0;
+        if (const int bytes = detail::optimizer_bytes_per_param(l_) - detail::kAdamBytesPerParam - copy; bytes > 0) {
+            const Kernel passes = stream_kernel(KernelName::optimizer, KernelClass::optimizer,
+                                                checked_mul(shard, bytes, "bytes of the device's step passes"));
+            last = g_.add_kernels(r, Phase::opt, -1, -1, g_.intern_recipe({&passes, 1}), l_.dtype, false, Stream::compute);
+            if (after != kNoOp) g_.depend(after, last);
+        }
+        const OpId down = g_.add_copy(r, Tier::device, Tier::host, Bytes(shard * 4), Phase::opt);
+        if (last != kNoOp) g_.depend(last, down);
+        const OpId step = add_optimizer_steps(g_, l_, StepRunner::megatron_cpu, {r}, shard, {}, false, {down}).front();
+        const OpId up = g_.add_copy(r, Tier::host, Tier::device, Bytes(shard * sb_.params), Phase::opt);
+        g_.depend(step, up);
+        return up;
+    }
+
     /// Tied embeddings, the optimizer step, and zero1's parameter all-gather, per rank.
     void emit_optimizer() {
         const bool zero1 = plan_.strategy == DataParallel::zero1;
@@ -1027,18 +1073,18 @@ private:
                     last_comm_[static_cast<std::size_t>(l_.rank(t, d, l_.pp - 1))] = ops[1];
                 }
         for (int s = 0; s < l_.pp; ++s) {
-            const std::int64_t p = device_params(s);
-            const std::int64_t shard = zero1 ? zero1_shard(p, device_expert_params(s), l_) : fsdp_ ? fsdp_shard(s) : p;
+            const std::int64_t shard = step_shard(s);
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const int r = l_.rank(t, d, s);
+                    const OpId after = last_comm_[static_cast<std::size_t>(r)];
                     // Adam, 8-bit AdamW or SGD (LAMB is refused with tp or pp: its norms span groups).
-                    const OpId o = add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {}, false, {}).front();
                     // The optimizer follows the rank's backward (compute stream order) and its last
                     // gradient collective (the comm stream keeps those in order).
-                    if (last_comm_[static_cast<std::size_t>(r)] != kNoOp) g_.depend(last_comm_[static_cast<std::size_t>(r)], o);
-                    opt[static_cast<std::size_t>(slot(t, d))] = o;
+                    opt[static_cast<std::size_t>(slot(t, d))] = offload_ ? offloaded_step(r, shard, after)
+                                                                         : add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {},
+                                                                                               false, {after}).front();
                 }
             if (zero1 && l_.dp_cp() > 1)
                 for (int t = 0; t < emit_tp_; ++t) {
@@ -1070,6 +1116,7 @@ private:
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
     bool fsdp_ = false;                                 // FSDP under pipeline stages (fsdp_gather) or with --cp
+    bool offload_ = false;                              // Megatron's --optimizer-cpu-offload (offloaded_step)
     bool fsdp_per_mb_ = false;                          // FSDP without pipeline stages: hooks per micro-batch
     /// One pass of a micro-batch, per rank slot, per unit: the op FSDP's gather must precede (its
     /// first: the recompute's in backward) and its last (after its tensor-parallel collectives).

@@ -59,6 +59,14 @@ StepKernels step_kernels(const Layout& l, StepRunner runner, std::int64_t params
         s.update.push_back(adam_kernel(params, 38));
         return s;
     }
+    if (runner == StepRunner::megatron_cpu) {
+        if (l.optimizer == Optimizer::adam) s.update.push_back(adam_kernel(params, 28));
+        else if (l.optimizer == Optimizer::sgd) s.update.push_back(pass(params, 36, 4));
+        else throw Error(ErrorKind::internal, "Megatron's CPU offload runs Adam or SGD");
+        // The fp32 copies cast to the 16-bit dtype before they cross to the device.
+        if (const int e = dtype_bytes(l.dtype); e < 4) s.update.push_back(pass(params, 4 + e, 0));
+        return s;
+    }
     if (runner == StepRunner::torch_cpu) {
         // PyTorch's foreach optimizers on CPU tensors: one pass per tensor operation.
         if (l.optimizer == Optimizer::sgd) s.update.push_back(pass(params, 36, 4));

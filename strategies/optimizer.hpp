@@ -36,7 +36,13 @@
 // first, runtime/zero/stage_1_and_2.py unscale_and_clip_grads, read + write 8: 38 bytes), or
 // PyTorch's foreach optimizers for FSDP's CPU offload, one pass per tensor operation
 // (torch/optim/adam.py _multi_tensor_adam: lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_ —
-// 11 reads and 7 writes of 4 bytes: 72 bytes; SGD's mul_, add_ and add_: 9 passes, 36 bytes).
+// 11 reads and 7 writes of 4 bytes: 72 bytes; SGD's mul_, add_ and add_: 9 passes, 36 bytes), or
+// Megatron's HybridDeviceOptimizer (megatron/core/optimizer/__init__.py: CPUAdam with fused=True,
+// "used to improve the performance of the cpu optimizer": PyTorch's fused AdamW kernel on CPU
+// tensors, one pass of Adam's 28 bytes; CPUSGD as above), whose post-step hook copies each fp32
+// parameter into its 16-bit device parameter with copy_(non_blocking=True), which PyTorch converts
+// on the host first (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda: src.to(dst.dtype())):
+// read 4, write 2 more.
 #pragma once
 
 #include <cstdint>
@@ -56,8 +62,10 @@ Bytes optimizer_state_bytes(const Layout& l, std::int64_t params);
 double optimizer_state_per_param(Optimizer o, DType dtype);
 
 /// Who runs the step: the device (with the framework's mixed-precision passes), DeepSpeed's CPU
-/// optimizer, or PyTorch's foreach optimizer on the CPU (FSDP's CPU offload).
-enum class StepRunner { device, deepspeed_cpu, torch_cpu };
+/// optimizer, PyTorch's foreach optimizer on the CPU (FSDP's CPU offload), or the CPU side of
+/// Megatron's HybridDeviceOptimizer (--optimizer-cpu-offload): torch.optim.AdamW(fused=True) or
+/// SGD on fp32 CPU copies, then the cast of the updated parameters for their copy back.
+enum class StepRunner { device, deepspeed_cpu, torch_cpu, megatron_cpu };
 
 /// One step over a shard: the kernels before the per-layer norms are combined, and (LAMB) the
 /// kernels after. `layer_params` are the shard's parameters per layer (for LAMB's norms).

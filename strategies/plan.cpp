@@ -265,11 +265,35 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
     const char* flag = plan.offload != Offload::none          ? "--offload"
                        : plan.offload_optimizer != Offload::none ? "--offload-optimizer"
                                                                  : "--offload-params";
-    if (given) {
-        if (l.tp > 1 || l.pp > 1 || l.ep > 1)
-            fail_input(std::string(flag) + " is modelled for data parallelism only (tp = pp = ep = 1): ZeRO-Offload and "
-                                           "ZeRO-Infinity as DeepSpeed runs them, FSDP's CPU offload",
+    // With tensor, pipeline, context or expert parallelism the model-parallel builder runs
+    // Megatron's layers: offload is Megatron core's --optimizer-cpu-offload there
+    // (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py, with --optimizer-offload-fraction
+    // 1 and --use-precision-aware-optimizer, which megatron/training/arguments.py requires with it).
+    const bool layered = (l.tp > 1 || l.pp > 1 || l.cp > 1 || l.ep > 1) && !sharded_with_tp(plan, l);
+    if (given && layered) {
+        if (plan.strategy != DataParallel::zero1 || !l.framework.optimizer_cpu_offload)
+            fail_input(std::string(flag) + " with tensor, pipeline, context or expert parallelism is Megatron core's "
+                           "--optimizer-cpu-offload (core 0.12 and later): --strategy zero1 (its distributed optimizer) "
+                           "under --framework megatron, not " + to_string(plan.strategy) + " under " + describe(l.framework) +
+                           "; other offload is modelled for data parallelism (ZeRO-Offload and ZeRO-Infinity as DeepSpeed "
+                           "runs them, FSDP's CPU offload)",
                        {"", "", flag});
+        if (plan.offload_params != Offload::none)
+            fail_input("Megatron's --optimizer-cpu-offload moves the optimizer to the CPU; the parameters stay on the "
+                       "device (--offload-params is DeepSpeed's ZeRO-3 and FSDP's)",
+                       {"", "", "--offload-params"});
+        l.optimizer_offload = plan.offload_optimizer != Offload::none ? plan.offload_optimizer : plan.offload;
+        if (l.optimizer_offload == Offload::nvme)
+            fail_input("Megatron's --optimizer-cpu-offload keeps the optimizer in CPU memory; NVMe offload is "
+                       "ZeRO-Infinity's (--strategy zero3, data parallelism)",
+                       {"", "", flag});
+    } else if (given && (l.tp > 1 || l.pp > 1 || l.cp > 1 || l.ep > 1)) {
+        fail_input(std::string(flag) + " is modelled for data parallelism (ZeRO-Offload and ZeRO-Infinity as DeepSpeed runs "
+                       "them, FSDP's CPU offload) and for Megatron's distributed optimizer (--strategy zero1 under "
+                       "--framework megatron: its --optimizer-cpu-offload); not for " + to_string(plan.strategy) +
+                       " with tensor parallelism on " + describe(l.framework),
+                   {"", "", flag});
+    } else if (given) {
         switch (plan.strategy) {
             case DataParallel::zero1:
             case DataParallel::zero2:
@@ -314,6 +338,8 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                                "zero3 or fsdp (" + to_string(plan.strategy) + " keeps every model state on the device)",
                            {"", "", flag});
         }
+    }
+    if (given) {
         if (l.param_offload == Offload::nvme || l.optimizer_offload == Offload::nvme)
             for (const auto& g : cluster.groups)
                 if (!g.nvme_capacity)
@@ -432,12 +458,14 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
     if (plan.optimizer != Optimizer::adam && l.optimizer_offload != Offload::none) {
         // The offloaded step runs the framework's CPU optimizer: DeepSpeed's CPU-Adam
         // (ZeRO-Offload checks the optimizer is DeepSpeedCPUAdam, stage_1_and_2.py
-        // _enforce_cpu_offload), or PyTorch's own optimizers on CPU tensors (FSDP).
-        const bool torch_sgd = plan.strategy == DataParallel::fsdp && plan.optimizer == Optimizer::sgd;
+        // _enforce_cpu_offload), or PyTorch's own optimizers on CPU tensors (FSDP; Megatron's
+        // HybridDeviceOptimizer, whose CPU side is CPUAdam or CPUSGD, megatron/core/optimizer/
+        // __init__.py).
+        const bool torch_sgd = (plan.strategy == DataParallel::fsdp || layered) && plan.optimizer == Optimizer::sgd;
         if (!torch_sgd)
             fail_input("--optimizer " + std::string(to_string(plan.optimizer)) + " has no CPU implementation to run "
-                           "an offloaded step: DeepSpeed offloads Adam (its CPU-Adam), FSDP's CPU offload runs PyTorch's "
-                           "Adam or SGD on the host",
+                           "an offloaded step: DeepSpeed offloads Adam (its CPU-Adam), FSDP's CPU offload and Megatron's "
+                           "--optimizer-cpu-offload run PyTorch's Adam or SGD on the host",
                        {"", "", "--optimizer"});
     }
     if (plan.compress.method != CompressionMethod::none) {

@@ -4,6 +4,8 @@
 // against what the strategy implies), unified memory, and the plans refused.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "core/error.hpp"
 #include "dp_fixtures.hpp"
 #include "strategies/data_parallel.hpp"
@@ -218,11 +220,29 @@ TEST_CASE("offload plans that cannot run are refused with the reason", "[strateg
         CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
                    Catch::Contains("needs the optimizer offloaded too"));
     }
-    SECTION("offload with tensor parallelism") {
+    SECTION("offload with tensor parallelism on DeepSpeed's engine") {
         Plan p = plan_of(DataParallel::zero1, Offload::cpu);
         p.tp = 2;
+        p.framework = "megatron-deepspeed";
         CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
-                   Catch::Contains("data parallelism only"));
+                   Catch::Contains("not for zero1 with tensor parallelism on megatron-deepspeed"));
+    }
+    SECTION("offload with pipeline parallelism: Megatron's CPU offload, and only there") {
+        auto refused = [&](const std::function<void(Plan&)>& change) {
+            Plan p = plan_of(DataParallel::zero1, Offload::cpu);
+            p.pp = 2;
+            change(p);
+            return test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); });
+        };
+        CHECK_THAT(refused([](Plan& p) { p.framework = "megatron@0.11"; }), Catch::Contains("core 0.12 and later"));
+        CHECK_THAT(refused([](Plan& p) { p.strategy = DataParallel::ddp; }), Catch::Contains("--strategy zero1 (its distributed optimizer)"));
+        CHECK_THAT(refused([](Plan& p) { p.offload = Offload::nvme; }), Catch::Contains("keeps the optimizer in CPU memory"));
+        CHECK_THAT(refused([](Plan& p) { p.offload_params = Offload::cpu; }), Catch::Contains("the parameters stay on the device"));
+        CHECK_THAT(refused([](Plan& p) { p.optimizer = Optimizer::lamb; }), Catch::Contains("no CPU implementation"));
+        Plan p = plan_of(DataParallel::zero1, Offload::cpu);
+        p.pp = 2;
+        p.framework = "megatron@0.12";
+        CHECK(resolve(gpt2, topo::cluster_preset("dgx-a100"), p).optimizer_offload == Offload::cpu);
     }
     SECTION("the delayed update without ZeRO-Offload") {
         Plan p = plan_of(DataParallel::zero3, Offload::cpu);
@@ -260,4 +280,62 @@ TEST_CASE("a node's GPUs share its host DRAM for their CPU steps", "[strategies]
     CHECK(t1.to_seconds() == Approx(alone).epsilon(0.01));
     CHECK(static_cast<double>(bytes8) == Approx(static_cast<double>(bytes1) / 8).epsilon(0.01));
     CHECK(t8.to_seconds() == Approx(alone).epsilon(0.05));
+}
+
+TEST_CASE("Megatron's --optimizer-cpu-offload: the shard's state on the host, its step copied out and back",
+          "[strategies][offload]") {
+    // GPT-2 medium on a DGX A100, tp 2 · pp 2 · dp 2, zero1 (Megatron's distributed optimizer) in
+    // bf16. Offloaded as HybridDeviceOptimizer runs it (megatron/core/optimizer/cpu_offloading/
+    // hybrid_optimizer.py), each rank's shard of P parameters keeps its fp32 master weights and
+    // moments (12P) and a pinned fp32 copy of its gradients (4P) in host memory, nothing of the
+    // optimizer on the device; the step copies 4P bytes out (the fp32 main gradients), runs
+    // fused AdamW on the host (28P) and the cast to bf16 (6P), and copies 2P back; the device keeps
+    // the step's passes over the main gradients, 58 − 28 − 6 = 24P.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p = plan_of(DataParallel::zero1);
+    p.tp = 2;
+    p.pp = 2;
+    p.dtype = DType::bf16;
+    p.global_batch = 8;
+    const test::DpRun on_device = test::dp_run(m, c, p, analytic());
+    p.offload = Offload::cpu;
+    const test::DpRun offloaded = test::dp_run(m, c, p, analytic());
+    const OpGraph& g0 = on_device.built.graph;
+    const OpGraph& g = offloaded.built.graph;
+    for (int r : {0, 2, 4, 6}) {   // a rank of each (stage, replica)
+        INFO("rank " << r);
+        const std::int64_t state = held(g0, r, Tier::device, BufferLabel::optimizer_state);
+        REQUIRE(state % 12 == 0);
+        const std::int64_t shard = state / 12;
+        CHECK(held(g, r, Tier::device, BufferLabel::optimizer_state) == 0);
+        CHECK(held(g, r, Tier::host, BufferLabel::optimizer_state) == state);
+        CHECK(held(g, r, Tier::host, BufferLabel::gradients) == 4 * shard);
+        CHECK(copied(g, r, Tier::device, Tier::host) == 4 * shard);
+        CHECK(copied(g, r, Tier::host, Tier::device) == 2 * shard);
+        std::int64_t host = 0, device = 0;
+        for (const Op& op : g.ops())
+            if (op.kind == OpKind::compute && op.rank == r && op.phase == Phase::opt) (op.on_host() ? host : device) += op.bytes;
+        CHECK(host == 34 * shard);
+        CHECK(device == 24 * shard);
+    }
+    // In order: the device's passes, the copy out, the host's step, the copy back, then the
+    // distributed optimizer's all-gather of the updated parameters.
+    const Timeline& tl = offloaded.timeline;
+    std::map<std::string, std::pair<Time, Time>> at;   // rank 0's step ops: first start, last end
+    for (OpId id = 0; id < g.size(); ++id) {
+        const Op& op = g.op(id);
+        if (op.rank != 0 || op.phase != Phase::opt) continue;
+        const std::string what = op.kind == OpKind::copy ? (op.copy_to() == Tier::host ? "out" : "back")
+                                 : op.kind == OpKind::compute ? (op.on_host() ? "host" : "device")
+                                 : op.kind == OpKind::collective ? "gather" : "other";
+        auto [it, fresh] = at.try_emplace(what, tl.start[id], tl.end[id]);
+        if (!fresh) it->second = {std::min(it->second.first, tl.start[id]), std::max(it->second.second, tl.end[id])};
+    }
+    REQUIRE(at.count("device") + at.count("out") + at.count("host") + at.count("back") + at.count("gather") == 5);
+    CHECK(at["device"].second <= at["out"].first);
+    CHECK(at["out"].second <= at["host"].first);
+    CHECK(at["host"].second <= at["back"].first);
+    CHECK(at["back"].second <= at["gather"].first);
+    CHECK(offloaded.summary.iteration > on_device.summary.iteration);
 }

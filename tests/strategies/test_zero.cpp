@@ -402,7 +402,7 @@ TEST_CASE("impossible ZeRO + TP plans say why", "[strategies][zero][plan]") {
         p.strategy = DataParallel::zero3;
         p.offload_optimizer = Offload::cpu;
         CHECK_THROWS_WITH(build(model_preset("gpt2-medium"), topo::cluster_preset("dgx-a100"), p),
-                          Catch::Contains("modelled for data parallelism only"));
+                          Catch::Contains("not for zero3 with tensor parallelism"));
     }
 }
 
