@@ -20,7 +20,7 @@ std::string g9(double v) {
 
 std::string kernel_table_csv(const OpGraph& graph, const topo::Cluster& cluster, const std::vector<int>& ranks) {
     std::ostringstream out;
-    out << "rank,device,op,phase,layer,microbatch,kernel,class,kind,m,n,k,batch,elements,flops,bytes,start_s,run_s,"
+    out << "rank,device,runs_on,op,phase,layer,microbatch,kernel,class,kind,m,n,k,batch,elements,flops,bytes,start_s,run_s,"
            "flop_per_s,bytes_per_s,op_s\n";
     std::vector<char> listed(static_cast<std::size_t>(graph.ranks()), 0);
     for (int r : ranks) listed[static_cast<std::size_t>(r)] = 1;
@@ -36,7 +36,7 @@ std::string kernel_table_csv(const OpGraph& graph, const topo::Cluster& cluster,
             const Kernel& k = kernels[i];
             const double run = s.kernels[i].run.to_seconds();
             const bool shaped = k.op == KernelOp::gemm || k.op == KernelOp::flash;
-            out << op.rank << ',' << device << ',' << id << ',' << to_string(op.phase) << ',' << op.layer << ',' << op.microbatch
+            out << op.rank << ',' << device << ',' << (op.on_host() ? "host" : "device") << ',' << id << ',' << to_string(op.phase) << ',' << op.layer << ',' << op.microbatch
                 << ',' << to_string(k.name) << ',' << to_string(k.cls) << ',' << to_string(k.op) << ',';
             if (shaped)
                 out << k.m << ',' << k.n << ',' << k.k << ',' << k.batch << ',';

@@ -12,12 +12,13 @@
 namespace smol::tools {
 
 /// CSV, one row per kernel of each compute op of `ranks` that belongs to micro-batch 0 or to no
-/// micro-batch (the optimizer step): rank, device, op id, phase, layer (the op's block index: 0
-/// the embedding), micro-batch, kernel name, class, kind (gemm, flash, softmax, stream, adam),
-/// shape (m, n, k, batch; gemm and flash), elements (adam), FLOPs, bytes, start_s (from the op's
-/// start), run_s, the achieved FLOP/s and bytes/s, and op_s, the op's priced duration
-/// (sim::kernel_schedule: before --slow, --jitter and communication slowing it). Ops without a
-/// kernel list are left out. Rows in op order, kernels in run order.
+/// micro-batch (the optimizer step): rank, device, where it runs (device, or host for an
+/// offloaded step), op id, phase, layer (the op's block index: 0 the embedding), micro-batch,
+/// kernel name, class, kind (gemm, flash, softmax, stream, adam), shape (m, n, k, batch; gemm and
+/// flash), elements (adam), FLOPs, bytes, start_s (from the op's start), run_s, the achieved
+/// FLOP/s and bytes/s, and op_s, the op's priced duration alone (sim::kernel_schedule: before
+/// --slow, --jitter, communication slowing it, and a node's host steps sharing its DRAM). Ops
+/// without a kernel list are left out. Rows in op order, kernels in run order.
 std::string kernel_table_csv(const OpGraph& graph, const topo::Cluster& cluster, const std::vector<int>& ranks);
 
 }  // namespace smol::tools

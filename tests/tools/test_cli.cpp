@@ -728,6 +728,7 @@ TEST_CASE("simulate --kernels lists each kernel as the simulator runs it", "[too
     for (const auto& row : rows) {
         CHECK(row.at("rank") == "0");
         CHECK(row.at("device") == "node0/gpu0");
+        CHECK(row.at("runs_on") == "device");
         CHECK(std::stoi(row.at("microbatch")) <= 0);   // micro-batch 0 and the step only
         phases.insert(row.at("phase"));
         const std::string& op = row.at("op");
