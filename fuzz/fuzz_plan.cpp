@@ -93,6 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.framework = pick(in, frameworks);
         p.overlap_grad_reduce = in.ConsumeBool();
         p.overlap_p2p_comm = in.ConsumeBool();
+        p.overlap_cpu_optimizer_d2h_h2d = in.ConsumeBool();
         const bool analytic = in.ConsumeBool();
         // Last, so the corpus's older seeds keep their meaning.
         p.cp = in.ConsumeBool() ? 1 : degree(in);

@@ -1038,9 +1038,12 @@ private:
     /// the norm (4), the clip (8) and the zeroing for the next step (4) — then the shard crosses
     /// to its pinned host copy (4 bytes a parameter, _set_sub_optimizer_grads on the current
     /// stream), the CPU steps it once the copy is done (its event synchronised), and the post-step
-    /// hook copies the updated weights back, cast to 16 bits on the host (optimizer.hpp). Returns
-    /// the copy back.
-    OpId offloaded_step(int r, std::int64_t shard, OpId after) {
+    /// hook copies the updated weights back, cast to 16 bits on the host (optimizer.hpp). With
+    /// --overlap-cpu-optimizer-d2h-h2d each parameter has its own CPU optimizer
+    /// (build_cpu_optimizer_list): its copy out, step and copy back follow one another while the
+    /// next parameter's copy is in flight, on side streams; here a block's share of the shard
+    /// stands for its parameters (step_pieces). Returns the last copy back.
+    OpId offloaded_step(int r, int s, std::int64_t shard, OpId after) {
         OpId last = after;
         const int copy = sb_.params < 4 ? 4 + sb_.params : 0;
         if (const int bytes = detail::optimizer_bytes_per_param(l_) - detail::kAdamBytesPerParam - copy; bytes > 0) {
@@ -1049,12 +1052,37 @@ private:
             last = g_.add_kernels(r, Phase::opt, -1, -1, g_.intern_recipe({&passes, 1}), l_.dtype, false, Stream::compute);
             if (after != kNoOp) g_.depend(after, last);
         }
-        const OpId down = g_.add_copy(r, Tier::device, Tier::host, Bytes(shard * 4), Phase::opt);
-        if (last != kNoOp) g_.depend(last, down);
-        const OpId step = add_optimizer_steps(g_, l_, StepRunner::megatron_cpu, {r}, shard, {}, false, {down}).front();
-        const OpId up = g_.add_copy(r, Tier::host, Tier::device, Bytes(shard * sb_.params), Phase::opt);
-        g_.depend(step, up);
+        OpId up = kNoOp;
+        for (const std::int64_t piece : plan_.overlap_cpu_optimizer_d2h_h2d ? step_pieces(s, shard) : std::vector{shard}) {
+            const OpId down = g_.add_copy(r, Tier::device, Tier::host, Bytes(piece * 4), Phase::opt);
+            if (last != kNoOp) g_.depend(last, down);
+            const OpId step = add_optimizer_steps(g_, l_, StepRunner::megatron_cpu, {r}, piece, {}, false, {down}).front();
+            up = g_.add_copy(r, Tier::host, Tier::device, Bytes(piece * sb_.params), Phase::opt);
+            g_.depend(step, up);
+        }
         return up;
+    }
+
+    /// `shard` split over stage s's blocks in proportion to their parameters (the last piece takes
+    /// the rounding), empty pieces left out.
+    std::vector<std::int64_t> step_pieces(int s, std::int64_t shard) const {
+        std::vector<std::int64_t> weights;
+        for (int c = 0; c < schedule_.chunks; ++c) {
+            const Chunk& k = chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))];
+            for (int b = k.first; b < k.last; ++b) weights.push_back(blocks_[static_cast<std::size_t>(b)].params);
+        }
+        const std::int64_t total = std::accumulate(weights.begin(), weights.end(), std::int64_t{0});
+        if (total <= 0) return {shard};
+        std::vector<std::int64_t> out;
+        std::int64_t given = 0;
+        for (std::size_t i = 0; i < weights.size(); ++i) {
+            const std::int64_t piece = i + 1 == weights.size()
+                                           ? shard - given
+                                           : static_cast<std::int64_t>(static_cast<__int128>(shard) * weights[i] / total);
+            given += piece;
+            if (piece > 0) out.push_back(piece);
+        }
+        return out;
     }
 
     /// Tied embeddings, the optimizer step, and zero1's parameter all-gather, per rank.
@@ -1082,7 +1110,7 @@ private:
                     // Adam, 8-bit AdamW or SGD (LAMB is refused with tp or pp: its norms span groups).
                     // The optimizer follows the rank's backward (compute stream order) and its last
                     // gradient collective (the comm stream keeps those in order).
-                    opt[static_cast<std::size_t>(slot(t, d))] = offload_ ? offloaded_step(r, shard, after)
+                    opt[static_cast<std::size_t>(slot(t, d))] = offload_ ? offloaded_step(r, s, shard, after)
                                                                          : add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {},
                                                                                                false, {after}).front();
                 }

@@ -339,6 +339,10 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                            {"", "", flag});
         }
     }
+    if (plan.overlap_cpu_optimizer_d2h_h2d && !(given && layered))
+        fail_input("--overlap-cpu-optimizer-d2h-h2d is Megatron's, with its --optimizer-cpu-offload: it needs --offload cpu "
+                   "with --strategy zero1 and --tp, --pp, --cp or --ep",
+                   {"", "", "--overlap-cpu-optimizer-d2h-h2d"});
     if (given) {
         if (l.param_offload == Offload::nvme || l.optimizer_offload == Offload::nvme)
             for (const auto& g : cluster.groups)

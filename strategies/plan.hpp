@@ -147,6 +147,9 @@ struct Plan {
     std::string framework;            // "megatron@2.5"; empty: the plan's default
     bool overlap_grad_reduce = false; // Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm
     bool overlap_p2p_comm = false;    // Megatron's --overlap-p2p-comm
+    /// Megatron's --overlap-cpu-optimizer-d2h-h2d, with its --optimizer-cpu-offload: the step's
+    /// copies out, CPU steps and copies back pipelined parameter by parameter.
+    bool overlap_cpu_optimizer_d2h_h2d = false;
     /// From a DeepSpeed config (strategies/deepspeed_config.hpp): the framework's knobs, and its
     /// gradient_accumulation_steps (0: unset; the global batch is then dp × micro-batch × steps).
     struct FrameworkOverrides {

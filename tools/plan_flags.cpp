@@ -132,6 +132,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "sizes, fp16/bf16 (keys not modelled are reported)");
     f.app = &app;
     app.add_flag("--overlap-p2p-comm", f.overlap_p2p_comm, "Megatron's --overlap-p2p-comm (pipeline receives waited for at use)");
+    app.add_flag("--overlap-cpu-optimizer-d2h-h2d", f.overlap_cpu_optimizer,
+                 "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the offloaded "
+                 "step's copies and CPU steps pipelined parameter by parameter");
     app.add_option("--ep", f.ep,
                    "expert parallelism: experts sharded over N ranks of the data-parallel group (mixtures of experts)")
         ->capture_default_str();
@@ -420,6 +423,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.framework_overrides.dispatch_per_kernel = parse_dispatch_overhead(f.dispatch_overhead);
     p.overlap_grad_reduce = f.overlap_grad_reduce;
     p.overlap_p2p_comm = f.overlap_p2p_comm;
+    p.overlap_cpu_optimizer_d2h_h2d = f.overlap_cpu_optimizer;
     p.ps_servers = f.ps_servers;
     p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
     p.staleness = f.staleness;

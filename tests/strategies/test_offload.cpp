@@ -339,3 +339,56 @@ TEST_CASE("Megatron's --optimizer-cpu-offload: the shard's state on the host, it
     CHECK(at["back"].second <= at["gather"].first);
     CHECK(offloaded.summary.iteration > on_device.summary.iteration);
 }
+
+TEST_CASE("Megatron's --overlap-cpu-optimizer-d2h-h2d pipelines the offloaded step block by block", "[strategies][offload]") {
+    // The same bytes cross and the same bytes are stepped, in pieces (a block's share of the shard
+    // each: the embedding and 12 layers on the first of two stages of GPT-2 medium), so the copies
+    // of one piece run beside the CPU step of another: the step phase is shorter than the three
+    // phases one after the other, and no shorter than the CPU's part of it.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p = plan_of(DataParallel::zero1, Offload::cpu);
+    p.tp = 2;
+    p.pp = 2;
+    p.dtype = DType::bf16;
+    p.global_batch = 8;
+    const test::DpRun serial = test::dp_run(m, c, p, analytic());
+    p.overlap_cpu_optimizer_d2h_h2d = true;
+    const test::DpRun overlapped = test::dp_run(m, c, p, analytic());
+    struct Phase3 {
+        int copies_out = 0;
+        std::int64_t out = 0, back = 0, host = 0;
+        Time first, last, host_time;
+    };
+    auto step_of = [](const test::DpRun& run) {
+        Phase3 s{0, 0, 0, 0, Time::seconds(1e6), Time(), Time()};
+        const OpGraph& g = run.built.graph;
+        for (OpId id = 0; id < g.size(); ++id) {
+            const Op& op = g.op(id);
+            if (op.rank != 0 || op.phase != Phase::opt) continue;
+            const bool out = op.kind == OpKind::copy && op.copy_to() == Tier::host;
+            const bool back = op.kind == OpKind::copy && op.copy_to() == Tier::device;
+            const bool host = op.kind == OpKind::compute && op.on_host();
+            if (!(out || back || host)) continue;
+            s.copies_out += out;
+            (out ? s.out : back ? s.back : s.host) += op.bytes;
+            if (host) s.host_time += run.timeline.duration(id);
+            s.first = std::min(s.first, run.timeline.start[id]);
+            s.last = std::max(s.last, run.timeline.end[id]);
+        }
+        return s;
+    };
+    const Phase3 a = step_of(serial), b = step_of(overlapped);
+    CHECK(a.copies_out == 1);
+    CHECK(b.copies_out == 13);
+    CHECK(b.out == a.out);
+    CHECK(b.back == a.back);
+    CHECK(b.host == a.host);
+    CHECK(b.last - b.first < a.last - a.first);
+    CHECK(b.last - b.first >= b.host_time);
+    CHECK(overlapped.summary.iteration < serial.summary.iteration);
+    // Without Megatron's offload the flag has nothing to overlap.
+    Plan q = plan_of(DataParallel::zero2, Offload::cpu);
+    q.overlap_cpu_optimizer_d2h_h2d = true;
+    CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }), Catch::Contains("needs --offload cpu with --strategy zero1"));
+}
