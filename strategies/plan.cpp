@@ -287,11 +287,13 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input("Megatron's --optimizer-cpu-offload keeps the optimizer in CPU memory; NVMe offload is "
                        "ZeRO-Infinity's (--strategy zero3, data parallelism)",
                        {"", "", flag});
-    } else if (given && (l.tp > 1 || l.pp > 1 || l.cp > 1 || l.ep > 1)) {
-        fail_input(std::string(flag) + " is modelled for data parallelism (ZeRO-Offload and ZeRO-Infinity as DeepSpeed runs "
-                       "them, FSDP's CPU offload) and for Megatron's distributed optimizer (--strategy zero1 under "
-                       "--framework megatron: its --optimizer-cpu-offload); not for " + to_string(plan.strategy) +
-                       " with tensor parallelism on " + describe(l.framework),
+    } else if (given && l.tp > 1 && plan.strategy == DataParallel::fsdp) {
+        // ZeRO-Offload and ZeRO-Infinity with Megatron-DeepSpeed's tensor parallelism run on
+        // DeepSpeed's engines (strategies/zero.cpp), each tensor rank's partition stepped on its
+        // host; FSDP's CPU offload under a tensor-parallel mesh is not modelled.
+        fail_input(std::string(flag) + " with fsdp is modelled for data parallelism (FSDP's CPU offload), not with "
+                       "tensor parallelism; use zero1-3 with --framework megatron-deepspeed (ZeRO-Offload), or zero1 under "
+                       "--framework megatron (its --optimizer-cpu-offload)",
                    {"", "", flag});
     } else if (given) {
         switch (plan.strategy) {

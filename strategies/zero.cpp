@@ -374,8 +374,15 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                                              {after[d]}, comm)
                              .front();
     } else {
-        if (!layout.delayed_update) host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine,
-                                                                    layer_params(blocks, n), n > 1, last_out);
+        if (layout.delayed_update) {
+        } else if (tp == 1) {
+            host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine, layer_params(blocks, n), n > 1,
+                                            last_out);
+        } else {   // every tensor rank's partition steps on its own (ReplicaTensorCollectives' slots)
+            for (std::size_t d = 0; d < emit; ++d)
+                host_step[d] = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, {replicas[d]}, mine, {}, false,
+                                                   {last_out[d]}).front();
+        }
         for (std::size_t d = 0; d < emit; ++d) {
             opt[d] = g.add_copy(replicas[d], Tier::host, Tier::device, Bytes(mine * sb.params), Phase::opt);
             g.depend(host_step[d], opt[d]);
@@ -880,19 +887,23 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         }
     }
     // The step, then the updated 16-bit partition where the parameters live.
-    std::vector<OpId> done;
-    if (oo == Offload::none && tp > 1) {   // every rank steps its shard (no LAMB with tensor parallelism)
-        done.assign(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+    // With tensor parallelism every rank steps its own shard (each tensor rank's partition over
+    // its replicas; LAMB, whose norms would span them, is refused there).
+    auto steps = [&](StepRunner runner, std::int64_t elements, const std::vector<std::int64_t>& per_layer,
+                     const std::vector<OpId>& after) {
+        if (tp == 1) return add_optimizer_steps(g, layout, runner, replicas, elements, per_layer, dp > 1, after);
+        std::vector<OpId> out(static_cast<std::size_t>(ns), OpGraph::kNoOp);
         for (int d = 0; d < emit; ++d)
-            done[static_cast<std::size_t>(d)] = add_optimizer_steps(g, layout, StepRunner::device, {replicas[static_cast<std::size_t>(d)]},
-                                                                   gshard, layer_params(blocks, dp), false,
-                                                                   {last_comm[static_cast<std::size_t>(d)]})
-                                                     .front();
-    } else if (oo == Offload::none) {
-        done = add_optimizer_steps(g, layout, StepRunner::device, replicas, gshard, layer_params(blocks, dp), dp > 1, last_comm);
+            out[static_cast<std::size_t>(d)] = add_optimizer_steps(g, layout, runner, {replicas[static_cast<std::size_t>(d)]}, elements,
+                                                                  per_layer, false, {after[static_cast<std::size_t>(d)]})
+                                                  .front();
+        return out;
+    };
+    std::vector<OpId> done;
+    if (oo == Offload::none) {
+        done = steps(StepRunner::device, gshard, layer_params(blocks, dp), last_comm);
     } else if (oo == Offload::cpu) {
-        done = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, gshard, layer_params(blocks, dp), dp > 1,
-                                   last_out);
+        done = steps(StepRunner::deepspeed_cpu, gshard, layer_params(blocks, dp), last_out);
     } else {
         // NVMe: sub-group by sub-group, swap the fp32 weights, moments and gradients in, step,
         // swap the weights and moments out; one sub-group's buffers at a time.
@@ -907,8 +918,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     g.add_copy(r, Tier::nvme, pinned, Bytes::from_double((state + 4) * static_cast<double>(e)), Phase::opt);
                 if (done[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(done[static_cast<std::size_t>(d)], in[static_cast<std::size_t>(d)]);
             }
-            const std::vector<OpId> step =
-                add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, e, {e}, dp > 1, in);
+            const std::vector<OpId> step = steps(StepRunner::deepspeed_cpu, e, {e}, in);
             for (int d = 0; d < emit; ++d) {
                 const OpId out = g.add_copy(replicas[static_cast<std::size_t>(d)], pinned, Tier::nvme,
                                             Bytes::from_double(state * static_cast<double>(e)), Phase::opt);

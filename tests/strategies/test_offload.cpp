@@ -101,6 +101,27 @@ TEST_CASE("offload copies per step are what the strategy implies", "[strategies]
             CHECK(static_cast<double>(copied(b.graph, r, Tier::host, Tier::device)) == Approx(2 * psi / n).epsilon(1e-3));
         }
     }
+    SECTION("ZeRO-Offload with Megatron-DeepSpeed's tp 2 on 8 GPUs: each tensor rank's partition over its 4 replicas") {
+        // Each tensor rank holds half of every matrix (Ψ_t, its own parameters) and partitions its
+        // gradients and optimizer over the 4 replicas of that tensor rank: 4Ψ_t/4 down, 2Ψ_t/4 up,
+        // 12Ψ_t/4 of optimizer state in host memory, at every stage.
+        const topo::Cluster c = topo::cluster_preset("dgx-a100");
+        for (const DataParallel st : {DataParallel::zero1, DataParallel::zero2, DataParallel::zero3}) {
+            Plan p = plan_of(st, Offload::cpu);
+            p.tp = 2;
+            p.framework = "megatron-deepspeed";
+            p.global_batch = 4;   // one micro-batch (accumulation round-trips the partition: above)
+            const Built b = build(m, c, p);
+            const double psi_t = static_cast<double>(strategies::detail::total_params(strategies::detail::replica_blocks(m, b.layout, p)));
+            INFO(to_string(st));
+            for (int r = 0; r < 8; ++r) {
+                CHECK(static_cast<double>(copied(b.graph, r, Tier::device, Tier::host)) == Approx(4 * psi_t / 4).epsilon(1e-3));
+                if (st != DataParallel::zero3)   // zero3 writes the partition where the parameters live (the device)
+                    CHECK(static_cast<double>(copied(b.graph, r, Tier::host, Tier::device)) == Approx(2 * psi_t / 4).epsilon(1e-3));
+                CHECK(static_cast<double>(held(b.graph, r, Tier::host, BufferLabel::optimizer_state)) == Approx(12 * psi_t / 4).epsilon(1e-3));
+            }
+        }
+    }
     SECTION("ZeRO-Offload with gradient accumulation: the fp16 partition round-trips through the host") {
         // async_accumulate_grad_in_cpu_via_gpu: micro-batch 0 copies its 16-bit partition out,
         // each later one brings the sum back, adds, and copies it out (the last as fp32).
@@ -220,12 +241,11 @@ TEST_CASE("offload plans that cannot run are refused with the reason", "[strateg
         CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
                    Catch::Contains("needs the optimizer offloaded too"));
     }
-    SECTION("offload with tensor parallelism on DeepSpeed's engine") {
-        Plan p = plan_of(DataParallel::zero1, Offload::cpu);
+    SECTION("FSDP's CPU offload with tensor parallelism") {
+        Plan p = plan_of(DataParallel::fsdp, Offload::cpu);
         p.tp = 2;
-        p.framework = "megatron-deepspeed";
         CHECK_THAT(test::bad_input_message([&] { resolve(gpt2, topo::cluster_preset("dgx-a100"), p); }),
-                   Catch::Contains("not for zero1 with tensor parallelism on megatron-deepspeed"));
+                   Catch::Contains("with fsdp is modelled for data parallelism"));
     }
     SECTION("offload with pipeline parallelism: Megatron's CPU offload, and only there") {
         auto refused = [&](const std::function<void(Plan&)>& change) {
