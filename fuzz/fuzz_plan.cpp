@@ -93,7 +93,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.framework = pick(in, frameworks);
         p.overlap_grad_reduce = in.ConsumeBool();
         p.overlap_p2p_comm = in.ConsumeBool();
-        p.overlap_cpu_optimizer_d2h_h2d = in.ConsumeBool();
         const bool analytic = in.ConsumeBool();
         // Last, so the corpus's older seeds keep their meaning.
         p.cp = in.ConsumeBool() ? 1 : degree(in);
@@ -124,6 +123,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 "moe-tiny.json");
             model = model_from_json(JsonView(doc, "moe-tiny.json"), "moe-tiny");
         }
+        // Megatron's CPU offload knobs (exhausted input: off and unset).
+        p.overlap_cpu_optimizer_d2h_h2d = in.ConsumeBool();
+        if (in.ConsumeBool()) p.optimizer_offload_fraction = in.ConsumeFloatingPointInRange<double>(-0.5, 1.5);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

@@ -1,6 +1,7 @@
 #include "strategies/model_parallel.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <tuple>
@@ -257,13 +258,17 @@ public:
                     // moments in pinned host memory, with the pinned fp32 copy of the rank's
                     // gradient shard the step reads (HybridDeviceOptimizer pin_cpu_params,
                     // pin_cpu_grads, both on by default).
-                    if (offload_) {
-                        g_.add_alloc(g_.add_buffer(r, Tier::host, Bytes(opt), BufferLabel::optimizer_state), Stream::compute);
-                        g_.add_alloc(g_.add_buffer(r, Tier::host, Bytes(step_shard(s) * 4), BufferLabel::gradients),
-                                     Stream::compute);
-                    } else {
-                        g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(opt), BufferLabel::optimizer_state), Stream::compute);
+                    // --optimizer-offload-fraction keeps the rest of the shard's state on the device.
+                    const std::int64_t shard = step_shard(s), cpu = offload_ ? offloaded_part(shard) : 0;
+                    const std::int64_t host_opt =
+                        shard > 0 ? static_cast<std::int64_t>(static_cast<__int128>(opt) * cpu / shard) : 0;
+                    if (host_opt > 0) {
+                        g_.add_alloc(g_.add_buffer(r, Tier::host, Bytes(host_opt), BufferLabel::optimizer_state), Stream::compute);
+                        g_.add_alloc(g_.add_buffer(r, Tier::host, Bytes(cpu * 4), BufferLabel::gradients), Stream::compute);
                     }
+                    if (opt - host_opt > 0)
+                        g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(opt - host_opt), BufferLabel::optimizer_state),
+                                     Stream::compute);
                     if (const Bytes w = device_fp8_weight_bytes(s); w > Bytes(0))
                         g_.add_alloc(g_.add_buffer(r, Tier::device, w, BufferLabel::parameters), Stream::compute);
                     if (const Bytes w = device_frozen_bytes(s); w > Bytes(0))
@@ -1043,24 +1048,45 @@ private:
     /// (build_cpu_optimizer_list): its copy out, step and copy back follow one another while the
     /// next parameter's copy is in flight, on side streams; here a block's share of the shard
     /// stands for its parameters (step_pieces). Returns the last copy back.
+    /// With --optimizer-offload-fraction F, HybridDeviceOptimizer takes parameters for the CPU
+    /// until F of them are there (_get_sub_optimizer_param_groups) and steps the rest on the device
+    /// first (step(): the GPU optimizer, then the CPU ones): the device's part runs the device
+    /// step, queued behind the copies out on the current stream (beside them with the overlap),
+    /// and the copies back wait for it (the h2d stream waits for the current stream).
     OpId offloaded_step(int r, int s, std::int64_t shard, OpId after) {
+        const std::int64_t cpu = offloaded_part(shard), gpu = shard - cpu;
         OpId last = after;
         const int copy = sb_.params < 4 ? 4 + sb_.params : 0;
-        if (const int bytes = detail::optimizer_bytes_per_param(l_) - detail::kAdamBytesPerParam - copy; bytes > 0) {
+        if (const int bytes = detail::optimizer_bytes_per_param(l_) - detail::kAdamBytesPerParam - copy; bytes > 0 && cpu > 0) {
             const Kernel passes = stream_kernel(KernelName::optimizer, KernelClass::optimizer,
-                                                checked_mul(shard, bytes, "bytes of the device's step passes"));
+                                                checked_mul(cpu, bytes, "bytes of the device's step passes"));
             last = g_.add_kernels(r, Phase::opt, -1, -1, g_.intern_recipe({&passes, 1}), l_.dtype, false, Stream::compute);
             if (after != kNoOp) g_.depend(after, last);
         }
-        OpId up = kNoOp;
-        for (const std::int64_t piece : plan_.overlap_cpu_optimizer_d2h_h2d ? step_pieces(s, shard) : std::vector{shard}) {
-            const OpId down = g_.add_copy(r, Tier::device, Tier::host, Bytes(piece * 4), Phase::opt);
-            if (last != kNoOp) g_.depend(last, down);
-            const OpId step = add_optimizer_steps(g_, l_, StepRunner::megatron_cpu, {r}, piece, {}, false, {down}).front();
-            up = g_.add_copy(r, Tier::host, Tier::device, Bytes(piece * sb_.params), Phase::opt);
-            g_.depend(step, up);
+        std::vector<OpId> downs, ups;
+        if (cpu > 0)
+            for (const std::int64_t piece : plan_.overlap_cpu_optimizer_d2h_h2d ? step_pieces(s, cpu) : std::vector{cpu}) {
+                const OpId down = g_.add_copy(r, Tier::device, Tier::host, Bytes(piece * 4), Phase::opt);
+                if (last != kNoOp) g_.depend(last, down);
+                const OpId step = add_optimizer_steps(g_, l_, StepRunner::megatron_cpu, {r}, piece, {}, false, {down}).front();
+                ups.push_back(g_.add_copy(r, Tier::host, Tier::device, Bytes(piece * sb_.params), Phase::opt));
+                g_.depend(step, ups.back());
+                downs.push_back(down);
+            }
+        if (gpu > 0) {
+            const OpId device = add_optimizer_steps(g_, l_, StepRunner::device, {r}, gpu, {}, false, {last}).front();
+            if (!plan_.overlap_cpu_optimizer_d2h_h2d)
+                for (const OpId d : downs) g_.depend(d, device);
+            for (const OpId u : ups) g_.depend(device, u);
+            if (ups.empty()) return device;
         }
-        return up;
+        return ups.back();
+    }
+
+    /// The share of a rank's optimizer shard Megatron steps on the host.
+    std::int64_t offloaded_part(std::int64_t shard) const {
+        const double f = plan_.optimizer_offload_fraction.value_or(1.0);
+        return std::clamp<std::int64_t>(std::llround(f * static_cast<double>(shard)), 0, shard);
     }
 
     /// `shard` split over stage s's blocks in proportion to their parameters (the last piece takes

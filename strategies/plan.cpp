@@ -341,10 +341,20 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                            {"", "", flag});
         }
     }
-    if (plan.overlap_cpu_optimizer_d2h_h2d && !(given && layered))
-        fail_input("--overlap-cpu-optimizer-d2h-h2d is Megatron's, with its --optimizer-cpu-offload: it needs --offload cpu "
-                   "with --strategy zero1 and --tp, --pp, --cp or --ep",
-                   {"", "", "--overlap-cpu-optimizer-d2h-h2d"});
+    for (const auto& [set, name] : {std::pair{plan.overlap_cpu_optimizer_d2h_h2d, "--overlap-cpu-optimizer-d2h-h2d"},
+                                    std::pair{plan.optimizer_offload_fraction.has_value(), "--optimizer-offload-fraction"}})
+        if (set && !(given && layered))
+            fail_input(std::string(name) + " is Megatron's, with its --optimizer-cpu-offload: it needs --offload cpu with "
+                           "--strategy zero1 and --tp, --pp, --cp or --ep",
+                       {"", "", name});
+    if (const auto f = plan.optimizer_offload_fraction; f && !(*f > 0 && *f <= 1))
+        fail_input("a share of the optimizer above 0 and at most 1 (Megatron's --optimizer-offload-fraction)",
+                   [&] {
+                       char text[32];
+                       std::snprintf(text, sizeof text, "%g", *f);
+                       return std::string(text);
+                   }(),
+                   {"", "", "--optimizer-offload-fraction"});
     if (given) {
         if (l.param_offload == Offload::nvme || l.optimizer_offload == Offload::nvme)
             for (const auto& g : cluster.groups)

@@ -150,6 +150,9 @@ struct Plan {
     /// Megatron's --overlap-cpu-optimizer-d2h-h2d, with its --optimizer-cpu-offload: the step's
     /// copies out, CPU steps and copies back pipelined parameter by parameter.
     bool overlap_cpu_optimizer_d2h_h2d = false;
+    /// Megatron's --optimizer-offload-fraction with its CPU offload: the share of each rank's
+    /// optimizer shard stepped on the host, the rest on the device (unset: all of it).
+    std::optional<double> optimizer_offload_fraction;
     /// From a DeepSpeed config (strategies/deepspeed_config.hpp): the framework's knobs, and its
     /// gradient_accumulation_steps (0: unset; the global batch is then dp × micro-batch × steps).
     struct FrameworkOverrides {

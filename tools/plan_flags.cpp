@@ -135,6 +135,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_flag("--overlap-cpu-optimizer-d2h-h2d", f.overlap_cpu_optimizer,
                  "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the offloaded "
                  "step's copies and CPU steps pipelined parameter by parameter");
+    app.add_option("--optimizer-offload-fraction", f.optimizer_offload_fraction,
+                   "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the share of "
+                   "each rank's optimizer stepped on the host, above 0 and at most 1 (default 1; Megatron's own default "
+                   "of 0 offloads nothing)");
     app.add_option("--ep", f.ep,
                    "expert parallelism: experts sharded over N ranks of the data-parallel group (mixtures of experts)")
         ->capture_default_str();
@@ -424,6 +428,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.overlap_grad_reduce = f.overlap_grad_reduce;
     p.overlap_p2p_comm = f.overlap_p2p_comm;
     p.overlap_cpu_optimizer_d2h_h2d = f.overlap_cpu_optimizer;
+    p.optimizer_offload_fraction = f.optimizer_offload_fraction;
     p.ps_servers = f.ps_servers;
     p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
     p.staleness = f.staleness;

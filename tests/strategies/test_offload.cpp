@@ -358,6 +358,37 @@ TEST_CASE("Megatron's --optimizer-cpu-offload: the shard's state on the host, it
     CHECK(at["host"].second <= at["back"].first);
     CHECK(at["back"].second <= at["gather"].first);
     CHECK(offloaded.summary.iteration > on_device.summary.iteration);
+
+    SECTION("--optimizer-offload-fraction 0.5: half the shard on the host, the other half stepped on the device") {
+        // The device steps its half with the framework's 58 bytes and runs the 24-byte passes over
+        // the host's half; the host steps its half (34 bytes); only that half crosses. The device's
+        // step queues behind the copy out (the current stream) and the copy back waits for it.
+        p.optimizer_offload_fraction = 0.5;
+        const test::DpRun half = test::dp_run(m, c, p, analytic());
+        const OpGraph& h = half.built.graph;
+        const std::int64_t state = held(g0, 0, Tier::device, BufferLabel::optimizer_state), shard = state / 12;
+        const std::int64_t cpu = (shard + 1) / 2, gpu = shard - cpu;
+        CHECK(held(h, 0, Tier::host, BufferLabel::optimizer_state) == 12 * cpu);
+        CHECK(held(h, 0, Tier::device, BufferLabel::optimizer_state) == 12 * gpu);
+        CHECK(copied(h, 0, Tier::device, Tier::host) == 4 * cpu);
+        CHECK(copied(h, 0, Tier::host, Tier::device) == 2 * cpu);
+        std::int64_t host = 0, device = 0;
+        OpId out = 0, device_step = 0, back = 0;
+        for (OpId id = 0; id < h.size(); ++id) {
+            const Op& op = h.op(id);
+            if (op.rank != 0 || op.phase != Phase::opt) continue;
+            if (op.kind == OpKind::compute) (op.on_host() ? host : device) += op.bytes;
+            if (op.kind == OpKind::compute && !op.on_host() && op.bytes == 58 * gpu) device_step = id;
+            if (op.kind == OpKind::copy) (op.copy_to() == Tier::host ? out : back) = id;
+        }
+        CHECK(host == 34 * cpu);
+        CHECK(device == 24 * cpu + 58 * gpu);
+        REQUIRE(device_step != 0);
+        CHECK(half.timeline.end[out] <= half.timeline.start[device_step]);
+        CHECK(half.timeline.end[device_step] <= half.timeline.start[back]);
+        CHECK(half.summary.iteration < offloaded.summary.iteration);
+        CHECK(half.summary.iteration > on_device.summary.iteration);
+    }
 }
 
 TEST_CASE("Megatron's --overlap-cpu-optimizer-d2h-h2d pipelines the offloaded step block by block", "[strategies][offload]") {
@@ -411,4 +442,12 @@ TEST_CASE("Megatron's --overlap-cpu-optimizer-d2h-h2d pipelines the offloaded st
     Plan q = plan_of(DataParallel::zero2, Offload::cpu);
     q.overlap_cpu_optimizer_d2h_h2d = true;
     CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }), Catch::Contains("needs --offload cpu with --strategy zero1"));
+    q.overlap_cpu_optimizer_d2h_h2d = false;
+    q.optimizer_offload_fraction = 0.5;
+    CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }),
+               Catch::Contains("--optimizer-offload-fraction is Megatron's") && Catch::Contains("needs --offload cpu"));
+    p.optimizer_offload_fraction = 0;
+    CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("above 0 and at most 1") && Catch::Contains("found 0"));
+    p.optimizer_offload_fraction = 1.5;
+    CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("found 1.5"));
 }
