@@ -47,6 +47,10 @@ void check_context_parallel(const Model& model, const Plan& plan, const Layout& 
                                      : plan.compress.method != CompressionMethod::none ? "--compress"
                                      : plan.optimizer == Optimizer::lamb             ? "--optimizer lamb"
                                                                                      : nullptr;
+    if (data_parallel_only && offload && plan.offload_activations == Offload::none)
+        fail_input(std::string(data_parallel_only) + " with context parallelism is Megatron's --optimizer-cpu-offload: "
+                       "--strategy zero1 with --offload cpu or --offload-optimizer cpu; leave out --cp otherwise",
+                   {"", "", data_parallel_only});
     if (data_parallel_only)
         fail_input(std::string(data_parallel_only) + " is modelled for data parallelism only; leave out --cp",
                    {"", "", data_parallel_only == std::string("--optimizer lamb") ? "--optimizer" : data_parallel_only});

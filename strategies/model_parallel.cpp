@@ -11,6 +11,7 @@
 #include "strategies/data_parallel.hpp"
 #include "strategies/fsdp.hpp"
 #include "strategies/moe.hpp"
+#include "strategies/offload.hpp"
 #include "strategies/optimizer.hpp"
 #include "strategies/schedule.hpp"
 
@@ -221,7 +222,9 @@ public:
         cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
         split_ = plan.schedule == Schedule::zb_h1;
         fsdp_ = plan.strategy == DataParallel::fsdp;   // under pipeline stages or with --cp (check_model_parallel)
-        offload_ = l_.optimizer_offload == Offload::cpu;   // zero1 under Megatron (plan.cpp resolve_training)
+        // CPU offload (plan.cpp resolve_training): zero1 under Megatron, or FSDP's under pipeline stages.
+        offload_ = l_.optimizer_offload == Offload::cpu && plan.strategy == DataParallel::zero1;
+        fsdp_offload_ = fsdp_ && l_.param_offload == Offload::cpu;
         // Without pipeline stages (context parallelism alone) FSDP gathers per micro-batch.
         fsdp_per_mb_ = fsdp_ && l_.pp == 1;
         // FSDP's shard groups: every data- and context-parallel slot of a stage, or with hybrid
@@ -251,6 +254,16 @@ public:
                         plan_.strategy == DataParallel::zero1
                             ? zero1_shard(state, optimizer_state_bytes(l_, device_expert_params(s)).count(), l_)
                             : state;
+                    if (fsdp_offload_) {
+                        // CPUOffloadPolicy: the fp32 shard is the master copy, its gradient and the
+                        // optimizer's own state beside it in host memory; nothing stays on the device.
+                        for (auto [bytes, label] : {std::pair{Bytes(p * 4), BufferLabel::parameters},
+                                                    std::pair{Bytes(p * 4), BufferLabel::gradients},
+                                                    std::pair{optimizer_state_bytes(l_.optimizer, DType::fp32, p),
+                                                              BufferLabel::optimizer_state}})
+                            g_.add_alloc(g_.add_buffer(r, Tier::host, bytes, label), Stream::compute);
+                        continue;
+                    }
                     for (auto [bytes, label] : {std::pair{p * sb_.params, BufferLabel::parameters},
                                                 std::pair{p * sb_.grads, BufferLabel::gradients}})
                         g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(bytes), label), Stream::compute);
@@ -661,6 +674,20 @@ private:
                     OpId op = g_.add_alloc(buf, Stream::comm, i, 0);
                     if (i == c.first && !wait_for.empty() && wait_for[static_cast<std::size_t>(sl)] != kNoOp)
                         g_.depend(wait_for[static_cast<std::size_t>(sl)], op);
+                    if (fsdp_offload_) {
+                        // The fp32 shard to the device, cast to the 16-bit dtype there, before the
+                        // gather sends it (as build_sharded's offloaded unshard).
+                        const std::int64_t sh = detail::shard(unit_params(i, vs), shard_slots_);
+                        const std::int32_t f32 = g_.add_buffer(r, Tier::device, Bytes(sh * 4), BufferLabel::staging);
+                        const OpId fa = g_.add_alloc(f32, Stream::comm, i, 0);
+                        const OpId in = g_.add_copy(r, Tier::host, Tier::device, Bytes(sh * 4), Phase::fwd, i, 0);
+                        g_.depend(op, in);
+                        g_.depend(fa, in);
+                        const Kernel cast = stream_kernel(KernelName::other, KernelClass::elementwise, sh * (4 + sb_.params));
+                        op = g_.add_kernels(r, Phase::fwd, i, 0, g_.intern_recipe({&cast, 1}), l_.dtype, false, Stream::comm);
+                        g_.depend(in, op);
+                        g_.add_free(f32, Stream::comm, i, 0);
+                    }
                     if (cid >= 0) op = g_.add_collective_op(cid, r, Stream::comm, Phase::fwd, i, 0);
                     if (!expert_cids.empty())   // after the dense gather on the comm stream
                         op = g_.add_collective_op(expert_cids[expert_cid(d)], r, Stream::comm, Phase::fwd, i, 0);
@@ -848,6 +875,17 @@ private:
                     }
                 }
                 if (groups_of_shards > 1) reduce_across_shard_groups(group, unit - experts, experts, i, -1, after);
+                if (fsdp_offload_) {
+                    // The reduced shard, cast to fp32 if it is not, to the host's gradient shard.
+                    const detail::GradientOffload how{l_.fsdp_reduce_bytes, 4, Tier::host, l_.dtype};
+                    for (int d = 0; d < emit_dp_; ++d) {
+                        const auto r = static_cast<std::size_t>(group[static_cast<std::size_t>(d)]);
+                        fsdp_out_[r] = detail::offload_gradient(g_, group[static_cast<std::size_t>(d)], detail::shard(unit, shard_slots_),
+                                                                how, 0, 1, Stream::comm, after[static_cast<std::size_t>(d)], kNoOp,
+                                                                fsdp_out_prev_[r], i)
+                                           .done;
+                    }
+                }
                 for (int d = 0; d < emit_dp_; ++d) {
                     const int sl = slot(t, d);
                     for (const std::int32_t buf : {fsdp_unsharded_[static_cast<std::size_t>(i)][static_cast<std::size_t>(sl)],
@@ -945,6 +983,8 @@ private:
                 v->assign(blocks_.size(), std::vector<std::int32_t>(static_cast<std::size_t>(groups()), -1));
         }
         last_comm_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
+        fsdp_out_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
+        fsdp_out_prev_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
         final_compute_.assign(static_cast<std::size_t>(l_.devices), kNoOp);
         // Last op of each emitted step per rank slot, and the receive each step waits for.
         std::vector<std::vector<std::vector<OpId>>> last_op(static_cast<std::size_t>(l_.pp)), recv(static_cast<std::size_t>(l_.pp));
@@ -1136,9 +1176,13 @@ private:
                     // Adam, 8-bit AdamW or SGD (LAMB is refused with tp or pp: its norms span groups).
                     // The optimizer follows the rank's backward (compute stream order) and its last
                     // gradient collective (the comm stream keeps those in order).
-                    opt[static_cast<std::size_t>(slot(t, d))] = offload_ ? offloaded_step(r, s, shard, after)
-                                                                         : add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {},
-                                                                                               false, {after}).front();
+                    // FSDP offloaded: PyTorch's optimizer steps the host shard once its last gradient
+                    // shard is there; the next step's gathers copy it in.
+                    opt[static_cast<std::size_t>(slot(t, d))] =
+                        offload_        ? offloaded_step(r, s, shard, after)
+                        : fsdp_offload_ ? add_optimizer_steps(g_, l_, StepRunner::torch_cpu, {r}, shard, {}, false,
+                                                              {fsdp_out_[static_cast<std::size_t>(r)]}).front()
+                                        : add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {}, false, {after}).front();
                 }
             if (zero1 && l_.dp_cp() > 1)
                 for (int t = 0; t < emit_tp_; ++t) {
@@ -1171,6 +1215,9 @@ private:
     bool sp_ = false, split_ = false;
     bool fsdp_ = false;                                 // FSDP under pipeline stages (fsdp_gather) or with --cp
     bool offload_ = false;                              // Megatron's --optimizer-cpu-offload (offloaded_step)
+    bool fsdp_offload_ = false;                         // FSDP's CPUOffloadPolicy (fsdp_gather, fsdp_reduce)
+    std::vector<OpId> fsdp_out_;                        // per rank: its last gradient shard's copy to the host
+    std::vector<OpId> fsdp_out_prev_;                   // per rank: offload_gradient's device buffer chain
     bool fsdp_per_mb_ = false;                          // FSDP without pipeline stages: hooks per micro-batch
     /// One pass of a micro-batch, per rank slot, per unit: the op FSDP's gather must precede (its
     /// first: the recompute's in backward) and its last (after its tensor-parallel collectives).

@@ -270,7 +270,21 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
     // (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py, with --optimizer-offload-fraction
     // 1 and --use-precision-aware-optimizer, which megatron/training/arguments.py requires with it).
     const bool layered = (l.tp > 1 || l.pp > 1 || l.cp > 1 || l.ep > 1) && !sharded_with_tp(plan, l);
-    if (given && layered) {
+    if (given && layered && plan.strategy == DataParallel::fsdp) {
+        // torchtitan's --training.enable_cpu_offload: FSDP2's CPUOffloadPolicy, with pipeline
+        // stages too (pytorch/torchtitan#624, "Enable FSDP2 cpu offloading", run with and without
+        // pp); modelled under pipeline stages of a dense model in full training.
+        if (l.pp < 2 || l.ep > 1 || plan.finetune.kind != FineTuneKind::full)
+            fail_input(std::string(flag) + " with fsdp is modelled for data parallelism and under pipeline stages (--pp 2 "
+                           "or more) of a dense model in full training (torchtitan's CPU offload); not with " +
+                           (l.pp < 2 ? "--cp or --ep alone" : l.ep > 1 ? "--ep" : "--finetune"),
+                       {"", "", flag});
+        if (plan.offload_params != Offload::none || plan.offload_optimizer != Offload::none || plan.offload == Offload::nvme)
+            fail_input("fsdp offloads with --offload cpu (PyTorch's CPUOffloadPolicy moves parameters, gradients and the "
+                       "optimizer step to the host together); --offload-params, --offload-optimizer and NVMe are DeepSpeed's",
+                       {"", "", flag});
+        l.param_offload = l.optimizer_offload = Offload::cpu;
+    } else if (given && layered) {
         if (plan.strategy != DataParallel::zero1 || !l.framework.optimizer_cpu_offload)
             fail_input(std::string(flag) + " with tensor, pipeline, context or expert parallelism is Megatron core's "
                            "--optimizer-cpu-offload (core 0.12 and later): --strategy zero1 (its distributed optimizer) "

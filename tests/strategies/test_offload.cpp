@@ -451,3 +451,48 @@ TEST_CASE("Megatron's --overlap-cpu-optimizer-d2h-h2d pipelines the offloaded st
     p.optimizer_offload_fraction = 1.5;
     CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("found 1.5"));
 }
+
+TEST_CASE("FSDP's CPU offload under pipeline stages: one copy in and one out a unit per step, the step on the host",
+          "[strategies][offload][fsdp]") {
+    // GPT-2 medium on a DGX A100, pp 2 · dp 4, two micro-batches a replica, FSDP offloaded as
+    // torchtitan runs it (CPUOffloadPolicy; reshard_after_forward off under pipeline stages, so
+    // each unit is gathered once a step and reduced once, after the stage's last backward). A
+    // rank's shard of P parameters keeps 4P of fp32 weights, 4P of gradients and 8P of Adam's
+    // moments on the host; each step copies 4P in (the fp32 shard, cast to bf16 on the device
+    // before the gather) and 4P out (the reduced shard, cast to fp32), and PyTorch's foreach Adam
+    // moves 72P on the host.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p = plan_of(DataParallel::fsdp, Offload::cpu);
+    p.pp = 2;
+    p.dtype = DType::bf16;
+    p.global_batch = 8;
+    const test::DpRun run = test::dp_run(m, c, p, analytic());
+    const OpGraph& g = run.built.graph;
+    REQUIRE(run.built.layout.microbatches == 2);
+    for (int r : {0, 4}) {   // the first replica's rank of each stage
+        INFO("rank " << r);
+        const std::int64_t shard = held(g, r, Tier::host, BufferLabel::parameters) / 4;
+        REQUIRE(shard > 0);
+        CHECK(held(g, r, Tier::host, BufferLabel::gradients) == 4 * shard);
+        CHECK(held(g, r, Tier::host, BufferLabel::optimizer_state) == 8 * shard);
+        for (const BufferLabel b : {BufferLabel::parameters, BufferLabel::gradients, BufferLabel::optimizer_state})
+            CHECK(held(g, r, Tier::device, b) == 0);
+        // Whole units shard with rounding up: within one element a unit.
+        CHECK(copied(g, r, Tier::host, Tier::device) == Approx(4.0 * static_cast<double>(shard)).margin(4 * 16));
+        CHECK(copied(g, r, Tier::device, Tier::host) == Approx(4.0 * static_cast<double>(shard)).margin(4 * 16));
+        std::int64_t host = 0;
+        for (const Op& op : g.ops())
+            if (op.kind == OpKind::compute && op.rank == r && op.on_host()) host += op.bytes;
+        CHECK(host == 72 * shard);
+    }
+    CHECK(run.summary.fits());
+    // Refused where it is not modelled.
+    p.pp = 1;
+    p.cp = 2;
+    CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("Megatron's --optimizer-cpu-offload"));
+    p.cp = 1;
+    p.pp = 2;
+    p.finetune = parse_finetune("lora:8");
+    CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("not with --finetune"));
+}
