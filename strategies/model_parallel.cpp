@@ -1075,10 +1075,11 @@ private:
     }
 
     /// Megatron's --optimizer-cpu-offload on rank `r` over `shard` parameters, after `after`
-    /// (HybridDeviceOptimizer.step with offload fraction 1 and overlap_cpu_optimizer_d2h_h2d off,
-    /// Megatron's defaults otherwise: megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py,
-    /// optimizer_config.py). The distributed optimizer's passes over the fp32 main-gradient shard
-    /// stay on the device — the framework's step less Adam's 28 bytes and, in 16-bit training, the
+    /// (HybridDeviceOptimizer.step: megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py;
+    /// offload fraction 1 unless --optimizer-offload-fraction, overlap_cpu_optimizer_d2h_h2d off
+    /// unless its flag, as optimizer_config.py). The distributed optimizer's passes over the fp32
+    /// main-gradient shard stay on the device — the framework's step less Adam's 28 bytes and, in
+    /// 16-bit training, the
     /// copy into the 16-bit weights (read 4, write 2): of Megatron's 58, the unscale and check (8),
     /// the norm (4), the clip (8) and the zeroing for the next step (4) — then the shard crosses
     /// to its pinned host copy (4 bytes a parameter, _set_sub_optimizer_grads on the current
@@ -1087,7 +1088,7 @@ private:
     /// --overlap-cpu-optimizer-d2h-h2d each parameter has its own CPU optimizer
     /// (build_cpu_optimizer_list): its copy out, step and copy back follow one another while the
     /// next parameter's copy is in flight, on side streams; here a block's share of the shard
-    /// stands for its parameters (step_pieces). Returns the last copy back.
+    /// stands for its parameters (step_pieces). Returns the last copy back, or the device's step.
     /// With --optimizer-offload-fraction F, HybridDeviceOptimizer takes parameters for the CPU
     /// until F of them are there (_get_sub_optimizer_param_groups) and steps the rest on the device
     /// first (step(): the GPU optimizer, then the CPU ones): the device's part runs the device

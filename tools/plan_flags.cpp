@@ -134,7 +134,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_flag("--overlap-p2p-comm", f.overlap_p2p_comm, "Megatron's --overlap-p2p-comm (pipeline receives waited for at use)");
     app.add_flag("--overlap-cpu-optimizer-d2h-h2d", f.overlap_cpu_optimizer,
                  "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the offloaded "
-                 "step's copies and CPU steps pipelined parameter by parameter");
+                 "step's copies and CPU steps pipelined (Megatron: parameter by parameter; modelled block by block)");
     app.add_option("--optimizer-offload-fraction", f.optimizer_offload_fraction,
                    "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the share of "
                    "each rank's optimizer stepped on the host, above 0 and at most 1 (default 1; Megatron's own default "
