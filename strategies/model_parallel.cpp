@@ -220,7 +220,10 @@ public:
         emit_dp_ = l_.folded ? l_.cp * l_.fold_width : l_.dp_cp();   // folded: the kept replicas' slots
         emit_tp_ = l_.folded_tp ? 1 : l_.tp;
         cp_ = ContextParallel(g_, l_, blocks_, plan.recompute, emit_tp_);
-        split_ = plan.schedule == Schedule::zb_h1;
+        // Zero-bubble H1 splits backward to fill pipeline bubbles; one stage has none (the command
+        // line refuses the schedule there as having no effect), so it runs as 1F1B, unsplit.
+        schedule_kind_ = plan.schedule == Schedule::zb_h1 && l_.pp == 1 ? Schedule::one_f_one_b : plan.schedule;
+        split_ = schedule_kind_ == Schedule::zb_h1;
         fsdp_ = plan.strategy == DataParallel::fsdp;   // under pipeline stages or with --cp (check_model_parallel)
         // CPU offload (plan.cpp resolve_training): zero1 under Megatron, or FSDP's under pipeline stages.
         offload_ = l_.optimizer_offload == Offload::cpu && plan.strategy == DataParallel::zero1;
@@ -230,7 +233,7 @@ public:
         // FSDP's shard groups: every data- and context-parallel slot of a stage, or with hybrid
         // sharding shard_group replicas' slots (consecutive), replicated across the groups.
         shard_slots_ = fsdp_ && plan.fsdp_sharding == FsdpSharding::hybrid ? l_.shard_group * l_.cp : l_.dp_cp();
-        schedule_ = make_schedule(plan.schedule, l_.pp, l_.microbatches,
+        schedule_ = make_schedule(schedule_kind_, l_.pp, l_.microbatches,
                                   plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
         make_chunks();
         // ddp and zero1 (Megatron's distributed optimizer) keep a gradient per parameter through
@@ -1214,6 +1217,7 @@ private:
     ContextParallel cp_;                            // context parallelism's ring attention
     StateBytes sb_{};
     bool sp_ = false, split_ = false;
+    Schedule schedule_kind_ = Schedule::one_f_one_b;   // the plan's, but 1F1B for zb-h1 on one stage
     bool fsdp_ = false;                                 // FSDP under pipeline stages (fsdp_gather) or with --cp
     bool offload_ = false;                              // Megatron's --optimizer-cpu-offload (offloaded_step)
     bool fsdp_offload_ = false;                         // FSDP's CPUOffloadPolicy (fsdp_gather, fsdp_reduce)

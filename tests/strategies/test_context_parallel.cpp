@@ -331,3 +331,27 @@ TEST_CASE("context-parallel plans that cannot run say why", "[strategies][cp]") 
         CHECK_THAT(bad_input_message([&] { build(model_preset("resnet50"), c, p); }), Contains("layer list"));
     }
 }
+
+TEST_CASE("zb-h1 on one stage runs as 1F1B: FSDP's hooks with context parallelism do not deadlock", "[strategies][cp][fsdp]") {
+    // Found by fuzz_plan: gpt-tiny, FSDP, cp 4, pp 1, zb-h1, selective recompute. Zero-bubble H1
+    // splits backward to fill pipeline bubbles; with one stage there are none (the command line
+    // refuses the schedule there), and the split weight passes deadlocked against the ring's
+    // sends queued behind FSDP's backward gathers. The library runs it as 1F1B.
+    const Model m = model_preset("gpt-tiny");
+    const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.cp = 4;
+    p.recompute = Recompute::selective;
+    p.micro_batch = 8;
+    p.global_batch = 16;
+    p.seq = 256;
+    sim::SimOptions o;
+    o.network = sim::NetworkMode::analytic;
+    p.schedule = Schedule::one_f_one_b;
+    const tools::Simulation a = tools::simulate_plan(m, c, p, o);
+    p.schedule = Schedule::zb_h1;
+    const tools::Simulation b = tools::simulate_plan(m, c, p, o);
+    CHECK(b.summary.iteration == a.summary.iteration);
+    CHECK(b.built.graph.size() == a.built.graph.size());
+}
