@@ -18,7 +18,8 @@ namespace smol::tools {
 /// flash), elements (adam), FLOPs, bytes, start_s (from the op's start), run_s, the achieved
 /// FLOP/s and bytes/s, and op_s, the op's priced duration alone (sim::kernel_schedule: before
 /// --slow, --jitter, communication slowing it, and a node's host steps sharing its DRAM). Ops
-/// without a kernel list are left out. Rows in op order, kernels in run order.
+/// without a kernel list are left out. Rows in op order, kernels in run order; a rank a folded
+/// graph mirrors shows its representative's ops (the op ids are the representative's).
 std::string kernel_table_csv(const OpGraph& graph, const topo::Cluster& cluster, const std::vector<int>& ranks);
 
 }  // namespace smol::tools

@@ -779,6 +779,28 @@ TEST_CASE("simulate --kernels lists each kernel as the simulator runs it", "[too
                             "--kernels", k.string(), "--force", "--trace-ranks", "1"});
     REQUIRE(two.code == 0);
     for (const auto& row : kernel_rows(k)) CHECK(row.at("rank") == "1");
+    // A folded plan's mirrored replica lists the kernels of the replica it mirrors.
+    const std::vector<std::string> folded{"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "8",
+                                          "--kernels", k.string(), "--force", "--trace-ranks"};
+    auto listed = [&](const std::string& rank) {
+        std::vector<std::string> a = folded;
+        a.push_back(rank);
+        REQUIRE(cli(a).code == 0);
+        std::vector<std::string> rows;
+        for (auto row : kernel_rows(k)) {
+            CHECK(row.at("rank") == rank);
+            CHECK(row.at("device") == "node0/gpu" + rank);
+            row.erase("rank");
+            row.erase("device");
+            std::string line;
+            for (const auto& [key, value] : row) line += value + ",";
+            rows.push_back(line);
+        }
+        return rows;
+    };
+    const std::vector<std::string> replica0 = listed("0"), mirror = listed("5");
+    CHECK(!replica0.empty());
+    CHECK(mirror == replica0);
     const Result same = cli(with({"--kernels", k.string(), "--trace", k.string(), "--force"}));
     CHECK(same.code == 2);
     CHECK_THAT(same.err, Catch::Contains("same file"));
