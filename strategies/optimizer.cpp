@@ -100,8 +100,10 @@ std::vector<OpId> add_optimizer_steps(OpGraph& g, const Layout& l, StepRunner ru
     const bool host = runner != StepRunner::device;
     const Stream stream = host ? Stream::host : Stream::compute;
     const std::int32_t update = g.intern_recipe(k.update);
-    // A folded data-parallel layout emits the steps of its kept replicas only (the others mirror them).
-    const std::size_t emit = std::min(ranks.size(), static_cast<std::size_t>(detail::emitted_replicas(l)));
+    // A folded data-parallel layout emits the steps of its kept replicas only (the others mirror
+    // them); with tensor parallelism a replica is tp consecutive ranks of the list, each stepping
+    // its own slice.
+    const std::size_t emit = std::min(ranks.size(), static_cast<std::size_t>(detail::emitted_replicas(l)) * static_cast<std::size_t>(l.tp));
     std::vector<OpId> last(ranks.size(), OpGraph::kNoOp);
     for (std::size_t i = 0; i < emit; ++i) {
         last[i] = g.add_kernels(ranks[i], Phase::opt, -1, -1, update, l.dtype, host, stream);

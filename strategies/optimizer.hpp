@@ -81,8 +81,10 @@ StepKernels step_kernels(const Layout& l, StepRunner runner, std::int64_t params
 /// per layer, for LAMB), on the device's compute stream or the host's (`on_host`), each after
 /// `after[i]` (kNoOp: nothing). With `sharded`, LAMB's per-layer partial norms are all-reduced
 /// over `ranks` between its stages, on `collectives` (the stream the strategy's other collectives
-/// on that communicator use). Returns each rank's last op of the step; with the layout's replicas
-/// folded (Layout::folded) only the first min(ranks.size(), emitted_replicas) get ops, the rest kNoOp.
+/// on that communicator use). `ranks` lists replicas' ranks replica by replica, a replica's tp
+/// tensor ranks together (a single rank is a list too). Returns each rank's last op of the step;
+/// with the layout's replicas folded (Layout::folded) only the first min(ranks.size(),
+/// emitted_replicas × tp) get ops, the rest kNoOp.
 std::vector<OpId> add_optimizer_steps(OpGraph& g, const Layout& l, StepRunner runner, const std::vector<int>& ranks,
                                       std::int64_t params, const std::vector<std::int64_t>& layer_params, bool sharded,
                                       const std::vector<OpId>& after, Stream collectives = Stream::comm);

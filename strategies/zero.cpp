@@ -366,23 +366,14 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         std::vector<OpId> after(replicas.size(), OpGraph::kNoOp);
         for (std::size_t d = 0; d < replicas.size(); ++d)
             if (last_rs[d] != static_cast<OpId>(-1)) after[d] = last_rs[d];
-        if (tp == 1)
-            opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1, after, comm);
-        else   // every rank steps its partition (no LAMB with tensor parallelism)
-            for (std::size_t d = 0; d < emit; ++d)
-                opt[d] = add_optimizer_steps(g, layout, StepRunner::device, {replicas[d]}, mine, layer_params(blocks, n), false,
-                                             {after[d]}, comm)
-                             .front();
+        // Every tensor rank steps its own partition (LAMB, whose norms would span the slices, is
+        // refused with tensor parallelism).
+        opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1 && tp == 1, after,
+                                  comm);
     } else {
-        if (layout.delayed_update) {
-        } else if (tp == 1) {
-            host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine, layer_params(blocks, n), n > 1,
-                                            last_out);
-        } else {   // every tensor rank's partition steps on its own (ReplicaTensorCollectives' slots)
-            for (std::size_t d = 0; d < emit; ++d)
-                host_step[d] = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, {replicas[d]}, mine, {}, false,
-                                                   {last_out[d]}).front();
-        }
+        if (!layout.delayed_update)
+            host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine, layer_params(blocks, n),
+                                            n > 1 && tp == 1, last_out);
         for (std::size_t d = 0; d < emit; ++d) {
             opt[d] = g.add_copy(replicas[d], Tier::host, Tier::device, Bytes(mine * sb.params), Phase::opt);
             g.depend(host_step[d], opt[d]);
@@ -630,13 +621,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     }
     const StepRunner runner = offload ? StepRunner::torch_cpu : StepRunner::device;
     const std::vector<OpId>& after = offload ? last_out : last_comm;
-    if (tp == 1) {
-        add_optimizer_steps(g, layout, runner, slots, shard(params, group), layer_params(blocks, group), group > 1, after);
-    } else {   // every rank steps its shard (no LAMB with tensor parallelism: resolve refuses it)
-        for (int i = 0; i < emit; ++i)
-            add_optimizer_steps(g, layout, runner, {slots[static_cast<std::size_t>(i)]}, shard(params, group), layer_params(blocks, group), false,
-                                {after[static_cast<std::size_t>(i)]});
-    }
+    // Every tensor rank steps its own shard (no LAMB with tensor parallelism: resolve refuses it).
+    add_optimizer_steps(g, layout, runner, slots, shard(params, group), layer_params(blocks, group), group > 1 && tp == 1, after);
     fold_replicas(g, layout);
     return g;
 }
@@ -887,17 +873,11 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         }
     }
     // The step, then the updated 16-bit partition where the parameters live.
-    // With tensor parallelism every rank steps its own shard (each tensor rank's partition over
-    // its replicas; LAMB, whose norms would span them, is refused there).
+    // Every tensor rank steps its own shard (each tensor rank's partition over its replicas;
+    // LAMB, whose norms would span the slices, is refused with tensor parallelism).
     auto steps = [&](StepRunner runner, std::int64_t elements, const std::vector<std::int64_t>& per_layer,
                      const std::vector<OpId>& after) {
-        if (tp == 1) return add_optimizer_steps(g, layout, runner, replicas, elements, per_layer, dp > 1, after);
-        std::vector<OpId> out(static_cast<std::size_t>(ns), OpGraph::kNoOp);
-        for (int d = 0; d < emit; ++d)
-            out[static_cast<std::size_t>(d)] = add_optimizer_steps(g, layout, runner, {replicas[static_cast<std::size_t>(d)]}, elements,
-                                                                  per_layer, false, {after[static_cast<std::size_t>(d)]})
-                                                  .front();
-        return out;
+        return add_optimizer_steps(g, layout, runner, replicas, elements, per_layer, dp > 1 && tp == 1, after);
     };
     std::vector<OpId> done;
     if (oo == Offload::none) {

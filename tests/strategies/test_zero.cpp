@@ -440,3 +440,29 @@ TEST_CASE("ZeRO-1 and ZeRO-2 + TP on DeepSpeed's engine: each tensor rank's grad
     p.framework = "megatron";
     CHECK_FALSE(sharded_with_tp(p, resolve(m, c, p)));
 }
+
+TEST_CASE("ZeRO with tensor parallelism: every tensor rank steps its own slice, one replica or many", "[strategies][zero]") {
+    // add_optimizer_steps emitted the first dp ranks of a replica-major list, so with tp 2 and one
+    // replica the second tensor rank had no optimizer step. Each rank steps its Ψ_t/dp parameters
+    // with Megatron-DeepSpeed's 58-byte mixed-precision step (DeepSpeed's FP16 optimizer).
+    const Model m = model_preset("gpt2-medium");
+    for (const int devices : {2, 4})
+        for (const DataParallel st : {DataParallel::zero1, DataParallel::zero2, DataParallel::zero3}) {
+            Plan p;
+            p.strategy = st;
+            p.tp = 2;
+            p.framework = "megatron-deepspeed";
+            p.dtype = DType::fp16;
+            const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(devices);
+            const Built b = build(m, c, p);
+            const int dp = devices / 2;
+            const std::int64_t psi_t = strategies::detail::total_params(strategies::detail::replica_blocks(m, b.layout, p));
+            INFO(to_string(st) << " on " << devices << " devices");
+            for (int r = 0; r < devices; ++r) {
+                std::int64_t bytes = 0;
+                for (const Op& op : b.graph.ops())
+                    if (op.rank == r && op.kind == OpKind::compute && op.phase == Phase::opt) bytes += op.bytes;
+                CHECK(static_cast<double>(bytes) == Approx(58.0 * static_cast<double>(psi_t) / dp).epsilon(1e-3));
+            }
+        }
+}
