@@ -74,6 +74,8 @@ const char* to_string(KernelName k) {
         case KernelName::quantize: return "quantize";
         case KernelName::powersgd_orthogonalize: return "powersgd_orthogonalize";
         case KernelName::router: return "router";
+        case KernelName::dequantize: return "dequantize";
+        case KernelName::secondary_partition: return "secondary_partition";
     }
     return "?";
 }

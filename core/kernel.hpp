@@ -61,7 +61,8 @@ enum class KernelName : std::uint8_t {
     grad_accumulate,
     // A tensor cast to FP8 for an FP8 GEMM (Transformer Engine's quantizers), with the amax
     // reduction of current scaling: quantize_kernels. Its input's gradient is the GEMM's, so it
-    // has no backward of its own.
+    // has no backward of its own. Also ZeRO++'s int8 quantization of a parameter partition before
+    // its gather (strategies/zero.cpp).
     quantize,
     // PowerSGD's Gram–Schmidt over a factor's columns (`elements` rows, `m` columns), which the
     // CPU executor runs for real (exec/cpu/compression.hpp); its other kernels are `powersgd`.
@@ -69,6 +70,10 @@ enum class KernelName : std::uint8_t {
     // An MoE layer's router (its logits over the experts) and Qwen-MoE's shared-expert gate: weight
     // GEMMs that are not an MLP's projections, adapted by LoRA's `router` target alone.
     router,
+    // ZeRO++ (strategies/zero.cpp build_zero3): qwZ's gathered int8 parameters back to the
+    // training dtype; hpZ's copy of a rank's slice of a gathered parameter into its secondary
+    // partition.
+    dequantize, secondary_partition,
 };
 
 /// FP8 training as Transformer Engine runs it (Megatron core's --fp8-format hybrid with

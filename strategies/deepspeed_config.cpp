@@ -85,6 +85,14 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         if (z.has("stage3_param_persistence_threshold"))
             c.param_persistence_threshold = elements(z, "stage3_param_persistence_threshold");
         if (z.has("sub_group_size")) c.sub_group_size = elements(z, "sub_group_size");
+        // ZeRO++ (config.py: zero_hpz_partition_size ge=0; 0 and 1 both leave it off, as
+        // partition_parameters.py:977 creates the secondary group only above 1).
+        if (z.has("zero_quantized_weights")) c.zero_quantized_weights = z.boolean("zero_quantized_weights");
+        if (z.has("zero_hpz_partition_size")) {
+            const std::int64_t n = elements(z, "zero_hpz_partition_size");
+            if (n > 1'000'000) z.fail_member("zero_hpz_partition_size", "at most 1,000,000 ranks", std::to_string(n));
+            c.zero_hpz_partition_size = static_cast<int>(std::max<std::int64_t>(n, 1));
+        }
         if (z.has("offload_optimizer")) {
             const JsonView o = z.at("offload_optimizer");
             c.offload_optimizer = device(o);
@@ -105,7 +113,8 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         report_others(z,
                       {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                        "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
-                       "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter"},
+                       "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter",
+                       "zero_quantized_weights", "zero_hpz_partition_size"},
                       c.unmodelled);
     }
     if (root.has("activation_checkpointing")) {

@@ -146,6 +146,11 @@ const std::vector<Row>& rows() {
             f.zero3_blocking_fetch = false;
             f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
             t.push_back({FrameworkName::deepspeed, {0, 6}, f});
+            // DeepSpeed v0.10 onwards: ZeRO++ (runtime/zero/config.py zero_quantized_weights,
+            // zero_hpz_partition_size; strategies/zero.cpp build_zero3).
+            f.version = "0.10";
+            f.zeropp = true;
+            t.push_back({FrameworkName::deepspeed, {0, 10}, f});
         }
         {
             // microsoft/Megatron-DeepSpeed: Megatron's model on DeepSpeed's engine, whose stage-0
@@ -161,6 +166,7 @@ const std::vector<Row>& rows() {
             f.dispatch_per_kernel = kMegatronDeepSpeedDispatch;
             // `--no-query-key-layer-scaling` (megatron/arguments.py:1129-1131 at f4157be): on by default.
             f.qk_layer_scaling = true;
+            f.zeropp = true;   // on the DeepSpeed of its time (0.10 and later)
             t.push_back({FrameworkName::megatron_deepspeed, {0}, f});
         }
         return t;

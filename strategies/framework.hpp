@@ -110,6 +110,10 @@ struct Framework {
     /// tensor, pipeline, context or expert parallelism): Megatron core's --optimizer-cpu-offload
     /// (HybridDeviceOptimizer, strategies/model_parallel.cpp), from core 0.12.
     bool optimizer_cpu_offload = false;
+    /// Has ZeRO++'s quantized weight gathers (zero_quantized_weights, qwZ) and hierarchical
+    /// secondary partition (zero_hpz_partition_size, hpZ): DeepSpeed 0.10 and later (PR #3784,
+    /// d18aa2c of 2023-06-22, first in the v0.10.0 tag).
+    bool zeropp = false;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

@@ -225,6 +225,39 @@ std::string to_string(const FineTune& f) {
 
 namespace {
 
+/// ZeRO++'s weight-side halves (--zero-quantized-weights, --zero-hpz-partition-size, or the same
+/// keys of a DeepSpeed config) where DeepSpeed runs them: ZeRO-3's parameter gathers
+/// (partition_parameters.py, partitioned_param_coordinator.py) on DeepSpeed 0.10 or later; hpZ's
+/// groups are consecutive ranks (groups._create_zero_param_parallel_group), whole groups of the
+/// data-parallel world (utils/groups.py asserts world_size % group_size == 0).
+void resolve_zeropp(const Plan& plan, const Layout& l) {
+    const bool qwz = plan.zero_quantized_weights, hpz = plan.zero_hpz_partition_size > 1;
+    if (!qwz && !hpz) return;
+    const char* flag = qwz ? "--zero-quantized-weights" : "--zero-hpz-partition-size";
+    if (plan.strategy != DataParallel::zero3)
+        fail_input(std::string(flag) + " is ZeRO++'s, which quantizes and re-partitions ZeRO-3's parameter gathers: "
+                       "--strategy zero3 (not " + to_string(plan.strategy) + ")",
+                   {"", "", flag});
+    if (!l.framework.zeropp)
+        fail_input(std::string(flag) + ": ZeRO++ is DeepSpeed 0.10 and later; " + describe(l.framework) + " does not have it",
+                   {"", "", "--framework"});
+    if (!hpz) return;
+    const int n = plan.zero_hpz_partition_size;
+    const ErrorContext at{"", "", "--zero-hpz-partition-size"};
+    if (l.tp > 1)
+        fail_input("hpZ's secondary groups are consecutive global ranks; with --tp they would mix tensor ranks of one "
+                   "replica (not modelled): leave out --zero-hpz-partition-size or --tp",
+                   at);
+    if (l.dp % n != 0)
+        fail_input("a secondary group size dividing the " + std::to_string(l.dp) + " data-parallel ranks (DeepSpeed groups "
+                       "them into whole groups of consecutive ranks)",
+                   std::to_string(n), at);
+    if (l.param_offload != Offload::none)
+        fail_input("hpZ with offloaded parameters keeps its secondary copy where they live (not modelled): leave out "
+                   "--zero-hpz-partition-size or the parameter offload",
+                   at);
+}
+
 /// FP8 linear layers (--fp8) where they run: Transformer Engine under Megatron core, a
 /// transformer's linears in a 16-bit run, on devices with FP8 tensor cores, trained in full.
 void resolve_fp8(const Model& model, const topo::Cluster& cluster, const Plan& plan, Layout& l) {
@@ -967,6 +1000,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     }
     resolve_fp8(model, cluster, plan, l);
     resolve_training(model, cluster, plan, l);
+    resolve_zeropp(plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths
     // (bad_input, --tp) and that the micro-batch's sizes stay in range (out_of_range: the
     // micro-batch and sequence make them); their count sizes the graph.
@@ -1017,7 +1051,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // each other node mirrors them.
     const bool offloaded = l.param_offload != Offload::none || l.optimizer_offload != Offload::none || l.activation_offload;
     const bool whole_nodes = !offloaded || (l.devices == l.dp && l.dp % per_node == 0 && l.dp > per_node);
-    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes &&
+    // hpZ's secondary gathers run over groups of consecutive ranks, not every member: groups of
+    // whole nodes share no links, smaller ones may (a PCIe switch), so they are not folded.
+    const bool hpz_whole_nodes = plan.zero_hpz_partition_size <= 1 || plan.zero_hpz_partition_size % per_node == 0;
+    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes && hpz_whole_nodes &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !hybrid;

@@ -153,6 +153,12 @@ struct Plan {
     /// Megatron's --optimizer-offload-fraction with its CPU offload: the share of each rank's
     /// optimizer shard stepped on the host, the rest on the device (unset: all of it).
     std::optional<double> optimizer_offload_fraction;
+    /// ZeRO++ (DeepSpeed 0.10+, zero3 only; strategies/zero.cpp build_zero3): qwZ, every
+    /// parameter gather quantized to int8 blocks with fp32 scales (zero_quantized_weights); hpZ, a
+    /// secondary partition over groups of this many consecutive ranks, which every gather after
+    /// the step's first forward uses (zero_hpz_partition_size; 1: none).
+    bool zero_quantized_weights = false;
+    int zero_hpz_partition_size = 1;
     /// From a DeepSpeed config (strategies/deepspeed_config.hpp): the framework's knobs, and its
     /// gradient_accumulation_steps (0: unset; the global batch is then dp × micro-batch × steps).
     struct FrameworkOverrides {

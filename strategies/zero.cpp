@@ -699,9 +699,24 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const Tier ptier = detail::offload_tier(po), otier = detail::offload_tier(oo);
     const bool offload = po != Offload::none || oo != Offload::none;
     const std::int64_t part = shard(params - persistent, dp), gshard = shard(params, dp);
+    // ZeRO++'s weight side (resolve_zeropp): qwZ quantizes every gather; hpZ gathers from a
+    // secondary partition over groups of `hpz` consecutive ranks once the step's first forward
+    // has made it.
+    const bool qwz = plan.zero_quantized_weights;
+    const int hpz = plan.zero_hpz_partition_size;
+    // CUDAQuantizer (partition_parameters.py): int8 values, one fp32 scale per group of at most
+    // target_group_size = 8,000 elements.
+    constexpr std::int64_t kQuantGroup = 8000;
     OpGraph g(layout.devices);
     std::vector<Passes> passes;
     ReplicaTensorCollectives tp_collectives(g, plan, ts);
+    // hpZ: where a parameter is first released in the step (after its forward, or after its
+    // backward when kept for it), _partition_param_sec copies the rank's 1/hpz slice of it into
+    // the secondary partition on the current stream, then synchronizes that stream (the
+    // "temporary fix" in partition_parameters.py) — the host issues nothing more until the copy
+    // is done. The slices live until the step drops them (invalidate_secondary_tensor).
+    std::vector<std::vector<OpId>> secondary_copy(static_cast<std::size_t>(ns), std::vector<OpId>(blocks.size(), OpGraph::kNoOp));
+    std::vector<std::vector<std::int32_t>> secondary_buf(static_cast<std::size_t>(ns), std::vector<std::int32_t>(blocks.size(), -1));
     for (int d = 0; d < emit; ++d) {
         const int r = replicas[static_cast<std::size_t>(d)];
         if (po == Offload::none) {
@@ -724,8 +739,21 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                             BufferLabel::staging, Tier::host);
         }
         if (dp > 1 || offload) alloc_state(g, r, bucket_cap, BufferLabel::bucket);   // the contiguous IPG buffer
+        std::function<void(int, const Block&, Phase)> after_pass = tp_collectives.hook(d);
+        if (hpz > 1)   // (tp = 1: resolve_zeropp)
+            after_pass = [&, d, r](int mb, const Block& b, Phase phase) {
+                const std::size_t i = static_cast<std::size_t>(b.index);
+                if (mb != 0 || elems[i] == 0 || phase != (keep_for_backward[i] ? Phase::bwd : Phase::fwd)) return;
+                const std::int64_t slice = shard(elems[i], hpz);
+                const std::int32_t buf = g.add_buffer(r, Tier::device, Bytes(slice * sb.params), BufferLabel::parameters);
+                g.add_alloc(buf, Stream::compute, b.index, mb);
+                const Kernel k = stream_kernel(KernelName::secondary_partition, KernelClass::elementwise, 2 * slice * sb.params);
+                secondary_copy[static_cast<std::size_t>(d)][i] =
+                    g.add_kernels(r, phase, b.index, mb, g.intern_recipe({&k, 1}), layout.dtype, false, Stream::compute);
+                secondary_buf[static_cast<std::size_t>(d)][i] = buf;
+            };
         passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, {}, {}, nullptr, layout.activation_offload, std::nullopt,
-                                    tp_collectives.hook(d)));
+                                    after_pass));
     }
     if (dp == 1 && !offload) {
         add_optimizer_steps(g, layout, StepRunner::device, replicas, params, layer_params(blocks, 1), false, {});
@@ -738,14 +766,54 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // Parameters are fetched when they are sharded over ranks or offloaded.
     const bool gathers = dp > 1 || po != Offload::none;
 
-    // One gather (an all-gather of `bytes` of parameters) on every replica, each after `after`
-    // (per replica; kNoOp: none) and before `before`.
+    auto on_comm = [&](int r, KernelName name, std::int64_t bytes, Phase phase, int block, int mb, OpId after) {
+        const Kernel k = stream_kernel(name, KernelClass::elementwise, bytes);
+        const OpId op = g.add_kernels(r, phase, block, mb, g.intern_recipe({&k, 1}), layout.dtype, false, Stream::comm);
+        if (after != OpGraph::kNoOp) g.depend(after, op);
+        return op;
+    };
+    // One all-gather of `bytes` per rank on every replica, over all of them or (secondary) over
+    // each rank's hpZ group; ops by slot.
+    auto gather_collective = [&](Bytes bytes, int block, int mb, Phase phase, bool secondary) {
+        if (!secondary)
+            return over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, bytes, Stream::comm, phase, block, mb, -1);
+        std::vector<OpId> by_slot(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+        for (int first = 0; first < dp && first < emit; first += hpz) {   // groups with kept members (tp = 1)
+            const std::vector<int> members(replicas.begin() + first, replicas.begin() + first + hpz);
+            const auto ops = add_replica_collective(g, layout, CollectiveKind::all_gather, members, bytes, Stream::comm, phase,
+                                                    block, mb, -1);
+            for (int i = 0; i < hpz; ++i) by_slot[static_cast<std::size_t>(first + i)] = ops[static_cast<std::size_t>(i)];
+        }
+        return by_slot;
+    };
+    // One gather of `elements` parameters on every replica, each after `after` (per replica;
+    // kNoOp: none); returns each replica's op after which they are usable. Quantized (qwZ,
+    // all_gather_coalesced with quantize=True), on the all-gather stream: the rank's partition
+    // to int8, the values and the scales all-gathered (two collectives), the wait's dequantize of
+    // everything gathered (AllGatherCoalescedHandle.wait).
     std::vector<OpId> last_comm(static_cast<std::size_t>(ns), OpGraph::kNoOp);
-    auto all_gather = [&](std::int64_t elements, int block, int mb, Phase phase, const std::vector<OpId>& after) {
-        const auto ops = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, Bytes(elements * sb.params), Stream::comm,
-                                           phase, block, mb, -1);
+    auto all_gather = [&](std::int64_t elements, int block, int mb, Phase phase, const std::vector<OpId>& after, bool secondary) {
+        const int group = secondary ? hpz : dp;
+        const std::int64_t part = shard(elements, group), scales = (part + kQuantGroup - 1) / kQuantGroup;
+        std::vector<OpId> ready = after;
+        if (qwz)
+            for (int d = 0; d < emit; ++d)
+                ready[static_cast<std::size_t>(d)] = on_comm(replicas[static_cast<std::size_t>(d)], KernelName::quantize,
+                                                             part * (sb.params + 1) + scales * 4, phase, block, mb,
+                                                             after[static_cast<std::size_t>(d)]);
+        std::vector<OpId> ops = gather_collective(Bytes(qwz ? part * group : elements * sb.params), block, mb, phase, secondary);
         for (int d = 0; d < emit; ++d)
-            if (after[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(after[static_cast<std::size_t>(d)], ops[static_cast<std::size_t>(d)]);
+            if (ready[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ready[static_cast<std::size_t>(d)], ops[static_cast<std::size_t>(d)]);
+        if (qwz) {
+            const std::vector<OpId> scale_ops = gather_collective(Bytes(scales * 4 * group), block, mb, phase, secondary);
+            for (int d = 0; d < emit; ++d) {
+                const OpId deq = on_comm(replicas[static_cast<std::size_t>(d)], KernelName::dequantize,
+                                         part * group * (1 + sb.params) + scales * group * 4, phase, block, mb,
+                                         scale_ops[static_cast<std::size_t>(d)]);
+                g.depend(ops[static_cast<std::size_t>(d)], deq);
+                ops[static_cast<std::size_t>(d)] = deq;
+            }
+        }
         return ops;
     };
     auto column = [&](const std::vector<std::vector<OpId>>& per_block_per_d, int block) {
@@ -769,8 +837,10 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         auto fetch = [&](int i, Phase phase, const std::vector<OpId>& issue_after, const std::vector<OpId>& consumer) {
             if (elems[static_cast<std::size_t>(i)] == 0 || !gathers) return;
             for (int d = 0; d < emit; ++d) {
+                // (Quantized, the int8 values arrive beside the parameters they become.)
                 const std::int32_t buf = g.add_buffer(replicas[static_cast<std::size_t>(d)], Tier::device,
-                                                      Bytes(elems[static_cast<std::size_t>(i)] * sb.params), BufferLabel::staging);
+                                                      Bytes(elems[static_cast<std::size_t>(i)] * (sb.params + (qwz ? 1 : 0))),
+                                                      BufferLabel::staging);
                 g.add_alloc(buf, Stream::comm, i, mb);
                 staging[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)] = buf;
             }
@@ -789,21 +859,34 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     if (pinned != Tier::device) step(g.add_copy(r, Tier::host, Tier::device, Bytes(mine_i * sb.params), phase, i, mb));
                 }
             }
+            // hpZ: every gather after the step's first forward reads the secondary partition
+            // (all_gather_coalesced: use_secondary_tensor once ds_secondary_tensor exists).
+            const bool secondary = hpz > 1 && (mb > 0 || phase != Phase::fwd);
             std::vector<OpId> ops = ready;
             if (dp > 1) {
                 if (fw.zero3_gather == GatherGranularity::per_tensor)
-                    for (std::int64_t e : tensors[static_cast<std::size_t>(i)]) ops = all_gather(e, i, mb, phase, ready);
+                    for (std::int64_t e : tensors[static_cast<std::size_t>(i)]) ops = all_gather(e, i, mb, phase, ready, secondary);
                 else
-                    ops = all_gather(elems[static_cast<std::size_t>(i)], i, mb, phase, ready);
+                    ops = all_gather(elems[static_cast<std::size_t>(i)], i, mb, phase, ready, secondary);
             }
             for (int d = 0; d < emit; ++d)
                 if (ops[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ops[static_cast<std::size_t>(d)], consumer[static_cast<std::size_t>(d)]);
         };
-        auto release = [&](int i, const std::vector<OpId>& after) {
+        // What the host has issued once block i's pass of `phase` is done: the pass, or in the
+        // step's first micro-batch the secondary copy after it that it waits for (hpZ).
+        auto synced = [&](std::vector<OpId> done, int i, Phase phase) {
+            if (mb == 0 && i >= 0 && i < nb && phase == (keep_for_backward[static_cast<std::size_t>(i)] ? Phase::bwd : Phase::fwd))
+                for (int d = 0; d < emit; ++d)
+                    if (const OpId c = secondary_copy[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)]; c != OpGraph::kNoOp)
+                        done[static_cast<std::size_t>(d)] = c;
+            return done;
+        };
+        auto release = [&](int i, const std::vector<OpId>& after, Phase phase) {
             if (elems[static_cast<std::size_t>(i)] == 0 || !gathers) return;
+            const std::vector<OpId> done = synced(after, i, phase);
             for (int d = 0; d < emit; ++d) {
                 const OpId f = g.add_free(staging[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], Stream::comm, i, mb);
-                g.depend(after[static_cast<std::size_t>(d)], f);
+                g.depend(done[static_cast<std::size_t>(d)], f);
             }
         };
         // Which hook issues each block's fetch: its own pre-hook when blocking (v0.5: fetched
@@ -828,8 +911,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         for (std::size_t p = 0; p < fwd_order.size(); ++p) issued_at[issue_point(fwd_order, p)].push_back(fwd_order[p]);
         for (int i = 0; i < nb; ++i) {
             // The hook before block i runs once block i − 1 is computed.
-            for (int j : issued_at[static_cast<std::size_t>(i)]) fetch(j, Phase::fwd, column(fwd, i - 1), column(fwd, j));
-            if (!keep_for_backward[static_cast<std::size_t>(i)]) release(i, column(fwd, i));
+            for (int j : issued_at[static_cast<std::size_t>(i)]) fetch(j, Phase::fwd, synced(column(fwd, i - 1), i - 1, Phase::fwd), column(fwd, j));
+            if (!keep_for_backward[static_cast<std::size_t>(i)]) release(i, column(fwd, i), Phase::fwd);
         }
         // Backward: blocks released after forward are fetched again before their recompute or
         // backward; the others were kept.
@@ -841,8 +924,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             bwd_issue[static_cast<std::size_t>(bwd_order[issue_point(bwd_order, p)])].push_back(bwd_order[p]);
         std::size_t next_bucket = 0;
         for (int i = nb - 1; i >= 0; --i) {
-            for (int j : bwd_issue[static_cast<std::size_t>(i)]) fetch(j, Phase::bwd, column(bwd, i + 1), column(first, j));
-            release(i, column(bwd, i));
+            for (int j : bwd_issue[static_cast<std::size_t>(i)]) fetch(j, Phase::bwd, synced(column(bwd, i + 1), i + 1, Phase::bwd), column(first, j));
+            release(i, column(bwd, i), Phase::bwd);
             while (next_bucket < buckets.size() && buckets[next_bucket].ready_after_block == i) {
                 std::vector<OpId> reduced = column(bwd, i);
                 if (dp > 1) {
@@ -918,6 +1001,9 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         // The partitioned tensors go where they live; the persistent ones are on the device.
         write(ptier, part);
         write(Tier::device, persistent);
+        // hpZ: the step drops the secondary slices (stage3.py _post_step).
+        for (const std::int32_t buf : secondary_buf[static_cast<std::size_t>(d)])
+            if (buf >= 0) g.depend(done[static_cast<std::size_t>(d)], g.add_free(buf, Stream::compute, -1, -1));
     }
     fold_replicas(g, layout);
     return g;

@@ -135,6 +135,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_flag("--overlap-cpu-optimizer-d2h-h2d", f.overlap_cpu_optimizer,
                  "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the offloaded "
                  "step's copies and CPU steps pipelined (Megatron: parameter by parameter; modelled block by block)");
+    app.add_flag("--zero-quantized-weights", f.zero_quantized_weights,
+                 "ZeRO++'s qwZ with zero3 (DeepSpeed 0.10+): every parameter gather quantized to int8 blocks with fp32 "
+                 "scales, dequantized on arrival");
+    app.add_option("--zero-hpz-partition-size", f.zero_hpz_partition_size,
+                   "ZeRO++'s hpZ with zero3 (DeepSpeed 0.10+): a secondary copy of the parameters partitioned over groups "
+                   "of N consecutive ranks (a node's GPUs), which every gather after the step's first forward uses");
     app.add_option("--optimizer-offload-fraction", f.optimizer_offload_fraction,
                    "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the share of "
                    "each rank's optimizer stepped on the host, above 0 and at most 1 (default 1; Megatron's own default "
@@ -357,6 +363,17 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
             conflict("--optimizer", "optimizer.type", strategies::to_string(p.optimizer), strategies::to_string(*c.optimizer));
         p.optimizer = *c.optimizer;
     }
+    if (c.zero_quantized_weights) {
+        if (given(f, "--zero-quantized-weights") && !*c.zero_quantized_weights)
+            conflict("--zero-quantized-weights", "zero_optimization.zero_quantized_weights", "(on)", "false");
+        p.zero_quantized_weights = *c.zero_quantized_weights;
+    }
+    if (c.zero_hpz_partition_size) {
+        if (given(f, "--zero-hpz-partition-size") && p.zero_hpz_partition_size != *c.zero_hpz_partition_size)
+            conflict("--zero-hpz-partition-size", "zero_optimization.zero_hpz_partition_size",
+                     std::to_string(p.zero_hpz_partition_size), std::to_string(*c.zero_hpz_partition_size));
+        p.zero_hpz_partition_size = *c.zero_hpz_partition_size;
+    }
     auto& o = p.framework_overrides;
     o.overlap_comm = c.overlap_comm;
     o.reduce_bucket = c.reduce_bucket_size;
@@ -429,6 +446,9 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.overlap_p2p_comm = f.overlap_p2p_comm;
     p.overlap_cpu_optimizer_d2h_h2d = f.overlap_cpu_optimizer;
     p.optimizer_offload_fraction = f.optimizer_offload_fraction;
+    p.zero_quantized_weights = f.zero_quantized_weights;
+    check_at_least(f.zero_hpz_partition_size, 1, "--zero-hpz-partition-size", "leave it out for no secondary partition");
+    p.zero_hpz_partition_size = f.zero_hpz_partition_size.value_or(1);
     p.ps_servers = f.ps_servers;
     p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
     p.staleness = f.staleness;

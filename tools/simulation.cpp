@@ -158,6 +158,14 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.folded_tp = l.folded_tp;
     info.fold_width = l.fold_width;
     info.notes = speed_notes(model, cluster, built.layout, plan);
+    if (plan.zero_quantized_weights || plan.zero_hpz_partition_size > 1) {
+        std::string z = "ZeRO++:";
+        if (plan.zero_quantized_weights) z += " parameter gathers in int8 with fp32 scales (qwZ)";
+        if (plan.zero_hpz_partition_size > 1)
+            z += std::string(plan.zero_quantized_weights ? ";" : "") + " a secondary partition over groups of " +
+                 std::to_string(plan.zero_hpz_partition_size) + " ranks, gathered from after the step's first forward (hpZ)";
+        info.notes.push_back(z);
+    }
     if (const Time d = built.layout.framework.dispatch_per_kernel; d > Time::zero())
         info.notes.push_back("host dispatch " + to_string(d) + " per GPU kernel before the driver's launch (" +
                              (plan.framework_overrides.dispatch_per_kernel ? std::string("--dispatch-overhead")

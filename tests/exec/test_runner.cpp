@@ -239,6 +239,14 @@ TEST_CASE("exec runs Megatron's zero1 with expert parallelism, trained in full a
 }
 TEST_CASE("exec runs zero2", "[exec][mpi][plan-zero2]") { run_and_check(data_parallel(DataParallel::zero2)); }
 TEST_CASE("exec runs zero3", "[exec][mpi][plan-zero3]") { run_and_check(data_parallel(DataParallel::zero3)); }
+TEST_CASE("exec runs zero3 with ZeRO++: quantized gathers, hpZ's groups of two and their secondary copies",
+          "[exec][mpi][plan-zero3]") {
+    strategies::Plan p = data_parallel(DataParallel::zero3);
+    p.zero_quantized_weights = true;
+    p.zero_hpz_partition_size = 2;
+    p.global_batch = 2 * test::session().size();   // two micro-batches: the second gathers in the groups
+    run_and_check(p);
+}
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }
 TEST_CASE("exec runs fsdp under no_sync: gradients held through two micro-batches, reduced after the last",
           "[exec][mpi][plan-fsdp]") {

@@ -462,6 +462,38 @@ TEST_CASE("a DeepSpeed config sets the plan, reports unmodelled keys and refuses
     CHECK_THAT(quiet.err, !Catch::Contains("reduce_bucket_size"));
 }
 
+TEST_CASE("ZeRO++ from a DeepSpeed config or flags: said in the header, contradictions refused", "[tools][cli][deepspeed][zeropp]") {
+    TempFile cfg("ds_config_zeropp.json", R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true,
+        "zero_hpz_partition_size": 8}})");
+    const std::vector<std::string> base{"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "2"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), extra.begin(), extra.end());
+        return cli(args);
+    };
+    const Result from_file = with({"--deepspeed-config", cfg.path.string()});
+    REQUIRE(from_file.code == 0);
+    CHECK_THAT(from_file.out, Catch::Contains("as deepspeed@0.10") && Catch::Contains("(qwZ)") &&
+                                  Catch::Contains("groups of 8 ranks"));
+    const Result from_flags = with({"--strategy", "zero3", "--zero-quantized-weights", "--zero-hpz-partition-size", "8"});
+    REQUIRE(from_flags.code == 0);
+    // The same plan, the same figures (all but the line timing the simulator itself).
+    auto figures = [](const std::string& out) {
+        std::istringstream in(out);
+        std::string line, kept;
+        while (std::getline(in, line))
+            if (line.find("events in") == std::string::npos) kept += line + "\n";
+        return kept;
+    };
+    CHECK(figures(from_flags.out) == figures(from_file.out));
+    const Result contradicts = with({"--deepspeed-config", cfg.path.string(), "--zero-hpz-partition-size", "4"});
+    CHECK(contradicts.code == 2);
+    CHECK_THAT(contradicts.err, Catch::Contains("--zero-hpz-partition-size 4 contradicts"));
+    const Result zero = with({"--strategy", "zero3", "--zero-hpz-partition-size", "0"});
+    CHECK(zero.code == 2);
+    CHECK_THAT(zero.err, Catch::Contains("--zero-hpz-partition-size"));
+}
+
 TEST_CASE("run, validate and calibrate say how to start them, or that MPI was not built in", "[tools][cli]") {
     for (const char* command : {"run", "validate"}) {
         INFO(command);
