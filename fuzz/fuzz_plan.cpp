@@ -126,8 +126,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // Megatron's CPU offload knobs (exhausted input: off and unset).
         p.overlap_cpu_optimizer_d2h_h2d = in.ConsumeBool();
         if (in.ConsumeBool()) p.optimizer_offload_fraction = in.ConsumeFloatingPointInRange<double>(-0.5, 1.5);
-        // ZeRO++'s qwZ and hpZ (exhausted input: off).
+        // ZeRO++'s qwZ, qgZ and hpZ (exhausted input: off).
         p.zero_quantized_weights = in.ConsumeBool();
+        p.zero_quantized_gradients = in.ConsumeBool();
         p.zero_hpz_partition_size = in.ConsumeIntegralInRange(1, 9);
 
         const Layout l = resolve(model, cluster, p);

@@ -88,6 +88,7 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         // ZeRO++ (config.py: zero_hpz_partition_size ge=0; 0 and 1 both leave it off, as
         // partition_parameters.py:977 creates the secondary group only above 1).
         if (z.has("zero_quantized_weights")) c.zero_quantized_weights = z.boolean("zero_quantized_weights");
+        if (z.has("zero_quantized_gradients")) c.zero_quantized_gradients = z.boolean("zero_quantized_gradients");
         if (z.has("zero_hpz_partition_size")) {
             const std::int64_t n = elements(z, "zero_hpz_partition_size");
             if (n > 1'000'000) z.fail_member("zero_hpz_partition_size", "at most 1,000,000 ranks", std::to_string(n));
@@ -114,7 +115,7 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
                       {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                        "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
                        "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter",
-                       "zero_quantized_weights", "zero_hpz_partition_size"},
+                       "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"},
                       c.unmodelled);
     }
     if (root.has("activation_checkpointing")) {

@@ -32,6 +32,7 @@ struct DeepSpeedConfig {
     std::optional<std::int64_t> param_buffer_size;       // offload_param.buffer_size (elements)
     std::optional<bool> zero_quantized_weights;          // zero_optimization.zero_quantized_weights (ZeRO++ qwZ)
     std::optional<int> zero_hpz_partition_size;          // zero_optimization.zero_hpz_partition_size (ZeRO++ hpZ)
+    std::optional<bool> zero_quantized_gradients;        // zero_optimization.zero_quantized_gradients (ZeRO++ qgZ)
     std::optional<bool> cpu_checkpointing;               // activation_checkpointing.cpu_checkpointing
     std::optional<Optimizer> optimizer;                  // optimizer.type: Adam, AdamW, FusedAdam → adam; Lamb → lamb
     std::optional<std::int64_t> train_batch_size;

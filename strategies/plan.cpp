@@ -225,22 +225,47 @@ std::string to_string(const FineTune& f) {
 
 namespace {
 
-/// ZeRO++'s weight-side halves (--zero-quantized-weights, --zero-hpz-partition-size, or the same
-/// keys of a DeepSpeed config) where DeepSpeed runs them: ZeRO-3's parameter gathers
-/// (partition_parameters.py, partitioned_param_coordinator.py) on DeepSpeed 0.10 or later; hpZ's
+/// ZeRO++ (--zero-quantized-weights, --zero-hpz-partition-size, --zero-quantized-gradients, or the
+/// same keys of a DeepSpeed config) where DeepSpeed runs it: ZeRO-3's parameter gathers
+/// (partition_parameters.py, partitioned_param_coordinator.py) and gradient reduction (stage3.py)
+/// on DeepSpeed 0.10 or later; hpZ's
 /// groups are consecutive ranks (groups._create_zero_param_parallel_group), whole groups of the
 /// data-parallel world (utils/groups.py asserts world_size % group_size == 0).
-void resolve_zeropp(const Plan& plan, const Layout& l) {
-    const bool qwz = plan.zero_quantized_weights, hpz = plan.zero_hpz_partition_size > 1;
-    if (!qwz && !hpz) return;
-    const char* flag = qwz ? "--zero-quantized-weights" : "--zero-hpz-partition-size";
+void resolve_zeropp(const topo::Cluster& cluster, const Plan& plan, Layout& l) {
+    const bool qwz = plan.zero_quantized_weights, hpz = plan.zero_hpz_partition_size > 1, qgz = plan.zero_quantized_gradients;
+    if (!qwz && !hpz && !qgz) return;
+    const char* flag = qwz ? "--zero-quantized-weights" : hpz ? "--zero-hpz-partition-size" : "--zero-quantized-gradients";
     if (plan.strategy != DataParallel::zero3)
-        fail_input(std::string(flag) + " is ZeRO++'s, which quantizes and re-partitions ZeRO-3's parameter gathers: "
+        fail_input(std::string(flag) + " is ZeRO++'s, which reworks ZeRO-3's parameter gathers and gradient reduction: "
                        "--strategy zero3 (not " + to_string(plan.strategy) + ")",
                    {"", "", flag});
     if (!l.framework.zeropp)
         fail_input(std::string(flag) + ": ZeRO++ is DeepSpeed 0.10 and later; " + describe(l.framework) + " does not have it",
                    {"", "", "--framework"});
+    if (qwz || qgz)
+        for (const topo::NodeGroup& g : cluster.groups)
+            if (g.device.is_cpu)
+                fail_input("ZeRO++'s quantizers are CUDA kernels (DeepSpeed's QuantizerBuilder op); the " + g.device.name +
+                               " devices of group '" + g.name + "' are CPUs",
+                           {"", "", qwz ? "--zero-quantized-weights" : "--zero-quantized-gradients"});
+    if (qgz) {
+        // stage3.py __avg_scatter_grads takes all_to_all_quant_reduce when the world spans more
+        // than one node of device_count() ranks (world // device_count > 1), else
+        // reduce_scatter_coalesced; groups.py _get_local_all_to_all_group's groups are global
+        // ranks, by node (every node the same size; a zero3 world is every device).
+        const ErrorContext at{"", "", "--zero-quantized-gradients"};
+        if (l.tp > 1)
+            fail_input("qgZ's all-to-all groups are global ranks (a node's, and one rank of each node); with --tp they "
+                       "would mix tensor ranks (not modelled): leave out --zero-quantized-gradients or --tp",
+                       at);
+        const int per_node = cluster.groups.front().devices_per_node;
+        for (const topo::NodeGroup& g : cluster.groups)
+            if (g.devices_per_node != per_node)
+                fail_input("qgZ groups ranks by node (DeepSpeed's device_count()): every node the same size, not " +
+                               std::to_string(per_node) + " and " + std::to_string(g.devices_per_node) + " devices",
+                           at);
+        if (l.dp / per_node > 1) l.qgz_node_ranks = per_node;
+    }
     if (!hpz) return;
     const int n = plan.zero_hpz_partition_size;
     const ErrorContext at{"", "", "--zero-hpz-partition-size"};
@@ -1000,7 +1025,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     }
     resolve_fp8(model, cluster, plan, l);
     resolve_training(model, cluster, plan, l);
-    resolve_zeropp(plan, l);
+    resolve_zeropp(cluster, plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths
     // (bad_input, --tp) and that the micro-batch's sizes stay in range (out_of_range: the
     // micro-batch and sequence make them); their count sizes the graph.
@@ -1053,7 +1078,9 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     const bool whole_nodes = !offloaded || (l.devices == l.dp && l.dp % per_node == 0 && l.dp > per_node);
     // hpZ's secondary gathers run over groups of consecutive ranks, not every member: groups of
     // whole nodes share no links, smaller ones may (a PCIe switch), so they are not folded.
-    const bool hpz_whole_nodes = plan.zero_hpz_partition_size <= 1 || plan.zero_hpz_partition_size % per_node == 0;
+    // qgZ's across-node groups (one rank of each node) may share a node's NICs: not folded either.
+    const bool hpz_whole_nodes =
+        (plan.zero_hpz_partition_size <= 1 || plan.zero_hpz_partition_size % per_node == 0) && l.qgz_node_ranks == 0;
     const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes && hpz_whole_nodes &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations

@@ -159,6 +159,9 @@ struct Plan {
     /// the step's first forward uses (zero_hpz_partition_size; 1: none).
     bool zero_quantized_weights = false;
     int zero_hpz_partition_size = 1;
+    /// ZeRO++'s qgZ (zero_quantized_gradients): each gradient tensor reduced by int4 all-to-alls,
+    /// inside each node then across nodes (Layout::qgz_node_ranks).
+    bool zero_quantized_gradients = false;
     /// From a DeepSpeed config (strategies/deepspeed_config.hpp): the framework's knobs, and its
     /// gradient_accumulation_steps (0: unset; the global batch is then dp × micro-batch × steps).
     struct FrameworkOverrides {
@@ -200,6 +203,9 @@ struct Layout {
     DType dtype = DType::bf16;
     int servers = 0;                  // dedicated parameter servers: ranks dp·tp·pp … devices − 1
     int shard_group = 0;              // FSDP hybrid: ranks per shard group (consecutive ranks)
+    /// ZeRO++'s qgZ where it runs (more than one node): the ranks of a node, DeepSpeed's
+    /// device_count(); 0: gradients reduce-scattered.
+    int qgz_node_ranks = 0;
     /// FSDP: bytes per gradient element of its reduce-scatters (and all-reduces) and of the
     /// unsharded gradients they reduce (Plan::fsdp_reduce_dtype).
     int fsdp_reduce_bytes = 2;

@@ -1,6 +1,7 @@
 #include "strategies/zero.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -667,12 +668,13 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // What each block gathers: its partitioned tensors (at least param_persistence_threshold
     // elements); smaller ones persist whole on every rank.
     std::vector<std::vector<std::int64_t>> tensors(blocks.size());
-    std::vector<std::int64_t> elems(blocks.size(), 0);
+    std::vector<std::int64_t> elems(blocks.size(), 0), kept_whole(blocks.size(), 0);
     std::int64_t persistent = 0;
     for (const Block& b : blocks) {
         std::int64_t keep = 0;
         tensors[static_cast<std::size_t>(b.index)] = partitioned_tensors(b, fw.param_persistence_threshold, &keep);
         for (std::int64_t e : tensors[static_cast<std::size_t>(b.index)]) elems[static_cast<std::size_t>(b.index)] += e;
+        kept_whole[static_cast<std::size_t>(b.index)] = keep;
         persistent += keep;
     }
     // Released after forward unless reused soon: DeepSpeed keeps a parameter gathered when fewer
@@ -822,6 +824,91 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         for (int d = 0; d < emit; ++d) out[static_cast<std::size_t>(d)] = per_block_per_d[static_cast<std::size_t>(d)][static_cast<std::size_t>(block)];
         return out;
     };
+    // qgZ (resolve_zeropp; layout.qgz_node_ranks > 0 beyond one node): each bucket's gradients
+    // reduced tensor by tensor (stage3.py __avg_scatter_grads → coalesced_collectives.py
+    // all_to_all_quant_reduce). Each tensor's gradient goes with the bucket holding its last
+    // element; a block's tensors under the persistence threshold (norms, biases: 1-D) go as one.
+    struct Grad {
+        std::int64_t elements;
+        bool matrix;   // 2-D: quantized when it splits into 2·world pieces
+    };
+    std::vector<std::vector<Grad>> bucket_grads(buckets.size());
+    if (layout.qgz_node_ranks > 0) {
+        std::vector<std::int64_t> ends;
+        std::int64_t end = 0;
+        for (const Bucket& k : buckets) ends.push_back(end += k.bytes.count());
+        std::int64_t at = 0;
+        std::size_t k = 0;
+        auto place = [&](std::int64_t e, bool matrix) {
+            if (e <= 0) return;
+            at += e * sb.grads;
+            while (k + 1 < ends.size() && ends[k] < at) ++k;
+            bucket_grads[k].push_back({e, matrix});
+        };
+        for (int i = nb - 1; i >= 0; --i) {
+            const std::vector<std::int64_t>& ts_i = tensors[static_cast<std::size_t>(i)];
+            for (auto t = ts_i.rbegin(); t != ts_i.rend(); ++t) place(*t, true);
+            place(kept_whole[static_cast<std::size_t>(i)], false);
+        }
+    }
+    // One bucket's reduction as qgZ runs it on every replica after `after`, on the reduction's
+    // stream: a 1-D gradient, or one that does not split into 2·world pieces, reduce-scattered
+    // alone (reduce_scatter_coalesced([tensor])); a matrix of e elements, with W ranks, L a node's,
+    // N = W / L nodes and S = max(its rows, its columns, W) fp32 scales (taken as max(√e, W)):
+    // swizzle_quant to int4 (read e 16-bit values, write e/2 bytes and the scales); all-to-alls
+    // of the values and of the scales inside the node (local_{node}); quantized_reduction (read
+    // them, write the node's sum of e/L elements in int4, S/L scales); all-to-alls across nodes
+    // among the ranks of its local index (global_{index}); dequantize to e/L 16-bit values, then
+    // the sum of the N nodes' chunks over N (e/W values). Returns each replica's last op.
+    auto qgz_reduce = [&](std::size_t k, int mb, std::vector<OpId> last) {
+        const int world = dp, local = layout.qgz_node_ranks, nodes = dp / local;
+        auto chain = [&](const std::vector<OpId>& ops) {
+            for (int d = 0; d < emit; ++d) {
+                const std::size_t u = static_cast<std::size_t>(d);
+                if (ops[u] == OpGraph::kNoOp) continue;
+                if (last[u] != OpGraph::kNoOp) g.depend(last[u], ops[u]);
+                last[u] = ops[u];
+            }
+        };
+        auto kernel = [&](KernelName name, std::int64_t bytes) {
+            std::vector<OpId> ops(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+            for (int d = 0; d < emit; ++d) ops[static_cast<std::size_t>(d)] = on_comm(replicas[static_cast<std::size_t>(d)], name, bytes, Phase::comm, -1, mb, OpGraph::kNoOp);
+            chain(ops);
+        };
+        // All-to-alls over groups of `size` ranks `stride` apart starting at each of `starts`.
+        auto all_to_all = [&](std::int64_t bytes, int size, int stride, int count, int step) {
+            std::vector<OpId> ops(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+            for (int q = 0; q < count; ++q) {
+                std::vector<int> members;
+                for (int m = 0; m < size; ++m) members.push_back(replicas[static_cast<std::size_t>(q * step + m * stride)]);
+                const auto got = add_replica_collective(g, layout, CollectiveKind::all_to_all, members, Bytes(std::max<std::int64_t>(bytes, 1)),
+                                                        Stream::comm, Phase::comm, -1, mb, static_cast<int>(k));
+                for (int m = 0; m < size; ++m) ops[static_cast<std::size_t>(q * step + m * stride)] = got[static_cast<std::size_t>(m)];
+            }
+            chain(ops);
+        };
+        for (const Grad& t : bucket_grads[k]) {
+            const std::int64_t e = t.elements;
+            if (!t.matrix || e % (2 * world) != 0) {
+                chain(over_tensor_ranks(g, layout, ts, CollectiveKind::reduce_scatter, Bytes(e * sb.grads), Stream::comm, Phase::comm,
+                                        -1, mb, static_cast<int>(k)));
+                continue;
+            }
+            const std::int64_t scales = std::max<std::int64_t>(world, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(e))))),
+                               node_scales = scales / local;
+            kernel(KernelName::quantize, e * sb.grads + e / 2 + scales * 4);
+            if (local > 1) {   // inside each node (a node of one device sends nothing)
+                all_to_all(e / 2, local, 1, nodes, local);
+                all_to_all(scales * 4, local, 1, nodes, local);
+            }
+            kernel(KernelName::quantize, e / 2 + scales * 4 + e / (2 * local) + node_scales * 4);
+            all_to_all(e / (2 * local), nodes, local, local, 1);   // across nodes, one rank of each
+            all_to_all(node_scales * 4, nodes, local, local, 1);
+            kernel(KernelName::dequantize,
+                   e / (2 * local) + node_scales * 4 + 2 * (e / local) * sb.grads + 2 * (e / world) * sb.grads);
+        }
+        return last;
+    };
     std::vector<std::vector<std::int32_t>> staging(static_cast<std::size_t>(ns), std::vector<std::int32_t>(blocks.size(), -1));
 
     for (int mb = 0; mb < mbs; ++mb) {
@@ -928,7 +1015,10 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             release(i, column(bwd, i), Phase::bwd);
             while (next_bucket < buckets.size() && buckets[next_bucket].ready_after_block == i) {
                 std::vector<OpId> reduced = column(bwd, i);
-                if (dp > 1) {
+                if (dp > 1 && layout.qgz_node_ranks > 0) {
+                    reduced = qgz_reduce(next_bucket, mb, column(bwd, i));
+                    for (int d = 0; d < emit; ++d) last_comm[static_cast<std::size_t>(d)] = reduced[static_cast<std::size_t>(d)];
+                } else if (dp > 1) {
                     reduced = over_tensor_ranks(g, layout, ts, CollectiveKind::reduce_scatter, buckets[next_bucket].bytes, Stream::comm,
                                                 Phase::comm, -1, mb, static_cast<int>(next_bucket));
                     // (Without overlap_comm DeepSpeed reduces on the compute stream; its all-gathers

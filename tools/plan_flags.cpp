@@ -138,6 +138,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_flag("--zero-quantized-weights", f.zero_quantized_weights,
                  "ZeRO++'s qwZ with zero3 (DeepSpeed 0.10+): every parameter gather quantized to int8 blocks with fp32 "
                  "scales, dequantized on arrival");
+    app.add_flag("--zero-quantized-gradients", f.zero_quantized_gradients,
+                 "ZeRO++'s qgZ with zero3 (DeepSpeed 0.10+) on more than one node: each gradient tensor reduced by int4 "
+                 "all-to-alls, inside each node then across nodes, instead of the reduce-scatter");
     app.add_option("--zero-hpz-partition-size", f.zero_hpz_partition_size,
                    "ZeRO++'s hpZ with zero3 (DeepSpeed 0.10+): a secondary copy of the parameters partitioned over groups "
                    "of N consecutive ranks (a node's GPUs), which every gather after the step's first forward uses");
@@ -368,6 +371,11 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
             conflict("--zero-quantized-weights", "zero_optimization.zero_quantized_weights", "(on)", "false");
         p.zero_quantized_weights = *c.zero_quantized_weights;
     }
+    if (c.zero_quantized_gradients) {
+        if (given(f, "--zero-quantized-gradients") && !*c.zero_quantized_gradients)
+            conflict("--zero-quantized-gradients", "zero_optimization.zero_quantized_gradients", "(on)", "false");
+        p.zero_quantized_gradients = *c.zero_quantized_gradients;
+    }
     if (c.zero_hpz_partition_size) {
         if (given(f, "--zero-hpz-partition-size") && p.zero_hpz_partition_size != *c.zero_hpz_partition_size)
             conflict("--zero-hpz-partition-size", "zero_optimization.zero_hpz_partition_size",
@@ -447,6 +455,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.overlap_cpu_optimizer_d2h_h2d = f.overlap_cpu_optimizer;
     p.optimizer_offload_fraction = f.optimizer_offload_fraction;
     p.zero_quantized_weights = f.zero_quantized_weights;
+    p.zero_quantized_gradients = f.zero_quantized_gradients;
     check_at_least(f.zero_hpz_partition_size, 1, "--zero-hpz-partition-size", "leave it out for no secondary partition");
     p.zero_hpz_partition_size = f.zero_hpz_partition_size.value_or(1);
     p.ps_servers = f.ps_servers;

@@ -158,12 +158,19 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.folded_tp = l.folded_tp;
     info.fold_width = l.fold_width;
     info.notes = speed_notes(model, cluster, built.layout, plan);
-    if (plan.zero_quantized_weights || plan.zero_hpz_partition_size > 1) {
-        std::string z = "ZeRO++:";
-        if (plan.zero_quantized_weights) z += " parameter gathers in int8 with fp32 scales (qwZ)";
+    if (plan.zero_quantized_weights || plan.zero_hpz_partition_size > 1 || plan.zero_quantized_gradients) {
+        std::vector<std::string> parts;
+        if (plan.zero_quantized_weights) parts.push_back("parameter gathers in int8 with fp32 scales (qwZ)");
         if (plan.zero_hpz_partition_size > 1)
-            z += std::string(plan.zero_quantized_weights ? ";" : "") + " a secondary partition over groups of " +
-                 std::to_string(plan.zero_hpz_partition_size) + " ranks, gathered from after the step's first forward (hpZ)";
+            parts.push_back("a secondary partition over groups of " + std::to_string(plan.zero_hpz_partition_size) +
+                            " ranks, gathered from after the step's first forward (hpZ)");
+        if (plan.zero_quantized_gradients)
+            parts.push_back(l.qgz_node_ranks > 0 ? "gradients reduced by int4 all-to-alls inside each node of " +
+                                                       std::to_string(l.qgz_node_ranks) + ", then across nodes (qgZ)"
+                                                 : "qgZ asked for, but one node: gradients reduce-scattered, as DeepSpeed "
+                                                   "does below two nodes");
+        std::string z = "ZeRO++:";
+        for (std::size_t i = 0; i < parts.size(); ++i) z += (i ? "; " : " ") + parts[i];
         info.notes.push_back(z);
     }
     if (const Time d = built.layout.framework.dispatch_per_kernel; d > Time::zero())

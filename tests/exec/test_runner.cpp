@@ -241,11 +241,34 @@ TEST_CASE("exec runs zero2", "[exec][mpi][plan-zero2]") { run_and_check(data_par
 TEST_CASE("exec runs zero3", "[exec][mpi][plan-zero3]") { run_and_check(data_parallel(DataParallel::zero3)); }
 TEST_CASE("exec runs zero3 with ZeRO++: quantized gathers, hpZ's groups of two and their secondary copies",
           "[exec][mpi][plan-zero3]") {
+    // Built for GPUs (DeepSpeed's quantizers are CUDA kernels), run by the CPU executor.
     strategies::Plan p = data_parallel(DataParallel::zero3);
     p.zero_quantized_weights = true;
     p.zero_hpz_partition_size = 2;
+    p.fold = false;
+    p.seq = 128;
+    p.dtype = DType::fp32;   // what the CPU executor computes in
     p.global_batch = 2 * test::session().size();   // two micro-batches: the second gathers in the groups
-    run_and_check(p);
+    const strategies::Built built =
+        strategies::build(tiny(), topo::cluster_preset("jetson-agx-orin").with_nodes(test::session().size()), p);
+    run_and_check(built.graph, topo::localhost_cluster());
+}
+TEST_CASE("exec runs zero3 with ZeRO++'s quantized gradients: the all-to-alls across one-GPU nodes",
+          "[exec][mpi][plan-zero3]") {
+    // Built for GPUs as above.
+    strategies::Plan p = data_parallel(DataParallel::zero3);
+    p.zero_quantized_gradients = true;
+    p.fold = false;
+    p.seq = 128;
+    p.dtype = DType::fp32;
+    const int ranks = test::session().size();
+    const topo::Cluster boards = topo::cluster_preset("jetson-agx-orin").with_nodes(ranks);
+    const strategies::Built built = strategies::build(tiny(), boards, p);
+    REQUIRE(built.layout.qgz_node_ranks == 1);
+    std::size_t all_to_all = 0;
+    for (const Collective& c : built.graph.collectives()) all_to_all += c.kind == CollectiveKind::all_to_all;
+    CHECK(all_to_all > 0);
+    run_and_check(built.graph, topo::localhost_cluster());
 }
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }
 TEST_CASE("exec runs fsdp under no_sync: gradients held through two micro-batches, reduced after the last",

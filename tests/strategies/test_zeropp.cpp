@@ -19,13 +19,14 @@ using namespace smol::strategies;
 
 namespace {
 
-/// gpt2-medium under ZeRO-3 with every block fetched again for backward (the paper's 3M).
-Plan zero3(bool qwz, int hpz) {
+/// ZeRO-3 with every block fetched again for backward (the paper's 3M), and ZeRO++'s parts.
+Plan zero3(bool qwz, int hpz, bool qgz = false) {
     Plan p;
     p.strategy = DataParallel::zero3;
     p.framework_overrides.max_reuse_distance = 0;
     p.zero_quantized_weights = qwz;
     p.zero_hpz_partition_size = hpz;
+    p.zero_quantized_gradients = qgz;
     return p;
 }
 
@@ -88,6 +89,62 @@ TEST_CASE("ZeRO++ on 2 nodes: qwZ and hpZ cut the bytes that leave the nodes as 
     CHECK(qwz / plain == Approx(2.0 / 3).epsilon(0.05));
     CHECK(hpz / plain == Approx(2.0 / 3).epsilon(0.05));
     CHECK(both / plain == Approx(1.0 / 2).epsilon(0.05));
+}
+
+TEST_CASE("qgZ on 2 nodes: int4 all-to-alls inside the node, then across, carry an eighth of the reduce-scatter's bytes out",
+          "[strategies][zero][zeropp]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    const topo::Topology topo(c);
+    sim::SimOptions opt;
+    opt.record_links = true;
+    opt.record_memory = false;
+    auto inter = [&](bool qwz, int hpz, bool qgz) {
+        const Built b = build(m, c, zero3(qwz, hpz, qgz));
+        return test::inter_node_bytes(topo, sim::simulate(b.graph, c, topo, opt));
+    };
+    const double psi = static_cast<double>(m.parameters());
+    const double plain = inter(false, 1, false), qgz = inter(false, 1, true), all = inter(true, 8, true);
+    INFO("plain " << plain / 1e9 << " GB, qgZ " << qgz / 1e9 << ", all three " << all / 1e9);
+    // The reduce-scatter's 3.75Ψ (ring over 16 ranks, 2Ψ bytes, both boundaries) becomes, for each
+    // matrix of e elements, the across-node all-to-all of the node's int4 sums: 16 ranks each
+    // sending half of e/16 half-bytes out, e/2 in all — Ψ/2 (scales and the 1-D tensors' own
+    // reduce-scatters add under 1 %). All three: the int8 forward gather's 1.875Ψ and that, the
+    // paper's "3M → 0.75M" (a quarter) — plus the flags of NCCL's LL and LL128 protocols, which
+    // the smaller messages take (LL puts a flag beside every 4 bytes: sim/collectives.cpp), up to
+    // 15 % here.
+    CHECK(qgz == Approx(plain - 3.75 * psi + 0.5 * psi).epsilon(0.03));
+    CHECK(all == Approx(1.875 * psi + 0.5 * psi).epsilon(0.15));
+    CHECK(all / plain <= 0.25);
+}
+
+TEST_CASE("qgZ's groups: a node's ranks, then one rank of each node (one node reduce-scatters as before)",
+          "[strategies][zero][zeropp]") {
+    const Model m = model_preset("gpt2-small");
+    Plan p = zero3(false, 1, true);
+    const Built two = build(m, topo::cluster_preset("dgx-a100").with_nodes(2), p);
+    CHECK(two.layout.qgz_node_ranks == 8);
+    CHECK_FALSE(two.layout.folded);
+    int inside = 0, across = 0, reduce_scatters = 0;
+    for (const Op& op : two.graph.ops()) {
+        if (op.kind != OpKind::collective || op.rank != 11) continue;
+        const Collective& col = two.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& members = two.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        if (col.kind == CollectiveKind::reduce_scatter) ++reduce_scatters;
+        if (col.kind != CollectiveKind::all_to_all) continue;
+        if (members == std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}) ++inside;       // local_1
+        else if (members == std::vector<int>{3, 11}) ++across;                          // global_3
+        else FAIL("an all-to-all over ranks outside rank 11's groups");
+    }
+    // Values and scales, for each partitioned matrix; the blocks' 1-D tensors reduce-scattered.
+    std::size_t matrices = 0;
+    for (const Block& b : m.blocks(Workload{})) matrices += partitioned_tensors(b, 100'000).size();
+    CHECK(inside == static_cast<int>(2 * matrices));
+    CHECK(across == inside);
+    CHECK(reduce_scatters > 0);
+    const Built one = build(m, topo::cluster_preset("dgx-a100"), p);   // world // device_count = 1
+    CHECK(one.layout.qgz_node_ranks == 0);
+    CHECK(one.graph.size() == build(m, topo::cluster_preset("dgx-a100"), zero3(false, 1)).graph.size());
 }
 
 TEST_CASE("hpZ: the step's first forward gathers over every rank, every later gather inside its group", "[strategies][zero][zeropp]") {
@@ -179,6 +236,26 @@ TEST_CASE("ZeRO++ plans DeepSpeed cannot run say why", "[strategies][zero][zerop
         p.tp = 2;
         p.framework = "megatron-deepspeed";
         CHECK_THAT(test::bad_input_message([&] { build(m, c, p); }), Catch::Contains("mix tensor ranks"));
+    }
+    SECTION("qgZ with tensor parallelism") {
+        p.zero_quantized_gradients = true;
+        p.tp = 2;
+        p.framework = "megatron-deepspeed";
+        CHECK_THAT(test::bad_input_message([&] { build(m, c, p); }),
+                   Catch::Contains("--zero-quantized-gradients") && Catch::Contains("mix tensor ranks"));
+    }
+    SECTION("qgZ on a world that is not whole nodes") {
+        p.zero_quantized_gradients = true;
+        const topo::Cluster twelve = topo::cluster_preset("dgx-a100").with_nodes(2).first_devices(12);
+        // (12 of 2 × 8: DeepSpeed asserts a world of whole nodes; the second node's group is 4.)
+        CHECK_THAT(test::bad_input_message([&] { build(m, twelve, p); }),
+                   Catch::Contains("--zero-quantized-gradients") && Catch::Contains("8 and 4 devices"));
+    }
+    SECTION("quantized on CPU boards, which DeepSpeed's CUDA quantizers do not run on") {
+        CHECK_THAT(test::bad_input_message([&] { build(m, topo::cluster_preset("pi5-1gbe").with_nodes(4), p); }),
+                   Catch::Contains("--zero-quantized-weights") && Catch::Contains("CUDA kernels"));
+        Plan hpz_only = zero3(false, 2);
+        CHECK_NOTHROW(build(m, topo::cluster_preset("pi5-1gbe").with_nodes(4), hpz_only));
     }
     SECTION("hpZ with offloaded parameters") {
         p.zero_hpz_partition_size = 8;
