@@ -41,6 +41,7 @@ struct SweepFlags {
     std::vector<std::string> cp_comm;
     std::vector<std::string> offload;
     std::vector<std::string> compress;
+    bool zeropp = false;
     std::string max_memory;
     std::string dispatch_overhead;
     std::vector<std::string> frameworks;
@@ -201,12 +202,18 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     if (frameworks)
         for (std::size_t k = 0; k < shown; ++k)
             framework_width = std::max(framework_width, strategies::describe(r.plans[r.ranking[k]].layout.framework).size());
-    // The strategy column names FSDP's sharding where it is not full ("fsdp hybrid").
+    // The strategy column names FSDP's sharding where it is not full ("fsdp hybrid") and ZeRO++'s
+    // parts ("zero3 qwz+hpz8+qgz").
     const auto strategy_of = [](const PlanResult& p) {
         std::string s = strategies::to_string(p.plan.strategy);
         if (p.plan.strategy == strategies::DataParallel::fsdp && p.plan.fsdp_sharding != strategies::FsdpSharding::full)
             s += std::string(" ") + strategies::to_string(p.plan.fsdp_sharding);
-        return s;
+        std::string z;
+        const auto add = [&](const std::string& part) { z += (z.empty() ? " " : "+") + part; };
+        if (p.plan.zero_quantized_weights) add("qwz");
+        if (p.plan.zero_hpz_partition_size > 1) add("hpz" + std::to_string(p.plan.zero_hpz_partition_size));
+        if (p.plan.zero_quantized_gradients) add("qgz");
+        return s + z;
     };
     std::size_t strategy_width = 8;
     for (std::size_t k = 0; k < shown; ++k) strategy_width = std::max(strategy_width, strategy_of(r.plans[r.ranking[k]]).size());
@@ -309,6 +316,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"sp", p.plan.sequence_parallel},
            {"offload", offload_flags(p.plan)},
            {"compress", strategies::to_string(p.plan.compress)},
+           {"zeropp", zeropp_flags(p.plan)},
            {"overlap_grad_reduce", p.plan.overlap_grad_reduce},
            {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
            {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
@@ -349,7 +357,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
            "recompute,sp,offload,compress,overlap_grad_reduce,framework,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
-           "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason\n";
+           "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason,zeropp\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
         for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -382,7 +390,8 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 out << ",,,,,,,,,";
             }
             out << (resolved ? std::to_string(p.memory_bound.count()) : "") << ','
-                << (p.screen ? fmt("%.9g", p.screen->iteration.to_seconds()) : "") << ',' << quoted(p.reason) << '\n';
+                << (p.screen ? fmt("%.9g", p.screen->iteration.to_seconds()) : "") << ',' << quoted(p.reason) << ','
+                << quoted(zeropp_flags(p.plan)) << '\n';
         }
     }
     return out.str();
@@ -559,6 +568,10 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
         }
     }
     for (const std::string& c : f.compress) o.space.compress.push_back(strategies::parse_compression(c));
+    o.space.zeropp = f.zeropp;
+    if (f.zeropp && !o.space.strategies.empty() &&
+        std::find(o.space.strategies.begin(), o.space.strategies.end(), strategies::DataParallel::zero3) == o.space.strategies.end())
+        fail_input("has no effect here: ZeRO++ reworks zero3, and --strategies does not search it", flag("--zeropp"));
     // Compression asked for where no searched strategy compresses (only ddp and ring all-reduce
     // full gradients, strategies/compression.hpp) is refused, not ignored.
     const bool compresses = std::any_of(o.space.compress.begin(), o.space.compress.end(),
@@ -676,6 +689,9 @@ Command add_sweep(CLI::App& parent) {
                     "gradient compressions to try, of none,1bit,topk:RATIO,powersgd:RANK (default: none; ddp and ring "
                     "compress)")
         ->delimiter(',');
+    app->add_flag("--zeropp", f->zeropp,
+                  "zero3 plans on several GPU nodes also try ZeRO++: hpZ over a node, and with qwZ and qgZ too (their "
+                  "quantization changes the numbers, so only when asked)");
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");
     app->add_option("--framework", f->frameworks,

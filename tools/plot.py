@@ -271,6 +271,8 @@ def plot_sweep(doc, out, fmt):
         offload = f" {b['offload']}" if b.get("offload") else ""   # sweep --json: the simulate flags, "" without
         if b.get("compress", "none") != "none":
             offload += f" --compress {b['compress']}"
+        if b.get("zeropp"):   # sweep --zeropp: its simulate flags
+            offload += f" {b['zeropp']}"
         text = (f"fastest: {b['strategy']} tp {b['tp']} pp {b['pp']} mb {b['micro_batch']}{offload}, "
                 f"{b['iteration_time_s']:.4g} s")
         ax.annotate(text, xy=(b["peak_memory_bytes"] / GIB, b["iteration_time_s"]), xytext=(10, -14),

@@ -102,6 +102,16 @@ std::string describe_plan(const PlanResult& p) {
     if (x.sequence_parallel) s += " sp";
     if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
     if (const std::string o = offload_flags(x); !o.empty()) s += " " + o;
+    if (const std::string z = zeropp_flags(x); !z.empty()) s += " " + z;
+    return s;
+}
+
+std::string zeropp_flags(const Plan& x) {
+    std::string s;
+    const auto add = [&](const std::string& flag) { s += (s.empty() ? "" : " ") + flag; };
+    if (x.zero_quantized_weights) add("--zero-quantized-weights");
+    if (x.zero_hpz_partition_size > 1) add("--zero-hpz-partition-size " + std::to_string(x.zero_hpz_partition_size));
+    if (x.zero_quantized_gradients) add("--zero-quantized-gradients");
     return s;
 }
 
@@ -225,6 +235,22 @@ const Dimension kDimensions[] = {
     {"compress", [](const Context& c, const Plan& p, const Layout&) {
          if (c.options.space.compress.empty()) return std::vector<Plan>{p};
          return vary(p, &Plan::compress, c.options.space.compress);
+     }},
+    // ZeRO++ only where the user asks (--zeropp): zero3 over several GPU nodes of one size, on a
+    // DeepSpeed that has it, as run by DeepSpeed's recommended layout — hpZ over a node's GPUs,
+    // alone and with qwZ and qgZ.
+    {"zeropp", [](const Context& c, const Plan& p, const Layout& l) {
+         const int per_node = c.cluster.groups.front().devices_per_node;
+         const bool gpu_nodes = std::all_of(c.cluster.groups.begin(), c.cluster.groups.end(), [&](const topo::NodeGroup& g) {
+             return !g.device.is_cpu && g.devices_per_node == per_node;
+         });
+         if (!c.options.space.zeropp || p.strategy != DataParallel::zero3 || l.tp > 1 || !l.framework.zeropp || !gpu_nodes ||
+             l.dp <= per_node || l.dp % per_node != 0)
+             return std::vector<Plan>{p};
+         Plan hpz = p, all = p;
+         hpz.zero_hpz_partition_size = all.zero_hpz_partition_size = per_node;
+         all.zero_quantized_weights = all.zero_quantized_gradients = true;
+         return std::vector<Plan>{p, hpz, all};
      }},
     // Up to the per-replica batch (one micro-batch per replica).
     // On a pipeline whose stages sit on different device kinds: layers by FLOPs, or by each
@@ -635,7 +661,12 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
         case DataParallel::zero2: states = params * (sb.params + (sb.grads + opt) / n) + frozen; break;
         // FSDP shards at most as much as ZeRO-3 (full sharding); the others shard less.
         case DataParallel::zero3:
-        case DataParallel::fsdp: states = (params * (sb.params + sb.grads + opt) + frozen) / n; break;
+        case DataParallel::fsdp:
+            states = (params * (sb.params + sb.grads + opt) + frozen) / n;
+            // hpZ's secondary partition: every partitioned tensor's 1/N slice (a bound: the
+            // persistent tensors are not sliced).
+            if (plan.zero_hpz_partition_size > 1) states += params * sb.params / plan.zero_hpz_partition_size;
+            break;
         case DataParallel::ps:
         case DataParallel::ps_async: break;
         case DataParallel::hybrid_cnn: {

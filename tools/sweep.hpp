@@ -61,6 +61,9 @@ struct SearchSpace {
     /// Gradient compressions to try (--compress none,powersgd:4,…); empty: none. The strategies
     /// that do not compress are pruned by resolve where one is asked.
     std::vector<strategies::Compression> compress;
+    /// --zeropp: zero3 plans on several GPU nodes also try ZeRO++ — hpZ over a node, and hpZ with
+    /// qwZ and qgZ (whose quantization changes the numbers, so only when asked).
+    bool zeropp = false;
 };
 
 struct SweepOptions {
@@ -157,6 +160,8 @@ struct SweepResult {
 std::string describe_plan(const PlanResult& p);
 /// The `simulate` flags of a plan's offload ("--offload-optimizer cpu"); empty without offload.
 std::string offload_flags(const strategies::Plan& plan);
+/// "--zero-quantized-weights --zero-hpz-partition-size 8 --zero-quantized-gradients", or "".
+std::string zeropp_flags(const strategies::Plan& plan);
 
 /// A lower bound on the device-tier bytes of the busiest device of a resolved plan: the model
 /// states every strategy allocates for the whole step (Rajbhandari et al. 2020: 16Ψ for DDP,

@@ -346,6 +346,44 @@ TEST_CASE("a sweep tries FSDP's hybrid sharding where the replicas span more tha
           std::set<strategies::FsdpSharding>{strategies::FsdpSharding::grad_op});
 }
 
+TEST_CASE("sweep --zeropp tries ZeRO++ on zero3 over several GPU nodes, each twin simulated as simulate would",
+          "[tools][sweep][zeropp]") {
+    SweepOptions o = analytic_screen(16);
+    o.space.strategies = {strategies::DataParallel::zero3};
+    o.space.tp = {1, 2};
+    o.space.micro_batch = {1};
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster two = topo::cluster_preset("dgx-a100").with_nodes(2);
+    auto variants = [](const SweepResult& r, int tp) {
+        std::set<std::string> out;
+        for (const PlanResult& p : r.plans)
+            if (p.plan.tp == tp && p.plan.recompute == Recompute::none) out.insert(zeropp_flags(p.plan));
+        return out;
+    };
+    CHECK(variants(sweep(m, two, o), 1) == std::set<std::string>{""});   // only when asked
+    o.space.zeropp = true;
+    const SweepResult r = sweep(m, two, o);
+    // tp 1 over 16 ranks: none, hpZ over a node, and all three; with tp 2 (hpZ and qgZ would mix
+    // tensor ranks) and on one node (nothing crosses nodes) none is tried.
+    CHECK(variants(r, 1) == std::set<std::string>{"", "--zero-hpz-partition-size 8",
+                                                  "--zero-quantized-weights --zero-hpz-partition-size 8 --zero-quantized-gradients"});
+    CHECK(variants(r, 2) == std::set<std::string>{""});
+    CHECK(variants(sweep(m, topo::cluster_preset("dgx-a100"), o), 1) == std::set<std::string>{""});
+    int checked = 0;
+    for (const PlanResult& p : r.plans) {
+        if (!p.result || p.plan.zero_hpz_partition_size == 1) continue;
+        INFO(describe_plan(p));
+        CHECK(describe_plan(p).find("--zero-hpz-partition-size 8") != std::string::npos);
+        // The bound counts hpZ's slices; it stays below the simulated peak.
+        CHECK(p.memory_bound <= p.result->peak_memory);
+        sim::SimOptions so;
+        so.network = sim::NetworkMode::analytic;
+        CHECK(simulate_plan(m, two, p.plan, so).summary.iteration == p.result->iteration);
+        ++checked;
+    }
+    CHECK(checked >= 2);
+}
+
 TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
     // Llama-2-7B on four 24 GB RTX 4090: DDP's 16 bytes per parameter (108 GB) cannot fit, ZeRO-3's 27 GB
     // per device neither; the pipeline plans may.
@@ -605,6 +643,11 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         const Result r = with({"--strategies", "zero1", "--fsdp-sharding", "hybrid"});
         CHECK(r.code == 2);
         CHECK(r.err.find("--fsdp-sharding: has no effect here") != std::string::npos);
+    }
+    SECTION("ZeRO++ without zero3 searched") {
+        const Result r = with({"--strategies", "zero2,fsdp", "--zeropp"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--zeropp: has no effect here") != std::string::npos);
     }
     SECTION("--refine without --network analytic, or below 0") {
         Result r = with({"--refine", "3"});
