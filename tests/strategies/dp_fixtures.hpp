@@ -91,6 +91,15 @@ inline double inter_node_bytes(const topo::Topology& topo, const Timeline& tl) {
     return bytes;
 }
 
+/// `g` simulated on `cluster` with its links sampled: the bytes that left every node (above).
+inline double simulated_inter_node_bytes(const OpGraph& g, const topo::Cluster& cluster) {
+    const topo::Topology topo(cluster);
+    sim::SimOptions opt;
+    opt.record_links = true;
+    opt.record_memory = false;
+    return inter_node_bytes(topo, sim::simulate(g, cluster, topo, opt));
+}
+
 /// A rank's collectives split by communicator: its tensor-parallel group (the replica's tp ranks)
 /// and the rest (the sharding's groups of its tensor rank: FSDP's, ZeRO-3's), counted by kind, with
 /// the bytes it sends.

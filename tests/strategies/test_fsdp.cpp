@@ -72,17 +72,11 @@ TEST_CASE("FSDP reducing in fp32 sends its reduce-scatters at 4 bytes a gradient
 TEST_CASE("FSDP hybrid on 2 nodes × 8 GPUs sends less inter-node traffic than full sharding", "[strategies][fsdp]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
-    const topo::Topology topo(c);
-    sim::SimOptions opt;
-    opt.record_links = true;
-    opt.record_memory = false;
     auto inter = [&](FsdpSharding mode) {
         Plan p;
         p.strategy = DataParallel::fsdp;
         p.fsdp_sharding = mode;
-        Built b = build(m, c, p);
-        const Timeline tl = sim::simulate(b.graph, c, topo, opt);
-        return test::inter_node_bytes(topo, tl);
+        return test::simulated_inter_node_bytes(build(m, c, p).graph, c);
     };
     const double full = inter(FsdpSharding::full), hybrid = inter(FsdpSharding::hybrid);
     INFO("full " << full / 1e9 << " GB, hybrid " << hybrid / 1e9 << " GB");

@@ -71,14 +71,7 @@ TEST_CASE("qwZ: each parameter gather moves int8 values and fp32 scales, half th
 TEST_CASE("ZeRO++ on 2 nodes: qwZ and hpZ cut the bytes that leave the nodes as the paper counts", "[strategies][zero][zeropp]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
-    const topo::Topology topo(c);
-    sim::SimOptions opt;
-    opt.record_links = true;
-    opt.record_memory = false;
-    auto inter = [&](bool qwz, int hpz) {
-        const Built b = build(m, c, zero3(qwz, hpz));
-        return test::inter_node_bytes(topo, sim::simulate(b.graph, c, topo, opt));
-    };
+    auto inter = [&](bool qwz, int hpz) { return test::simulated_inter_node_bytes(build(m, c, zero3(qwz, hpz)).graph, c); };
     const double plain = inter(false, 1), qwz = inter(true, 1), hpz = inter(false, 8), both = inter(true, 8);
     INFO("plain " << plain / 1e9 << " GB, qwZ " << qwz / 1e9 << ", hpZ " << hpz / 1e9 << ", both " << both / 1e9);
     // ZeRO-3 over 16 ranks in NCCL's ring: both node boundaries carry 15/16 of each of the three
@@ -95,13 +88,8 @@ TEST_CASE("qgZ on 2 nodes: int4 all-to-alls inside the node, then across, carry 
           "[strategies][zero][zeropp]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
-    const topo::Topology topo(c);
-    sim::SimOptions opt;
-    opt.record_links = true;
-    opt.record_memory = false;
     auto inter = [&](bool qwz, int hpz, bool qgz) {
-        const Built b = build(m, c, zero3(qwz, hpz, qgz));
-        return test::inter_node_bytes(topo, sim::simulate(b.graph, c, topo, opt));
+        return test::simulated_inter_node_bytes(build(m, c, zero3(qwz, hpz, qgz)).graph, c);
     };
     const double psi = static_cast<double>(m.parameters());
     const double plain = inter(false, 1, false), qgz = inter(false, 1, true), all = inter(true, 8, true);
