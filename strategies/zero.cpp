@@ -875,7 +875,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             for (int d = 0; d < emit; ++d) ops[static_cast<std::size_t>(d)] = on_comm(replicas[static_cast<std::size_t>(d)], name, bytes, Phase::comm, -1, mb, OpGraph::kNoOp);
             chain(ops);
         };
-        // All-to-alls over groups of `size` ranks `stride` apart starting at each of `starts`.
+        // One all-to-all of `bytes` per rank in each of `count` groups of `size` ranks `stride`
+        // apart, group q starting at slot q · `step`.
         auto all_to_all = [&](std::int64_t bytes, int size, int stride, int count, int step) {
             std::vector<OpId> ops(static_cast<std::size_t>(ns), OpGraph::kNoOp);
             for (int q = 0; q < count; ++q) {
