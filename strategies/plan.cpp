@@ -613,6 +613,11 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const bool sharded = plan.strategy == DataParallel::zero3 || plan.strategy == DataParallel::fsdp;
     const bool ps = plan.strategy == DataParallel::ps || plan.strategy == DataParallel::ps_async;
     if (sharded) per_block += 10;
+    // ZeRO++ (strategies/zero.cpp): qwZ's quantize, scales gather and dequantize on each of a
+    // block's two gathers; qgZ's three kernels and four all-to-alls for each of a block's matrices
+    // (up to six: fused or separate projections) in place of its share of a reduce-scatter.
+    if (plan.zero_quantized_weights) per_block += 6;
+    if (l.qgz_node_ranks > 0) per_block += 7 * 6;
     // The gradient accumulation pass after each later micro-batch's backward (strategies/
     // data_parallel.hpp accumulates).
     if (!sharded && !ps && l.framework.grad_accumulation != GradAccumulation::fused) per_block += 1;
@@ -643,7 +648,9 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
         ranks * per_bucket * buckets + (ps ? (ranks * 6 + (l.servers + 1.0) * l.dp) * l.microbatches * buckets : 0);
     // FP8: each block's weight cast at the first micro-batch, and the copies' buffer.
     const double fp8_ops = l.fp8 != Fp8Recipe::none ? stage_blocks * v + 1 : 0;
-    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16 + fp8_ops) + bucket_ops;
+    // hpZ: each block's secondary slice allocated, copied and freed once a step.
+    const double hpz_ops = plan.zero_hpz_partition_size > 1 ? 3 * stage_blocks : 0;
+    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16 + fp8_ops + hpz_ops) + bucket_ops;
     return {ops, buckets, bucket_ops};
 }
 

@@ -25,6 +25,9 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
         bool sp;
         int cp = 1;
         double bucket_mb = 25;
+        bool qwz = false;   // ZeRO++
+        int hpz = 1;
+        bool qgz = false;
     };
     const Case c = GENERATE(Case{"gpt2-small", "pi5-1gbe", 4, DataParallel::ddp, 1, 1, Schedule::one_f_one_b, 8, Recompute::none, false},
                             Case{"resnet50", "pi5-1gbe", 5, DataParallel::ps, 1, 1, Schedule::one_f_one_b, 8, Recompute::none, false},
@@ -40,7 +43,9 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
                             Case{"gpt2-medium", "dgx-a100", 4, DataParallel::ddp, 8, 2, Schedule::gpipe, 16, Recompute::full, false},
                             // One replica of 8 context-parallel ranks still reduces its gradients, in 16 KiB buckets here.
                             Case{"gpt2-medium", "dgx-a100", 1, DataParallel::ddp, 1, 1, Schedule::one_f_one_b, 2, Recompute::none, false, 8, 1.0 / 64},
-                            Case{"gpt2-medium", "dgx-a100", 2, DataParallel::fsdp, 1, 1, Schedule::one_f_one_b, 16, Recompute::full, false, 2});
+                            Case{"gpt2-medium", "dgx-a100", 2, DataParallel::fsdp, 1, 1, Schedule::one_f_one_b, 16, Recompute::full, false, 2},
+                            Case{"gpt2-small", "dgx-a100", 2, DataParallel::zero3, 1, 1, Schedule::one_f_one_b, 32, Recompute::full, false, 1, 25, true, 8},
+                            Case{"llama2-7b", "dgx-a100", 2, DataParallel::zero3, 1, 1, Schedule::one_f_one_b, 32, Recompute::none, false, 1, 25, true, 8, true});
     const Model m = model_preset(c.model);
     const topo::Cluster cluster = topo::cluster_preset(c.cluster).with_nodes(c.nodes);
     Plan p;
@@ -54,6 +59,9 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
     p.sequence_parallel = c.sp;
     p.cp = c.cp;
     p.bucket_mb = c.bucket_mb;
+    p.zero_quantized_weights = c.qwz;
+    p.zero_hpz_partition_size = c.hpz;
+    p.zero_quantized_gradients = c.qgz;
     const Built b = build(m, cluster, p);
     const auto real = static_cast<std::int64_t>(b.graph.size());
     INFO(c.model << " " << to_string(c.strategy) << " tp " << c.tp << " pp " << c.pp << ": " << real << " ops, estimated "
