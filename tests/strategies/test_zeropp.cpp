@@ -202,6 +202,25 @@ TEST_CASE("hpZ holds a 1/N slice of every partitioned tensor, copied once a step
     }
 }
 
+TEST_CASE("hpZ over whole nodes folds to its full expansion; smaller groups and qgZ are not folded", "[strategies][zero][zeropp]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
+    Plan p = zero3(true, 8);
+    p.global_batch = 64;   // 2 micro-batches per rank
+    const test::DpRun folded = test::dp_run(m, c, p);
+    CHECK(folded.built.layout.folded);
+    p.fold = false;
+    const test::DpRun full = test::dp_run(m, c, p);
+    CHECK(folded.summary.iteration == full.summary.iteration);
+    CHECK(folded.summary.peak_memory == full.summary.peak_memory);
+    p.fold = true;
+    p.zero_hpz_partition_size = 4;
+    CHECK_FALSE(build(m, c, p).layout.folded);
+    p.zero_hpz_partition_size = 1;
+    p.zero_quantized_gradients = true;
+    CHECK_FALSE(build(m, c, p).layout.folded);
+}
+
 TEST_CASE("ZeRO++ plans DeepSpeed cannot run say why", "[strategies][zero][zeropp][plan]") {
     const Model m = model_preset("gpt2-small");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
