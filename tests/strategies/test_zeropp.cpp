@@ -202,7 +202,7 @@ TEST_CASE("hpZ holds a 1/N slice of every partitioned tensor, copied once a step
     }
 }
 
-TEST_CASE("hpZ over whole nodes folds to its full expansion; smaller groups and qgZ are not folded", "[strategies][zero][zeropp]") {
+TEST_CASE("hpZ over whole nodes folds to its full expansion (smaller groups and qgZ are not folded)", "[strategies][zero][zeropp]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(4);
     Plan p = zero3(true, 8);
