@@ -1086,9 +1086,9 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // hpZ's secondary gathers run over groups of consecutive ranks, not every member: groups of
     // whole nodes share no links, smaller ones may (a PCIe switch), so they are not folded.
     // qgZ's across-node groups (one rank of each node) may share a node's NICs: not folded either.
-    const bool hpz_whole_nodes =
+    const bool zeropp_groups_fold =
         (plan.zero_hpz_partition_size <= 1 || plan.zero_hpz_partition_size % per_node == 0) && l.qgz_node_ranks == 0;
-    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes && hpz_whole_nodes &&
+    const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes && zeropp_groups_fold &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations
                                !hybrid;
