@@ -98,7 +98,13 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
             const JsonView o = z.at("offload_optimizer");
             c.offload_optimizer = device(o);
             if (o.has("buffer_count")) c.optimizer_buffer_count = elements(o, "buffer_count");
-            report_others(o, {"device", "buffer_count"}, c.unmodelled);
+            // offload_config.py: ratio: float = Field(1.0, ge=0.0, le=1.0).
+            if (o.has("ratio")) {
+                const double r = o.number("ratio");
+                if (!(r >= 0 && r <= 1)) o.fail_member("ratio", "a share of the optimizer from 0 to 1", describe_json(o.raw().at("ratio")));
+                c.offload_ratio = r;
+            }
+            report_others(o, {"device", "buffer_count", "ratio"}, c.unmodelled);
         }
         if (z.has("offload_param")) {
             const JsonView o = z.at("offload_param");

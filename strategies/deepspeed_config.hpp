@@ -28,6 +28,7 @@ struct DeepSpeedConfig {
     std::optional<std::string> offload_param;            // offload_param.device
     std::optional<std::int64_t> sub_group_size;          // zero_optimization.sub_group_size
     std::optional<std::int64_t> optimizer_buffer_count;  // offload_optimizer.buffer_count
+    std::optional<double> offload_ratio;                 // offload_optimizer.ratio (Twin-Flow, 0-1)
     std::optional<std::int64_t> param_buffer_count;      // offload_param.buffer_count
     std::optional<std::int64_t> param_buffer_size;       // offload_param.buffer_size (elements)
     std::optional<bool> zero_quantized_weights;          // zero_optimization.zero_quantized_weights (ZeRO++ qwZ)

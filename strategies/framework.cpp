@@ -151,6 +151,11 @@ const std::vector<Row>& rows() {
             f.version = "0.10";
             f.zeropp = true;
             t.push_back({FrameworkName::deepspeed, {0, 10}, f});
+            // DeepSpeed v0.12.3 onwards: Twin-Flow (runtime/zero/offload_config.py ratio;
+            // stage3.py subgroup_to_device, _optimizer_step's backup FusedAdam).
+            f.version = "0.12.3";
+            f.twin_flow = true;
+            t.push_back({FrameworkName::deepspeed, {0, 12, 3}, f});
         }
         {
             // microsoft/Megatron-DeepSpeed: Megatron's model on DeepSpeed's engine, whose stage-0
@@ -167,6 +172,8 @@ const std::vector<Row>& rows() {
             // `--no-query-key-layer-scaling` (megatron/arguments.py:1129-1131 at f4157be): on by default.
             f.qk_layer_scaling = true;
             f.zeropp = true;   // on the DeepSpeed of its time (0.10 and later)
+            // Its examples_deepspeed/offload_pp runs Twin-Flow (ratio 0.3, DeepSpeed 0.12.3 and later).
+            f.twin_flow = true;
             t.push_back({FrameworkName::megatron_deepspeed, {0}, f});
         }
         return t;

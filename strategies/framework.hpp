@@ -114,6 +114,11 @@ struct Framework {
     /// secondary partition (zero_hpz_partition_size, hpZ): DeepSpeed 0.10 and later (PR #3784,
     /// d18aa2c of 2023-06-22, first in the v0.10.0 tag).
     bool zeropp = false;
+    /// Has ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio, ZeRO-3 with the optimizer on the
+    /// CPU): the first int(ratio × sub-groups) optimizer sub-groups stepped by CPU-Adam, the rest
+    /// by FusedAdam on the GPU: DeepSpeed 0.12.3 and later (PR #4636, b1cb0dfc4 of 2023-11-06,
+    /// first in the v0.12.3 tag).
+    bool twin_flow = false;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

@@ -50,9 +50,13 @@ OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements,
     }
     // (Unified memory: the host is the device; an NVMe-bound partition goes straight to the drive.)
     const Tier first_tier = how.unified ? how.to : Tier::host;
-    const OpId down = then(g.add_copy(rank, Tier::device, first_tier, Bytes(elements * 4), Phase::bwd, layer, mb));
+    // (Twin-Flow's device sub-groups keep their fp32 gradients on the device: the copy into
+    // them is a pass there, reading and writing 4 bytes an element.)
+    const bool on_device = how.to == Tier::device && !how.unified;
+    const OpId down = on_device ? (device_pass(elements * 8), prev)
+                                : then(g.add_copy(rank, Tier::device, first_tier, Bytes(elements * 4), Phase::bwd, layer, mb));
     if (host_reader != OpGraph::kNoOp) g.depend(host_reader, down);
-    if (cast >= 0) g.add_free(cast, Stream::copy, layer, mb);
+    if (cast >= 0) g.add_free(cast, on_device ? stream : Stream::copy, layer, mb);
     out.device_done = previous = down;
     if (how.to == Tier::nvme && first_tier != Tier::nvme)
         then(g.add_copy(rank, Tier::host, Tier::nvme, Bytes(elements * 4), Phase::bwd, layer, mb));

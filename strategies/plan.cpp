@@ -413,20 +413,42 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                            {"", "", flag});
         }
     }
-    for (const auto& [set, name] : {std::pair{plan.overlap_cpu_optimizer_d2h_h2d, "--overlap-cpu-optimizer-d2h-h2d"},
-                                    std::pair{plan.optimizer_offload_fraction.has_value(), "--optimizer-offload-fraction"}})
-        if (set && !(given && layered))
-            fail_input(std::string(name) + " is Megatron's, with its --optimizer-cpu-offload: it needs --offload cpu with "
-                           "--strategy zero1 and --tp, --pp, --cp or --ep",
-                       {"", "", name});
-    if (const auto f = plan.optimizer_offload_fraction; f && !(*f > 0 && *f <= 1))
-        fail_input("a share of the optimizer above 0 and at most 1 (Megatron's --optimizer-offload-fraction)",
-                   [&] {
-                       char text[32];
-                       std::snprintf(text, sizeof text, "%g", *f);
-                       return std::string(text);
-                   }(),
-                   {"", "", "--optimizer-offload-fraction"});
+    if (plan.overlap_cpu_optimizer_d2h_h2d && !(given && layered))
+        fail_input("--overlap-cpu-optimizer-d2h-h2d is Megatron's, with its --optimizer-cpu-offload: it needs --offload cpu "
+                   "with --strategy zero1 and --tp, --pp, --cp or --ep",
+                   {"", "", "--overlap-cpu-optimizer-d2h-h2d"});
+    if (const auto f = plan.optimizer_offload_fraction) {
+        const ErrorContext at{"", "", "--optimizer-offload-fraction"};
+        const auto text = [&] {
+            char t[32];
+            std::snprintf(t, sizeof t, "%g", *f);
+            return std::string(t);
+        };
+        if (given && layered) {
+            if (!(*f > 0 && *f <= 1))
+                fail_input("a share of the optimizer above 0 and at most 1 (Megatron's --optimizer-offload-fraction)", text(), at);
+        } else {
+            // DeepSpeed's Twin-Flow (ZeRO-Offload++): runtime/zero/config.py offload_ratio_check
+            // asserts stage 3 ("Partial offloading only supported for ZeRO Stage 3"); stage3.py
+            // splits the optimizer's sub-groups between CPU-Adam and a FusedAdam on the device.
+            if (plan.strategy != DataParallel::zero3 || l.optimizer_offload == Offload::none)
+                fail_input("--optimizer-offload-fraction is Megatron's (--offload cpu with --strategy zero1 and --tp, --pp, "
+                           "--cp or --ep) or DeepSpeed's Twin-Flow (offload_optimizer.ratio: --strategy zero3 with "
+                           "--offload-optimizer cpu); this plan has neither",
+                           at);
+            if (!(*f >= 0 && *f <= 1))
+                fail_input("a share of the optimizer from 0 to 1 (DeepSpeed's offload_optimizer.ratio)", text(), at);
+            if (!l.framework.twin_flow)
+                fail_input("--optimizer-offload-fraction with zero3 is DeepSpeed's Twin-Flow (offload_optimizer.ratio), in "
+                           "DeepSpeed 0.12.3 and later; " + describe(l.framework) + " does not have it",
+                           {"", "", "--framework"});
+            if (l.optimizer_offload == Offload::nvme)
+                fail_input("Twin-Flow splits an optimizer offloaded to the CPU; with offload_optimizer nvme DeepSpeed's "
+                           "swapper steps every sub-group on the CPU (stage3.py _swappable_optimizer_subgroup): use "
+                           "--offload-optimizer cpu, or leave out --optimizer-offload-fraction",
+                           at);
+        }
+    }
     if (given) {
         if (l.param_offload == Offload::nvme || l.optimizer_offload == Offload::nvme)
             for (const auto& g : cluster.groups)

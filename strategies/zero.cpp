@@ -650,6 +650,45 @@ std::vector<std::int64_t> partitioned_tensors(const Block& b, std::int64_t persi
     return out;
 }
 
+TwinFlowSplit twin_flow_split(const std::vector<Block>& blocks, int dp, std::int64_t persistence_threshold,
+                              std::int64_t sub_group_size, double ratio) {
+    // A tensor's partition is ceil(numel / dp) (partition_parameters.py _partition_param); the
+    // persistent ones (under the threshold) are partitioned for the optimizer too, taken as one
+    // tensor per block here.
+    struct Group {
+        std::int64_t part = 0, model = 0;
+    };
+    std::vector<Group> groups(1);
+    auto add = [&](std::int64_t e) {
+        if (e <= 0) return;
+        if (groups.back().part >= sub_group_size) groups.emplace_back();
+        groups.back().part += shard(e, dp);
+        groups.back().model += e;
+    };
+    for (const Block& b : blocks) {
+        std::int64_t keep = 0;
+        for (const std::int64_t e : partitioned_tensors(b, persistence_threshold, &keep)) add(e);
+        add(keep);
+    }
+    TwinFlowSplit out;
+    out.subgroups = static_cast<int>(groups.size());
+    // Python's int() of ratio × len(fp16_partitioned_groups_flat): truncation.
+    out.on_cpu = static_cast<int>(ratio * static_cast<double>(out.subgroups));
+    for (int i = 0; i < out.subgroups; ++i) {
+        const Group& x = groups[static_cast<std::size_t>(i)];
+        out.params += x.part;
+        if (i < out.on_cpu) out.cpu_params += x.part, out.cpu_model += x.model;
+    }
+    return out;
+}
+
+std::optional<TwinFlowSplit> twin_flow_split(const Model& model, const Layout& layout, const Plan& plan) {
+    const double ratio = plan.optimizer_offload_fraction.value_or(1.0);
+    if (plan.strategy != DataParallel::zero3 || layout.optimizer_offload != Offload::cpu || !(ratio < 1)) return std::nullopt;
+    return twin_flow_split(replica_blocks(model, layout, plan), layout.dp, layout.framework.param_persistence_threshold,
+                           layout.framework.sub_group_size, ratio);
+}
+
 OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) {
     const Framework& fw = layout.framework;
     const std::vector<Block> blocks = replica_blocks(model, layout, plan);
@@ -701,6 +740,15 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const Tier ptier = detail::offload_tier(po), otier = detail::offload_tier(oo);
     const bool offload = po != Offload::none || oo != Offload::none;
     const std::int64_t part = shard(params - persistent, dp), gshard = shard(params, dp);
+    // Twin-Flow (twin_flow_split): the first sub-groups' optimizer on the host, the rest's state,
+    // fp32 gradients and step on the device (FusedAdam). The fp32 gradient partitions still pass
+    // through the host's flat buffer (stage3.py grad_partitions_flat_buffer on self.device, the
+    // CPU, for every sub-group).
+    const bool twin = oo == Offload::cpu && plan.optimizer_offload_fraction && *plan.optimizer_offload_fraction < 1;
+    const TwinFlowSplit split = twin ? twin_flow_split(blocks, dp, fw.param_persistence_threshold, fw.sub_group_size,
+                                                       *plan.optimizer_offload_fraction)
+                                     : TwinFlowSplit{};
+    const std::int64_t host_part = twin ? std::min(split.cpu_params, gshard) : gshard, device_part = gshard - host_part;
     // ZeRO++'s weight side (resolve_zeropp): qwZ quantizes every gather; hpZ gathers from a
     // secondary partition over groups of `hpz` consecutive ranks once the step's first forward
     // has made it.
@@ -735,7 +783,11 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             alloc_state(g, r, optimizer_state_bytes(layout, gshard), BufferLabel::optimizer_state);
         } else {
             alloc_state(g, r, Bytes(gshard * 4), BufferLabel::gradients, otier);
-            alloc_state(g, r, optimizer_state_bytes(layout, gshard), BufferLabel::optimizer_state, otier);
+            if (host_part > 0) alloc_state(g, r, optimizer_state_bytes(layout, host_part), BufferLabel::optimizer_state, otier);
+            if (device_part > 0) {   // Twin-Flow's device sub-groups: fp32 gradients and the optimizer state
+                alloc_state(g, r, Bytes(device_part * 4), BufferLabel::gradients);
+                alloc_state(g, r, optimizer_state_bytes(layout, device_part), BufferLabel::optimizer_state);
+            }
             if (oo == Offload::nvme)   // the optimizer swapper's pinned buffers, a sub-group each
                 alloc_state(g, r, Bytes(fw.optimizer_swap_buffers * std::min(fw.sub_group_size, gshard) * 4),
                             BufferLabel::staging, Tier::host);
@@ -762,6 +814,24 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         return g;
     }
     const detail::GradientOffload how{sb.grads, 4, otier, layout.dtype, layout.unified_memory};
+    detail::GradientOffload to_device = how;
+    to_device.to = Tier::device;
+    // Twin-Flow: how many of bucket k's elements (a rank's) belong to device sub-groups. Buckets
+    // run in backward order, so bucket k holds the model's elements [total − end_k, total − start_k);
+    // the host's sub-groups are the model's first cpu_model.
+    std::vector<std::int64_t> bucket_on_device(buckets.size(), 0);
+    if (twin) {
+        std::int64_t total = 0;
+        for (const Bucket& k : buckets) total += k.bytes.count() / sb.grads;
+        std::int64_t start = 0;
+        for (std::size_t k = 0; k < buckets.size(); ++k) {
+            const std::int64_t n = buckets[k].bytes.count() / sb.grads, lo = total - start - n, hi = total - start;
+            const std::int64_t host = std::clamp<std::int64_t>(std::min(split.cpu_model, hi) - lo, 0, n);
+            const std::int64_t mine = n / dp;
+            bucket_on_device[k] = n > 0 ? mine - static_cast<std::int64_t>(static_cast<__int128>(mine) * host / n) : 0;
+            start += n;
+        }
+    }
     // Where pinned host buffers live: on unified memory (a CPU board, a Jetson) the device's own.
     const Tier pinned = layout.unified_memory ? Tier::device : Tier::host;
     std::vector<OpId> last_out(static_cast<std::size_t>(ns), OpGraph::kNoOp), out_prev(static_cast<std::size_t>(ns), OpGraph::kNoOp);
@@ -1033,13 +1103,21 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                 if (oo != Offload::none) {
                     // The rank's partition of the bucket, accumulated in fp32 through the host and
                     // offloaded at the boundary (stage3.py partition_grads).
+                    // (Twin-Flow: the device sub-groups' elements first, the later parameters
+                    // backward reaches first.)
                     const std::int64_t elements = buckets[next_bucket].bytes.count() / sb.grads / dp;
+                    const std::int64_t on_device = bucket_on_device[next_bucket];
                     for (int d = 0; d < emit; ++d) {
-                        const detail::OffloadedPartition o =
-                            detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)], elements, how, mb, mbs,
-                                                     Stream::comm, reduced[static_cast<std::size_t>(d)], OpGraph::kNoOp,
-                                                     out_prev[static_cast<std::size_t>(d)], -1, static_cast<int>(next_bucket));
-                        if (mb == mbs - 1) last_out[static_cast<std::size_t>(d)] = o.done;
+                        auto out = [&](std::int64_t e, const detail::GradientOffload& to) {
+                            if (e <= 0) return;
+                            const detail::OffloadedPartition o =
+                                detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)], e, to, mb, mbs, Stream::comm,
+                                                         reduced[static_cast<std::size_t>(d)], OpGraph::kNoOp,
+                                                         out_prev[static_cast<std::size_t>(d)], -1, static_cast<int>(next_bucket));
+                            if (mb == mbs - 1) last_out[static_cast<std::size_t>(d)] = o.done;
+                        };
+                        out(on_device, to_device);
+                        out(elements - on_device, how);
                     }
                 }
                 ++next_bucket;
@@ -1056,8 +1134,32 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     std::vector<OpId> done;
     if (oo == Offload::none) {
         done = steps(StepRunner::device, gshard, layer_params(blocks, dp), last_comm);
-    } else if (oo == Offload::cpu) {
+    } else if (oo == Offload::cpu && !twin) {
         done = steps(StepRunner::deepspeed_cpu, gshard, layer_params(blocks, dp), last_out);
+    } else if (oo == Offload::cpu) {
+        // Twin-Flow: step() walks the sub-groups in order, the host's first (CPU-Adam, blocking
+        // the Python loop), then FusedAdam's on the device; each sub-group's updated fp32
+        // weights are copied into its 16-bit partition where the parameters live
+        // (_reassign_or_swap_out_partitioned_parameters).
+        done = last_out;
+        if (host_part > 0) {
+            done = steps(StepRunner::deepspeed_cpu, host_part, {host_part}, last_out);
+            for (int d = 0; d < emit; ++d)
+                if (ptier != Tier::host) {
+                    const OpId c = g.add_copy(replicas[static_cast<std::size_t>(d)], Tier::host, ptier,
+                                              Bytes(host_part * sb.params), Phase::opt);
+                    g.depend(done[static_cast<std::size_t>(d)], c);
+                }
+        }
+        if (device_part > 0) {
+            done = steps(StepRunner::device, device_part, {device_part}, done);
+            for (int d = 0; d < emit; ++d)
+                if (ptier != Tier::device) {
+                    const OpId c = g.add_copy(replicas[static_cast<std::size_t>(d)], Tier::device, ptier,
+                                              Bytes(device_part * sb.params), Phase::opt);
+                    g.depend(done[static_cast<std::size_t>(d)], c);
+                }
+        }
     } else {
         // NVMe: sub-group by sub-group, swap the fp32 weights, moments and gradients in, step,
         // swap the weights and moments out; one sub-group's buffers at a time.
@@ -1089,9 +1191,12 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             const OpId c = g.add_copy(r, from, to, Bytes(elements * sb.params), Phase::opt);
             g.depend(done[static_cast<std::size_t>(d)], c);
         };
-        // The partitioned tensors go where they live; the persistent ones are on the device.
-        write(ptier, part);
-        write(Tier::device, persistent);
+        // The partitioned tensors go where they live; the persistent ones are on the device
+        // (Twin-Flow's copies are above, sub-group by sub-group).
+        if (!twin) {
+            write(ptier, part);
+            write(Tier::device, persistent);
+        }
         // hpZ: the step drops the secondary slices (stage3.py _post_step).
         for (const std::int32_t buf : secondary_buf[static_cast<std::size_t>(d)])
             if (buf >= 0) g.depend(done[static_cast<std::size_t>(d)], g.add_free(buf, Stream::compute, -1, -1));

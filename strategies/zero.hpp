@@ -24,6 +24,9 @@
 // `bucket`, so a peak over the model-state labels reproduces the ZeRO formulas.
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
 #include "strategies/plan.hpp"
@@ -47,6 +50,24 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan);
 /// matrices) stays whole on every rank, returned in `persistent`.
 std::vector<std::int64_t> partitioned_tensors(const Block& b, std::int64_t persistence_threshold,
                                               std::int64_t* persistent = nullptr);
+
+/// DeepSpeed's Twin-Flow (offload_optimizer.ratio; stage3.py _create_fp16_sub_groups,
+/// subgroup_to_device): a rank's optimizer partition in sub-groups of whole parameter tensors
+/// (model order, each closed once it holds sub_group_size elements), the first int(ratio ×
+/// sub-groups) stepped on the CPU, the rest on the device.
+struct TwinFlowSplit {
+    int subgroups = 0;
+    int on_cpu = 0;
+    std::int64_t cpu_params = 0;     // a rank's partition elements stepped on the CPU
+    std::int64_t cpu_model = 0;      // the whole model's parameters those partitions come from
+    std::int64_t params = 0;         // a rank's whole partition (the per-tensor partitions summed)
+};
+/// The split for `blocks` (one replica's) partitioned over `dp` ranks; `ratio` in [0, 1].
+TwinFlowSplit twin_flow_split(const std::vector<Block>& blocks, int dp, std::int64_t persistence_threshold,
+                              std::int64_t sub_group_size, double ratio);
+/// The same for a resolved zero3 plan; nullopt unless it runs Twin-Flow (a ratio below 1 with
+/// the optimizer offloaded to the CPU).
+std::optional<TwinFlowSplit> twin_flow_split(const Model& model, const Layout& layout, const Plan& plan);
 
 /// FSDP's sharded-parameter engine (strategies/fsdp.hpp): one unit per block.
 struct ShardedOptions {

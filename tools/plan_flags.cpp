@@ -145,9 +145,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "ZeRO++'s hpZ with zero3 (DeepSpeed 0.10+): a secondary copy of the parameters partitioned over groups "
                    "of N consecutive ranks (a node's GPUs), which every gather after the step's first forward uses");
     app.add_option("--optimizer-offload-fraction", f.optimizer_offload_fraction,
-                   "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the share of "
-                   "each rank's optimizer stepped on the host, above 0 and at most 1 (default 1; Megatron's own default "
-                   "of 0 offloads nothing)");
+                   "the share of each rank's optimizer stepped on the host, the rest on the device (default 1): "
+                   "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism (above 0; "
+                   "Megatron's own default of 0 offloads nothing); DeepSpeed's Twin-Flow (offload_optimizer.ratio, "
+                   "0.12.3+) with zero3 and the optimizer offloaded to the cpu (0 to 1, rounded down to whole "
+                   "sub-groups)");
     app.add_option("--ep", f.ep,
                    "expert parallelism: experts sharded over N ranks of the data-parallel group (mixtures of experts)")
         ->capture_default_str();
@@ -298,6 +300,13 @@ bool deepspeed_engine(const std::string& framework) {
     return framework.empty() || framework.rfind("deepspeed", 0) == 0 || framework.rfind("megatron-deepspeed", 0) == 0;
 }
 
+/// `v` as printf's %g writes it (0.3, 1e-05).
+std::string shortest(double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    return text;
+}
+
 /// Applies a ds_config.json to the plan: what it sets fills the flags left unset, a flag given
 /// with another value is an error naming both.
 void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
@@ -366,6 +375,12 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
             conflict("--optimizer", "optimizer.type", strategies::to_string(p.optimizer), strategies::to_string(*c.optimizer));
         p.optimizer = *c.optimizer;
     }
+    if (c.offload_ratio) {
+        if (p.optimizer_offload_fraction && *p.optimizer_offload_fraction != *c.offload_ratio)
+            conflict("--optimizer-offload-fraction", "zero_optimization.offload_optimizer.ratio",
+                     shortest(*p.optimizer_offload_fraction), shortest(*c.offload_ratio));
+        p.optimizer_offload_fraction = *c.offload_ratio;
+    }
     if (c.zero_quantized_weights) {
         if (given(f, "--zero-quantized-weights") && !*c.zero_quantized_weights)
             conflict("--zero-quantized-weights", "zero_optimization.zero_quantized_weights", "(on)", "false");
@@ -400,11 +415,7 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
 /// Refuses a floating-point flag outside [lo, hi] (NaN and infinities included); `range` says
 /// the range for people ("from 1 KiB (1/1024) to 1 TiB (1048576) in MiB").
 void check_range(double v, double lo, double hi, const char* name, const char* range) {
-    if (!(v >= lo && v <= hi)) {
-        char found[32];
-        std::snprintf(found, sizeof found, "%g", v);
-        fail_input(std::string("a value ") + range, found, flag(name));
-    }
+    if (!(v >= lo && v <= hi)) fail_input(std::string("a value ") + range, shortest(v), flag(name));
 }
 
 }  // namespace

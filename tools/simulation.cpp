@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "strategies/parameter_server.hpp"
+#include "strategies/zero.hpp"
 #include "tools/pipeline_split.hpp"
 
 namespace smol::tools {
@@ -172,6 +173,23 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
         std::string z = "ZeRO++:";
         for (std::size_t i = 0; i < parts.size(); ++i) z += (i ? "; " : " ") + parts[i];
         info.notes.push_back(z);
+    }
+    if (const auto twin = strategies::twin_flow_split(model, l, plan)) {
+        auto count = [](std::int64_t n) {
+            char t[48];
+            const double v = static_cast<double>(n);
+            if (n == 0) return std::string("0");
+            if (v >= 1e9) std::snprintf(t, sizeof t, "%.3g billion", v / 1e9);
+            else std::snprintf(t, sizeof t, "%.3g million", v / 1e6);
+            return std::string(t);
+        };
+        std::string note = "Twin-Flow: " + std::to_string(twin->on_cpu) + " of " + std::to_string(twin->subgroups) +
+                           " optimizer sub-groups (" + count(twin->cpu_params) + " of a rank's " + count(twin->params) +
+                           " parameters) stepped on the CPU, the rest on the device";
+        if (twin->subgroups == 1 || twin->on_cpu == 0)
+            note += " (DeepSpeed rounds the ratio down to whole sub-groups of zero_optimization.sub_group_size, " +
+                    count(l.framework.sub_group_size) + " elements; a smaller one in --deepspeed-config splits finer)";
+        info.notes.push_back(note);
     }
     if (const Time d = built.layout.framework.dispatch_per_kernel; d > Time::zero())
         info.notes.push_back("host dispatch " + to_string(d) + " per GPU kernel before the driver's launch (" +

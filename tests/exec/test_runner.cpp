@@ -270,6 +270,26 @@ TEST_CASE("exec runs zero3 with ZeRO++'s quantized gradients: the all-to-alls ac
     CHECK(all_to_all > 0);
     run_and_check(built.graph, topo::localhost_cluster());
 }
+TEST_CASE("exec runs zero3 with Twin-Flow: the first sub-groups stepped on the host, the rest on the device",
+          "[exec][mpi][plan-zero3]") {
+    // Built for discrete GPUs (on unified memory there is no host to offload to), run by the CPU
+    // executor; sub-groups of 10,000 elements split tiny's partition.
+    strategies::Plan p = data_parallel(DataParallel::zero3);
+    p.offload_optimizer = strategies::Offload::cpu;
+    p.optimizer_offload_fraction = 0.5;
+    p.framework_overrides.sub_group_size = 10'000;
+    p.fold = false;
+    p.seq = 128;
+    p.dtype = DType::fp32;
+    const strategies::Built built =
+        strategies::build(tiny(), topo::cluster_preset("dgx-a100").first_devices(test::session().size()), p);
+    bool host = false, device = false;
+    for (const Op& op : built.graph.ops())
+        if (op.phase == Phase::opt && op.kind == OpKind::compute) (op.on_host() ? host : device) = true;
+    CHECK(host);
+    CHECK(device);
+    run_and_check(built.graph, topo::localhost_cluster());
+}
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }
 TEST_CASE("exec runs fsdp under no_sync: gradients held through two micro-batches, reduced after the last",
           "[exec][mpi][plan-fsdp]") {

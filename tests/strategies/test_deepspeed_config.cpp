@@ -63,6 +63,18 @@ TEST_CASE("ZeRO++'s keys are read", "[strategies][deepspeed][zeropp]") {
                Catch::Contains("/zero_optimization/zero_hpz_partition_size"));
 }
 
+TEST_CASE("Twin-Flow's ratio is read", "[strategies][deepspeed][offload]") {
+    const DeepSpeedConfig c = read(R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8,
+        "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})");
+    CHECK(c.offload_ratio == 0.3);
+    CHECK(c.sub_group_size == 100'000'000);
+    CHECK(c.unmodelled.empty());
+    // offload_config.py: Field(1.0, ge=0.0, le=1.0).
+    CHECK(read(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu", "ratio": 0}}})").offload_ratio == 0.0);
+    CHECK_THAT(test::bad_input_message([] { read(R"({"zero_optimization": {"offload_optimizer": {"ratio": -0.1}}})"); }),
+               Catch::Contains("/zero_optimization/offload_optimizer/ratio") && Catch::Contains("from 0 to 1"));
+}
+
 TEST_CASE("bad DeepSpeed config values name the file and the key", "[strategies][deepspeed]") {
     SECTION("stage out of range") {
         CHECK_THAT(test::bad_input_message([] { read(R"({"zero_optimization": {"stage": 4}})"); }),

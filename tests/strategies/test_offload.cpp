@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "dp_fixtures.hpp"
 #include "strategies/data_parallel.hpp"
+#include "strategies/zero.hpp"
 #include "test_support.hpp"
 
 using namespace smol;
@@ -391,6 +392,124 @@ TEST_CASE("Megatron's --optimizer-cpu-offload: the shard's state on the host, it
     }
 }
 
+TEST_CASE("DeepSpeed's Twin-Flow: the first int(ratio × sub-groups) of a rank's optimizer on the host, the rest on "
+          "the device",
+          "[strategies][offload]") {
+    // ZeRO-Offload++ (DeepSpeed PR #4636, v0.12.3): stage3.py _create_fp16_sub_groups closes a
+    // sub-group of whole parameter tensors once it holds sub_group_size (1e9) partition elements;
+    // subgroup_to_device puts the first int(ratio × sub-groups) on the CPU (CPU-Adam), the rest
+    // keep their fp32 weights, moments and gradients on the device (FusedAdam); step() walks them
+    // in order.
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    Plan p = plan_of(DataParallel::zero3);
+    p.offload_optimizer = Offload::cpu;
+    p.dtype = DType::bf16;
+    p.global_batch = 8;   // one micro-batch a rank
+    SECTION("Llama 3 70B on 8 GPUs: sub-groups of at least 1e9 elements, each overshooting by less than a tensor") {
+        const Model m = model_preset("llama3-70b");
+        const Built b = build(m, c, p);
+        const std::vector<Block> blocks = strategies::detail::replica_blocks(m, b.layout, p);
+        // A rank's partition: 70.6 B / 8 = 8.82 B elements; its largest tensor is the 128,256 ×
+        // 8,192 embedding, 131.3 M elements a rank.
+        const double largest = 128256.0 * 8192 / 8;
+        for (const double ratio : {0.0, 0.3, 0.5, 0.75, 0.99}) {
+            const TwinFlowSplit s = twin_flow_split(blocks, 8, 100'000, 1'000'000'000, ratio);
+            INFO("ratio " << ratio);
+            CHECK(static_cast<double>(s.params) == Approx(m.parameters() / 8.0).epsilon(1e-4));
+            CHECK(s.subgroups >= static_cast<int>(std::ceil(static_cast<double>(s.params) / (1e9 + largest))));
+            CHECK(s.subgroups <= static_cast<int>(std::ceil(static_cast<double>(s.params) / 1e9)));
+            CHECK(s.on_cpu == static_cast<int>(ratio * s.subgroups));
+            CHECK(static_cast<double>(s.cpu_params) >= 1e9 * s.on_cpu);
+            CHECK(static_cast<double>(s.cpu_params) < (1e9 + largest) * s.on_cpu + 1);
+            CHECK(static_cast<double>(s.cpu_model) == Approx(8.0 * static_cast<double>(s.cpu_params)).epsilon(1e-4));
+        }
+    }
+    SECTION("Megatron-DeepSpeed's example (GPT-3 350M, ratio 0.3): one sub-group, so nothing is stepped on the CPU") {
+        // examples_deepspeed/offload_pp/ds_config_gpt_TEMPLATE.json sets ratio 0.3 and leaves
+        // sub_group_size at 1e9: a rank's partition is one sub-group and int(0.3 × 1) = 0.
+        const Model m = model_preset("gpt2-medium");
+        p.optimizer_offload_fraction = 0.3;
+        const Built b = build(m, c, p);
+        const auto s = twin_flow_split(m, b.layout, p);
+        REQUIRE(s);
+        CHECK(s->subgroups == 1);
+        CHECK(s->on_cpu == 0);
+        const std::int64_t part = s->params;
+        CHECK(held(b.graph, 0, Tier::host, BufferLabel::optimizer_state) == 0);
+        CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::optimizer_state)) == Approx(12.0 * part).epsilon(1e-4));
+        // The gradients still pass through the host's flat fp32 buffer, but none leaves for a CPU step.
+        CHECK(static_cast<double>(held(b.graph, 0, Tier::host, BufferLabel::gradients)) == Approx(4.0 * part).epsilon(1e-4));
+        CHECK(copied(b.graph, 0, Tier::device, Tier::host) == 0);
+        for (const Op& op : b.graph.ops()) CHECK_FALSE((op.phase == Phase::opt && op.on_host()));
+    }
+    SECTION("Llama 2 7B in sub-groups of 1e8: state, gradients and copies split; the device's step after the host's") {
+        const Model m = model_preset("llama2-7b");
+        p.framework_overrides.sub_group_size = 100'000'000;
+        const test::DpRun all = test::dp_run(m, c, p, analytic());
+        p.optimizer_offload_fraction = 0.5;
+        const test::DpRun half = test::dp_run(m, c, p, analytic());
+        p.optimizer_offload_fraction = 0.0;
+        const test::DpRun none = test::dp_run(m, c, p, analytic());
+        const auto s = twin_flow_split(m, half.built.layout, [&] {
+            Plan q = p;
+            q.optimizer_offload_fraction = 0.5;
+            return q;
+        }());
+        REQUIRE(s);
+        const std::int64_t gshard = held(all.built.graph, 0, Tier::host, BufferLabel::optimizer_state) / 12;
+        const std::int64_t cpu = s->cpu_params, gpu = gshard - cpu;
+        INFO(s->on_cpu << " of " << s->subgroups << " sub-groups, " << cpu << " of " << gshard);
+        REQUIRE(s->subgroups >= 8);
+        CHECK(s->on_cpu == s->subgroups / 2);
+        const OpGraph& g = half.built.graph;
+        // 12 bytes a parameter of state (fp32 weights, moments) where each sub-group steps; the
+        // device's sub-groups keep their fp32 gradients there too (4 bytes).
+        CHECK(held(g, 0, Tier::host, BufferLabel::optimizer_state) == 12 * cpu);
+        CHECK(held(g, 0, Tier::device, BufferLabel::optimizer_state) == 12 * gpu);
+        CHECK(held(g, 0, Tier::device, BufferLabel::gradients) - held(all.built.graph, 0, Tier::device, BufferLabel::gradients) == 4 * gpu);
+        // Only the host's sub-groups cross: their fp32 gradients down, their bf16 weights up.
+        CHECK(static_cast<double>(copied(g, 0, Tier::device, Tier::host)) == Approx(4.0 * cpu).epsilon(0.01));
+        CHECK(copied(g, 0, Tier::host, Tier::device) == 2 * cpu);
+        // In step()'s order: the host's sub-groups, then the device's.
+        Time host_end = Time::zero(), device_start = Time::max();
+        for (OpId id = 0; id < g.size(); ++id) {
+            const Op& op = g.op(id);
+            if (op.rank != 0 || op.phase != Phase::opt || op.kind != OpKind::compute) continue;
+            if (op.on_host()) host_end = std::max(host_end, half.timeline.end[id]);
+            else device_start = std::min(device_start, half.timeline.start[id]);
+        }
+        CHECK(host_end > Time::zero());
+        CHECK(host_end <= device_start);
+        // CPU-Adam is slower than the device's step: the less on the host, the shorter the step.
+        CHECK(none.summary.iteration < half.summary.iteration);
+        CHECK(half.summary.iteration < all.summary.iteration);
+        // A ratio of 1 is plain ZeRO-Offload.
+        p.optimizer_offload_fraction = 1.0;
+        const test::DpRun one = test::dp_run(m, c, p, analytic());
+        CHECK(one.summary.iteration == all.summary.iteration);
+        CHECK(one.built.graph.size() == all.built.graph.size());
+    }
+    SECTION("refused where DeepSpeed does not run it") {
+        const Model m = model_preset("gpt2-medium");
+        p.optimizer_offload_fraction = 0.5;
+        Plan q = p;
+        q.strategy = DataParallel::zero2;
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }), Catch::Contains("Twin-Flow") && Catch::Contains("zero3"));
+        q = p;
+        q.framework = "deepspeed@0.12";
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }),
+                   Catch::Contains("0.12.3 and later") && Catch::Contains("deepspeed@0.12 does not have it"));
+        q = p;
+        q.offload_optimizer = Offload::nvme;
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }), Catch::Contains("--offload-optimizer cpu"));
+        q = p;
+        q.optimizer_offload_fraction = 1.5;
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }), Catch::Contains("from 0 to 1") && Catch::Contains("found 1.5"));
+        q.optimizer_offload_fraction = 0.0;   // DeepSpeed accepts 0: every sub-group on the device
+        CHECK_NOTHROW(resolve(m, c, q));
+    }
+}
+
 TEST_CASE("Megatron's --overlap-cpu-optimizer-d2h-h2d pipelines the offloaded step block by block", "[strategies][offload]") {
     // The same bytes cross and the same bytes are stepped, in pieces (a block's share of the shard
     // each: the embedding and 12 layers on the first of two stages of GPT-2 medium), so the copies
@@ -445,7 +564,8 @@ TEST_CASE("Megatron's --overlap-cpu-optimizer-d2h-h2d pipelines the offloaded st
     q.overlap_cpu_optimizer_d2h_h2d = false;
     q.optimizer_offload_fraction = 0.5;
     CHECK_THAT(test::bad_input_message([&] { resolve(m, c, q); }),
-               Catch::Contains("--optimizer-offload-fraction is Megatron's") && Catch::Contains("needs --offload cpu"));
+               Catch::Contains("--optimizer-offload-fraction is Megatron's") && Catch::Contains("Twin-Flow") &&
+                   Catch::Contains("this plan has neither"));
     p.optimizer_offload_fraction = 0;
     CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("above 0 and at most 1") && Catch::Contains("found 0"));
     p.optimizer_offload_fraction = 1.5;

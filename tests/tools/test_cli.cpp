@@ -473,7 +473,7 @@ TEST_CASE("ZeRO++ from a DeepSpeed config or flags: said in the header, contradi
     };
     const Result from_file = with({"--deepspeed-config", cfg.path.string()});
     REQUIRE(from_file.code == 0);
-    CHECK_THAT(from_file.out, Catch::Contains("as deepspeed@0.10") && Catch::Contains("(qwZ)") &&
+    CHECK_THAT(from_file.out, Catch::Contains("as deepspeed@0.12.3") && Catch::Contains("(qwZ)") &&
                                   Catch::Contains("groups of 8 ranks"));
     const Result from_flags = with({"--strategy", "zero3", "--zero-quantized-weights", "--zero-hpz-partition-size", "8"});
     REQUIRE(from_flags.code == 0);
@@ -492,6 +492,37 @@ TEST_CASE("ZeRO++ from a DeepSpeed config or flags: said in the header, contradi
     const Result zero = with({"--strategy", "zero3", "--zero-hpz-partition-size", "0"});
     CHECK(zero.code == 2);
     CHECK_THAT(zero.err, Catch::Contains("--zero-hpz-partition-size"));
+}
+
+TEST_CASE("Twin-Flow from a DeepSpeed config or the flag: said in the header, contradictions refused",
+          "[tools][cli][deepspeed][offload]") {
+    TempFile cfg("ds_config_twin_flow.json", R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8,
+        "offload_optimizer": {"device": "cpu", "pin_memory": true, "ratio": 0.5}}})");
+    const std::vector<std::string> base{"simulate", "--model", "gpt2-xl", "--cluster", "dgx-a100"};
+    auto with = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), extra.begin(), extra.end());
+        return cli(args);
+    };
+    // GPT-2 XL over 8 GPUs: 195 M elements a rank, two sub-groups of 1e8, the first on the CPU.
+    const Result from_file = with({"--deepspeed-config", cfg.path.string()});
+    REQUIRE(from_file.code == 0);
+    CHECK_THAT(from_file.out, Catch::Contains("Twin-Flow: 1 of 2 optimizer sub-groups"));
+    CHECK_THAT(from_file.err, Catch::Contains("pin_memory is not modelled") && !Catch::Contains("ratio"));
+    const Result contradicts = with({"--deepspeed-config", cfg.path.string(), "--optimizer-offload-fraction", "0.25"});
+    CHECK(contradicts.code == 2);
+    CHECK_THAT(contradicts.err, Catch::Contains("--optimizer-offload-fraction 0.25 contradicts") &&
+                                    Catch::Contains("offload_optimizer.ratio 0.5"));
+    TempFile bad("ds_config_twin_flow_bad.json", R"({"zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "cpu", "ratio": 1.5}}})");
+    const Result out_of_range = with({"--deepspeed-config", bad.path.string()});
+    CHECK(out_of_range.code == 2);
+    CHECK_THAT(out_of_range.err, Catch::Contains("/zero_optimization/offload_optimizer/ratio") && Catch::Contains("1.5"));
+    // The default sub_group_size (1e9) holds a rank's whole partition: nothing goes to the CPU, and
+    // the header says why.
+    const Result whole = with({"--strategy", "zero3", "--offload-optimizer", "cpu", "--optimizer-offload-fraction", "0.5"});
+    REQUIRE(whole.code == 0);
+    CHECK_THAT(whole.out, Catch::Contains("Twin-Flow: 0 of 1 optimizer sub-groups") && Catch::Contains("sub_group_size"));
 }
 
 TEST_CASE("run, validate and calibrate say how to start them, or that MPI was not built in", "[tools][cli]") {
