@@ -1,8 +1,11 @@
 #include "tools/fit_advice.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 
 #include "core/error.hpp"
+#include "strategies/zero.hpp"
 #include "tools/simulation.hpp"
 
 namespace smol::tools {
@@ -88,49 +91,68 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
         for (int e = plan.ep * 2; e <= l.dp && model.shape().moe.experts % e == 0; e *= 2)
             if (l.dp % e == 0) eps.push_back(e);
 
+    // Twin-Flow: more of the optimizer on the host, in tenths, each a different number of
+    // sub-groups (1: all of it, plain ZeRO-Offload).
+    std::vector<std::optional<double>> fractions{plan.optimizer_offload_fraction};
+    if (const auto twin = strategies::twin_flow_split(model, l, plan))
+        for (int t = 1, last = twin->on_cpu; t <= 10; ++t) {
+            const double f = t / 10.0;
+            const int k = static_cast<int>(f * twin->subgroups);
+            if (f > *plan.optimizer_offload_fraction && k > last) fractions.push_back(f), last = k;
+        }
+
     std::vector<PlanChange> out;
-    for (DataParallel s : strategies)
-        for (const OffloadChoice& o : offload_choices(s, nvme))
-            for (Recompute r : recomputes)
-                for (int m : micro_batches)
-                    for (int e : eps) {
-                        PlanChange c;
-                        c.plan = plan;
-                        if (s != plan.strategy) {
-                            c.plan.strategy = s;
-                            // The framework follows the strategy (FSDP is PyTorch's, ZeRO DeepSpeed's).
-                            c.plan.framework.clear();
-                            c.flags += " --strategy " + std::string(strategies::to_string(s));
-                            ++c.changes;
+    for (const std::optional<double>& f : fractions)
+        for (DataParallel s : strategies)
+            for (const OffloadChoice& o : offload_choices(s, nvme))
+                for (Recompute r : recomputes)
+                    for (int m : micro_batches)
+                        for (int e : eps) {
+                            PlanChange c;
+                            c.plan = plan;
+                            if (f != plan.optimizer_offload_fraction) {
+                                if (s != plan.strategy) continue;
+                                c.plan.optimizer_offload_fraction = f;
+                                char text[16];
+                                std::snprintf(text, sizeof text, "%g", *f);
+                                c.flags += std::string(" --optimizer-offload-fraction ") + text;
+                                ++c.changes;
+                            }
+                            if (s != plan.strategy) {
+                                c.plan.strategy = s;
+                                // The framework follows the strategy (FSDP is PyTorch's, ZeRO DeepSpeed's).
+                                c.plan.framework.clear();
+                                c.flags += " --strategy " + std::string(strategies::to_string(s));
+                                ++c.changes;
+                            }
+                            if (o.offloads()) {
+                                const bool already = plan.offload != Offload::none || plan.offload_params != Offload::none ||
+                                                     plan.offload_optimizer != Offload::none;
+                                if (already && s == plan.strategy) continue;   // the plan's own offload, or one it has
+                                apply_offload(c.plan, o);
+                                c.flags += " " + o.flags;
+                                ++c.changes;
+                            }
+                            if (r != plan.recompute) {
+                                c.plan.recompute = r;
+                                c.flags += " --recompute " + std::string(to_string(r));
+                                ++c.changes;
+                            }
+                            if (m != plan.micro_batch) {
+                                c.plan.micro_batch = m;
+                                c.plan.global_batch = l.global_batch;   // the same batch in more micro-batches
+                                c.flags += " --micro-batch " + std::to_string(m);
+                                ++c.changes;
+                            }
+                            if (e != plan.ep) {
+                                c.plan.ep = e;
+                                c.flags += " --ep " + std::to_string(e);
+                                ++c.changes;
+                            }
+                            if (c.changes == 0 || !accepted(model, cluster, c.plan)) continue;
+                            c.flags.erase(0, 1);
+                            out.push_back(std::move(c));
                         }
-                        if (o.offloads()) {
-                            const bool already = plan.offload != Offload::none || plan.offload_params != Offload::none ||
-                                                 plan.offload_optimizer != Offload::none;
-                            if (already && s == plan.strategy) continue;   // the plan's own offload, or one it has
-                            apply_offload(c.plan, o);
-                            c.flags += " " + o.flags;
-                            ++c.changes;
-                        }
-                        if (r != plan.recompute) {
-                            c.plan.recompute = r;
-                            c.flags += " --recompute " + std::string(to_string(r));
-                            ++c.changes;
-                        }
-                        if (m != plan.micro_batch) {
-                            c.plan.micro_batch = m;
-                            c.plan.global_batch = l.global_batch;   // the same batch in more micro-batches
-                            c.flags += " --micro-batch " + std::to_string(m);
-                            ++c.changes;
-                        }
-                        if (e != plan.ep) {
-                            c.plan.ep = e;
-                            c.flags += " --ep " + std::to_string(e);
-                            ++c.changes;
-                        }
-                        if (c.changes == 0 || !accepted(model, cluster, c.plan)) continue;
-                        c.flags.erase(0, 1);
-                        out.push_back(std::move(c));
-                    }
     std::stable_sort(out.begin(), out.end(), [](const PlanChange& a, const PlanChange& b) { return a.changes < b.changes; });
     return out;
 }
