@@ -164,7 +164,7 @@ constexpr std::array flop_rate_print{UnitScale{"FLOP/s", 1.0},  UnitScale{"KFLOP
                                      UnitScale{"EFLOP/s", 1e18}};
 
 /// "1.23e+20" for messages about values that left their range.
-std::string number_text(double v) {
+std::string three_digits(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.3g", v);
     return buf;
@@ -173,7 +173,7 @@ std::string number_text(double v) {
 /// "3.2e+07 s (370 days)": a duration in picoseconds, for overflow messages.
 std::string seconds_text(double ps) {
     if (!std::isfinite(ps)) return ps != ps ? std::string("an undefined time (0 / 0)") : std::string("forever");
-    return number_text(ps * 1e-12) + " s (" + number_text(ps * 1e-12 / 86400) + " days)";
+    return three_digits(ps * 1e-12) + " s (" + three_digits(ps * 1e-12 / 86400) + " days)";
 }
 
 [[noreturn]] void fail_range(const std::string& message) { throw Error(ErrorKind::out_of_range, message); }
@@ -193,7 +193,7 @@ void fail_time_sum(std::int64_t a, std::int64_t b, char op) {
 }
 
 void fail_bytes_range(double bytes) {
-    fail_range("a size of " + number_text(bytes) + " bytes is beyond the 8 EiB (2^63 bytes) a size can hold");
+    fail_range("a size of " + three_digits(bytes) + " bytes is beyond the 8 EiB (2^63 bytes) a size can hold");
 }
 
 void fail_bytes_sum(std::int64_t a, std::int64_t b, char op) {
@@ -203,16 +203,16 @@ void fail_bytes_sum(std::int64_t a, std::int64_t b, char op) {
 }
 
 void fail_not_finite(const char* what, double value) {
-    fail_range(std::string("a ") + what + " of " + number_text(value) + " (not a finite number)");
+    fail_range(std::string("a ") + what + " of " + three_digits(value) + " (not a finite number)");
 }
 
 void fail_transfer_time(double bytes, double bytes_per_s) {
-    fail_range("moving " + number_text(bytes) + " bytes at " + number_text(bytes_per_s) + " B/s takes " +
+    fail_range("moving " + three_digits(bytes) + " bytes at " + three_digits(bytes_per_s) + " B/s takes " +
                seconds_text(bytes / bytes_per_s * 1e12) + ", beyond " + kTimeRange);
 }
 
 void fail_compute_time(double flops, double flops_per_s) {
-    fail_range(number_text(flops) + " FLOPs at " + number_text(flops_per_s) + " FLOP/s take " +
+    fail_range(three_digits(flops) + " FLOPs at " + three_digits(flops_per_s) + " FLOP/s take " +
                seconds_text(flops / flops_per_s * 1e12) + ", beyond " + kTimeRange);
 }
 
@@ -237,7 +237,7 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
 std::int64_t checked_round(double v, const char* what) {
     const double r = v >= 0 ? v + 0.5 : v - 0.5;
     if (!(r > -detail::kInt64Limit && r < detail::kInt64Limit))
-        fail_range(std::string(what) + ": " + number_text(v) + " is beyond the 2^63 a 64-bit count can hold");
+        fail_range(std::string(what) + ": " + three_digits(v) + " is beyond the 2^63 a 64-bit count can hold");
     return static_cast<std::int64_t>(r);
 }
 
@@ -270,6 +270,12 @@ FlopRate parse_flop_rate(std::string_view text) {
     const Quantity q = parse_quantity(text, flop_rate_units, what);
     check_amount(q, text, "FLOP rate", "312 TFLOP/s", false);
     return FlopRate::flops_per_s(q.value);
+}
+
+std::string number_text(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
 }
 
 std::string to_string(Time t) {

@@ -259,5 +259,7 @@ std::string to_string(FlopRate r);
 // it, and as HBM is sized (an "80 GB" A100 holds 80 GiB). Traffic and bandwidth stay decimal
 // (to_string), as datasheets and NCCL's bus bandwidth state them.
 std::string to_string_binary(Bytes b);
+// A plain number as a user would type it, printf's %g: "0.5", "2", "1e-06".
+std::string number_text(double v);
 
 }  // namespace smol

@@ -419,14 +419,9 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                    {"", "", "--overlap-cpu-optimizer-d2h-h2d"});
     if (const auto f = plan.optimizer_offload_fraction) {
         const ErrorContext at{"", "", "--optimizer-offload-fraction"};
-        const auto text = [&] {
-            char t[32];
-            std::snprintf(t, sizeof t, "%g", *f);
-            return std::string(t);
-        };
         if (given && layered) {
             if (!(*f > 0 && *f <= 1))
-                fail_input("a share of the optimizer above 0 and at most 1 (Megatron's --optimizer-offload-fraction)", text(), at);
+                fail_input("a share of the optimizer above 0 and at most 1 (Megatron's --optimizer-offload-fraction)", number_text(*f), at);
         } else {
             // DeepSpeed's Twin-Flow (ZeRO-Offload++): runtime/zero/config.py offload_ratio_check
             // asserts stage 3 ("Partial offloading only supported for ZeRO Stage 3"); stage3.py
@@ -437,7 +432,7 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
                            "--offload-optimizer cpu); this plan has neither",
                            at);
             if (!(*f >= 0 && *f <= 1))
-                fail_input("a share of the optimizer from 0 to 1 (DeepSpeed's offload_optimizer.ratio)", text(), at);
+                fail_input("a share of the optimizer from 0 to 1 (DeepSpeed's offload_optimizer.ratio)", number_text(*f), at);
             if (!l.framework.twin_flow)
                 fail_input("--optimizer-offload-fraction with zero3 is DeepSpeed's Twin-Flow (offload_optimizer.ratio), in "
                            "DeepSpeed 0.12.3 and later; " + describe(l.framework) + " does not have it",

@@ -174,11 +174,15 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     // the strategy can move), "nvme" alike.
     const auto offload_of = [](const PlanResult& p) -> std::string {
         const strategies::Plan& x = p.plan;
-        if (x.offload != strategies::Offload::none) return strategies::to_string(x.offload);
         std::string s;
-        if (x.offload_params != strategies::Offload::none) s = std::string("params ") + strategies::to_string(x.offload_params);
-        if (x.offload_optimizer != strategies::Offload::none)
-            s += std::string(s.empty() ? "" : ", ") + "opt " + strategies::to_string(x.offload_optimizer);
+        if (x.offload != strategies::Offload::none) {
+            s = strategies::to_string(x.offload);
+        } else {
+            if (x.offload_params != strategies::Offload::none) s = std::string("params ") + strategies::to_string(x.offload_params);
+            if (x.offload_optimizer != strategies::Offload::none)
+                s += std::string(s.empty() ? "" : ", ") + "opt " + strategies::to_string(x.offload_optimizer);
+        }
+        if (x.optimizer_offload_fraction) s += " " + number_text(*x.optimizer_offload_fraction);   // Twin-Flow's share
         return s.empty() ? "-" : s;
     };
     bool offloads = false;

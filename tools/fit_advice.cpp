@@ -1,7 +1,6 @@
 #include "tools/fit_advice.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 
 #include "core/error.hpp"
@@ -113,9 +112,7 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
                             if (f != plan.optimizer_offload_fraction) {
                                 if (s != plan.strategy) continue;
                                 c.plan.optimizer_offload_fraction = f;
-                                char text[16];
-                                std::snprintf(text, sizeof text, "%g", *f);
-                                c.flags += std::string(" --optimizer-offload-fraction ") + text;
+                                c.flags += " --optimizer-offload-fraction " + number_text(*f);
                                 ++c.changes;
                             }
                             if (s != plan.strategy) {

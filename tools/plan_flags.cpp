@@ -300,13 +300,6 @@ bool deepspeed_engine(const std::string& framework) {
     return framework.empty() || framework.rfind("deepspeed", 0) == 0 || framework.rfind("megatron-deepspeed", 0) == 0;
 }
 
-/// `v` as printf's %g writes it (0.3, 1e-05).
-std::string shortest(double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", v);
-    return text;
-}
-
 /// Applies a ds_config.json to the plan: what it sets fills the flags left unset, a flag given
 /// with another value is an error naming both.
 void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
@@ -378,7 +371,7 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
     if (c.offload_ratio) {
         if (p.optimizer_offload_fraction && *p.optimizer_offload_fraction != *c.offload_ratio)
             conflict("--optimizer-offload-fraction", "zero_optimization.offload_optimizer.ratio",
-                     shortest(*p.optimizer_offload_fraction), shortest(*c.offload_ratio));
+                     number_text(*p.optimizer_offload_fraction), number_text(*c.offload_ratio));
         p.optimizer_offload_fraction = *c.offload_ratio;
     }
     if (c.zero_quantized_weights) {
@@ -415,7 +408,7 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
 /// Refuses a floating-point flag outside [lo, hi] (NaN and infinities included); `range` says
 /// the range for people ("from 1 KiB (1/1024) to 1 TiB (1048576) in MiB").
 void check_range(double v, double lo, double hi, const char* name, const char* range) {
-    if (!(v >= lo && v <= hi)) fail_input(std::string("a value ") + range, shortest(v), flag(name));
+    if (!(v >= lo && v <= hi)) fail_input(std::string("a value ") + range, number_text(v), flag(name));
 }
 
 }  // namespace

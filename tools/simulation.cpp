@@ -34,13 +34,6 @@ std::string figure(double v) {
     return buf;
 }
 
-/// "0.5" or "0.125": a factor for people.
-std::string factor(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
-
 /// What the summary says about slow devices, jitter, Hogwild! and a profile.
 std::vector<std::string> speed_notes(const Model& model, const topo::Cluster& cluster, const strategies::Layout& layout,
                                      const strategies::Plan& plan) {
@@ -49,15 +42,15 @@ std::vector<std::string> speed_notes(const Model& model, const topo::Cluster& cl
     for (std::size_t gi = 0; gi < cluster.groups.size(); ++gi) {
         const topo::NodeGroup& g = cluster.groups[gi];
         if (g.speed != 1.0 || g.nic_speed != 1.0)
-            slow += (slow.empty() ? "" : "; ") + std::string("group ") + g.name + " at " + factor(g.speed) + "× compute" +
-                    (g.nic_speed != 1.0 ? ", " + factor(g.nic_speed) + "× NIC" : "");
+            slow += (slow.empty() ? "" : "; ") + std::string("group ") + g.name + " at " + number_text(g.speed) + "× compute" +
+                    (g.nic_speed != 1.0 ? ", " + number_text(g.nic_speed) + "× NIC" : "");
     }
     for (const auto& [rank, s] : cluster.slow_devices)
         slow += (slow.empty() ? "" : "; ") + std::string("rank ") + std::to_string(rank) + " (" + cluster.device_name(rank) +
-                ") at " + factor(s.compute) + "× compute" + (s.nic != 1.0 ? ", " + factor(s.nic) + "× NIC" : "");
+                ") at " + number_text(s.compute) + "× compute" + (s.nic != 1.0 ? ", " + number_text(s.nic) + "× NIC" : "");
     if (!slow.empty()) notes.push_back("slow devices: " + slow);
     if (cluster.jitter.percent > 0)
-        notes.push_back("jitter: every compute op within ±" + factor(cluster.jitter.percent) + " % of its time (seed " +
+        notes.push_back("jitter: every compute op within ±" + number_text(cluster.jitter.percent) + " % of its time (seed " +
                         std::to_string(cluster.jitter.seed) + ")");
     if (!cluster.uniform_speed() && !layout.folded && plan.fold) {
         // Said only where the same plan on devices of equal speed would fold.

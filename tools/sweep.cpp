@@ -12,6 +12,7 @@
 #include "strategies/finetune.hpp"
 #include "strategies/hybrid_cnn.hpp"
 #include "strategies/optimizer.hpp"
+#include "strategies/zero.hpp"
 #include "tools/fit_advice.hpp"
 #include "tools/pipeline_split.hpp"
 #include "tools/simulation.hpp"
@@ -123,6 +124,7 @@ std::string offload_flags(const Plan& x) {
     add("--offload", x.offload);
     add("--offload-params", x.offload_params);
     add("--offload-optimizer", x.offload_optimizer);
+    if (x.optimizer_offload_fraction) s += std::string(s.empty() ? "" : " ") + "--optimizer-offload-fraction " + number_text(*x.optimizer_offload_fraction);
     return s;
 }
 
@@ -409,7 +411,24 @@ void add_offload_variants(const Context& c, double allowed, const std::vector<st
             v.reason = e.detail();
             v.reason_key = e.context().flag.empty() ? "model" : e.context().flag;
         }
+        // DeepSpeed's Twin-Flow: the optimizer's sub-groups split between host and device, in
+        // tenths, each fraction a different number of sub-groups on the host and at least 1 % of
+        // the partition on the device (a last sub-group of a norm's few elements alone runs as
+        // plain offload); the memory bound prunes those whose device share cannot fit.
+        const bool twin = v.layout && v.plan.strategy == DataParallel::zero3 &&
+                          v.layout->optimizer_offload == strategies::Offload::cpu && v.layout->framework.twin_flow;
+        const Plan offloaded = v.plan;
+        const Layout offloaded_layout = twin ? *v.layout : Layout{};
         group.push_back(std::move(v));
+        if (!twin) continue;
+        for (int t = 1, last = 0; t <= 9; ++t) {
+            Candidate w{offloaded, offloaded_layout, "", ""};
+            w.plan.optimizer_offload_fraction = t / 10.0;
+            const strategies::TwinFlowSplit split = *strategies::twin_flow_split(c.model, offloaded_layout, w.plan);
+            if (split.on_cpu <= last || 100 * (split.params - split.cpu_params) < split.params) continue;
+            last = split.on_cpu;
+            group.push_back(std::move(w));
+        }
     }
 }
 
@@ -688,6 +707,9 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
         const bool sharded = plan.strategy == DataParallel::zero3 || plan.strategy == DataParallel::fsdp;
         states = (params * sb.params + frozen) / (sharded ? n : 1.0);
     }
+    // Twin-Flow: the device's sub-groups keep their fp32 gradients and optimizer state there.
+    if (const auto twin = strategies::twin_flow_split(model, l, plan))
+        states += static_cast<double>(twin->params - twin->cpu_params) * (4 + opt);
     const int chunks = l.pp * (plan.schedule == Schedule::interleaved ? plan.virtual_stages : 1);
     (void)cluster;
     return Bytes(static_cast<std::int64_t>(states + activations / chunks));

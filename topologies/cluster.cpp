@@ -33,13 +33,6 @@ std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
 /// datasheet rates is another device kind, not a faster copy of this one.
 constexpr double kMaxSpeed = 100;
 
-/// "0.5", "2", "1e-06": a factor as the user would type it.
-std::string factor_text(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return buf;
-}
-
 /// A string array such as "sources"; each element must be a string.
 std::vector<std::string> string_list(const JsonView& parent, const std::string& key) {
     std::vector<std::string> out;
@@ -204,7 +197,7 @@ NodeGroup parse_node_group(const JsonView& j, const std::map<std::string, Device
         if (!j.has(key)) continue;
         const double v = j.number(key);
         if (!(v > 0 && v <= kMaxSpeed))
-            j.fail_member(key, "a factor on the group's rates above 0 and at most 100 (1: as the datasheet says)", factor_text(v));
+            j.fail_member(key, "a factor on the group's rates above 0 and at most 100 (1: as the datasheet says)", number_text(v));
         *into = v;
     }
     g.host_memory = positive_bytes(j, "host_memory");
@@ -514,7 +507,7 @@ Cluster Cluster::with_slow_devices(const std::string& spec) const {
         for (const double f : {speed.compute, speed.nic})
             if (!(f > 0 && f <= kMaxSpeed))
                 fail_input("a factor above 0 and at most 100 (0.5: half the device's rates)",
-                           factor_text(f) + " in " + in_quotes(item), at);
+                           number_text(f) + " in " + in_quotes(item), at);
         if (!out.slow_devices.emplace(rank, speed).second)
             fail_input("each rank once", "rank " + std::to_string(rank) + " twice in " + in_quotes(spec), at);
     }
@@ -523,7 +516,7 @@ Cluster Cluster::with_slow_devices(const std::string& spec) const {
 
 Cluster Cluster::with_jitter(double percent, std::uint64_t seed) const {
     if (!(percent >= 0 && percent < 100))
-        fail_input("a percentage from 0 to below 100 (each compute op runs within ±PCT % of its time)", factor_text(percent),
+        fail_input("a percentage from 0 to below 100 (each compute op runs within ±PCT % of its time)", number_text(percent),
                    {"", "", "--jitter"});
     Cluster out = *this;
     out.jitter = {percent, seed};

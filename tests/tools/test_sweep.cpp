@@ -11,6 +11,7 @@
 
 #include "core/json.hpp"
 #include "strategies/plan.hpp"
+#include "strategies/zero.hpp"
 #include "test_support.hpp"
 #include "tools/cli_fixtures.hpp"
 #include "tools/progress.hpp"
@@ -458,14 +459,22 @@ TEST_CASE("a sweep offloads the plans that cannot fit without: Llama 3 8B on fou
         // its full offload none.
         const PlanResult& twin = twin_of(p);
         CHECK(static_cast<double>(twin.memory_bound.count()) > allowed);
+        // Twin-Flow's fractions keep their device sub-groups' fp32 gradients and Adam state (16
+        // bytes an element) there.
         if (p.plan.strategy == strategies::DataParallel::zero3) {
             const double saved = static_cast<double>(twin.memory_bound.count() - p.memory_bound.count());
             const double per_param = saved / static_cast<double>(model.parameters());
-            CHECK(per_param == Approx(p.plan.offload == strategies::Offload::cpu ? 16.0 / 4 : 14.0 / 4).epsilon(1e-9));
+            double kept = 0;
+            if (const auto split = strategies::twin_flow_split(model, strategies::resolve(model, cluster, p.plan), p.plan))
+                kept = 16.0 * static_cast<double>(split->params - split->cpu_params) / static_cast<double>(model.parameters());
+            CHECK(per_param == Approx((p.plan.offload == strategies::Offload::cpu ? 16.0 / 4 : 14.0 / 4) - kept).epsilon(1e-9));
         }
     }
+    // A rank's 2.0 B elements in three sub-groups, the last one the final norm's 1,024: Twin-Flow
+    // tries 0.4 (one on the host); 0.7 (two) would leave the norm alone on the device.
     CHECK(flags == std::set<std::string>{"zero2 --offload-optimizer cpu", "zero3 --offload-optimizer cpu", "zero3 --offload cpu",
-                                         "fsdp --offload cpu"});
+                                         "fsdp --offload cpu", "zero3 --offload-optimizer cpu --optimizer-offload-fraction 0.4",
+                                         "zero3 --offload cpu --optimizer-offload-fraction 0.4"});
     // The variants come right after their plan, so shards enumerate them alike.
     for (std::size_t i = 1; i < r.plans.size(); ++i)
         if (!offload_flags(r.plans[i].plan).empty())
