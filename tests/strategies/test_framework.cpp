@@ -23,6 +23,12 @@ TEST_CASE("a release means the behaviour of the latest release at or before it",
     CHECK(parse_framework("deepspeed@0.6").zero3_gather == GatherGranularity::per_module);
     CHECK(parse_framework("deepspeed@0.14.2").zero3_gather == GatherGranularity::per_module);
     CHECK_FALSE(parse_framework("deepspeed").zero3_blocking_fetch);
+    // A three-part release: Twin-Flow came with DeepSpeed v0.12.3 (PR #4636), ZeRO++ with v0.10.0.
+    CHECK_FALSE(parse_framework("deepspeed@0.12.2").twin_flow);
+    CHECK(parse_framework("deepspeed@0.12.2").zeropp);
+    CHECK(parse_framework("deepspeed@0.12.3").twin_flow);
+    CHECK(parse_framework("deepspeed").twin_flow);
+    CHECK(describe(parse_framework("deepspeed")) == "deepspeed@0.12.3");
     // Megatron-LM v2.x is older than megatron-core 0.x: only the latter can overlap.
     CHECK_FALSE(parse_framework("megatron@2.5").can_overlap_grad_reduce);
     CHECK(parse_framework("megatron@0.8").can_overlap_grad_reduce);
