@@ -322,12 +322,17 @@ std::pair<OpId, OpId> OpGraph::add_send_recv(int src, int dst, Bytes bytes, Phas
 }
 
 OpId OpGraph::add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer, int microbatch) {
+    return add_copy_on(to == Tier::device ? Stream::copy_in : from == Tier::device ? Stream::copy : Stream::io, rank, from, to,
+                       bytes, phase, layer, microbatch);
+}
+
+OpId OpGraph::add_copy_on(Stream stream, int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer, int microbatch) {
     if (from == to) fail_graph("copy within one tier");
     if (bytes < Bytes(0)) fail_graph("copy of negative size");
     Op op;
     op.kind = OpKind::copy;
     op.rank = rank;
-    op.stream = to == Tier::device ? Stream::copy_in : from == Tier::device ? Stream::copy : Stream::io;
+    op.stream = stream;
     op.phase = phase;
     op.layer = layer;
     op.microbatch = microbatch;

@@ -161,6 +161,10 @@ public:
     /// A copy between tiers, on the queue its direction uses (see Stream): into the device on
     /// copy_in, out of it on copy, between host and NVMe on io.
     OpId add_copy(int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer = -1, int microbatch = -1);
+    /// The same copy issued on `stream` (a framework's non_blocking copy on the stream it runs on,
+    /// in order with that stream's kernels and collectives).
+    OpId add_copy_on(Stream stream, int rank, Tier from, Tier to, Bytes bytes, Phase phase, int layer = -1,
+                     int microbatch = -1);
     /// Waits until the next multiple of `period` since the step began (now, if on a tick).
     OpId add_timer(int rank, Time period, Stream stream, Phase phase, int index = -1);
     std::int32_t add_buffer(int rank, Tier tier, Bytes bytes, BufferLabel label);

@@ -144,6 +144,7 @@ const std::vector<Row>& rows() {
             f.after_backward_bucket = 500'000'000;
             f.zero3_gather = GatherGranularity::per_module;
             f.zero3_blocking_fetch = false;
+            f.zero3_flat_grad_buffer = true;   // stage3.py grad_partitions_flat_buffer
             f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
             t.push_back({FrameworkName::deepspeed, {0, 6}, f});
             // DeepSpeed v0.10 onwards: ZeRO++ (runtime/zero/config.py zero_quantized_weights,
@@ -167,6 +168,7 @@ const std::vector<Row>& rows() {
             f.after_backward_bucket = 500'000'000;
             f.p2p_batched = false;
             f.zero3_gather = GatherGranularity::per_module;
+            f.zero3_flat_grad_buffer = true;
             f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
             f.dispatch_per_kernel = kMegatronDeepSpeedDispatch;
             // `--no-query-key-layer-scaling` (megatron/arguments.py:1129-1131 at f4157be): on by default.

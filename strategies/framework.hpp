@@ -81,6 +81,10 @@ struct Framework {
     std::int64_t optimizer_swap_buffers = 4;          // offload_optimizer.buffer_count
     std::int64_t param_swap_buffers = 5;              // offload_param.buffer_count
     std::int64_t param_swap_buffer_size = 100'000'000;   // offload_param.buffer_size (elements)
+    /// ZeRO-3 offloaded: gradient partitions accumulate in a flat 16-bit buffer in host memory,
+    /// round-tripping through the device (strategies/offload.hpp stage3_partition_grads), from
+    /// DeepSpeed 0.6 (4912e0ad7, #1453); before, as stages 1-2 accumulate.
+    bool zero3_flat_grad_buffer = false;
     /// Gradients reduced after backward go out in buckets of this many elements (0: one bucket
     /// holding them all).
     std::int64_t after_backward_bucket = 0;

@@ -64,4 +64,55 @@ OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements,
     return out;
 }
 
+OffloadedPartition stage3_partition_grads(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
+                                          int mbs, Stream stream, OpId ready, OpId& previous, int index) {
+    OpId prev = ready;
+    bool first = true;
+    auto then = [&](OpId op) {
+        if (prev != OpGraph::kNoOp) g.depend(prev, op);
+        if (first && previous != OpGraph::kNoOp) g.depend(previous, op);
+        first = false;
+        prev = op;
+        if (index >= 0) g.set_index(op, index);
+        return op;
+    };
+    auto device_pass = [&](std::int64_t bytes) {
+        const Kernel k = stream_kernel(KernelName::other, KernelClass::elementwise, bytes);
+        then(g.add_kernels(rank, Phase::bwd, -1, mb, g.intern_recipe({&k, 1}), how.dtype, false, stream));
+    };
+    // The copies are non_blocking on the reduction's stream (reduce_and_partition_stream), in
+    // order with its kernels and collectives. On unified memory the host's buffers are the
+    // device's: nothing crosses.
+    auto copy = [&](Tier from, Tier to, std::int64_t bytes) {
+        if (how.unified && from != Tier::nvme && to != Tier::nvme) return;
+        then(to == Tier::nvme ? g.add_copy(rank, from, to, Bytes(bytes), Phase::bwd, -1, mb)
+                              : g.add_copy_on(stream, rank, from, to, Bytes(bytes), Phase::bwd, -1, mb));
+    };
+    const bool boundary = mb + 1 == mbs;
+    const std::int64_t half = elements * how.grad_bytes;
+    // The partition's device copy (the 16-bit sum; at the boundary its fp32 cast too).
+    const std::int32_t scratch = g.add_buffer(rank, Tier::device, Bytes(half + (boundary ? elements * 4 : 0)), BufferLabel::bucket);
+    then(g.add_alloc(scratch, stream, -1, mb));
+    if (mb == 0) {
+        copy(Tier::device, Tier::host, half);   // grad_buffer.copy_(grad_partition)
+        copy(Tier::host, Tier::device, half);   // grad_buffer.to(device)
+    } else {
+        copy(Tier::host, Tier::device, half);   // cuda_grad_buffer = grad_buffer.to(device)
+        device_pass(3 * half);                  // cuda_grad_buffer.add_(grad_partition)
+        copy(Tier::device, Tier::host, half);   // grad_buffer.copy_(cuda_grad_buffer)
+    }
+    OffloadedPartition out;
+    if (boundary) {
+        device_pass(half);                                 // _constant_buffered_norm2
+        device_pass(half + elements * 4);                  // .float()
+        if (how.to == Tier::device) device_pass(elements * 8);   // Twin-Flow: into the device sub-group's fp32 gradient
+        else copy(Tier::device, Tier::host, elements * 4);
+    }
+    out.device_done = previous = prev;
+    g.depend(prev, g.add_free(scratch, stream, -1, mb));
+    if (boundary && how.to == Tier::nvme) copy(Tier::host, Tier::nvme, elements * 4);
+    out.done = prev;
+    return out;
+}
+
 }  // namespace smol::strategies::detail

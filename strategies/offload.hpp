@@ -62,4 +62,18 @@ OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements,
                                     int mbs, Stream stream, OpId ready, OpId host_reader, OpId& previous, int layer = -1,
                                     int index = -1);
 
+/// DeepSpeed ZeRO-3's partition_grads (stage3.py, v0.6 on: 4912e0ad7, #1453) with the optimizer
+/// offloaded, for one reduced partition of `elements` in micro-batch `mb` of `mbs`. The partition
+/// accumulates in a flat buffer in host memory of the model's 16-bit dtype
+/// (grad_partitions_flat_buffer on self.device, the CPU; gradient_accumulation_dtype is the model's
+/// dtype under ZeRO, engine.py get_data_types): micro-batch 0 copies it there and straight back
+/// (`grad_buffer.copy_(…)`, then `.to(device)` "to speed up the next few operations"); each later
+/// one brings the sum in, adds on the device and copies it out. At the boundary the device copy's
+/// norm is taken, it is cast to fp32 (`.float()`) and copied into its sub-group's fp32 gradient:
+/// in host memory (`to` host), on the device (Twin-Flow's device sub-groups), or, swapped to NVMe,
+/// through the host (swap_out_gradients). The copies and kernels are issued on `stream` (the
+/// reduction's, as DeepSpeed issues them on reduce_and_partition_stream); `previous` as above.
+OffloadedPartition stage3_partition_grads(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
+                                          int mbs, Stream stream, OpId ready, OpId& previous, int index);
+
 }  // namespace smol::strategies::detail

@@ -782,7 +782,15 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
             alloc_state(g, r, Bytes(gshard * sb.grads), BufferLabel::gradients);
             alloc_state(g, r, optimizer_state_bytes(layout, gshard), BufferLabel::optimizer_state);
         } else {
-            alloc_state(g, r, Bytes(gshard * 4), BufferLabel::gradients, otier);
+            if (fw.zero3_flat_grad_buffer) {
+                // The flat 16-bit buffer on the CPU (self.device), every sub-group's; the fp32
+                // gradients of the host's sub-groups (initialize_optimizer_states'
+                // subgroup_gradient_buffer; swapped out with NVMe).
+                alloc_state(g, r, Bytes(gshard * sb.grads), BufferLabel::gradients, layout.unified_memory ? Tier::device : Tier::host);
+                alloc_state(g, r, Bytes(host_part * 4), BufferLabel::gradients, otier);
+            } else {
+                alloc_state(g, r, Bytes(gshard * 4), BufferLabel::gradients, otier);
+            }
             if (host_part > 0) alloc_state(g, r, optimizer_state_bytes(layout, host_part), BufferLabel::optimizer_state, otier);
             if (device_part > 0) {   // Twin-Flow's device sub-groups: fp32 gradients and the optimizer state
                 alloc_state(g, r, Bytes(device_part * 4), BufferLabel::gradients);
@@ -1110,10 +1118,13 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     for (int d = 0; d < emit; ++d) {
                         auto out = [&](std::int64_t e, const detail::GradientOffload& to) {
                             if (e <= 0) return;
+                            const int r = replicas[static_cast<std::size_t>(d)], k = static_cast<int>(next_bucket);
+                            const OpId ready = reduced[static_cast<std::size_t>(d)];
+                            OpId& previous = out_prev[static_cast<std::size_t>(d)];
                             const detail::OffloadedPartition o =
-                                detail::offload_gradient(g, replicas[static_cast<std::size_t>(d)], e, to, mb, mbs, Stream::comm,
-                                                         reduced[static_cast<std::size_t>(d)], OpGraph::kNoOp,
-                                                         out_prev[static_cast<std::size_t>(d)], -1, static_cast<int>(next_bucket));
+                                fw.zero3_flat_grad_buffer
+                                    ? detail::stage3_partition_grads(g, r, e, to, mb, mbs, Stream::comm, ready, previous, k)
+                                    : detail::offload_gradient(g, r, e, to, mb, mbs, Stream::comm, ready, OpGraph::kNoOp, previous, -1, k);
                             if (mb == mbs - 1) last_out[static_cast<std::size_t>(d)] = o.done;
                         };
                         out(on_device, to_device);

@@ -116,7 +116,10 @@ TEST_CASE("offload copies per step are what the strategy implies", "[strategies]
             const double psi_t = static_cast<double>(strategies::detail::total_params(strategies::detail::replica_blocks(m, b.layout, p)));
             INFO(to_string(st));
             for (int r = 0; r < 8; ++r) {
-                CHECK(static_cast<double>(copied(b.graph, r, Tier::device, Tier::host)) == Approx(4 * psi_t / 4).epsilon(1e-3));
+                // (zero3 also round-trips each 16-bit partition through the host's flat buffer:
+                // stage3_partition_grads, tested below.)
+                CHECK(static_cast<double>(copied(b.graph, r, Tier::device, Tier::host)) ==
+                      Approx((st == DataParallel::zero3 ? 6 : 4) * psi_t / 4).epsilon(1e-3));
                 if (st != DataParallel::zero3)   // zero3 writes the partition where the parameters live (the device)
                     CHECK(static_cast<double>(copied(b.graph, r, Tier::host, Tier::device)) == Approx(2 * psi_t / 4).epsilon(1e-3));
                 CHECK(static_cast<double>(held(b.graph, r, Tier::host, BufferLabel::optimizer_state)) == Approx(12 * psi_t / 4).epsilon(1e-3));
@@ -132,6 +135,38 @@ TEST_CASE("offload copies per step are what the strategy implies", "[strategies]
         const Built b = build(m, c, p);
         CHECK(static_cast<double>(copied(b.graph, 0, Tier::device, Tier::host)) == Approx((2 + 2 + 4) * psi).epsilon(1e-3));
         CHECK(static_cast<double>(copied(b.graph, 0, Tier::host, Tier::device)) == Approx((2 + 2 + 2) * psi).epsilon(1e-3));
+    }
+    SECTION("ZeRO-3 offloaded (DeepSpeed 0.6 on): every micro-batch's 16-bit partition through the host's flat buffer") {
+        // stage3.py partition_grads: micro-batch 0 copies the partition to the host and straight
+        // back; each later one brings the sum in and copies it out; the boundary also copies the
+        // fp32 cast out: 2 + 2 more bytes a parameter each extra micro-batch, per rank of 2.
+        const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(2);
+        Plan p = plan_of(DataParallel::zero3);
+        p.offload_optimizer = Offload::cpu;
+        p.global_batch = 2;
+        const Built one = build(m, c, p);
+        p.global_batch = 6;
+        const Built three = build(m, c, p);
+        const double part = psi / 2;
+        CHECK(static_cast<double>(copied(one.graph, 0, Tier::device, Tier::host)) == Approx((2 + 4) * part).epsilon(1e-3));
+        CHECK(static_cast<double>(copied(three.graph, 0, Tier::device, Tier::host)) == Approx((2 + 2 + 2 + 4) * part).epsilon(1e-3));
+        CHECK(static_cast<double>(copied(three.graph, 0, Tier::host, Tier::device) - copied(one.graph, 0, Tier::host, Tier::device)) ==
+              Approx(2 * 2 * part).epsilon(1e-3));
+        // The host holds the flat 16-bit buffer and the fp32 gradients (6 bytes), and the state (12).
+        CHECK(static_cast<double>(held(one.graph, 0, Tier::host, BufferLabel::gradients)) == Approx(6 * part).epsilon(1e-3));
+        CHECK(static_cast<double>(held(one.graph, 0, Tier::host, BufferLabel::optimizer_state)) == Approx(12 * part).epsilon(1e-3));
+        // The copies are issued on the reduction's stream (DeepSpeed's reduce_and_partition_stream),
+        // not on the copy queues the activation checkpoints use: with those offloaded too
+        // (cpu_checkpointing, as the Azure rows of bench/published run) the step still simulates.
+        for (const Op& op : three.graph.ops())
+            if (op.kind == OpKind::copy && op.phase == Phase::bwd) CHECK(op.stream == Stream::comm);
+        p.offload_activations = Offload::cpu;
+        CHECK(test::dp_run(m, c, p, analytic()).summary.iteration > Time::zero());
+        p.offload_activations = Offload::none;
+        // DeepSpeed 0.5 accumulated as stages 1-2 do: the fp32 partition out, once (mbs 1).
+        p.global_batch = 2;
+        p.framework = "deepspeed@0.5";
+        CHECK(static_cast<double>(copied(build(m, c, p).graph, 0, Tier::device, Tier::host)) == Approx(4 * part).epsilon(1e-3));
     }
     SECTION("FSDP's CPU offload: the fp32 shard to the device before each all-gather, the fp32 gradient shard back") {
         // FULL_SHARD gathers every unit in forward and again in backward, but the root's (the
@@ -173,10 +208,21 @@ TEST_CASE("ZeRO-Infinity: a trillion parameters fit one DGX-2 only with zero3 an
         const test::DpRun r = test::dp_run(m, c, p, analytic());
         return r.summary.fits();
     };
-    CHECK_FALSE(fits(plan_of(DataParallel::zero3)));
-    CHECK_FALSE(fits(plan_of(DataParallel::zero3, Offload::cpu)));   // the host's share is 96 GiB a GPU
-    CHECK(fits(plan_of(DataParallel::zero3, Offload::nvme)));
-    CHECK_FALSE(fits(plan_of(DataParallel::zero2, Offload::cpu)));    // 2 TB of fp16 weights on every GPU
+    // As DeepSpeed ran then (the paper's v0.3; the 0.5 row's gradient path).
+    auto of_its_time = [](Plan p) {
+        p.framework = "deepspeed@0.5";
+        return p;
+    };
+    CHECK_FALSE(fits(of_its_time(plan_of(DataParallel::zero3))));
+    CHECK_FALSE(fits(of_its_time(plan_of(DataParallel::zero3, Offload::cpu))));   // the host's share is 96 GiB a GPU
+    CHECK(fits(of_its_time(plan_of(DataParallel::zero3, Offload::nvme))));
+    CHECK_FALSE(fits(of_its_time(plan_of(DataParallel::zero2, Offload::cpu))));    // 2 TB of fp16 weights on every GPU
+    // From DeepSpeed 0.6 every gradient partition also accumulates in a flat 16-bit buffer in host
+    // memory, NVMe or not (stage3.py grad_partitions_flat_buffer on self.device, the CPU): 2 bytes
+    // a parameter, 2 TB, above the node's 1.5 TiB.
+    const test::DpRun now = test::dp_run(m, c, plan_of(DataParallel::zero3, Offload::nvme), analytic());
+    CHECK_FALSE(now.summary.fits());
+    CHECK(static_cast<double>(held(now.built.graph, 0, Tier::host, BufferLabel::gradients)) == Approx(2.0 * m.parameters() / 16).epsilon(1e-3));
 }
 
 TEST_CASE("unified memory: offload moves nothing and adds no capacity", "[strategies][offload]") {
@@ -437,9 +483,11 @@ TEST_CASE("DeepSpeed's Twin-Flow: the first int(ratio × sub-groups) of a rank's
         const std::int64_t part = s->params;
         CHECK(held(b.graph, 0, Tier::host, BufferLabel::optimizer_state) == 0);
         CHECK(static_cast<double>(held(b.graph, 0, Tier::device, BufferLabel::optimizer_state)) == Approx(12.0 * part).epsilon(1e-4));
-        // The gradients still pass through the host's flat fp32 buffer, but none leaves for a CPU step.
-        CHECK(static_cast<double>(held(b.graph, 0, Tier::host, BufferLabel::gradients)) == Approx(4.0 * part).epsilon(1e-4));
-        CHECK(copied(b.graph, 0, Tier::device, Tier::host) == 0);
+        // The gradients still pass through the host's flat 16-bit buffer (there and back), but no
+        // fp32 gradient leaves for a CPU step.
+        CHECK(static_cast<double>(held(b.graph, 0, Tier::host, BufferLabel::gradients)) == Approx(2.0 * part).epsilon(1e-4));
+        CHECK(static_cast<double>(copied(b.graph, 0, Tier::device, Tier::host)) == Approx(2.0 * part).epsilon(1e-4));
+        CHECK(static_cast<double>(copied(b.graph, 0, Tier::host, Tier::device)) == Approx(2.0 * part).epsilon(1e-4));
         for (const Op& op : b.graph.ops()) CHECK_FALSE((op.phase == Phase::opt && op.on_host()));
     }
     SECTION("Llama 2 7B in sub-groups of 1e8: state, gradients and copies split; the device's step after the host's") {
@@ -467,9 +515,10 @@ TEST_CASE("DeepSpeed's Twin-Flow: the first int(ratio × sub-groups) of a rank's
         CHECK(held(g, 0, Tier::host, BufferLabel::optimizer_state) == 12 * cpu);
         CHECK(held(g, 0, Tier::device, BufferLabel::optimizer_state) == 12 * gpu);
         CHECK(held(g, 0, Tier::device, BufferLabel::gradients) - held(all.built.graph, 0, Tier::device, BufferLabel::gradients) == 4 * gpu);
-        // Only the host's sub-groups cross: their fp32 gradients down, their bf16 weights up.
-        CHECK(static_cast<double>(copied(g, 0, Tier::device, Tier::host)) == Approx(4.0 * cpu).epsilon(0.01));
-        CHECK(copied(g, 0, Tier::host, Tier::device) == 2 * cpu);
+        // Every partition's bf16 gradient goes to the host's flat buffer and back; only the host's
+        // sub-groups' fp32 gradients go down for the step, and their bf16 weights come back.
+        CHECK(static_cast<double>(copied(g, 0, Tier::device, Tier::host)) == Approx(2.0 * gshard + 4.0 * cpu).epsilon(0.01));
+        CHECK(static_cast<double>(copied(g, 0, Tier::host, Tier::device)) == Approx(2.0 * gshard + 2.0 * cpu).epsilon(0.01));
         // In step()'s order: the host's sub-groups, then the device's.
         Time host_end = Time::zero(), device_start = Time::max();
         for (OpId id = 0; id < g.size(); ++id) {
