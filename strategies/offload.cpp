@@ -11,23 +11,40 @@ Tier offload_tier(Offload o) {
     return Tier::device;
 }
 
-OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
-                                    int mbs, Stream stream, OpId ready, OpId host_reader, OpId& previous, int layer,
-                                    int index) {
-    OpId prev = ready;
+namespace {
+
+/// A partition's ops one after another: each waits for the last, the first also for the
+/// previous partition's `previous`; each labelled `index` (≥ 0).
+struct Chain {
+    OpGraph& g;
+    OpId prev;
+    OpId previous;
+    int index;
     bool first = true;
-    auto then = [&](OpId op) {
+    OpId then(OpId op) {
         if (prev != OpGraph::kNoOp) g.depend(prev, op);
         if (first && previous != OpGraph::kNoOp) g.depend(previous, op);
         first = false;
         prev = op;
         if (index >= 0) g.set_index(op, index);
         return op;
-    };
-    auto device_pass = [&](std::int64_t bytes) {
+    }
+    /// An elementwise pass of `bytes` on the device.
+    void pass(int rank, std::int64_t bytes, DType dtype, Stream stream, int layer, int mb) {
         const Kernel k = stream_kernel(KernelName::other, KernelClass::elementwise, bytes);
-        then(g.add_kernels(rank, Phase::bwd, layer, mb, g.intern_recipe({&k, 1}), how.dtype, false, stream));
-    };
+        then(g.add_kernels(rank, Phase::bwd, layer, mb, g.intern_recipe({&k, 1}), dtype, false, stream));
+    }
+};
+
+}  // namespace
+
+OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
+                                    int mbs, Stream stream, OpId ready, OpId host_reader, OpId& previous, int layer,
+                                    int index) {
+    Chain c{g, ready, previous, index};
+    OpId& prev = c.prev;
+    auto then = [&](OpId op) { return c.then(op); };
+    auto device_pass = [&](std::int64_t bytes) { c.pass(rank, bytes, how.dtype, stream, layer, mb); };
     const std::int64_t acc = elements * how.accumulate_bytes;
     if (mb > 0) {
         // The partition accumulated so far comes back and is added on the device.
@@ -50,13 +67,9 @@ OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements,
     }
     // (Unified memory: the host is the device; an NVMe-bound partition goes straight to the drive.)
     const Tier first_tier = how.unified ? how.to : Tier::host;
-    // (Twin-Flow's device sub-groups keep their fp32 gradients on the device: the copy into
-    // them is a pass there, reading and writing 4 bytes an element.)
-    const bool on_device = how.to == Tier::device && !how.unified;
-    const OpId down = on_device ? (device_pass(elements * 8), prev)
-                                : then(g.add_copy(rank, Tier::device, first_tier, Bytes(elements * 4), Phase::bwd, layer, mb));
+    const OpId down = then(g.add_copy(rank, Tier::device, first_tier, Bytes(elements * 4), Phase::bwd, layer, mb));
     if (host_reader != OpGraph::kNoOp) g.depend(host_reader, down);
-    if (cast >= 0) g.add_free(cast, on_device ? stream : Stream::copy, layer, mb);
+    if (cast >= 0) g.add_free(cast, Stream::copy, layer, mb);
     out.device_done = previous = down;
     if (how.to == Tier::nvme && first_tier != Tier::nvme)
         then(g.add_copy(rank, Tier::host, Tier::nvme, Bytes(elements * 4), Phase::bwd, layer, mb));
@@ -66,20 +79,10 @@ OffloadedPartition offload_gradient(OpGraph& g, int rank, std::int64_t elements,
 
 OffloadedPartition stage3_partition_grads(OpGraph& g, int rank, std::int64_t elements, const GradientOffload& how, int mb,
                                           int mbs, Stream stream, OpId ready, OpId& previous, int index) {
-    OpId prev = ready;
-    bool first = true;
-    auto then = [&](OpId op) {
-        if (prev != OpGraph::kNoOp) g.depend(prev, op);
-        if (first && previous != OpGraph::kNoOp) g.depend(previous, op);
-        first = false;
-        prev = op;
-        if (index >= 0) g.set_index(op, index);
-        return op;
-    };
-    auto device_pass = [&](std::int64_t bytes) {
-        const Kernel k = stream_kernel(KernelName::other, KernelClass::elementwise, bytes);
-        then(g.add_kernels(rank, Phase::bwd, -1, mb, g.intern_recipe({&k, 1}), how.dtype, false, stream));
-    };
+    Chain c{g, ready, previous, index};
+    OpId& prev = c.prev;
+    auto then = [&](OpId op) { return c.then(op); };
+    auto device_pass = [&](std::int64_t bytes) { c.pass(rank, bytes, how.dtype, stream, -1, mb); };
     // The copies are non_blocking on the reduction's stream (reduce_and_partition_stream), in
     // order with its kernels and collectives. On unified memory the host's buffers are the
     // device's: nothing crosses.

@@ -42,7 +42,7 @@ struct GradientOffload {
     int grad_bytes = 2;         // the device's gradient dtype
     int accumulate_bytes = 2;   // what is accumulated through the host before the last micro-batch
     Tier to = Tier::host;       // where the fp32 partition ends (NVMe: through a pinned host buffer;
-                                // device: Twin-Flow's device sub-groups, still accumulated through the host)
+                                // device: Twin-Flow's device sub-groups, stage3_partition_grads only)
     DType dtype = DType::bf16;  // of the device kernels
     bool unified = false;       // unified memory: the host is the device, NVMe is reached from it directly
 };

@@ -1152,24 +1152,20 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         // the Python loop), then FusedAdam's on the device; each sub-group's updated fp32
         // weights are copied into its 16-bit partition where the parameters live
         // (_reassign_or_swap_out_partitioned_parameters).
+        auto write_back = [&](Tier from, std::int64_t elements) {
+            for (int d = 0; d < emit; ++d)
+                if (ptier != from)
+                    g.depend(done[static_cast<std::size_t>(d)],
+                             g.add_copy(replicas[static_cast<std::size_t>(d)], from, ptier, Bytes(elements * sb.params), Phase::opt));
+        };
         done = last_out;
         if (host_part > 0) {
             done = steps(StepRunner::deepspeed_cpu, host_part, {host_part}, last_out);
-            for (int d = 0; d < emit; ++d)
-                if (ptier != Tier::host) {
-                    const OpId c = g.add_copy(replicas[static_cast<std::size_t>(d)], Tier::host, ptier,
-                                              Bytes(host_part * sb.params), Phase::opt);
-                    g.depend(done[static_cast<std::size_t>(d)], c);
-                }
+            write_back(Tier::host, host_part);
         }
         if (device_part > 0) {
             done = steps(StepRunner::device, device_part, {device_part}, done);
-            for (int d = 0; d < emit; ++d)
-                if (ptier != Tier::device) {
-                    const OpId c = g.add_copy(replicas[static_cast<std::size_t>(d)], Tier::device, ptier,
-                                              Bytes(device_part * sb.params), Phase::opt);
-                    g.depend(done[static_cast<std::size_t>(d)], c);
-                }
+            write_back(Tier::device, device_part);
         }
     } else {
         // NVMe: sub-group by sub-group, swap the fp32 weights, moments and gradients in, step,

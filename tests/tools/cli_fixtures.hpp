@@ -28,6 +28,12 @@ inline Result cli(std::vector<std::string> args) {
     return {code, out.str(), err.str()};
 }
 
+/// `base` followed by `extra`: one plan's command line with a variant's flags.
+inline std::vector<std::string> plus(std::vector<std::string> base, const std::vector<std::string>& extra) {
+    base.insert(base.end(), extra.begin(), extra.end());
+    return base;
+}
+
 inline std::string data(const std::string& name) { return std::string(SMOL_TEST_DATA) + "/" + name; }
 
 inline std::string read(const std::filesystem::path& p) {

@@ -466,11 +466,7 @@ TEST_CASE("ZeRO++ from a DeepSpeed config or flags: said in the header, contradi
     TempFile cfg("ds_config_zeropp.json", R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true,
         "zero_hpz_partition_size": 8}})");
     const std::vector<std::string> base{"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "2"};
-    auto with = [&](std::vector<std::string> extra) {
-        std::vector<std::string> args = base;
-        args.insert(args.end(), extra.begin(), extra.end());
-        return cli(args);
-    };
+    auto with = [&](const std::vector<std::string>& extra) { return cli(plus(base, extra)); };
     const Result from_file = with({"--deepspeed-config", cfg.path.string()});
     REQUIRE(from_file.code == 0);
     CHECK_THAT(from_file.out, Catch::Contains("as deepspeed@0.12.3") && Catch::Contains("(qwZ)") &&
@@ -499,11 +495,7 @@ TEST_CASE("Twin-Flow from a DeepSpeed config or the flag: said in the header, co
     TempFile cfg("ds_config_twin_flow.json", R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8,
         "offload_optimizer": {"device": "cpu", "pin_memory": true, "ratio": 0.5}}})");
     const std::vector<std::string> base{"simulate", "--model", "gpt2-xl", "--cluster", "dgx-a100"};
-    auto with = [&](std::vector<std::string> extra) {
-        std::vector<std::string> args = base;
-        args.insert(args.end(), extra.begin(), extra.end());
-        return cli(args);
-    };
+    auto with = [&](const std::vector<std::string>& extra) { return cli(plus(base, extra)); };
     // GPT-2 XL over 8 GPUs: 195 M elements a rank, two sub-groups of 1e8, the first on the CPU.
     const Result from_file = with({"--deepspeed-config", cfg.path.string()});
     REQUIRE(from_file.code == 0);
@@ -772,11 +764,7 @@ TEST_CASE("simulate --kernels lists each kernel as the simulator runs it", "[too
     fs::remove(t);
     const std::vector<std::string> plan{"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--devices", "1",
                                         "--global-batch", "2", "--attention", "eager"};
-    auto with = [&](std::vector<std::string> extra) {
-        std::vector<std::string> a = plan;
-        a.insert(a.end(), extra.begin(), extra.end());
-        return a;
-    };
+    auto with = [&](const std::vector<std::string>& extra) { return plus(plan, extra); };
     const Result r = cli(with({"--kernels", k.string(), "--trace", t.string()}));
     REQUIRE(r.code == 0);
     CHECK_THAT(r.out, Catch::Contains("kernels of micro-batch 0 and the step written to"));
