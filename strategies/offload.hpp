@@ -13,9 +13,10 @@
 //    parameter tensor holds that round trip (temp_grad_buffer_for_gpu_offload, :585). After the
 //    CPU step the updated 16-bit partition is copied from its pinned host buffer to the device in
 //    one copy (:2341), then all-gathered.
-//  * runtime/zero/stage3.py: reduce-scattered partitions are accumulated in fp32
-//    (gradient_accumulation_dtype) and offloaded at the boundary (partition_grads,
-//    _offload_grad_partition_at_boundary); with NVMe the fp32 gradients are swapped out
+//  * runtime/zero/stage3.py: reduce-scattered partitions accumulate in a flat 16-bit buffer in
+//    host memory, round-tripping through the device, and their fp32 cast is offloaded at the
+//    boundary (partition_grads, v0.6 on: stage3_partition_grads below; the 0.5 row accumulates
+//    as stages 1-2 do); with NVMe the fp32 gradients are swapped out
 //    (_swap_out_offload_fp32_gradients) and the optimizer steps sub-group by sub-group
 //    (sub_group_size 1e9 elements, config.py:175): swap the sub-group's fp32 weights, moments and
 //    gradients in, step, swap weights and moments out (swap_tensor/partitioned_optimizer_swapper.py,

@@ -741,9 +741,9 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const bool offload = po != Offload::none || oo != Offload::none;
     const std::int64_t part = shard(params - persistent, dp), gshard = shard(params, dp);
     // Twin-Flow (twin_flow_split): the first sub-groups' optimizer on the host, the rest's state,
-    // fp32 gradients and step on the device (FusedAdam). The fp32 gradient partitions still pass
-    // through the host's flat buffer (stage3.py grad_partitions_flat_buffer on self.device, the
-    // CPU, for every sub-group).
+    // fp32 gradients and step on the device (FusedAdam). Every sub-group's 16-bit gradient
+    // partitions still pass through the host's flat buffer (stage3.py grad_partitions_flat_buffer
+    // on self.device, the CPU).
     const bool twin = oo == Offload::cpu && plan.optimizer_offload_fraction && *plan.optimizer_offload_fraction < 1;
     const TwinFlowSplit split = twin ? twin_flow_split(blocks, dp, fw.param_persistence_threshold, fw.sub_group_size,
                                                        *plan.optimizer_offload_fraction)
@@ -1109,8 +1109,9 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     }
                 }
                 if (oo != Offload::none) {
-                    // The rank's partition of the bucket, accumulated in fp32 through the host and
-                    // offloaded at the boundary (stage3.py partition_grads).
+                    // The rank's partition of the bucket, accumulated through the host and its fp32
+                    // cast offloaded at the boundary (DeepSpeed 0.6 on: stage3_partition_grads; the
+                    // 0.5 row accumulates as stages 1-2 do).
                     // (Twin-Flow: the device sub-groups' elements first, the later parameters
                     // backward reaches first.)
                     const std::int64_t elements = buckets[next_bucket].bytes.count() / sb.grads / dp;
