@@ -667,7 +667,13 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const double fp8_ops = l.fp8 != Fp8Recipe::none ? stage_blocks * v + 1 : 0;
     // hpZ: each block's secondary slice allocated, copied and freed once a step.
     const double hpz_ops = plan.zero_hpz_partition_size > 1 ? 3 * stage_blocks : 0;
-    const double ops = ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16 + fp8_ops + hpz_ops) + bucket_ops;
+    // ZeRO-3 offloaded: every reduce bucket's partition goes through the host each micro-batch
+    // (strategies/offload.hpp: up to 8 ops), one bucket split in two by Twin-Flow.
+    const double offload_ops = plan.strategy == DataParallel::zero3 && l.optimizer_offload != Offload::none
+                                   ? 8.0 * l.microbatches * (std::ceil(params / std::max<double>(1, l.framework.reduce_bucket)) + 2)
+                                   : 0;
+    const double ops =
+        ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16 + fp8_ops + hpz_ops + offload_ops) + bucket_ops;
     return {ops, buckets, bucket_ops};
 }
 

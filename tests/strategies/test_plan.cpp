@@ -28,6 +28,7 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
         bool qwz = false;   // ZeRO++
         int hpz = 1;
         bool qgz = false;
+        double offload_fraction = -1;   // ≥ 0: the optimizer offloaded to the CPU with this Twin-Flow fraction (1: all)
     };
     const Case c = GENERATE(Case{"gpt2-small", "pi5-1gbe", 4, DataParallel::ddp, 1, 1, Schedule::one_f_one_b, 8, Recompute::none, false},
                             Case{"resnet50", "pi5-1gbe", 5, DataParallel::ps, 1, 1, Schedule::one_f_one_b, 8, Recompute::none, false},
@@ -45,7 +46,11 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
                             Case{"gpt2-medium", "dgx-a100", 1, DataParallel::ddp, 1, 1, Schedule::one_f_one_b, 2, Recompute::none, false, 8, 1.0 / 64},
                             Case{"gpt2-medium", "dgx-a100", 2, DataParallel::fsdp, 1, 1, Schedule::one_f_one_b, 16, Recompute::full, false, 2},
                             Case{"gpt2-small", "dgx-a100", 2, DataParallel::zero3, 1, 1, Schedule::one_f_one_b, 32, Recompute::full, false, 1, 25, true, 8},
-                            Case{"llama2-7b", "dgx-a100", 2, DataParallel::zero3, 1, 1, Schedule::one_f_one_b, 32, Recompute::none, false, 1, 25, true, 8, true});
+                            Case{"llama2-7b", "dgx-a100", 2, DataParallel::zero3, 1, 1, Schedule::one_f_one_b, 32, Recompute::none, false, 1, 25, true, 8, true},
+                            // ZeRO-3 offloaded: each bucket's partition through the host every micro-batch, split
+                            // between host and device sub-groups with Twin-Flow.
+                            Case{"gpt2-medium", "dgx-a100", 1, DataParallel::zero3, 1, 1, Schedule::one_f_one_b, 32, Recompute::full, false, 1, 25, false, 1, false, 1.0},
+                            Case{"gpt2-medium", "dgx-a100", 1, DataParallel::zero3, 1, 1, Schedule::one_f_one_b, 32, Recompute::full, false, 1, 25, false, 1, false, 0.5});
     const Model m = model_preset(c.model);
     const topo::Cluster cluster = topo::cluster_preset(c.cluster).with_nodes(c.nodes);
     Plan p;
@@ -62,6 +67,12 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
     p.zero_quantized_weights = c.qwz;
     p.zero_hpz_partition_size = c.hpz;
     p.zero_quantized_gradients = c.qgz;
+    if (c.offload_fraction >= 0) {
+        p.offload_optimizer = Offload::cpu;
+        p.optimizer_offload_fraction = c.offload_fraction;
+        p.framework_overrides.reduce_bucket = 2'000'000;     // a bucket every block or so
+        p.framework_overrides.sub_group_size = 10'000'000;   // several sub-groups a rank
+    }
     const Built b = build(m, cluster, p);
     const auto real = static_cast<std::int64_t>(b.graph.size());
     INFO(c.model << " " << to_string(c.strategy) << " tp " << c.tp << " pp " << c.pp << ": " << real << " ops, estimated "
