@@ -421,10 +421,13 @@ void add_offload_variants(const Context& c, double allowed, const std::vector<st
         const Layout offloaded_layout = twin ? *v.layout : Layout{};
         group.push_back(std::move(v));
         if (!twin) continue;
+        const std::vector<Block> blocks = strategies::detail::replica_blocks(c.model, offloaded_layout, offloaded);
+        const strategies::Framework& fw = offloaded_layout.framework;
         for (int t = 1, last = 0; t <= 9; ++t) {
             Candidate w{offloaded, offloaded_layout, "", ""};
             w.plan.optimizer_offload_fraction = t / 10.0;
-            const strategies::TwinFlowSplit split = *strategies::twin_flow_split(c.model, offloaded_layout, w.plan);
+            const strategies::TwinFlowSplit split = strategies::twin_flow_split(
+                blocks, offloaded_layout.dp, fw.param_persistence_threshold, fw.sub_group_size, *w.plan.optimizer_offload_fraction);
             if (split.on_cpu <= last || 100 * (split.params - split.cpu_params) < split.params) continue;
             last = split.on_cpu;
             group.push_back(std::move(w));
