@@ -650,28 +650,43 @@ std::vector<std::int64_t> partitioned_tensors(const Block& b, std::int64_t persi
     return out;
 }
 
-TwinFlowSplit twin_flow_split(const std::vector<Block>& blocks, int dp, std::int64_t persistence_threshold,
-                              std::int64_t sub_group_size, double ratio) {
-    // A tensor's partition is ceil(numel / dp) (partition_parameters.py _partition_param); the
-    // persistent ones (under the threshold) are partitioned for the optimizer too, taken as one
-    // tensor per block here.
+TwinFlowSplit twin_flow_split(const std::vector<Block>& blocks, int dp, std::int64_t sub_group_size, double ratio) {
+    // DeepSpeed cuts each of the optimizer's parameter groups into sub-groups of its own
+    // (stage3.py _create_fp16_partitions_with_defragmentation), in the groups' order. The
+    // frameworks hand it two: the tensors with weight decay, then the 1-D ones and biases without
+    // (Megatron-DeepSpeed's get_param_groups: name.endswith(".bias") or len(param.shape) == 1;
+    // Hugging Face Trainer's decay / no-decay groups alike). A tensor's partition is
+    // ceil(numel / dp) (partition_parameters.py _partition_param); the persistent tensors (under
+    // the threshold) are partitioned for the optimizer too. A block's 1-D tensors count as one
+    // tensor here, and a matrix under the threshold is one of the block's weights all the same.
     struct Group {
         std::int64_t part = 0, model = 0;
     };
-    std::vector<Group> groups(1);
-    auto add = [&](std::int64_t e) {
+    std::vector<Group> groups;
+    std::vector<std::int64_t> no_decay;
+    auto add = [&](std::vector<Group>& to, std::int64_t e) {
         if (e <= 0) return;
-        if (groups.back().part >= sub_group_size) groups.emplace_back();
-        groups.back().part += shard(e, dp);
-        groups.back().model += e;
+        if (to.empty() || to.back().part >= sub_group_size) to.emplace_back();
+        to.back().part += shard(e, dp);
+        to.back().model += e;
     };
     for (const Block& b : blocks) {
-        std::int64_t keep = 0;
-        for (const std::int64_t e : partitioned_tensors(b, persistence_threshold, &keep)) add(e);
-        add(keep);
+        // With a threshold of 0 every weight is a tensor of its own and the last entry is what no
+        // GEMM reads: an embedding's tables (with weight decay), or a layer's norms and biases.
+        std::vector<std::int64_t> tensors = partitioned_tensors(b, 0);
+        if (b.kind != Block::Kind::embedding && !tensors.empty()) {
+            no_decay.push_back(tensors.back());
+            tensors.pop_back();
+        }
+        for (const std::int64_t e : tensors) add(groups, e);
     }
+    const int weight_subgroups = static_cast<int>(groups.size());
+    std::vector<Group> second;
+    for (const std::int64_t e : no_decay) add(second, e);
+    groups.insert(groups.end(), second.begin(), second.end());
     TwinFlowSplit out;
     out.subgroups = static_cast<int>(groups.size());
+    out.weight_subgroups = weight_subgroups;
     // Python's int() of ratio × len(fp16_partitioned_groups_flat): truncation.
     out.on_cpu = static_cast<int>(ratio * static_cast<double>(out.subgroups));
     for (int i = 0; i < out.subgroups; ++i) {
@@ -685,8 +700,7 @@ TwinFlowSplit twin_flow_split(const std::vector<Block>& blocks, int dp, std::int
 std::optional<TwinFlowSplit> twin_flow_split(const Model& model, const Layout& layout, const Plan& plan) {
     const double ratio = plan.optimizer_offload_fraction.value_or(1.0);
     if (plan.strategy != DataParallel::zero3 || layout.optimizer_offload != Offload::cpu || !(ratio < 1)) return std::nullopt;
-    return twin_flow_split(replica_blocks(model, layout, plan), layout.dp, layout.framework.param_persistence_threshold,
-                           layout.framework.sub_group_size, ratio);
+    return twin_flow_split(replica_blocks(model, layout, plan), layout.dp, layout.framework.sub_group_size, ratio);
 }
 
 OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) {
@@ -745,7 +759,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // partitions still pass through the host's flat buffer (stage3.py grad_partitions_flat_buffer
     // on self.device, the CPU).
     const bool twin = oo == Offload::cpu && plan.optimizer_offload_fraction && *plan.optimizer_offload_fraction < 1;
-    const TwinFlowSplit split = twin ? twin_flow_split(blocks, dp, fw.param_persistence_threshold, fw.sub_group_size,
+    const TwinFlowSplit split = twin ? twin_flow_split(blocks, dp, fw.sub_group_size,
                                                        *plan.optimizer_offload_fraction)
                                      : TwinFlowSplit{};
     const std::int64_t host_part = twin ? std::min(split.cpu_params, gshard) : gshard, device_part = gshard - host_part;

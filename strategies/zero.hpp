@@ -53,18 +53,19 @@ std::vector<std::int64_t> partitioned_tensors(const Block& b, std::int64_t persi
 
 /// DeepSpeed's Twin-Flow (offload_optimizer.ratio; stage3.py _create_fp16_sub_groups,
 /// subgroup_to_device): a rank's optimizer partition in sub-groups of whole parameter tensors
-/// (model order, each closed once it holds sub_group_size elements), the first int(ratio ×
+/// (model order, each closed once it holds sub_group_size elements), cut in each parameter group
+/// (the weights with decay, then the 1-D tensors and biases without); the first int(ratio ×
 /// sub-groups) stepped on the CPU, the rest on the device.
 struct TwinFlowSplit {
     int subgroups = 0;
+    int weight_subgroups = 0;        // the first parameter group's (the weights'); the rest are 1-D
     int on_cpu = 0;
     std::int64_t cpu_params = 0;     // a rank's partition elements stepped on the CPU
     std::int64_t cpu_model = 0;      // the whole model's parameters those partitions come from
     std::int64_t params = 0;         // a rank's whole partition (the per-tensor partitions summed)
 };
 /// The split for `blocks` (one replica's) partitioned over `dp` ranks; `ratio` in [0, 1].
-TwinFlowSplit twin_flow_split(const std::vector<Block>& blocks, int dp, std::int64_t persistence_threshold,
-                              std::int64_t sub_group_size, double ratio);
+TwinFlowSplit twin_flow_split(const std::vector<Block>& blocks, int dp, std::int64_t sub_group_size, double ratio);
 /// The same for a resolved zero3 plan; nullopt unless it runs Twin-Flow (a ratio below 1 with
 /// the optimizer offloaded to the CPU).
 std::optional<TwinFlowSplit> twin_flow_split(const Model& model, const Layout& layout, const Plan& plan);

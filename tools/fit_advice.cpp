@@ -91,12 +91,14 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
             if (l.dp % e == 0) eps.push_back(e);
 
     // Twin-Flow: more of the optimizer on the host, in tenths, each a different number of
-    // sub-groups (1: all of it, plain ZeRO-Offload).
+    // sub-groups (1: all of it, plain ZeRO-Offload). A fraction that leaves only the biases' and
+    // norms' sub-groups on the device is plain ZeRO-Offload in all but name and is not offered.
     std::vector<std::optional<double>> fractions{plan.optimizer_offload_fraction};
     if (const auto twin = strategies::twin_flow_split(model, l, plan))
         for (int t = 1, last = twin->on_cpu; t <= 10; ++t) {
             const double f = t / 10.0;
             const int k = static_cast<int>(f * twin->subgroups);
+            if (t < 10 && k >= twin->weight_subgroups) continue;
             if (f > *plan.optimizer_offload_fraction && k > last) fractions.push_back(f), last = k;
         }
 

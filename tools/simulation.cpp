@@ -169,19 +169,24 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     }
     if (const auto twin = strategies::twin_flow_split(model, l, plan)) {
         auto count = [](std::int64_t n) {
-            char t[48];
             const double v = static_cast<double>(n);
-            if (n == 0) return std::string("0");
+            char t[48];
             if (v >= 1e9) std::snprintf(t, sizeof t, "%.3g billion", v / 1e9);
-            else std::snprintf(t, sizeof t, "%.3g million", v / 1e6);
+            else if (v >= 1e6) std::snprintf(t, sizeof t, "%.3g million", v / 1e6);
+            else if (v >= 1e3) std::snprintf(t, sizeof t, "%.3g thousand", v / 1e3);
+            else return std::to_string(n);
             return std::string(t);
         };
+        const int on_device = twin->subgroups - twin->on_cpu;
         std::string note = "Twin-Flow: " + std::to_string(twin->on_cpu) + " of " + std::to_string(twin->subgroups) +
-                           " optimizer sub-groups (" + count(twin->cpu_params) + " of a rank's " + count(twin->params) +
-                           " parameters) stepped on the CPU, the rest on the device";
-        if (twin->subgroups == 1 || twin->on_cpu == 0)
-            note += " (DeepSpeed rounds the ratio down to whole sub-groups of zero_optimization.sub_group_size, " +
-                    count(l.framework.sub_group_size) + " elements; a smaller one in --deepspeed-config splits finer)";
+                           " optimizer sub-groups stepped on the CPU (" + count(twin->cpu_params) +
+                           " parameters a rank), " + std::to_string(on_device) + " on the device (" +
+                           count(twin->params - twin->cpu_params) + ")";
+        // Nothing moved, or only the biases and norms stayed: the ratio met whole sub-groups.
+        if (twin->on_cpu == 0 || twin->on_cpu >= twin->weight_subgroups)
+            note += "; DeepSpeed cuts each parameter group (the weights, then the biases and norms) into sub-groups of "
+                    "zero_optimization.sub_group_size, " + count(l.framework.sub_group_size) +
+                    " elements, and rounds ratio × sub-groups down: a smaller sub_group_size in --deepspeed-config splits finer";
         info.notes.push_back(note);
     }
     if (const Time d = built.layout.framework.dispatch_per_kernel; d > Time::zero())

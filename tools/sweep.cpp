@@ -427,7 +427,7 @@ void add_offload_variants(const Context& c, double allowed, const std::vector<st
             Candidate w{offloaded, offloaded_layout, "", ""};
             w.plan.optimizer_offload_fraction = t / 10.0;
             const strategies::TwinFlowSplit split = strategies::twin_flow_split(
-                blocks, offloaded_layout.dp, fw.param_persistence_threshold, fw.sub_group_size, *w.plan.optimizer_offload_fraction);
+                blocks, offloaded_layout.dp, fw.sub_group_size, *w.plan.optimizer_offload_fraction);
             if (split.on_cpu <= last || 100 * (split.params - split.cpu_params) < split.params) continue;
             last = split.on_cpu;
             group.push_back(std::move(w));

@@ -451,34 +451,43 @@ TEST_CASE("DeepSpeed's Twin-Flow: the first int(ratio × sub-groups) of a rank's
     p.offload_optimizer = Offload::cpu;
     p.dtype = DType::bf16;
     p.global_batch = 8;   // one micro-batch a rank
-    SECTION("Llama 3 70B on 8 GPUs: sub-groups of at least 1e9 elements, each overshooting by less than a tensor") {
+    SECTION("Llama 3 70B on 8 GPUs: the weights in sub-groups of at least 1e9 elements, each overshooting by less "
+            "than a tensor, then the norms in one of their own") {
         const Model m = model_preset("llama3-70b");
         const Built b = build(m, c, p);
         const std::vector<Block> blocks = strategies::detail::replica_blocks(m, b.layout, p);
         // A rank's partition: 70.6 B / 8 = 8.82 B elements; its largest tensor is the 128,256 ×
-        // 8,192 embedding, 131.3 M elements a rank.
+        // 8,192 embedding, 131.3 M elements a rank. The parameter group without weight decay: two
+        // RMSNorm weights of 8,192 in each of 80 layers and the final norm, 1,318,912 elements,
+        // an eighth a rank.
         const double largest = 128256.0 * 8192 / 8;
+        const double norms = (80.0 * 2 * 8192 + 8192) / 8, weights = m.parameters() / 8.0 - norms;
         for (const double ratio : {0.0, 0.3, 0.5, 0.75, 0.99}) {
-            const TwinFlowSplit s = twin_flow_split(blocks, 8, 100'000, 1'000'000'000, ratio);
+            const TwinFlowSplit s = twin_flow_split(blocks, 8, 1'000'000'000, ratio);
             INFO("ratio " << ratio);
             CHECK(static_cast<double>(s.params) == Approx(m.parameters() / 8.0).epsilon(1e-4));
-            CHECK(s.subgroups >= static_cast<int>(std::ceil(static_cast<double>(s.params) / (1e9 + largest))));
-            CHECK(s.subgroups <= static_cast<int>(std::ceil(static_cast<double>(s.params) / 1e9)));
+            const int w = s.subgroups - 1;   // the weights' sub-groups
+            CHECK(w >= static_cast<int>(std::ceil(weights / (1e9 + largest))));
+            CHECK(w <= static_cast<int>(std::ceil(weights / 1e9)));
             CHECK(s.on_cpu == static_cast<int>(ratio * s.subgroups));
-            CHECK(static_cast<double>(s.cpu_params) >= 1e9 * s.on_cpu);
+            CHECK(static_cast<double>(s.cpu_params) >= 1e9 * std::min(s.on_cpu, w - 1));
             CHECK(static_cast<double>(s.cpu_params) < (1e9 + largest) * s.on_cpu + 1);
             CHECK(static_cast<double>(s.cpu_model) == Approx(8.0 * static_cast<double>(s.cpu_params)).epsilon(1e-4));
         }
+        // int(0.99 × sub-groups) leaves one on the device: the norms'.
+        const TwinFlowSplit s = twin_flow_split(blocks, 8, 1'000'000'000, 0.99);
+        CHECK(static_cast<double>(s.params - s.cpu_params) == norms);
     }
-    SECTION("Megatron-DeepSpeed's example (GPT-3 350M, ratio 0.3): one sub-group, so nothing is stepped on the CPU") {
+    SECTION("Megatron-DeepSpeed's example (GPT-3 350M, ratio 0.3): two sub-groups, so nothing is stepped on the CPU") {
         // examples_deepspeed/offload_pp/ds_config_gpt_TEMPLATE.json sets ratio 0.3 and leaves
-        // sub_group_size at 1e9: a rank's partition is one sub-group and int(0.3 × 1) = 0.
+        // sub_group_size at 1e9: a rank's partition is one sub-group per parameter group (the
+        // weights, then the biases and norms) and int(0.3 × 2) = 0.
         const Model m = model_preset("gpt2-medium");
         p.optimizer_offload_fraction = 0.3;
         const Built b = build(m, c, p);
         const auto s = twin_flow_split(m, b.layout, p);
         REQUIRE(s);
-        CHECK(s->subgroups == 1);
+        CHECK(s->subgroups == 2);
         CHECK(s->on_cpu == 0);
         const std::int64_t part = s->params;
         CHECK(held(b.graph, 0, Tier::host, BufferLabel::optimizer_state) == 0);

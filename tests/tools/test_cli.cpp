@@ -496,10 +496,11 @@ TEST_CASE("Twin-Flow from a DeepSpeed config or the flag: said in the header, co
         "offload_optimizer": {"device": "cpu", "pin_memory": true, "ratio": 0.5}}})");
     const std::vector<std::string> base{"simulate", "--model", "gpt2-xl", "--cluster", "dgx-a100"};
     auto with = [&](const std::vector<std::string>& extra) { return cli(plus(base, extra)); };
-    // GPT-2 XL over 8 GPUs: 195 M elements a rank, two sub-groups of 1e8, the first on the CPU.
+    // GPT-2 XL over 8 GPUs: 195 M elements a rank, the weights' in two sub-groups of 1e8 and the
+    // biases' and norms' in a third: int(0.5 × 3) = 1 on the CPU.
     const Result from_file = with({"--deepspeed-config", cfg.path.string()});
     REQUIRE(from_file.code == 0);
-    CHECK_THAT(from_file.out, Catch::Contains("Twin-Flow: 1 of 2 optimizer sub-groups"));
+    CHECK_THAT(from_file.out, Catch::Contains("Twin-Flow: 1 of 3 optimizer sub-groups stepped on the CPU"));
     CHECK_THAT(from_file.err, Catch::Contains("pin_memory is not modelled") && !Catch::Contains("ratio"));
     const Result contradicts = with({"--deepspeed-config", cfg.path.string(), "--optimizer-offload-fraction", "0.25"});
     CHECK(contradicts.code == 2);
@@ -510,11 +511,15 @@ TEST_CASE("Twin-Flow from a DeepSpeed config or the flag: said in the header, co
     const Result out_of_range = with({"--deepspeed-config", bad.path.string()});
     CHECK(out_of_range.code == 2);
     CHECK_THAT(out_of_range.err, Catch::Contains("/zero_optimization/offload_optimizer/ratio") && Catch::Contains("1.5"));
-    // The default sub_group_size (1e9) holds a rank's whole partition: nothing goes to the CPU, and
-    // the header says why.
+    // The default sub_group_size (1e9) holds a rank's weights in one sub-group and its biases and
+    // norms in another: int(0.5 × 2) = 1 puts every weight on the CPU, and the header says why.
+    // Those 1-D tensors: per layer two LayerNorms (2 × 2 × 1,600) and the biases of QKV (4,800),
+    // the projection (1,600), fc (6,400) and fc2 (1,600); 48 layers and the final LayerNorm
+    // (3,200) make 1,001,600, an eighth a rank.
     const Result whole = with({"--strategy", "zero3", "--offload-optimizer", "cpu", "--optimizer-offload-fraction", "0.5"});
     REQUIRE(whole.code == 0);
-    CHECK_THAT(whole.out, Catch::Contains("Twin-Flow: 0 of 1 optimizer sub-groups") && Catch::Contains("sub_group_size"));
+    CHECK_THAT(whole.out, Catch::Contains("Twin-Flow: 1 of 2 optimizer sub-groups stepped on the CPU") &&
+                              Catch::Contains("1 on the device (125 thousand)") && Catch::Contains("sub_group_size"));
 }
 
 TEST_CASE("run, validate and calibrate say how to start them, or that MPI was not built in", "[tools][cli]") {

@@ -470,8 +470,9 @@ TEST_CASE("a sweep offloads the plans that cannot fit without: Llama 3 8B on fou
             CHECK(per_param == Approx((p.plan.offload == strategies::Offload::cpu ? 16.0 / 4 : 14.0 / 4) - kept).epsilon(1e-9));
         }
     }
-    // A rank's 2.0 B elements in three sub-groups, the last one the final norm's 1,024: Twin-Flow
-    // tries 0.4 (one on the host); 0.7 (two) would leave the norm alone on the device.
+    // A rank's 2.0 B elements in three sub-groups, two of weights and the last one the norms'
+    // (65 × 4,096 / 4 = 66,560): Twin-Flow tries 0.4 (one on the host); 0.7 (two) would leave the
+    // norms alone on the device.
     CHECK(flags == std::set<std::string>{"zero2 --offload-optimizer cpu", "zero3 --offload-optimizer cpu", "zero3 --offload cpu",
                                          "fsdp --offload cpu", "zero3 --offload-optimizer cpu --optimizer-offload-fraction 0.4",
                                          "zero3 --offload cpu --optimizer-offload-fraction 0.4"});
