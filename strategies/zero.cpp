@@ -1114,9 +1114,12 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                 } else if (dp > 1) {
                     reduced = over_tensor_ranks(g, layout, ts, CollectiveKind::reduce_scatter, buckets[next_bucket].bytes, Stream::comm,
                                                 Phase::comm, -1, mb, static_cast<int>(next_bucket));
-                    // (Without overlap_comm DeepSpeed reduces on the compute stream; its all-gathers
-                    // share the communicator, so both stay on one stream here: the reduction then
-                    // waits for the backward that fills it and the next fetch waits for it.)
+                    // (Without overlap_comm DeepSpeed reduces on the compute stream. Its all-gathers
+                    // run on a stream of their own but share the communicator, whose kernels NCCL
+                    // orders across streams (enqueue.cc: every launch waits on and is waited on by
+                    // the communicator's deviceStream), so both stay on one stream here: the
+                    // reduction then waits for the backward that fills it and the next fetch
+                    // waits for it.)
                     for (int d = 0; d < emit; ++d) {
                         g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], reduced[static_cast<std::size_t>(d)]);
                         last_comm[static_cast<std::size_t>(d)] = reduced[static_cast<std::size_t>(d)];
