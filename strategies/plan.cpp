@@ -333,8 +333,8 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
         // stages too (pytorch/torchtitan#624, "Enable FSDP2 cpu offloading", run with and without
         // pp); modelled under pipeline stages of a dense model in full training.
         if (l.pp < 2 || l.ep > 1 || plan.finetune.kind != FineTuneKind::full)
-            fail_input(std::string(flag) + " with fsdp is modelled for data parallelism and under pipeline stages (--pp 2 "
-                           "or more) of a dense model in full training (torchtitan's CPU offload); not with " +
+            fail_input(std::string(flag) + " with fsdp is modelled for data parallelism, with --tp, and under pipeline "
+                           "stages (--pp 2 or more) of a dense model in full training (torchtitan's CPU offload); not with " +
                            (l.pp < 2 ? "--cp or --ep alone" : l.ep > 1 ? "--ep" : "--finetune"),
                        {"", "", flag});
         if (plan.offload_params != Offload::none || plan.offload_optimizer != Offload::none || plan.offload == Offload::nvme)
@@ -359,14 +359,6 @@ void resolve_training(const Model& model, const topo::Cluster& cluster, const Pl
             fail_input("Megatron's --optimizer-cpu-offload keeps the optimizer in CPU memory; NVMe offload is "
                        "ZeRO-Infinity's (--strategy zero3, data parallelism)",
                        {"", "", flag});
-    } else if (given && l.tp > 1 && plan.strategy == DataParallel::fsdp) {
-        // ZeRO-Offload and ZeRO-Infinity with Megatron-DeepSpeed's tensor parallelism run on
-        // DeepSpeed's engines (strategies/zero.cpp), each tensor rank's partition stepped on its
-        // host; FSDP's CPU offload under a tensor-parallel mesh is not modelled.
-        fail_input(std::string(flag) + " with fsdp is modelled for data parallelism (FSDP's CPU offload), not with "
-                       "tensor parallelism; use zero1-3 with --framework megatron-deepspeed (ZeRO-Offload), or zero1 under "
-                       "--framework megatron (its --optimizer-cpu-offload)",
-                   {"", "", flag});
     } else if (given) {
         switch (plan.strategy) {
             case DataParallel::zero1:

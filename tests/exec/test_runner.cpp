@@ -361,6 +361,13 @@ TEST_CASE("exec runs tp 2", "[exec][mpi][plan-tp2]") {
     p.tp = 2;
     run_and_check(p);
 }
+TEST_CASE("exec runs fsdp's CPU offload with tp 2: each tensor rank's shard copied in and out, stepped on the host",
+          "[exec][mpi][plan-tp2]") {
+    strategies::Plan p = data_parallel(DataParallel::fsdp);
+    p.tp = 2;
+    p.offload = strategies::Offload::cpu;
+    run_and_check(p);
+}
 TEST_CASE("exec runs LoRA with tp 2: PEFT's split adapters and their rank-r all-reduces", "[exec][mpi][plan-tp2]") {
     strategies::Plan p;
     p.tp = 2;
