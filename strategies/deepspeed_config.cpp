@@ -1,5 +1,7 @@
 #include "strategies/deepspeed_config.hpp"
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -94,6 +96,17 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
             if (n > 1'000'000) z.fail_member("zero_hpz_partition_size", "at most 1,000,000 ranks", std::to_string(n));
             c.zero_hpz_partition_size = static_cast<int>(std::max<std::int64_t>(n, 1));
         }
+        // MiCS (config.py: mics_shard_size, default -1; the engine takes MiCS_Optimizer above 0).
+        // Its hierarchical all-gather (mics_hierarchical_params_gather) is not modelled.
+        if (z.has("mics_shard_size")) {
+            const double n = z.number("mics_shard_size");
+            if (!(n == std::floor(n)) || n > 1'000'000)
+                z.fail_member("mics_shard_size", "a whole number of ranks (-1 or 0: off), at most 1,000,000",
+                              describe_json(z.raw().at("mics_shard_size")));
+            c.mics_shard_size = static_cast<int>(std::max(n, 0.0));
+        }
+        if (z.has("mics_hierarchical_params_gather") && z.boolean("mics_hierarchical_params_gather"))
+            c.unmodelled.push_back(z.path() + "/mics_hierarchical_params_gather (true: MiCS's two-level all-gather)");
         if (z.has("offload_optimizer")) {
             const JsonView o = z.at("offload_optimizer");
             c.offload_optimizer = device(o);
@@ -121,7 +134,8 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
                       {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                        "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
                        "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter",
-                       "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"},
+                       "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients", "mics_shard_size",
+                       "mics_hierarchical_params_gather"},
                       c.unmodelled);
     }
     if (root.has("activation_checkpointing")) {

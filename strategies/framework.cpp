@@ -147,6 +147,10 @@ const std::vector<Row>& rows() {
             f.zero3_flat_grad_buffer = true;   // stage3.py grad_partitions_flat_buffer
             f.optimizer_bytes_per_param = kMixedPrecisionStepBytes;
             t.push_back({FrameworkName::deepspeed, {0, 6}, f});
+            // DeepSpeed v0.9.2 onwards: MiCS (runtime/zero/mics.py; strategies/zero.cpp build_zero3).
+            f.version = "0.9.2";
+            f.mics = true;
+            t.push_back({FrameworkName::deepspeed, {0, 9, 2}, f});
             // DeepSpeed v0.10 onwards: ZeRO++ (runtime/zero/config.py zero_quantized_weights,
             // zero_hpz_partition_size; strategies/zero.cpp build_zero3).
             f.version = "0.10";
@@ -174,6 +178,7 @@ const std::vector<Row>& rows() {
             // `--no-query-key-layer-scaling` (megatron/arguments.py:1129-1131 at f4157be): on by default.
             f.qk_layer_scaling = true;
             f.zeropp = true;   // on the DeepSpeed of its time (0.10 and later)
+            f.mics = true;
             // Its examples_deepspeed/offload_pp runs Twin-Flow (ratio 0.3, DeepSpeed 0.12.3 and later).
             f.twin_flow = true;
             t.push_back({FrameworkName::megatron_deepspeed, {0}, f});

@@ -118,6 +118,9 @@ struct Framework {
     /// secondary partition (zero_hpz_partition_size, hpZ): DeepSpeed 0.10 and later (PR #3784,
     /// d18aa2c of 2023-06-22, first in the v0.10.0 tag).
     bool zeropp = false;
+    /// Has MiCS (mics_shard_size: runtime/zero/mics.py MiCS_Init, MiCS_Optimizer): DeepSpeed 0.9.2
+    /// and later (PR #2964, 2e99f6edf of 2023-04-25, first in the v0.9.2 tag).
+    bool mics = false;
     /// Has ZeRO-Offload++'s Twin-Flow (offload_optimizer.ratio, ZeRO-3 with the optimizer on the
     /// CPU): the first int(ratio × sub-groups) optimizer sub-groups stepped by CPU-Adam, the rest
     /// by FusedAdam on the GPU: DeepSpeed 0.12.3 and later (PR #4636, b1cb0dfc4 of 2023-11-06,

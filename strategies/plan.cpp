@@ -283,6 +283,45 @@ void resolve_zeropp(const topo::Cluster& cluster, const Plan& plan, Layout& l) {
                    at);
 }
 
+/// MiCS (--mics-shard-size, or a DeepSpeed config's mics_shard_size) where DeepSpeed runs it:
+/// ZeRO-3 (MiCS_Init, MiCS_Optimizer in runtime/zero/mics.py) from 0.9.2, its shard groups
+/// consecutive ranks of the whole world (mics_utils.py _generate_mics_config:
+/// np.arange(world_size).reshape(-1, shard_size), pp_size 1) and its replicate groups the same
+/// position in every shard group.
+void resolve_mics(const Plan& plan, Layout& l) {
+    const int n = plan.zero_mics_shard_size;
+    if (n <= 0) return;
+    const ErrorContext at{"", "", "--mics-shard-size"};
+    if (plan.strategy != DataParallel::zero3)
+        fail_input("--mics-shard-size is MiCS's, DeepSpeed's ZeRO-3 sharded over groups of ranks: --strategy zero3 (not " +
+                       std::string(to_string(plan.strategy)) + ")",
+                   at);
+    if (!l.framework.mics)
+        fail_input("--mics-shard-size: MiCS is DeepSpeed 0.9.2 and later; " + describe(l.framework) + " does not have it",
+                   {"", "", "--framework"});
+    if (l.tp > 1)
+        fail_input("MiCS cuts the whole world into shard groups of consecutive ranks (mics_utils.py, pipeline size 1); "
+                   "with --tp they would mix tensor ranks of one replica: leave out --mics-shard-size or --tp",
+                   at);
+    if (l.dp % n != 0)
+        fail_input("a shard group size dividing the " + std::to_string(l.dp) + " data-parallel ranks (MiCS asserts "
+                       "world_size % shard_size == 0)",
+                   std::to_string(n), at);
+    if (l.param_offload != Offload::none || l.optimizer_offload != Offload::none)
+        fail_input("MiCS keeps the gradient partitions on the device: with them on the host its all-reduce across "
+                   "shard groups raises \"Local sharding has no support for CPU offloading\" (mics.py "
+                   "allreduce_mics_shard_grads); leave out --mics-shard-size or the offload",
+                   at);
+    if (plan.zero_quantized_weights || plan.zero_hpz_partition_size > 1 || plan.zero_quantized_gradients)
+        fail_input("MiCS with ZeRO++ (qwZ, hpZ, qgZ) is not modelled: MiCS_Init replaces ZeRO-3's gathers with its own; "
+                   "leave out --mics-shard-size or the ZeRO++ flags",
+                   at);
+    if (plan.optimizer == Optimizer::lamb)
+        fail_input("--optimizer lamb with MiCS is not modelled (its per-layer norms would combine over a shard group, "
+                   "not every rank): use adam or sgd, or leave out --mics-shard-size",
+                   at);
+}
+
 /// FP8 linear layers (--fp8) where they run: Transformer Engine under Megatron core, a
 /// transformer's linears in a 16-bit run, on devices with FP8 tensor cores, trained in full.
 void resolve_fp8(const Model& model, const topo::Cluster& cluster, const Plan& plan, Layout& l) {
@@ -664,8 +703,13 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const double offload_ops = plan.strategy == DataParallel::zero3 && l.optimizer_offload != Offload::none
                                    ? 8.0 * l.microbatches * (std::ceil(params / std::max<double>(1, l.framework.reduce_bucket)) + 2)
                                    : 0;
+    // MiCS: each reduce bucket's partition all-reduced across the shard groups at the boundary.
+    const double mics_ops = plan.zero_mics_shard_size > 0 && l.dp > plan.zero_mics_shard_size
+                                ? std::ceil(params / std::max<double>(1, l.framework.reduce_bucket)) + 2
+                                : 0;
     const double ops =
-        ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16 + fp8_ops + hpz_ops + offload_ops) + bucket_ops;
+        ranks * (static_cast<double>(l.microbatches) * per_microbatch + 16 + fp8_ops + hpz_ops + offload_ops + mics_ops) +
+        bucket_ops;
     return {ops, buckets, bucket_ops};
 }
 
@@ -1048,6 +1092,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     resolve_fp8(model, cluster, plan, l);
     resolve_training(model, cluster, plan, l);
     resolve_zeropp(cluster, plan, l);
+    resolve_mics(plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths
     // (bad_input, --tp) and that the micro-batch's sizes stay in range (out_of_range: the
     // micro-batch and sequence make them); their count sizes the graph.
@@ -1101,8 +1146,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // hpZ's secondary gathers run over groups of consecutive ranks, not every member: groups of
     // whole nodes share no links, smaller ones may (a PCIe switch), so they are not folded.
     // qgZ's across-node groups (one rank of each node) may share a node's NICs: not folded either.
-    const bool zeropp_groups_fold =
-        (plan.zero_hpz_partition_size <= 1 || plan.zero_hpz_partition_size % per_node == 0) && l.qgz_node_ranks == 0;
+    // MiCS's boundary all-reduces run over one rank of every shard group, most of them without a
+    // kept replica's rank, so their traffic would go unsimulated: not folded beyond one group.
+    const bool zeropp_groups_fold = (plan.zero_hpz_partition_size <= 1 || plan.zero_hpz_partition_size % per_node == 0) &&
+                                    (plan.zero_mics_shard_size <= 0 || plan.zero_mics_shard_size >= l.dp) &&
+                                    l.qgz_node_ranks == 0;
     const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes && zeropp_groups_fold &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&
                                plan.strategy != DataParallel::hybrid_cnn &&   // workers exchange activations

@@ -162,6 +162,10 @@ struct Plan {
     /// ZeRO++'s qgZ (zero_quantized_gradients): each gradient tensor reduced by int4 all-to-alls,
     /// inside each node then across nodes (Layout::qgz_node_ranks).
     bool zero_quantized_gradients = false;
+    /// MiCS (DeepSpeed 0.9.2+, zero3 only; mics_shard_size): parameters, gradients and optimizer
+    /// state sharded over groups of this many consecutive ranks and replicated across the groups,
+    /// whose gradient partitions are all-reduced at the accumulation boundary (0: off).
+    int zero_mics_shard_size = 0;
     /// From a DeepSpeed config (strategies/deepspeed_config.hpp): the framework's knobs, and its
     /// gradient_accumulation_steps (0: unset; the global batch is then dp × micro-batch × steps).
     struct FrameworkOverrides {

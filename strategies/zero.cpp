@@ -753,7 +753,14 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     const Offload po = layout.param_offload, oo = layout.optimizer_offload;
     const Tier ptier = detail::offload_tier(po), otier = detail::offload_tier(oo);
     const bool offload = po != Offload::none || oo != Offload::none;
-    const std::int64_t part = shard(params - persistent, dp), gshard = shard(params, dp);
+    // MiCS (resolve_mics): the parameters, gradients and optimizer state sharded over groups of
+    // `mics` consecutive ranks (MiCS_Init's param_shard_group, which MiCS_Optimizer takes as its
+    // dp_process_group), every gather and reduce-scatter inside one; each bucket's gradient
+    // partition all-reduced across the groups at the accumulation boundary (param_repli_group,
+    // mics.py allreduce_mics_shard_grads). One group of every rank is plain ZeRO-3.
+    const int mics = plan.zero_mics_shard_size > 0 && plan.zero_mics_shard_size < dp ? plan.zero_mics_shard_size : 0;
+    const int shards = mics > 0 ? mics : dp;   // the ranks a partition is cut over
+    const std::int64_t part = shard(params - persistent, shards), gshard = shard(params, shards);
     // Twin-Flow (twin_flow_split): the first sub-groups' optimizer on the host, the rest's state,
     // fp32 gradients and step on the device (FusedAdam). Every sub-group's 16-bit gradient
     // partitions still pass through the host's flat buffer (stage3.py grad_partitions_flat_buffer
@@ -866,19 +873,23 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         if (after != OpGraph::kNoOp) g.depend(after, op);
         return op;
     };
-    // One all-gather of `bytes` per rank on every replica, over all of them or (secondary) over
-    // each rank's hpZ group; ops by slot.
-    auto gather_collective = [&](Bytes bytes, int block, int mb, Phase phase, bool secondary) {
-        if (!secondary)
-            return over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, bytes, Stream::comm, phase, block, mb, -1);
+    // One collective of `bytes` per rank in every group of `size` consecutive replicas (hpZ's
+    // secondary groups, MiCS's shard groups; tp = 1) that has a kept member; ops by slot.
+    auto in_groups = [&](CollectiveKind kind, int size, Bytes bytes, int block, int mb, Phase phase) {
         std::vector<OpId> by_slot(static_cast<std::size_t>(ns), OpGraph::kNoOp);
-        for (int first = 0; first < dp && first < emit; first += hpz) {   // groups with kept members (tp = 1)
-            const std::vector<int> members(replicas.begin() + first, replicas.begin() + first + hpz);
-            const auto ops = add_replica_collective(g, layout, CollectiveKind::all_gather, members, bytes, Stream::comm, phase,
-                                                    block, mb, -1);
-            for (int i = 0; i < hpz; ++i) by_slot[static_cast<std::size_t>(first + i)] = ops[static_cast<std::size_t>(i)];
+        for (int first = 0; first < dp && first < emit; first += size) {
+            const std::vector<int> members(replicas.begin() + first, replicas.begin() + first + size);
+            const auto ops = add_replica_collective(g, layout, kind, members, bytes, Stream::comm, phase, block, mb, -1);
+            for (int i = 0; i < size; ++i) by_slot[static_cast<std::size_t>(first + i)] = ops[static_cast<std::size_t>(i)];
         }
         return by_slot;
+    };
+    // One all-gather of `bytes` per rank on every replica, over all of them, (secondary) over
+    // each rank's hpZ group, or over its MiCS shard group; ops by slot.
+    auto gather_collective = [&](Bytes bytes, int block, int mb, Phase phase, bool secondary) {
+        if (secondary) return in_groups(CollectiveKind::all_gather, hpz, bytes, block, mb, phase);
+        if (mics > 0) return in_groups(CollectiveKind::all_gather, mics, bytes, block, mb, phase);
+        return over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, bytes, Stream::comm, phase, block, mb, -1);
     };
     // One gather of `elements` parameters on every replica, each after `after` (per replica;
     // kNoOp: none); returns each replica's op after which they are usable. Quantized (qwZ,
@@ -887,7 +898,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // everything gathered (AllGatherCoalescedHandle.wait).
     std::vector<OpId> last_comm(static_cast<std::size_t>(ns), OpGraph::kNoOp);
     auto all_gather = [&](std::int64_t elements, int block, int mb, Phase phase, const std::vector<OpId>& after, bool secondary) {
-        const int group = secondary ? hpz : dp;
+        const int group = secondary ? hpz : shards;
         const std::int64_t part = shard(elements, group), scales = (part + kQuantGroup - 1) / kQuantGroup;
         std::vector<OpId> ready = after;
         if (qwz)
@@ -1111,6 +1122,25 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                 if (dp > 1 && layout.qgz_node_ranks > 0) {
                     reduced = qgz_reduce(next_bucket, mb, column(bwd, i));
                     for (int d = 0; d < emit; ++d) last_comm[static_cast<std::size_t>(d)] = reduced[static_cast<std::size_t>(d)];
+                } else if (mics > 0) {
+                    // MiCS: reduce-scattered in each shard group; at the boundary the rank's
+                    // partition of the bucket all-reduced with the same partition of the other
+                    // groups (param_repli_group: the same position in every shard group).
+                    reduced = in_groups(CollectiveKind::reduce_scatter, mics, buckets[next_bucket].bytes, -1, mb, Phase::comm);
+                    for (int d = 0; d < emit; ++d) g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], reduced[static_cast<std::size_t>(d)]);
+                    if (mb == mbs - 1)
+                        for (int j = 0; j < mics && j < emit; ++j) {
+                            std::vector<int> members;
+                            for (int k = j; k < dp; k += mics) members.push_back(replicas[static_cast<std::size_t>(k)]);
+                            const auto ops = add_replica_collective(g, layout, CollectiveKind::all_reduce, members,
+                                                                    Bytes(buckets[next_bucket].bytes.count() / mics), Stream::comm,
+                                                                    Phase::comm, -1, mb, static_cast<int>(next_bucket));
+                            for (std::size_t k = 0; k < members.size(); ++k)
+                                if (const std::size_t slot = static_cast<std::size_t>(j) + k * static_cast<std::size_t>(mics);
+                                    ops[k] != OpGraph::kNoOp)
+                                    reduced[slot] = ops[k];
+                        }
+                    for (int d = 0; d < emit; ++d) last_comm[static_cast<std::size_t>(d)] = reduced[static_cast<std::size_t>(d)];
                 } else if (dp > 1) {
                     reduced = over_tensor_ranks(g, layout, ts, CollectiveKind::reduce_scatter, buckets[next_bucket].bytes, Stream::comm,
                                                 Phase::comm, -1, mb, static_cast<int>(next_bucket));
@@ -1162,9 +1192,9 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     };
     std::vector<OpId> done;
     if (oo == Offload::none) {
-        done = steps(StepRunner::device, gshard, layer_params(blocks, dp), last_comm);
+        done = steps(StepRunner::device, gshard, layer_params(blocks, shards), last_comm);
     } else if (oo == Offload::cpu && !twin) {
-        done = steps(StepRunner::deepspeed_cpu, gshard, layer_params(blocks, dp), last_out);
+        done = steps(StepRunner::deepspeed_cpu, gshard, layer_params(blocks, shards), last_out);
     } else if (oo == Offload::cpu) {
         // Twin-Flow: step() walks the sub-groups in order, the host's first (CPU-Adam, blocking
         // the Python loop), then FusedAdam's on the device; each sub-group's updated fp32

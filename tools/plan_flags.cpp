@@ -144,6 +144,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--zero-hpz-partition-size", f.zero_hpz_partition_size,
                    "ZeRO++'s hpZ with zero3 (DeepSpeed 0.10+): a secondary copy of the parameters partitioned over groups "
                    "of N consecutive ranks (a node's GPUs), which every gather after the step's first forward uses");
+    app.add_option("--mics-shard-size", f.mics_shard_size,
+                   "MiCS with zero3 (DeepSpeed 0.9.2+, mics_shard_size): parameters, gradients and optimizer state "
+                   "sharded over groups of N consecutive ranks (a node's GPUs) and replicated across the groups, whose "
+                   "gradient partitions are all-reduced at the accumulation boundary");
     app.add_option("--optimizer-offload-fraction", f.optimizer_offload_fraction,
                    "the share of each rank's optimizer stepped on the host, the rest on the device (default 1): "
                    "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism (above 0; "
@@ -384,6 +388,12 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
             conflict("--zero-quantized-gradients", "zero_optimization.zero_quantized_gradients", "(on)", "false");
         p.zero_quantized_gradients = *c.zero_quantized_gradients;
     }
+    if (c.mics_shard_size) {
+        if (given(f, "--mics-shard-size") && p.zero_mics_shard_size != *c.mics_shard_size)
+            conflict("--mics-shard-size", "zero_optimization.mics_shard_size", std::to_string(p.zero_mics_shard_size),
+                     std::to_string(*c.mics_shard_size));
+        p.zero_mics_shard_size = *c.mics_shard_size;
+    }
     if (c.zero_hpz_partition_size) {
         if (given(f, "--zero-hpz-partition-size") && p.zero_hpz_partition_size != *c.zero_hpz_partition_size)
             conflict("--zero-hpz-partition-size", "zero_optimization.zero_hpz_partition_size",
@@ -462,6 +472,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.zero_quantized_gradients = f.zero_quantized_gradients;
     check_at_least(f.zero_hpz_partition_size, 1, "--zero-hpz-partition-size", "leave it out for no secondary partition");
     p.zero_hpz_partition_size = f.zero_hpz_partition_size.value_or(1);
+    check_at_least(f.mics_shard_size, 1, "--mics-shard-size", "leave it out for ZeRO-3 over every data-parallel rank");
+    p.zero_mics_shard_size = f.mics_shard_size.value_or(0);
     p.ps_servers = f.ps_servers;
     p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
     p.staleness = f.staleness;

@@ -167,6 +167,16 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
         for (std::size_t i = 0; i < parts.size(); ++i) z += (i ? "; " : " ") + parts[i];
         info.notes.push_back(z);
     }
+    if (const int n = plan.zero_mics_shard_size; n > 0) {
+        const int groups = l.dp / n;
+        info.notes.push_back(
+            "MiCS: model states sharded over " + std::to_string(groups) + (groups == 1 ? " group" : " groups") + " of " +
+            (n == 1 ? std::string("one rank") : std::to_string(n) + " consecutive ranks") +
+            ", parameters gathered and gradients reduce-scattered inside each" +
+            (groups > 1 ? "; each rank's gradient partition all-reduced with the same partition of the other " +
+                              std::to_string(groups - 1) + (groups == 2 ? " group" : " groups") + " at the accumulation boundary"
+                        : " (one group: plain ZeRO-3)"));
+    }
     if (const auto twin = strategies::twin_flow_split(model, l, plan)) {
         auto count = [](std::int64_t n) {
             const double v = static_cast<double>(n);

@@ -290,6 +290,23 @@ TEST_CASE("exec runs zero3 with Twin-Flow: the first sub-groups stepped on the h
     CHECK(device);
     run_and_check(built.graph, topo::localhost_cluster());
 }
+TEST_CASE("exec runs zero3 with MiCS: gathers and reduce-scatters in shard groups, the boundary all-reduce across them",
+          "[exec][mpi][plan-zero3]") {
+    // Built for GPUs, run by the CPU executor: shard groups of half the ranks (one rank at
+    // -np 2), two micro-batches.
+    strategies::Plan p = data_parallel(DataParallel::zero3);
+    p.zero_mics_shard_size = std::max(1, test::session().size() / 2);
+    p.global_batch = 2 * test::session().size();
+    p.fold = false;
+    p.seq = 128;
+    p.dtype = DType::fp32;
+    const strategies::Built built =
+        strategies::build(tiny(), topo::cluster_preset("dgx-a100").first_devices(test::session().size()), p);
+    bool across = false;
+    for (const Collective& c : built.graph.collectives()) across = across || c.kind == CollectiveKind::all_reduce;
+    CHECK(across);
+    run_and_check(built.graph, topo::localhost_cluster());
+}
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }
 TEST_CASE("exec runs fsdp under no_sync: gradients held through two micro-batches, reduced after the last",
           "[exec][mpi][plan-fsdp]") {

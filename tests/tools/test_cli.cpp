@@ -490,6 +490,28 @@ TEST_CASE("ZeRO++ from a DeepSpeed config or flags: said in the header, contradi
     CHECK_THAT(zero.err, Catch::Contains("--zero-hpz-partition-size"));
 }
 
+TEST_CASE("MiCS from a DeepSpeed config or the flag: said in the header, contradictions refused", "[tools][cli][deepspeed][mics]") {
+    TempFile cfg("ds_config_mics.json", R"({"zero_optimization": {"stage": 3, "mics_shard_size": 8}})");
+    const std::vector<std::string> base{"simulate", "--model", "gpt2-small", "--cluster", "dgx-a100", "--nodes", "2"};
+    auto with = [&](const std::vector<std::string>& extra) { return cli(plus(base, extra)); };
+    const Result from_file = with({"--deepspeed-config", cfg.path.string()});
+    REQUIRE(from_file.code == 0);
+    CHECK_THAT(from_file.out, Catch::Contains("MiCS: model states sharded over 2 groups of 8 consecutive ranks") &&
+                                  Catch::Contains("other 1 group"));
+    const Result from_flag = with({"--strategy", "zero3", "--mics-shard-size", "8"});
+    REQUIRE(from_flag.code == 0);
+    CHECK_THAT(from_flag.out, Catch::Contains("MiCS: model states sharded over 2 groups of 8"));
+    const Result contradicts = with({"--deepspeed-config", cfg.path.string(), "--mics-shard-size", "4"});
+    CHECK(contradicts.code == 2);
+    CHECK_THAT(contradicts.err, Catch::Contains("--mics-shard-size 4 contradicts") && Catch::Contains("mics_shard_size 8"));
+    const Result zero = with({"--strategy", "zero3", "--mics-shard-size", "0"});
+    CHECK(zero.code == 2);
+    CHECK_THAT(zero.err, Catch::Contains("--mics-shard-size"));
+    const Result old = with({"--strategy", "zero3", "--mics-shard-size", "8", "--framework", "deepspeed@0.9"});
+    CHECK(old.code == 2);
+    CHECK_THAT(old.err, Catch::Contains("0.9.2 and later"));
+}
+
 TEST_CASE("Twin-Flow from a DeepSpeed config or the flag: said in the header, contradictions refused",
           "[tools][cli][deepspeed][offload]") {
     TempFile cfg("ds_config_twin_flow.json", R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8,
