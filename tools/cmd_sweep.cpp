@@ -41,7 +41,7 @@ struct SweepFlags {
     std::vector<std::string> cp_comm;
     std::vector<std::string> offload;
     std::vector<std::string> compress;
-    bool zeropp = false;
+    bool zeropp = false, mics = false;
     std::string max_memory;
     std::string dispatch_overhead;
     std::vector<std::string> frameworks;
@@ -217,6 +217,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         if (p.plan.zero_quantized_weights) add("qwz");
         if (p.plan.zero_hpz_partition_size > 1) add("hpz" + std::to_string(p.plan.zero_hpz_partition_size));
         if (p.plan.zero_quantized_gradients) add("qgz");
+        if (p.plan.zero_mics_shard_size > 0) add("mics" + std::to_string(p.plan.zero_mics_shard_size));
         return s + z;
     };
     std::size_t strategy_width = 8;
@@ -321,6 +322,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"offload", offload_flags(p.plan)},
            {"compress", strategies::to_string(p.plan.compress)},
            {"zeropp", zeropp_flags(p.plan)},
+           {"mics", p.plan.zero_mics_shard_size > 0 ? Json(p.plan.zero_mics_shard_size) : Json(nullptr)},
            {"overlap_grad_reduce", p.plan.overlap_grad_reduce},
            {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
            {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
@@ -361,7 +363,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
            "recompute,sp,offload,compress,overlap_grad_reduce,framework,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
-           "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason,zeropp\n";
+           "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason,zeropp,mics\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
         for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -395,7 +397,8 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
             }
             out << (resolved ? std::to_string(p.memory_bound.count()) : "") << ','
                 << (p.screen ? fmt("%.9g", p.screen->iteration.to_seconds()) : "") << ',' << quoted(p.reason) << ','
-                << quoted(zeropp_flags(p.plan)) << '\n';
+                << quoted(zeropp_flags(p.plan)) << ','
+                << (p.plan.zero_mics_shard_size > 0 ? std::to_string(p.plan.zero_mics_shard_size) : "") << '\n';
         }
     }
     return out.str();
@@ -573,6 +576,10 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     }
     for (const std::string& c : f.compress) o.space.compress.push_back(strategies::parse_compression(c));
     o.space.zeropp = f.zeropp;
+    o.space.mics = f.mics;
+    if (f.mics && !o.space.strategies.empty() &&
+        std::find(o.space.strategies.begin(), o.space.strategies.end(), strategies::DataParallel::zero3) == o.space.strategies.end())
+        fail_input("has no effect here: MiCS shards zero3, and --strategies does not search it", flag("--mics"));
     if (f.zeropp && !o.space.strategies.empty() &&
         std::find(o.space.strategies.begin(), o.space.strategies.end(), strategies::DataParallel::zero3) == o.space.strategies.end())
         fail_input("has no effect here: ZeRO++ reworks zero3, and --strategies does not search it", flag("--zeropp"));
@@ -696,6 +703,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_flag("--zeropp", f->zeropp,
                   "zero3 plans on several GPU nodes also try ZeRO++: hpZ over a node, and with qwZ and qgZ too (their "
                   "quantization changes the numbers, so only when asked)");
+    app->add_flag("--mics", f->mics,
+                  "zero3 plans on several GPU nodes also try MiCS over a node (model states sharded over its GPUs, "
+                  "replicated across nodes)");
     app->add_option("--objective", f->objective, "time (step time), tokens (tokens/s) or memory (peak)")->capture_default_str();
     app->add_option("--max-memory", f->max_memory, "peak device memory allowed, e.g. \"60 GiB\"");
     app->add_option("--framework", f->frameworks,

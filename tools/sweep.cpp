@@ -104,6 +104,7 @@ std::string describe_plan(const PlanResult& p) {
     if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
     if (const std::string o = offload_flags(x); !o.empty()) s += " " + o;
     if (const std::string z = zeropp_flags(x); !z.empty()) s += " " + z;
+    if (x.zero_mics_shard_size > 0) s += " --mics-shard-size " + std::to_string(x.zero_mics_shard_size);
     return s;
 }
 
@@ -253,6 +254,20 @@ const Dimension kDimensions[] = {
          hpz.zero_hpz_partition_size = all.zero_hpz_partition_size = per_node;
          all.zero_quantized_weights = all.zero_quantized_gradients = true;
          return std::vector<Plan>{p, hpz, all};
+     }},
+    // MiCS only where the user asks (--mics): zero3 over several GPU nodes of one size, on a
+    // DeepSpeed that has it, sharded over a node's GPUs (not with ZeRO++'s twins: refused).
+    {"mics", [](const Context& c, const Plan& p, const Layout& l) {
+         const int per_node = c.cluster.groups.front().devices_per_node;
+         const bool gpu_nodes = std::all_of(c.cluster.groups.begin(), c.cluster.groups.end(), [&](const topo::NodeGroup& g) {
+             return !g.device.is_cpu && g.devices_per_node == per_node;
+         });
+         if (!c.options.space.mics || p.strategy != DataParallel::zero3 || l.tp > 1 || !l.framework.mics || !gpu_nodes ||
+             l.dp <= per_node || l.dp % per_node != 0 || !zeropp_flags(p).empty())
+             return std::vector<Plan>{p};
+         Plan m = p;
+         m.zero_mics_shard_size = per_node;
+         return std::vector<Plan>{p, m};
      }},
     // Up to the per-replica batch (one micro-batch per replica).
     // On a pipeline whose stages sit on different device kinds: layers by FLOPs, or by each
@@ -684,7 +699,8 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
         // FSDP shards at most as much as ZeRO-3 (full sharding); the others shard less.
         case DataParallel::zero3:
         case DataParallel::fsdp:
-            states = (params * (sb.params + sb.grads + opt) + frozen) / n;
+            // MiCS shards them over its group, not every rank.
+            states = (params * (sb.params + sb.grads + opt) + frozen) / (plan.zero_mics_shard_size > 0 ? plan.zero_mics_shard_size : n);
             // hpZ's secondary partition: every partitioned tensor's 1/N slice (a bound: the
             // persistent tensors are not sliced).
             if (plan.zero_hpz_partition_size > 1) states += params * sb.params / plan.zero_hpz_partition_size;

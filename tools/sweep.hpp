@@ -64,6 +64,8 @@ struct SearchSpace {
     /// --zeropp: zero3 plans on several GPU nodes also try ZeRO++ — hpZ over a node, and hpZ with
     /// qwZ and qgZ (whose quantization changes the numbers, so only when asked).
     bool zeropp = false;
+    /// --mics: zero3 plans on several GPU nodes also try MiCS over a node (its shard groups).
+    bool mics = false;
 };
 
 struct SweepOptions {

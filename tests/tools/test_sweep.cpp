@@ -385,6 +385,46 @@ TEST_CASE("sweep --zeropp tries ZeRO++ on zero3 over several GPU nodes, each twi
     CHECK(checked >= 2);
 }
 
+TEST_CASE("sweep --mics tries MiCS over a node on zero3 over several GPU nodes, each twin simulated as simulate would",
+          "[tools][sweep][mics]") {
+    SweepOptions o = analytic_screen(16);
+    o.space.strategies = {strategies::DataParallel::zero3};
+    o.space.tp = {1, 2};
+    o.space.micro_batch = {1};
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster two = topo::cluster_preset("dgx-a100").with_nodes(2);
+    auto shard_sizes = [](const SweepResult& r, int tp) {
+        std::set<int> out;
+        for (const PlanResult& p : r.plans)
+            if (p.plan.tp == tp) out.insert(p.plan.zero_mics_shard_size);
+        return out;
+    };
+    CHECK(shard_sizes(sweep(m, two, o), 1) == std::set<int>{0});   // only when asked
+    o.space.mics = true;
+    o.space.zeropp = true;
+    const SweepResult r = sweep(m, two, o);
+    // tp 1 over 16 ranks: ZeRO-3 and MiCS over a node (not with ZeRO++'s twins); with tp 2 (its
+    // groups would mix tensor ranks) and on one node none is tried.
+    CHECK(shard_sizes(r, 1) == std::set<int>{0, 8});
+    CHECK(shard_sizes(r, 2) == std::set<int>{0});
+    CHECK(shard_sizes(sweep(m, topo::cluster_preset("dgx-a100"), o), 1) == std::set<int>{0});
+    int checked = 0;
+    for (const PlanResult& p : r.plans) {
+        if (p.plan.zero_mics_shard_size == 0) continue;
+        CHECK(zeropp_flags(p.plan).empty());
+        if (!p.result) continue;
+        INFO(describe_plan(p));
+        CHECK(describe_plan(p).find("--mics-shard-size 8") != std::string::npos);
+        // The bound shards the states over the group; it stays below the simulated peak.
+        CHECK(p.memory_bound <= p.result->peak_memory);
+        sim::SimOptions so;
+        so.network = sim::NetworkMode::analytic;
+        CHECK(simulate_plan(m, two, p.plan, so).summary.iteration == p.result->iteration);
+        ++checked;
+    }
+    CHECK(checked >= 2);
+}
+
 TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
     // Llama-2-7B on four 24 GB RTX 4090: DDP's 16 bytes per parameter (108 GB) cannot fit, ZeRO-3's 27 GB
     // per device neither; the pipeline plans may.
@@ -658,6 +698,11 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         const Result r = with({"--strategies", "zero2,fsdp", "--zeropp"});
         CHECK(r.code == 2);
         CHECK(r.err.find("--zeropp: has no effect here") != std::string::npos);
+    }
+    SECTION("MiCS without zero3 searched") {
+        const Result r = with({"--strategies", "zero2,fsdp", "--mics"});
+        CHECK(r.code == 2);
+        CHECK(r.err.find("--mics: has no effect here") != std::string::npos);
     }
     SECTION("--refine without --network analytic, or below 0") {
         Result r = with({"--refine", "3"});
