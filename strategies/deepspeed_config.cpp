@@ -96,8 +96,8 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
             if (n > 1'000'000) z.fail_member("zero_hpz_partition_size", "at most 1,000,000 ranks", std::to_string(n));
             c.zero_hpz_partition_size = static_cast<int>(std::max<std::int64_t>(n, 1));
         }
-        // MiCS (config.py: mics_shard_size, default -1; the engine takes MiCS_Optimizer above 0).
-        // Its hierarchical all-gather (mics_hierarchical_params_gather) is not modelled.
+        // MiCS (config.py: mics_shard_size, default -1; the engine takes MiCS_Optimizer above 0;
+        // mics_hierarchical_params_gather, default false).
         if (z.has("mics_shard_size")) {
             const double n = z.number("mics_shard_size");
             if (!(n == std::floor(n)) || n > 1'000'000)
@@ -105,8 +105,7 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
                               describe_json(z.raw().at("mics_shard_size")));
             c.mics_shard_size = static_cast<int>(std::max(n, 0.0));
         }
-        if (z.has("mics_hierarchical_params_gather") && z.boolean("mics_hierarchical_params_gather"))
-            c.unmodelled.push_back(z.path() + "/mics_hierarchical_params_gather (true: MiCS's two-level all-gather)");
+        if (z.has("mics_hierarchical_params_gather")) c.mics_hierarchical = z.boolean("mics_hierarchical_params_gather");
         if (z.has("offload_optimizer")) {
             const JsonView o = z.at("offload_optimizer");
             c.offload_optimizer = device(o);

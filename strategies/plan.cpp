@@ -288,9 +288,15 @@ void resolve_zeropp(const topo::Cluster& cluster, const Plan& plan, Layout& l) {
 /// consecutive ranks of the whole world (mics_utils.py _generate_mics_config:
 /// np.arange(world_size).reshape(-1, shard_size), pp_size 1) and its replicate groups the same
 /// position in every shard group.
-void resolve_mics(const Plan& plan, Layout& l) {
+void resolve_mics(const topo::Cluster& cluster, const Plan& plan, Layout& l) {
     const int n = plan.zero_mics_shard_size;
-    if (n <= 0) return;
+    if (n <= 0) {
+        if (plan.zero_mics_hierarchical)
+            fail_input("--mics-hierarchical-gather is MiCS's two-level gather: give --mics-shard-size too (the engine "
+                       "takes MiCS only with mics_shard_size above 0)",
+                       {"", "", "--mics-hierarchical-gather"});
+        return;
+    }
     const ErrorContext at{"", "", "--mics-shard-size"};
     if (plan.strategy != DataParallel::zero3)
         fail_input("--mics-shard-size is MiCS's, DeepSpeed's ZeRO-3 sharded over groups of ranks: --strategy zero3 (not " +
@@ -320,6 +326,17 @@ void resolve_mics(const Plan& plan, Layout& l) {
         fail_input("--optimizer lamb with MiCS is not modelled (its per-layer norms would combine over a shard group, "
                    "not every rank): use adam or sgd, or leave out --mics-shard-size",
                    at);
+    if (plan.zero_mics_hierarchical) {
+        // mics_utils.py: span_nodes = shard_size // device_count(), asserted above 1 ("sharding
+        // spans on single node, no need for hierarchy allgather") and dividing the group.
+        const int per_node = cluster.groups.front().devices_per_node, span = n / per_node;
+        if (span <= 1 || n % span != 0)
+            fail_input("MiCS's hierarchical gather needs a shard group over several nodes (DeepSpeed asserts \"sharding "
+                           "spans on single node, no need for hierarchy allgather\"): --mics-shard-size a multiple of the " +
+                           std::to_string(per_node) + " devices of a node, above it",
+                       std::to_string(n), {"", "", "--mics-hierarchical-gather"});
+        l.mics_node_ranks = n / span;
+    }
 }
 
 /// FP8 linear layers (--fp8) where they run: Transformer Engine under Megatron core, a
@@ -665,6 +682,8 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     // block's two gathers; qgZ's three kernels and four all-to-alls for each of a block's matrices
     // (up to six: fused or separate projections) in place of its share of a reduce-scatter.
     if (plan.zero_quantized_weights) per_block += 6;
+    // MiCS's hierarchical gathers: an across-node gather and a copy before each of a block's two.
+    if (l.mics_node_ranks > 0) per_block += 4;
     if (l.qgz_node_ranks > 0) per_block += 7 * 6;
     // The gradient accumulation pass after each later micro-batch's backward (strategies/
     // data_parallel.hpp accumulates).
@@ -1092,7 +1111,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     resolve_fp8(model, cluster, plan, l);
     resolve_training(model, cluster, plan, l);
     resolve_zeropp(cluster, plan, l);
-    resolve_mics(plan, l);
+    resolve_mics(cluster, plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths
     // (bad_input, --tp) and that the micro-batch's sizes stay in range (out_of_range: the
     // micro-batch and sequence make them); their count sizes the graph.
@@ -1146,10 +1165,11 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     // hpZ's secondary gathers run over groups of consecutive ranks, not every member: groups of
     // whole nodes share no links, smaller ones may (a PCIe switch), so they are not folded.
     // qgZ's across-node groups (one rank of each node) may share a node's NICs: not folded either.
-    // MiCS's boundary all-reduces run over one rank of every shard group, most of them without a
-    // kept replica's rank, so their traffic would go unsimulated: not folded beyond one group.
+    // MiCS's boundary all-reduces run over one rank of every shard group, and its hierarchical
+    // gathers over one rank of every node, most of them without a kept replica's rank, so their
+    // traffic would go unsimulated: not folded beyond one group, nor with the hierarchical gather.
     const bool zeropp_groups_fold = (plan.zero_hpz_partition_size <= 1 || plan.zero_hpz_partition_size % per_node == 0) &&
-                                    (plan.zero_mics_shard_size <= 0 || plan.zero_mics_shard_size >= l.dp) &&
+                                    (plan.zero_mics_shard_size <= 0 || (plan.zero_mics_shard_size >= l.dp && !plan.zero_mics_hierarchical)) &&
                                     l.qgz_node_ranks == 0;
     const bool data_parallel = l.tp == 1 && l.pp == 1 && l.cp == 1 && l.ep == 1 && whole_nodes && zeropp_groups_fold &&
                                plan.strategy != DataParallel::ps && plan.strategy != DataParallel::ps_async &&

@@ -166,6 +166,9 @@ struct Plan {
     /// state sharded over groups of this many consecutive ranks and replicated across the groups,
     /// whose gradient partitions are all-reduced at the accumulation boundary (0: off).
     int zero_mics_shard_size = 0;
+    /// MiCS's two-level gather (mics_hierarchical_params_gather; a shard group over several
+    /// nodes): across nodes among the ranks of one local index, then inside each node.
+    bool zero_mics_hierarchical = false;
     /// From a DeepSpeed config (strategies/deepspeed_config.hpp): the framework's knobs, and its
     /// gradient_accumulation_steps (0: unset; the global batch is then dp × micro-batch × steps).
     struct FrameworkOverrides {
@@ -210,6 +213,9 @@ struct Layout {
     /// ZeRO++'s qgZ where it runs (more than one node): the ranks of a node, DeepSpeed's
     /// device_count(); 0: gradients reduce-scattered.
     int qgz_node_ranks = 0;
+    /// MiCS's hierarchical gather: the shard group's ranks on one node, as DeepSpeed counts them
+    /// (shard size / (shard size // device_count())); 0: one-level gathers.
+    int mics_node_ranks = 0;
     /// FSDP: bytes per gradient element of its reduce-scatters (and all-reduces) and of the
     /// unsharded gradients they reduce (Plan::fsdp_reduce_dtype).
     int fsdp_reduce_bytes = 2;

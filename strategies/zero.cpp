@@ -758,7 +758,11 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // dp_process_group), every gather and reduce-scatter inside one; each bucket's gradient
     // partition all-reduced across the groups at the accumulation boundary (param_repli_group,
     // mics.py allreduce_mics_shard_grads). One group of every rank is plain ZeRO-3.
-    const int mics = plan.zero_mics_shard_size > 0 && plan.zero_mics_shard_size < dp ? plan.zero_mics_shard_size : 0;
+    // With the hierarchical gather (layout.mics_node_ranks) each gather runs across the nodes
+    // among the group's ranks of one local index, then inside each node (_hierarchical_all_gather_params).
+    const int mics = plan.zero_mics_shard_size > 0 && (plan.zero_mics_shard_size < dp || layout.mics_node_ranks > 0)
+                         ? plan.zero_mics_shard_size
+                         : 0;
     const int shards = mics > 0 ? mics : dp;   // the ranks a partition is cut over
     const std::int64_t part = shard(params - persistent, shards), gshard = shard(params, shards);
     // Twin-Flow (twin_flow_split): the first sub-groups' optimizer on the host, the rest's state,
@@ -906,6 +910,31 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                 ready[static_cast<std::size_t>(d)] = on_comm(replicas[static_cast<std::size_t>(d)], KernelName::quantize,
                                                              part * (sb.params + 1) + scales * 4, phase, block, mb,
                                                              after[static_cast<std::size_t>(d)]);
+        if (layout.mics_node_ranks > 0 && !secondary) {
+            // MiCS's hierarchical gather: first across nodes among the shard group's ranks of
+            // one local index (all_gather_coalesced, each rank's partition), the result cloned
+            // and copied into place (two device copies), then inside each node (async).
+            const int local = layout.mics_node_ranks, span = mics / local;
+            std::vector<OpId> inter(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+            for (int first = 0; first < dp && first < emit; first += mics)
+                for (int i = 0; i < local; ++i) {
+                    std::vector<int> members;
+                    for (int k = 0; k < span; ++k) members.push_back(replicas[static_cast<std::size_t>(first + i + k * local)]);
+                    const auto ops = add_replica_collective(g, layout, CollectiveKind::all_gather, members,
+                                                            Bytes(part * span * sb.params), Stream::comm, phase, block, mb, -1);
+                    for (int k = 0; k < span; ++k) inter[static_cast<std::size_t>(first + i + k * local)] = ops[static_cast<std::size_t>(k)];
+                }
+            std::vector<OpId> placed(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+            for (int d = 0; d < emit; ++d) {
+                if (ready[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ready[static_cast<std::size_t>(d)], inter[static_cast<std::size_t>(d)]);
+                placed[static_cast<std::size_t>(d)] = on_comm(replicas[static_cast<std::size_t>(d)], KernelName::other,
+                                                              2 * 2 * part * span * sb.params, phase, block, mb,
+                                                              inter[static_cast<std::size_t>(d)]);
+            }
+            std::vector<OpId> intra = in_groups(CollectiveKind::all_gather, local, Bytes(elements * sb.params), block, mb, phase);
+            for (int d = 0; d < emit; ++d) g.depend(placed[static_cast<std::size_t>(d)], intra[static_cast<std::size_t>(d)]);
+            return intra;
+        }
         std::vector<OpId> ops = gather_collective(Bytes(qwz ? part * group : elements * sb.params), block, mb, phase, secondary);
         for (int d = 0; d < emit; ++d)
             if (ready[static_cast<std::size_t>(d)] != OpGraph::kNoOp) g.depend(ready[static_cast<std::size_t>(d)], ops[static_cast<std::size_t>(d)]);
@@ -1128,7 +1157,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     // groups (param_repli_group: the same position in every shard group).
                     reduced = in_groups(CollectiveKind::reduce_scatter, mics, buckets[next_bucket].bytes, -1, mb, Phase::comm);
                     for (int d = 0; d < emit; ++d) g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], reduced[static_cast<std::size_t>(d)]);
-                    if (mb == mbs - 1)
+                    if (mb == mbs - 1 && mics < dp)
                         for (int j = 0; j < mics && j < emit; ++j) {
                             std::vector<int> members;
                             for (int k = j; k < dp; k += mics) members.push_back(replicas[static_cast<std::size_t>(k)]);

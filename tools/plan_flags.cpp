@@ -148,6 +148,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "MiCS with zero3 (DeepSpeed 0.9.2+, mics_shard_size): parameters, gradients and optimizer state "
                    "sharded over groups of N consecutive ranks (a node's GPUs) and replicated across the groups, whose "
                    "gradient partitions are all-reduced at the accumulation boundary");
+    app.add_flag("--mics-hierarchical-gather", f.mics_hierarchical,
+                 "MiCS's two-level parameter gather (mics_hierarchical_params_gather), for shard groups over several "
+                 "nodes: across nodes among the ranks of one local index, then inside each node");
     app.add_option("--optimizer-offload-fraction", f.optimizer_offload_fraction,
                    "the share of each rank's optimizer stepped on the host, the rest on the device (default 1): "
                    "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism (above 0; "
@@ -388,6 +391,11 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
             conflict("--zero-quantized-gradients", "zero_optimization.zero_quantized_gradients", "(on)", "false");
         p.zero_quantized_gradients = *c.zero_quantized_gradients;
     }
+    if (c.mics_hierarchical) {
+        if (given(f, "--mics-hierarchical-gather") && !*c.mics_hierarchical)
+            conflict("--mics-hierarchical-gather", "zero_optimization.mics_hierarchical_params_gather", "(on)", "false");
+        p.zero_mics_hierarchical = *c.mics_hierarchical;
+    }
     if (c.mics_shard_size) {
         if (given(f, "--mics-shard-size") && p.zero_mics_shard_size != *c.mics_shard_size)
             conflict("--mics-shard-size", "zero_optimization.mics_shard_size", std::to_string(p.zero_mics_shard_size),
@@ -474,6 +482,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.zero_hpz_partition_size = f.zero_hpz_partition_size.value_or(1);
     check_at_least(f.mics_shard_size, 1, "--mics-shard-size", "leave it out for ZeRO-3 over every data-parallel rank");
     p.zero_mics_shard_size = f.mics_shard_size.value_or(0);
+    p.zero_mics_hierarchical = f.mics_hierarchical;
     p.ps_servers = f.ps_servers;
     p.ps_placement = strategies::parse_ps_placement(f.ps_placement);
     p.staleness = f.staleness;

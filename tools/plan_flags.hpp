@@ -61,6 +61,7 @@ struct PlanFlags {
     bool zero_quantized_weights = false, zero_quantized_gradients = false;
     std::optional<int> zero_hpz_partition_size;
     std::optional<int> mics_shard_size;
+    bool mics_hierarchical = false;
     bool fsdp_no_sync = false;
     std::string deepspeed_config;       // a ds_config.json
     const CLI::App* app = nullptr;      // the subcommand, to tell flags given from defaults

@@ -172,7 +172,11 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
         info.notes.push_back(
             "MiCS: model states sharded over " + std::to_string(groups) + (groups == 1 ? " group" : " groups") + " of " +
             (n == 1 ? std::string("one rank") : std::to_string(n) + " consecutive ranks") +
-            ", parameters gathered and gradients reduce-scattered inside each" +
+            ", parameters gathered" +
+            (l.mics_node_ranks > 0 ? " in two levels (across nodes among the ranks of one local index, then inside each node of " +
+                                         std::to_string(l.mics_node_ranks) + ")"
+                                   : std::string()) +
+            " and gradients reduce-scattered inside each" +
             (groups > 1 ? "; each rank's gradient partition all-reduced with the same partition of the other " +
                               std::to_string(groups - 1) + (groups == 2 ? " group" : " groups") + " at the accumulation boundary"
                         : " (one group: plain ZeRO-3)"));

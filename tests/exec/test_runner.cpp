@@ -306,6 +306,14 @@ TEST_CASE("exec runs zero3 with MiCS: gathers and reduce-scatters in shard group
     for (const Collective& c : built.graph.collectives()) across = across || c.kind == CollectiveKind::all_reduce;
     CHECK(across);
     run_and_check(built.graph, topo::localhost_cluster());
+    // The hierarchical gather over one-GPU boards: one shard group of every rank, gathered across
+    // the nodes, then inside each (one rank), with the copy between.
+    p.zero_mics_shard_size = test::session().size();
+    p.zero_mics_hierarchical = true;
+    const strategies::Built boards =
+        strategies::build(tiny(), topo::cluster_preset("jetson-agx-orin").with_nodes(test::session().size()), p);
+    REQUIRE(boards.layout.mics_node_ranks == 1);
+    run_and_check(boards.graph, topo::localhost_cluster());
 }
 TEST_CASE("exec runs fsdp", "[exec][mpi][plan-fsdp]") { run_and_check(data_parallel(DataParallel::fsdp)); }
 TEST_CASE("exec runs fsdp under no_sync: gradients held through two micro-batches, reduced after the last",

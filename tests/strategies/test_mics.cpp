@@ -134,6 +134,36 @@ TEST_CASE("MiCS simulates every shard group (one group folds as ZeRO-3 does), th
     CHECK(build(m, c, p).layout.folded);
 }
 
+TEST_CASE("MiCS's hierarchical gather: across nodes among one local index, then inside the node", "[strategies][zero][mics]") {
+    // One shard group of all 16 ranks of two DGX A100s (no replicas, no all-reduce). A flat
+    // gather of 2Ψ bytes crosses both node boundaries of the ring at 15/16: 3.75Ψ. The
+    // hierarchical one sends each rank's 1/16 partition to its one peer on the other node: 2Ψ
+    // across. Every block gathered again for backward: 2 × 3.75Ψ + the reduce-scatter's 3.75Ψ =
+    // 11.25Ψ flat, 2 × 2Ψ + 3.75Ψ = 7.75Ψ hierarchical.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p = mics(16);
+    p.zero_mics_hierarchical = true;
+    p.framework_overrides.max_reuse_distance = 0;
+    const double psi = static_cast<double>(m.parameters());
+    const Built b = build(m, c, p);
+    CHECK_FALSE(b.layout.folded);   // its across-node groups leave the first node's ranks
+    CHECK(b.layout.mics_node_ranks == 8);
+    CHECK(test::simulated_inter_node_bytes(b.graph, c) == Approx(7.75 * psi).epsilon(0.1));
+    // Rank 9 (the second node's local rank 1): across nodes with rank 1, then with ranks 8 … 15.
+    std::map<std::vector<int>, int> groups;
+    for (const Op& op : b.graph.ops()) {
+        if (op.kind != OpKind::collective || op.rank != 9) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        if (col.kind == CollectiveKind::all_gather) ++groups[b.graph.communicators()[static_cast<std::size_t>(col.communicator)]];
+    }
+    REQUIRE(groups.size() == 2);
+    CHECK(groups[std::vector<int>{1, 9}] == groups[std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}]);
+    CHECK(groups[std::vector<int>{1, 9}] > 0);
+    // The op estimate still bounds the graph.
+    CHECK(static_cast<std::int64_t>(b.graph.size()) <= b.layout.estimated_ops);
+}
+
 TEST_CASE("MiCS plans DeepSpeed cannot run say why", "[strategies][zero][mics][plan]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
@@ -160,4 +190,10 @@ TEST_CASE("MiCS plans DeepSpeed cannot run say why", "[strategies][zero][mics][p
     p = mics(8);
     p.optimizer = Optimizer::lamb;
     CHECK_THAT(refused(p), Catch::Contains("lamb"));
+    // The hierarchical gather: a group over several nodes, and MiCS itself.
+    p = mics(8);
+    p.zero_mics_hierarchical = true;
+    CHECK_THAT(refused(p), Catch::Contains("sharding spans on single node"));
+    p.zero_mics_shard_size = 0;
+    CHECK_THAT(refused(p), Catch::Contains("give --mics-shard-size too"));
 }

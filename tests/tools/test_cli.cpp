@@ -507,6 +507,12 @@ TEST_CASE("MiCS from a DeepSpeed config or the flag: said in the header, contrad
     const Result zero = with({"--strategy", "zero3", "--mics-shard-size", "0"});
     CHECK(zero.code == 2);
     CHECK_THAT(zero.err, Catch::Contains("--mics-shard-size"));
+    const Result two_levels = with({"--strategy", "zero3", "--mics-shard-size", "16", "--mics-hierarchical-gather"});
+    REQUIRE(two_levels.code == 0);
+    CHECK_THAT(two_levels.out, Catch::Contains("in two levels") && Catch::Contains("(one group: plain ZeRO-3)"));
+    const Result one_node = with({"--strategy", "zero3", "--mics-shard-size", "8", "--mics-hierarchical-gather"});
+    CHECK(one_node.code == 2);
+    CHECK_THAT(one_node.err, Catch::Contains("--mics-hierarchical-gather") && Catch::Contains("sharding spans on single node"));
     const Result old = with({"--strategy", "zero3", "--mics-shard-size", "8", "--framework", "deepspeed@0.9"});
     CHECK(old.code == 2);
     CHECK_THAT(old.err, Catch::Contains("0.9.2 and later"));
