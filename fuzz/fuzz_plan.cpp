@@ -130,6 +130,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.zero_quantized_weights = in.ConsumeBool();
         p.zero_quantized_gradients = in.ConsumeBool();
         p.zero_hpz_partition_size = in.ConsumeIntegralInRange(1, 9);
+        // MiCS's shard groups and hierarchical gather (exhausted input: off).
+        p.zero_mics_shard_size = in.ConsumeIntegralInRange(0, 17);
+        p.zero_mics_hierarchical = in.ConsumeBool();
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

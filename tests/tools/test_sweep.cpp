@@ -43,6 +43,17 @@ SweepResult gpt2_on_dgx(int jobs, sim::NetworkMode network = sim::NetworkMode::f
     return sweep(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), o);
 }
 
+/// A simulated twin (ZeRO++, MiCS) of a sweep: named by `flags` in its description, its memory
+/// bound below its simulated peak, its step what simulate gives the same plan.
+void check_twin(const Model& m, const topo::Cluster& c, const PlanResult& p, const std::string& flags) {
+    INFO(describe_plan(p));
+    CHECK(describe_plan(p).find(flags) != std::string::npos);
+    CHECK(p.memory_bound <= p.result->peak_memory);
+    sim::SimOptions so;
+    so.network = sim::NetworkMode::analytic;
+    CHECK(simulate_plan(m, c, p.plan, so).summary.iteration == p.result->iteration);
+}
+
 /// `smolcluster sweep ARGS EXTRA --quiet --force --json OUT`: what it printed and the JSON it wrote.
 std::pair<std::string, Json> sweep_cli(std::vector<std::string> args, const std::vector<std::string>& extra, const fs::path& out) {
     args.insert(args.end(), extra.begin(), extra.end());
@@ -373,13 +384,7 @@ TEST_CASE("sweep --zeropp tries ZeRO++ on zero3 over several GPU nodes, each twi
     int checked = 0;
     for (const PlanResult& p : r.plans) {
         if (!p.result || p.plan.zero_hpz_partition_size == 1) continue;
-        INFO(describe_plan(p));
-        CHECK(describe_plan(p).find("--zero-hpz-partition-size 8") != std::string::npos);
-        // The bound counts hpZ's slices; it stays below the simulated peak.
-        CHECK(p.memory_bound <= p.result->peak_memory);
-        sim::SimOptions so;
-        so.network = sim::NetworkMode::analytic;
-        CHECK(simulate_plan(m, two, p.plan, so).summary.iteration == p.result->iteration);
+        check_twin(m, two, p, "--zero-hpz-partition-size 8");   // the bound counts hpZ's slices
         ++checked;
     }
     CHECK(checked >= 2);
@@ -413,13 +418,7 @@ TEST_CASE("sweep --mics tries MiCS over a node on zero3 over several GPU nodes, 
         if (p.plan.zero_mics_shard_size == 0) continue;
         CHECK(zeropp_flags(p.plan).empty());
         if (!p.result) continue;
-        INFO(describe_plan(p));
-        CHECK(describe_plan(p).find("--mics-shard-size 8") != std::string::npos);
-        // The bound shards the states over the group; it stays below the simulated peak.
-        CHECK(p.memory_bound <= p.result->peak_memory);
-        sim::SimOptions so;
-        so.network = sim::NetworkMode::analytic;
-        CHECK(simulate_plan(m, two, p.plan, so).summary.iteration == p.result->iteration);
+        check_twin(m, two, p, "--mics-shard-size 8");   // the bound shards the states over the group
         ++checked;
     }
     CHECK(checked >= 2);
