@@ -91,6 +91,15 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
         // partition_parameters.py:977 creates the secondary group only above 1).
         if (z.has("zero_quantized_weights")) c.zero_quantized_weights = z.boolean("zero_quantized_weights");
         if (z.has("zero_quantized_gradients")) c.zero_quantized_gradients = z.boolean("zero_quantized_gradients");
+        // LoCo (config.py: zeropp_loco_param, default None; e.g. {"err_beta": 0.8, "reset_T": 1024}):
+        // given, qgZ's reduction keeps error feedback. Its two values change the numbers, not the
+        // work (reset_T's zeroing is priced as the dequantization it replaces).
+        if (z.has("zeropp_loco_param") && !z.raw().at("zeropp_loco_param").is_null()) {
+            const JsonView loco = z.at("zeropp_loco_param");
+            loco.expect_object();
+            report_others(loco, {"err_beta", "reset_T"}, c.unmodelled);
+            c.zeropp_loco = true;
+        }
         if (z.has("zero_hpz_partition_size")) {
             const std::int64_t n = elements(z, "zero_hpz_partition_size");
             if (n > 1'000'000) z.fail_member("zero_hpz_partition_size", "at most 1,000,000 ranks", std::to_string(n));
@@ -133,7 +142,7 @@ DeepSpeedConfig read_deepspeed_config(const JsonView& root) {
                       {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
                        "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold",
                        "sub_group_size", "offload_optimizer", "offload_param", "contiguous_gradients", "reduce_scatter",
-                       "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients", "mics_shard_size",
+                       "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients", "zeropp_loco_param", "mics_shard_size",
                        "mics_hierarchical_params_gather"},
                       c.unmodelled);
     }

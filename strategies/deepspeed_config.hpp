@@ -34,6 +34,7 @@ struct DeepSpeedConfig {
     std::optional<bool> zero_quantized_weights;          // zero_optimization.zero_quantized_weights (ZeRO++ qwZ)
     std::optional<int> zero_hpz_partition_size;          // zero_optimization.zero_hpz_partition_size (ZeRO++ hpZ)
     std::optional<bool> zero_quantized_gradients;        // zero_optimization.zero_quantized_gradients (ZeRO++ qgZ)
+    bool zeropp_loco = false;                            // zero_optimization.zeropp_loco_param given (LoCo, with qgZ)
     std::optional<int> mics_shard_size;                  // zero_optimization.mics_shard_size (MiCS; 0: off)
     std::optional<bool> mics_hierarchical;               // zero_optimization.mics_hierarchical_params_gather
     std::optional<bool> cpu_checkpointing;               // activation_checkpointing.cpu_checkpointing

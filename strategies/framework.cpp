@@ -161,6 +161,10 @@ const std::vector<Row>& rows() {
             f.version = "0.12.3";
             f.twin_flow = true;
             t.push_back({FrameworkName::deepspeed, {0, 12, 3}, f});
+            // DeepSpeed v0.16.2 onwards: LoCo's error feedback for qgZ (zeropp_loco_param).
+            f.version = "0.16.2";
+            f.loco = true;
+            t.push_back({FrameworkName::deepspeed, {0, 16, 2}, f});
         }
         {
             // microsoft/Megatron-DeepSpeed: Megatron's model on DeepSpeed's engine, whose stage-0

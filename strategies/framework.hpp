@@ -126,6 +126,10 @@ struct Framework {
     /// by FusedAdam on the GPU: DeepSpeed 0.12.3 and later (PR #4636, b1cb0dfc4 of 2023-11-06,
     /// first in the v0.12.3 tag).
     bool twin_flow = false;
+    /// Has LoCo's error feedback for qgZ (zeropp_loco_param: coalesced_collectives.py
+    /// all_to_all_loco_quant_reduce): DeepSpeed 0.16.2 and later (PR #6730, 1b58ba5ec of
+    /// 2024-12-11, first in the v0.16.2 tag).
+    bool loco = false;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

@@ -233,6 +233,16 @@ namespace {
 /// data-parallel world (utils/groups.py asserts world_size % group_size == 0).
 void resolve_zeropp(const topo::Cluster& cluster, const Plan& plan, Layout& l) {
     const bool qwz = plan.zero_quantized_weights, hpz = plan.zero_hpz_partition_size > 1, qgz = plan.zero_quantized_gradients;
+    if (plan.zero_loco) {
+        const ErrorContext at{"", "", "--zeropp-loco"};
+        if (!qgz)
+            fail_input("--zeropp-loco is LoCo's error feedback for qgZ's quantized gradients: give --zero-quantized-gradients "
+                       "too",
+                       at);
+        if (!l.framework.loco)
+            fail_input("--zeropp-loco: LoCo is DeepSpeed 0.16.2 and later; " + describe(l.framework) + " does not have it",
+                       {"", "", "--framework"});
+    }
     if (!qwz && !hpz && !qgz) return;
     const char* flag = qwz ? "--zero-quantized-weights" : hpz ? "--zero-hpz-partition-size" : "--zero-quantized-gradients";
     if (plan.strategy != DataParallel::zero3)
@@ -684,7 +694,7 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     if (plan.zero_quantized_weights) per_block += 6;
     // MiCS's hierarchical gathers: an across-node gather and a copy before each of a block's two.
     if (l.mics_node_ranks > 0) per_block += 4;
-    if (l.qgz_node_ranks > 0) per_block += 7 * 6;
+    if (l.qgz_node_ranks > 0) per_block += (plan.zero_loco ? 13 : 7) * 6;
     // The gradient accumulation pass after each later micro-batch's backward (strategies/
     // data_parallel.hpp accumulates).
     if (!sharded && !ps && l.framework.grad_accumulation != GradAccumulation::fused) per_block += 1;

@@ -162,6 +162,9 @@ struct Plan {
     /// ZeRO++'s qgZ (zero_quantized_gradients): each gradient tensor reduced by int4 all-to-alls,
     /// inside each node then across nodes (Layout::qgz_node_ranks).
     bool zero_quantized_gradients = false;
+    /// qgZ with LoCo's error feedback (zeropp_loco_param, DeepSpeed 0.16.2+): each quantized
+    /// gradient's errors kept in int8 between steps and added back before the next quantization.
+    bool zero_loco = false;
     /// MiCS (DeepSpeed 0.9.2+, zero3 only; mics_shard_size): parameters, gradients and optimizer
     /// state sharded over groups of this many consecutive ranks and replicated across the groups,
     /// whose gradient partitions are all-reduced at the accumulation boundary (0: off).

@@ -745,6 +745,47 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
     // as backward fills them (stage3.py's IPG bucket, overlap_comm on for stage 3).
     const Bytes bucket_cap = reduce_bucket_cap(fw, params, sb.grads);
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, bucket_cap, bucket_cap);
+    // qgZ (resolve_zeropp; layout.qgz_node_ranks > 0 beyond one node): each bucket's gradients
+    // reduced tensor by tensor (stage3.py __avg_scatter_grads → coalesced_collectives.py
+    // all_to_all_quant_reduce). Each tensor's gradient goes with the bucket holding its last
+    // element; a block's tensors under the persistence threshold (norms, biases: 1-D) go as one.
+    struct Grad {
+        std::int64_t elements;
+        bool matrix;   // 2-D: quantized when it splits into 2·world pieces
+    };
+    std::vector<std::vector<Grad>> bucket_grads(buckets.size());
+    if (layout.qgz_node_ranks > 0) {
+        std::vector<std::int64_t> ends;
+        std::int64_t end = 0;
+        for (const Bucket& k : buckets) ends.push_back(end += k.bytes.count());
+        std::int64_t at = 0;
+        std::size_t k = 0;
+        auto place = [&](std::int64_t e, bool matrix) {
+            if (e <= 0) return;
+            at += e * sb.grads;
+            while (k + 1 < ends.size() && ends[k] < at) ++k;
+            bucket_grads[k].push_back({e, matrix});
+        };
+        for (int i = nb - 1; i >= 0; --i) {
+            const std::vector<std::int64_t>& ts_i = tensors[static_cast<std::size_t>(i)];
+            for (auto t = ts_i.rbegin(); t != ts_i.rend(); ++t) place(*t, true);
+            place(kept_whole[static_cast<std::size_t>(i)], false);
+        }
+    }
+    // LoCo (Plan::zero_loco, with qgZ): each quantized matrix keeps its errors in int8 between
+    // steps, the whole gradient's (intra_ef_buf) and the node's sum's (inter_ef_buf), each with
+    // one fp32 scale per group (all_to_all_loco_quant_reduce).
+    const bool loco = plan.zero_loco && layout.qgz_node_ranks > 0;
+    auto qgz_scales = [&](std::int64_t e) {   // max(rows, columns, W), taken as max(√e, W)
+        return std::max<std::int64_t>(dp, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(e)))));
+    };
+    std::int64_t loco_feedback = 0;
+    if (loco)
+        for (const std::vector<Grad>& in_bucket : bucket_grads)
+            for (const Grad& t : in_bucket)
+                if (t.matrix && t.elements % (2 * dp) == 0)
+                    loco_feedback += t.elements + qgz_scales(t.elements) * 4 + t.elements / layout.qgz_node_ranks +
+                                     qgz_scales(t.elements) / layout.qgz_node_ranks * 4;
 
     // ZeRO-Infinity (strategies/offload.hpp): parameter partitions in host memory or on NVMe,
     // fetched before each all-gather; optimizer state, fp32 gradients and the step on the host
@@ -826,6 +867,7 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                             BufferLabel::staging, Tier::host);
         }
         if (dp > 1 || offload) alloc_state(g, r, bucket_cap, BufferLabel::bucket);   // the contiguous IPG buffer
+        if (loco_feedback > 0) alloc_state(g, r, Bytes(loco_feedback), BufferLabel::error_feedback);
         std::function<void(int, const Block&, Phase)> after_pass = tp_collectives.hook(d);
         if (hpz > 1)   // (tp = 1: resolve_zeropp)
             after_pass = [&, d, r](int mb, const Block& b, Phase phase) {
@@ -956,33 +998,6 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         for (int d = 0; d < emit; ++d) out[static_cast<std::size_t>(d)] = per_block_per_d[static_cast<std::size_t>(d)][static_cast<std::size_t>(block)];
         return out;
     };
-    // qgZ (resolve_zeropp; layout.qgz_node_ranks > 0 beyond one node): each bucket's gradients
-    // reduced tensor by tensor (stage3.py __avg_scatter_grads → coalesced_collectives.py
-    // all_to_all_quant_reduce). Each tensor's gradient goes with the bucket holding its last
-    // element; a block's tensors under the persistence threshold (norms, biases: 1-D) go as one.
-    struct Grad {
-        std::int64_t elements;
-        bool matrix;   // 2-D: quantized when it splits into 2·world pieces
-    };
-    std::vector<std::vector<Grad>> bucket_grads(buckets.size());
-    if (layout.qgz_node_ranks > 0) {
-        std::vector<std::int64_t> ends;
-        std::int64_t end = 0;
-        for (const Bucket& k : buckets) ends.push_back(end += k.bytes.count());
-        std::int64_t at = 0;
-        std::size_t k = 0;
-        auto place = [&](std::int64_t e, bool matrix) {
-            if (e <= 0) return;
-            at += e * sb.grads;
-            while (k + 1 < ends.size() && ends[k] < at) ++k;
-            bucket_grads[k].push_back({e, matrix});
-        };
-        for (int i = nb - 1; i >= 0; --i) {
-            const std::vector<std::int64_t>& ts_i = tensors[static_cast<std::size_t>(i)];
-            for (auto t = ts_i.rbegin(); t != ts_i.rend(); ++t) place(*t, true);
-            place(kept_whole[static_cast<std::size_t>(i)], false);
-        }
-    }
     // One bucket's reduction as qgZ runs it on every replica after `after`, on the reduction's
     // stream: a 1-D gradient, or one that does not split into 2·world pieces, reduce-scattered
     // alone (reduce_scatter_coalesced([tensor])); a matrix of e elements, with W ranks, L a node's,
@@ -1027,16 +1042,33 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                                         -1, mb, static_cast<int>(k)));
                 continue;
             }
-            const std::int64_t scales = std::max<std::int64_t>(world, static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(e))))),
-                               node_scales = scales / local;
-            kernel(KernelName::quantize, e * sb.grads + e / 2 + scales * 4);
+            const std::int64_t scales = qgz_scales(e), node_scales = scales / local;
+            // LoCo: the two error buffers dequantized to 16 bits (a transient buffer until they
+            // are quantized again), the intra one added to the gradient before its quantization
+            // and updated by it, then kept in int8; the inter one likewise in the reduction.
+            std::vector<std::int32_t> errors;
+            if (loco)
+                for (int d = 0; d < emit; ++d) {
+                    errors.push_back(g.add_buffer(replicas[static_cast<std::size_t>(d)], Tier::device,
+                                                  Bytes((e + e / local) * sb.grads), BufferLabel::workspace));
+                    g.add_alloc(errors.back(), Stream::comm, -1, mb);
+                }
+            if (loco) {
+                kernel(KernelName::dequantize, e + scales * 4 + e * sb.grads);
+                kernel(KernelName::dequantize, e / local + node_scales * 4 + (e / local) * sb.grads);
+            }
+            kernel(KernelName::quantize, e * sb.grads + e / 2 + scales * 4 + (loco ? 2 * e * sb.grads : 0));
             if (local > 1) {   // inside each node (a node of one device sends nothing)
                 all_to_all(e / 2, local, 1, nodes, local);
                 all_to_all(scales * 4, local, 1, nodes, local);
             }
-            kernel(KernelName::quantize, e / 2 + scales * 4 + e / (2 * local) + node_scales * 4);
+            if (loco) kernel(KernelName::quantize, e * sb.grads + e + scales * 4);
+            kernel(KernelName::quantize,
+                   e / 2 + scales * 4 + e / (2 * local) + node_scales * 4 + (loco ? 2 * (e / local) * sb.grads : 0));
             all_to_all(e / (2 * local), nodes, local, local, 1);   // across nodes, one rank of each
             all_to_all(node_scales * 4, nodes, local, local, 1);
+            if (loco) kernel(KernelName::quantize, (e / local) * sb.grads + e / local + node_scales * 4);
+            for (const std::int32_t buf : errors) g.add_free(buf, Stream::comm, -1, mb);
             kernel(KernelName::dequantize,
                    e / (2 * local) + node_scales * 4 + 2 * (e / local) * sb.grads + 2 * (e / world) * sb.grads);
         }

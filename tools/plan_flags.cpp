@@ -141,6 +141,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_flag("--zero-quantized-gradients", f.zero_quantized_gradients,
                  "ZeRO++'s qgZ with zero3 (DeepSpeed 0.10+) on more than one node: each gradient tensor reduced by int4 "
                  "all-to-alls, inside each node then across nodes, instead of the reduce-scatter");
+    app.add_flag("--zeropp-loco", f.zeropp_loco,
+                 "LoCo's error feedback for qgZ (DeepSpeed 0.16.2+, zeropp_loco_param): each quantized gradient's error "
+                 "kept in int8 between steps and added back before the next quantization; needs --zero-quantized-gradients");
     app.add_option("--zero-hpz-partition-size", f.zero_hpz_partition_size,
                    "ZeRO++'s hpZ with zero3 (DeepSpeed 0.10+): a secondary copy of the parameters partitioned over groups "
                    "of N consecutive ranks (a node's GPUs), which every gather after the step's first forward uses");
@@ -386,6 +389,14 @@ void apply_deepspeed_config(const PlanFlags& f, strategies::Plan& p) {
             conflict("--zero-quantized-weights", "zero_optimization.zero_quantized_weights", "(on)", "false");
         p.zero_quantized_weights = *c.zero_quantized_weights;
     }
+    if (c.zeropp_loco) {
+        // DeepSpeed reads it only in qgZ's all-to-all reduction; without qgZ it does nothing.
+        if (c.zero_quantized_gradients.value_or(false) || given(f, "--zero-quantized-gradients"))
+            p.zero_loco = true;
+        else
+            f.warnings.push_back(file + ": /zero_optimization/zeropp_loco_param has no effect without zero_quantized_gradients "
+                                        "(DeepSpeed reads it only in qgZ's all-to-all reduction)");
+    }
     if (c.zero_quantized_gradients) {
         if (given(f, "--zero-quantized-gradients") && !*c.zero_quantized_gradients)
             conflict("--zero-quantized-gradients", "zero_optimization.zero_quantized_gradients", "(on)", "false");
@@ -478,6 +489,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.optimizer_offload_fraction = f.optimizer_offload_fraction;
     p.zero_quantized_weights = f.zero_quantized_weights;
     p.zero_quantized_gradients = f.zero_quantized_gradients;
+    p.zero_loco = f.zeropp_loco;
     check_at_least(f.zero_hpz_partition_size, 1, "--zero-hpz-partition-size", "leave it out for no secondary partition");
     p.zero_hpz_partition_size = f.zero_hpz_partition_size.value_or(1);
     check_at_least(f.mics_shard_size, 1, "--mics-shard-size", "leave it out for ZeRO-3 over every data-parallel rank");

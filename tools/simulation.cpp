@@ -160,7 +160,8 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
                             " ranks, gathered from after the step's first forward (hpZ)");
         if (plan.zero_quantized_gradients)
             parts.push_back(l.qgz_node_ranks > 0 ? "gradients reduced by int4 all-to-alls inside each node of " +
-                                                       std::to_string(l.qgz_node_ranks) + ", then across nodes (qgZ)"
+                                                       std::to_string(l.qgz_node_ranks) + ", then across nodes (qgZ" +
+                                                       (plan.zero_loco ? ", with LoCo's int8 error feedback)" : ")")
                                                  : "qgZ asked for, but one node: gradients reduce-scattered, as DeepSpeed "
                                                    "does below two nodes");
         std::string z = "ZeRO++:";

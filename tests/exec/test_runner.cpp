@@ -269,6 +269,9 @@ TEST_CASE("exec runs zero3 with ZeRO++'s quantized gradients: the all-to-alls ac
     for (const Collective& c : built.graph.collectives()) all_to_all += c.kind == CollectiveKind::all_to_all;
     CHECK(all_to_all > 0);
     run_and_check(built.graph, topo::localhost_cluster());
+    // With LoCo's error feedback: its dequantize and quantize passes and buffers.
+    p.zero_loco = true;
+    run_and_check(strategies::build(tiny(), boards, p).graph, topo::localhost_cluster());
 }
 TEST_CASE("exec runs zero3 with Twin-Flow: the first sub-groups stepped on the host, the rest on the device",
           "[exec][mpi][plan-zero3]") {

@@ -79,6 +79,20 @@ TEST_CASE("MiCS's keys are read", "[strategies][deepspeed][mics]") {
                Catch::Contains("/zero_optimization/mics_shard_size") && Catch::Contains("2.5"));
 }
 
+TEST_CASE("LoCo's parameters are read", "[strategies][deepspeed][zeropp]") {
+    const DeepSpeedConfig c = read(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true,
+        "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}}})");
+    CHECK(c.zeropp_loco);
+    CHECK(c.unmodelled.empty());
+    // config.py's default is None: null leaves it off; a key LoCo does not have is reported.
+    CHECK_FALSE(read(R"({"zero_optimization": {"zeropp_loco_param": null}})").zeropp_loco);
+    const DeepSpeedConfig odd = read(R"({"zero_optimization": {"zeropp_loco_param": {"err_beta": 0.8, "warmup": 3}}})");
+    CHECK(odd.zeropp_loco);
+    CHECK(odd.unmodelled == std::vector<std::string>{"/zero_optimization/zeropp_loco_param/warmup"});
+    CHECK_THAT(test::bad_input_message([] { read(R"({"zero_optimization": {"zeropp_loco_param": 0.8}})"); }),
+               Catch::Contains("/zero_optimization/zeropp_loco_param"));
+}
+
 TEST_CASE("Twin-Flow's ratio is read", "[strategies][deepspeed][offload]") {
     const DeepSpeedConfig c = read(R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8,
         "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})");

@@ -28,7 +28,12 @@ TEST_CASE("a release means the behaviour of the latest release at or before it",
     CHECK(parse_framework("deepspeed@0.12.2").zeropp);
     CHECK(parse_framework("deepspeed@0.12.3").twin_flow);
     CHECK(parse_framework("deepspeed").twin_flow);
-    CHECK(describe(parse_framework("deepspeed")) == "deepspeed@0.12.3");
+    // MiCS came with v0.9.2, LoCo with v0.16.2, the latest row and so the default.
+    CHECK_FALSE(parse_framework("deepspeed@0.9.1").mics);
+    CHECK(parse_framework("deepspeed@0.9.2").mics);
+    CHECK_FALSE(parse_framework("deepspeed@0.16.1").loco);
+    CHECK(parse_framework("deepspeed@0.16.2").loco);
+    CHECK(describe(parse_framework("deepspeed")) == "deepspeed@0.16.2");
     // Megatron-LM v2.x is older than megatron-core 0.x: only the latter can overlap.
     CHECK_FALSE(parse_framework("megatron@2.5").can_overlap_grad_reduce);
     CHECK(parse_framework("megatron@0.8").can_overlap_grad_reduce);

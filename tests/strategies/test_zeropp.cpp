@@ -221,6 +221,51 @@ TEST_CASE("hpZ over whole nodes folds to its full expansion (smaller groups and 
     CHECK_FALSE(build(m, c, p).layout.folded);
 }
 
+TEST_CASE("LoCo keeps qgZ's errors in int8 between steps: a byte and an eighth a matrix parameter, ten more bytes moved",
+          "[strategies][zero][zeropp]") {
+    // all_to_all_loco_quant_reduce on two DGX A100s (L = 8): each quantized matrix of e elements
+    // keeps intra_ef_buf (e int8 values) and inter_ef_buf (e/8), each with fp32 scales. Each
+    // reduction dequantizes both (reads e + e/8 bytes, writes 2e + 2e/8), loco_swizzle_quant
+    // also reads and writes the 16-bit intra error (4e), the intra error is quantized back
+    // (reads 2e, writes e), loco_quantized_reduction reads and writes the inter error (4e/8),
+    // which is quantized back (reads 2e/8, writes e/8): 10e + 10e/8 bytes beyond qgZ's.
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p = zero3(false, 1, true);
+    const Built qgz = build(m, c, p);
+    p.zero_loco = true;
+    const Built loco = build(m, c, p);
+    REQUIRE(loco.layout.qgz_node_ranks == 8);
+    // The quantized matrices: the partitioned ones that split into 2 · 16 pieces.
+    double e = 0;
+    for (const Block& b : m.blocks(Workload{}))
+        for (const std::int64_t t : partitioned_tensors(b, 100'000))
+            if (t % 32 == 0) e += static_cast<double>(t);
+    REQUIRE(e > 0.9 * static_cast<double>(m.parameters()));
+    auto held = [](const Built& b, BufferLabel label) {
+        std::int64_t n = 0;
+        for (const Buffer& x : b.graph.buffers())
+            if (x.rank == 0 && static_cast<BufferLabel>(x.label) == label) n += x.bytes;
+        return static_cast<double>(n);
+    };
+    CHECK(held(qgz, BufferLabel::error_feedback) == 0);
+    CHECK(held(loco, BufferLabel::error_feedback) == Approx(e * (1 + 1.0 / 8)).epsilon(0.01));   // and the scales
+    auto moved = [](const Built& b) {
+        double n = 0;
+        for (const Op& op : b.graph.ops())
+            if (op.rank == 0 && op.kind == OpKind::compute && op.phase == Phase::comm) n += static_cast<double>(op.bytes);
+        return n;
+    };
+    CHECK(moved(loco) - moved(qgz) == Approx(e * (10 + 10.0 / 8)).epsilon(0.01));
+    CHECK(static_cast<std::int64_t>(loco.graph.size()) <= loco.layout.estimated_ops);
+    // Refused without qgZ, and before DeepSpeed 0.16.2.
+    p.zero_quantized_gradients = false;
+    CHECK_THAT(test::bad_input_message([&] { build(m, c, p); }), Catch::Contains("give --zero-quantized-gradients"));
+    p.zero_quantized_gradients = true;
+    p.framework = "deepspeed@0.16";
+    CHECK_THAT(test::bad_input_message([&] { build(m, c, p); }), Catch::Contains("0.16.2 and later"));
+}
+
 TEST_CASE("ZeRO++ plans DeepSpeed cannot run say why", "[strategies][zero][zeropp][plan]") {
     const Model m = model_preset("gpt2-small");
     const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);

@@ -469,7 +469,7 @@ TEST_CASE("ZeRO++ from a DeepSpeed config or flags: said in the header, contradi
     auto with = [&](const std::vector<std::string>& extra) { return cli(plus(base, extra)); };
     const Result from_file = with({"--deepspeed-config", cfg.path.string()});
     REQUIRE(from_file.code == 0);
-    CHECK_THAT(from_file.out, Catch::Contains("as deepspeed@0.12.3") && Catch::Contains("(qwZ)") &&
+    CHECK_THAT(from_file.out, Catch::Contains("as deepspeed@0.16.2") && Catch::Contains("(qwZ)") &&
                                   Catch::Contains("groups of 8 ranks"));
     const Result from_flags = with({"--strategy", "zero3", "--zero-quantized-weights", "--zero-hpz-partition-size", "8"});
     REQUIRE(from_flags.code == 0);
@@ -488,6 +488,15 @@ TEST_CASE("ZeRO++ from a DeepSpeed config or flags: said in the header, contradi
     const Result zero = with({"--strategy", "zero3", "--zero-hpz-partition-size", "0"});
     CHECK(zero.code == 2);
     CHECK_THAT(zero.err, Catch::Contains("--zero-hpz-partition-size"));
+    // LoCo: with qgZ said in the header; in a config without qgZ, a warning (DeepSpeed ignores it).
+    const Result loco = with({"--strategy", "zero3", "--zero-quantized-gradients", "--zeropp-loco"});
+    REQUIRE(loco.code == 0);
+    CHECK_THAT(loco.out, Catch::Contains("with LoCo's int8 error feedback"));
+    TempFile idle("ds_config_loco.json", R"({"zero_optimization": {"stage": 3, "zeropp_loco_param": {"err_beta": 0.8}}})");
+    const Result ignored = with({"--deepspeed-config", idle.path.string()});
+    REQUIRE(ignored.code == 0);
+    CHECK_THAT(ignored.err, Catch::Contains("zeropp_loco_param has no effect without zero_quantized_gradients"));
+    CHECK_THAT(ignored.out, !Catch::Contains("LoCo"));
 }
 
 TEST_CASE("MiCS from a DeepSpeed config or the flag: said in the header, contradictions refused", "[tools][cli][deepspeed][mics]") {
