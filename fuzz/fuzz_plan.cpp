@@ -133,6 +133,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // MiCS's shard groups and hierarchical gather (exhausted input: off).
         p.zero_mics_shard_size = in.ConsumeIntegralInRange(0, 17);
         p.zero_mics_hierarchical = in.ConsumeBool();
+        p.zero_loco = in.ConsumeBool();
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.
