@@ -41,7 +41,10 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
 /// stage3_max_live_parameters from v0.6; released after forward unless reused within
 /// stage3_max_reuse_distance elements, else gathered again before the recompute or backward;
 /// tensors under stage3_param_persistence_threshold elements kept whole on every rank;
-/// gradients reduce-scattered every micro-batch in reduce_bucket_size buckets.
+/// gradients reduce-scattered every micro-batch in reduce_bucket_size buckets. Also as DeepSpeed
+/// runs them: ZeRO++ (qwZ, hpZ, qgZ with LoCo's error feedback), MiCS (the model states sharded
+/// over groups of consecutive ranks, its boundary all-reduce and hierarchical gather), and
+/// ZeRO-Infinity's offload with Twin-Flow.
 OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan);
 
 /// The tensors of a block DeepSpeed partitions (elements, in use order): its weight matrices (the
