@@ -920,12 +920,13 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
         return op;
     };
     // One collective of `bytes` per rank in every group of `size` consecutive replicas (hpZ's
-    // secondary groups, MiCS's shard groups; tp = 1) that has a kept member; ops by slot.
-    auto in_groups = [&](CollectiveKind kind, int size, Bytes bytes, int block, int mb, Phase phase) {
+    // secondary groups, MiCS's shard groups; tp = 1) that has a kept member; ops by slot; `index`:
+    // the gradient bucket it reduces, if one.
+    auto in_groups = [&](CollectiveKind kind, int size, Bytes bytes, int block, int mb, Phase phase, int index = -1) {
         std::vector<OpId> by_slot(static_cast<std::size_t>(ns), OpGraph::kNoOp);
         for (int first = 0; first < dp && first < emit; first += size) {
             const std::vector<int> members(replicas.begin() + first, replicas.begin() + first + size);
-            const auto ops = add_replica_collective(g, layout, kind, members, bytes, Stream::comm, phase, block, mb, -1);
+            const auto ops = add_replica_collective(g, layout, kind, members, bytes, Stream::comm, phase, block, mb, index);
             for (int i = 0; i < size; ++i) by_slot[static_cast<std::size_t>(first + i)] = ops[static_cast<std::size_t>(i)];
         }
         return by_slot;
@@ -1187,7 +1188,8 @@ OpGraph build_zero3(const Model& model, const Layout& layout, const Plan& plan) 
                     // MiCS: reduce-scattered in each shard group; at the boundary the rank's
                     // partition of the bucket all-reduced with the same partition of the other
                     // groups (param_repli_group: the same position in every shard group).
-                    reduced = in_groups(CollectiveKind::reduce_scatter, mics, buckets[next_bucket].bytes, -1, mb, Phase::comm);
+                    reduced = in_groups(CollectiveKind::reduce_scatter, mics, buckets[next_bucket].bytes, -1, mb, Phase::comm,
+                                        static_cast<int>(next_bucket));
                     for (int d = 0; d < emit; ++d) g.depend(bwd[static_cast<std::size_t>(d)][static_cast<std::size_t>(i)], reduced[static_cast<std::size_t>(d)]);
                     if (mb == mbs - 1 && mics < dp)
                         for (int j = 0; j < mics && j < emit; ++j) {

@@ -82,6 +82,8 @@ TEST_CASE("MiCS's groups: gathers and reduce-scatters in the shard group, the bo
         const std::vector<int>& members = b.graph.communicators()[static_cast<std::size_t>(col.communicator)];
         ++count[col.kind];
         bytes[col.kind] += col.bytes;
+        // The gradient collectives name their bucket (the trace's "bucket k").
+        if (col.kind != CollectiveKind::all_gather) CHECK(op.index >= 0);
         if (col.kind == CollectiveKind::all_reduce) {
             // Position 1 of every shard group of 4: ranks 1, 5, 9, 13; only after the last
             // micro-batch's backward.
