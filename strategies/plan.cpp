@@ -225,6 +225,20 @@ std::string to_string(const FineTune& f) {
 
 namespace {
 
+/// Groups of `n` consecutive global ranks (`what`: hpZ's secondary groups, MiCS's shard groups),
+/// asked for with `flag`: refused with --tp, whose tensor ranks of one replica they would mix,
+/// and where n does not divide the data-parallel ranks (`whole`: what DeepSpeed does about it).
+void check_consecutive_groups(const Layout& l, int n, const std::string& what, const char* flag, const std::string& whole) {
+    const ErrorContext at{"", "", flag};
+    if (l.tp > 1)
+        fail_input(what + " are consecutive global ranks; with --tp they would mix tensor ranks of one replica (not "
+                       "modelled): leave out " + flag + " or --tp",
+                   at);
+    if (l.dp % n != 0)
+        fail_input("a group size dividing the " + std::to_string(l.dp) + " data-parallel ranks (" + whole + ")",
+                   std::to_string(n), at);
+}
+
 /// ZeRO++ (--zero-quantized-weights, --zero-hpz-partition-size, --zero-quantized-gradients, or the
 /// same keys of a DeepSpeed config) where DeepSpeed runs it: ZeRO-3's parameter gathers
 /// (partition_parameters.py, partitioned_param_coordinator.py) and gradient reduction (stage3.py)
@@ -277,16 +291,9 @@ void resolve_zeropp(const topo::Cluster& cluster, const Plan& plan, Layout& l) {
         if (l.dp / per_node > 1) l.qgz_node_ranks = per_node;
     }
     if (!hpz) return;
-    const int n = plan.zero_hpz_partition_size;
     const ErrorContext at{"", "", "--zero-hpz-partition-size"};
-    if (l.tp > 1)
-        fail_input("hpZ's secondary groups are consecutive global ranks; with --tp they would mix tensor ranks of one "
-                   "replica (not modelled): leave out --zero-hpz-partition-size or --tp",
-                   at);
-    if (l.dp % n != 0)
-        fail_input("a secondary group size dividing the " + std::to_string(l.dp) + " data-parallel ranks (DeepSpeed groups "
-                       "them into whole groups of consecutive ranks)",
-                   std::to_string(n), at);
+    check_consecutive_groups(l, plan.zero_hpz_partition_size, "hpZ's secondary groups", "--zero-hpz-partition-size",
+                             "DeepSpeed groups them into whole groups of consecutive ranks");
     if (l.param_offload != Offload::none)
         fail_input("hpZ with offloaded parameters keeps its secondary copy where they live (not modelled): leave out "
                    "--zero-hpz-partition-size or the parameter offload",
@@ -315,14 +322,8 @@ void resolve_mics(const topo::Cluster& cluster, const Plan& plan, Layout& l) {
     if (!l.framework.mics)
         fail_input("--mics-shard-size: MiCS is DeepSpeed 0.9.2 and later; " + describe(l.framework) + " does not have it",
                    {"", "", "--framework"});
-    if (l.tp > 1)
-        fail_input("MiCS cuts the whole world into shard groups of consecutive ranks (mics_utils.py, pipeline size 1); "
-                   "with --tp they would mix tensor ranks of one replica: leave out --mics-shard-size or --tp",
-                   at);
-    if (l.dp % n != 0)
-        fail_input("a shard group size dividing the " + std::to_string(l.dp) + " data-parallel ranks (MiCS asserts "
-                       "world_size % shard_size == 0)",
-                   std::to_string(n), at);
+    check_consecutive_groups(l, n, "MiCS's shard groups (mics_utils.py: the whole world cut in order, pipeline size 1)",
+                             "--mics-shard-size", "MiCS asserts world_size % shard_size == 0");
     if (l.param_offload != Offload::none || l.optimizer_offload != Offload::none)
         fail_input("MiCS keeps the gradient partitions on the device: with them on the host its all-reduce across "
                    "shard groups raises \"Local sharding has no support for CPU offloading\" (mics.py "
