@@ -272,6 +272,51 @@ Recompute parse_recompute(const std::string& text, const ErrorContext& where) {
     fail_input("none, selective or full", "\"" + text + "\"", where);
 }
 
+namespace {
+constexpr std::pair<RecomputeModule, const char*> kRecomputeModules[] = {
+    {RecomputeModule::core_attn, "core_attn"}, {RecomputeModule::moe_act, "moe_act"},
+    {RecomputeModule::layernorm, "layernorm"}, {RecomputeModule::mla_up_proj, "mla_up_proj"},
+    {RecomputeModule::mlp, "mlp"},             {RecomputeModule::shared_experts, "shared_experts"},
+};
+}  // namespace
+
+std::string to_string(RecomputeModules m) {
+    std::string out;
+    for (const auto& [module, name] : kRecomputeModules)
+        if (m.has(module)) {
+            if (!out.empty()) out += ',';
+            out += name;
+        }
+    return out;
+}
+
+RecomputeModules parse_recompute_modules(const std::string& text, const ErrorContext& where) {
+    const char* expected = "a comma-separated list of core_attn, moe_act, layernorm, mla_up_proj, mlp, shared_experts";
+    RecomputeModules out{0};
+    std::size_t at = 0;
+    while (true) {
+        const std::size_t comma = text.find(',', at);
+        const std::string name = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        bool known = false;
+        for (const auto& [module, n] : kRecomputeModules)
+            if (name == n) {
+                if (out.has(module)) fail_input(expected + std::string(", each once"), "\"" + name + "\" twice", where);
+                out.bits |= static_cast<std::uint8_t>(module);
+                known = true;
+            }
+        if (!known) {
+            if (name == "moe")
+                fail_input(expected + std::string(" (moe, which checkpoints the whole MoE layer with its all-to-alls, "
+                                                  "is not modelled: use moe_act and layernorm, or --recompute full)"),
+                           "\"moe\"", where);
+            fail_input(expected, "\"" + name + "\" in \"" + text + "\"", where);
+        }
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return out;
+}
+
 const char* to_string(Positions p) {
     switch (p) {
     case Positions::learned: return "learned";
@@ -453,12 +498,13 @@ std::vector<Block> Model::blocks(const Workload& w) const {
     return detail::transformer_blocks(name_, *transformer_, w);
 }
 
-Flops Model::flops_per_iteration(std::int64_t global_batch, int seq, Recompute r) const {
+Flops Model::flops_per_iteration(std::int64_t global_batch, int seq, Recompute r, RecomputeModules modules) const {
     // FLOPs are linear in the batch: work out one sample and scale, so huge batches stay exact.
     Workload w;
     w.micro_batch = 1;
     w.seq = seq;
     w.recompute = r;
+    w.recompute_modules = modules;
     Flops per_sample;
     for (const Block& blk : blocks(w)) per_sample += blk.fwd + blk.bwd + blk.recompute;
     return per_sample * static_cast<double>(global_batch);

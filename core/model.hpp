@@ -36,6 +36,34 @@ enum class Recompute { none, selective, full };
 const char* to_string(Recompute r);
 Recompute parse_recompute(const std::string& text, const ErrorContext& where);
 
+/// What selective recompute drops in forward and redoes in backward: Megatron core's
+/// --recompute-modules (megatron/core/transformer/transformer_config.py:560-585 at NVIDIA/
+/// Megatron-LM d98e8a6; from core 0.12, 3b141a2471; shared_experts from core 0.14). Its default,
+/// core_attn alone, is what --recompute selective has always meant.
+///   core_attn        the attention core (normal checkpoint: attention.py:394)
+///   mlp              a dense layer's MLP, its Transformer Engine pre-MLP norm included (normal
+///                    checkpoint: transformer_layer.py:537-539; MoE layers are untouched)
+///   moe_act          the experts' activation function: its output, the down projection's input,
+///                    is discarded and recomputed (output-discarding: moe/experts.py:271)
+///   layernorm        the norms that are modules of their own — under Transformer Engine's spec the
+///                    MoE layers' pre-MLP norm and MLA's input norm; the others are fused into the
+///                    linear layer after them (gpt_layer_specs.py:157, 259, 336; output-discarding:
+///                    transformer_layer.py:475-530)
+///   mla_up_proj      MLA's up projections and RoPE (output-discarding: multi_latent_attention.py:171, 983)
+///   shared_experts   an MoE layer's shared experts (normal checkpoint: moe/shared_experts.py:158)
+enum class RecomputeModule : std::uint8_t {
+    core_attn = 1, mlp = 2, moe_act = 4, layernorm = 8, mla_up_proj = 16, shared_experts = 32,
+};
+struct RecomputeModules {
+    std::uint8_t bits = static_cast<std::uint8_t>(RecomputeModule::core_attn);
+    bool has(RecomputeModule m) const { return (bits & static_cast<std::uint8_t>(m)) != 0; }
+    bool operator==(const RecomputeModules&) const = default;
+};
+/// "core_attn,moe_act" in Megatron's order.
+std::string to_string(RecomputeModules m);
+/// A comma-separated list of Megatron's module names (each once, at least one).
+RecomputeModules parse_recompute_modules(const std::string& text, const ErrorContext& where);
+
 /// How a transformer knows where a token is: a learned table (GPT-2, OPT), rotary embeddings
 /// (Llama and most current models), ALiBi biases (BLOOM) or T5's bucketed relative bias.
 enum class Positions : std::uint8_t { learned, rope, alibi, relative };
@@ -221,8 +249,12 @@ struct Block {
     /// The kernels of one forward pass, in launch order (core/kernel.hpp); backward is derived
     /// from them (backward_kernels).
     std::vector<Kernel> fwd_kernels;
-    /// What backward redoes first: nothing, the attention core (selective), or the whole forward (full).
+    /// What backward redoes first: nothing, the selected modules' kernels in forward order
+    /// (selective: the attention core by default), or the whole forward (full).
     std::vector<Kernel> recompute_kernels;
+    /// Tensor-parallel collectives the recompute redoes (as tp_collectives_fwd counts them): all of
+    /// them under full recompute, the MLP's under selective recompute of mlp.
+    int tp_collectives_recompute = 0;
     // Tensor-parallel communication per forward pass (backward has the same number):
     int tp_collectives_fwd = 0;    // all-reduces (or reduce-scatter + all-gather pairs with sp)
     Bytes tp_bytes_per_collective; // the full tensor each all-reduce covers: b·s·h elements
@@ -253,6 +285,7 @@ struct Workload {
     CpComm cp_comm = CpComm::p2p;
     bool sequence_parallel = false;
     Recompute recompute = Recompute::none;
+    RecomputeModules recompute_modules;   // what selective recompute redoes
     DType dtype = DType::bf16;
     Attention attention = Attention::eager;
     /// Whose kernel runs flash attention (Megatron core's --attention-backend; strategies/plan.cpp
@@ -311,7 +344,7 @@ public:
     std::vector<Block> blocks(const Workload& w) const;
     /// Model FLOPs for one iteration of `global_batch` samples: 3× forward (4× with full
     /// recompute), as in Narayanan et al. 2021 eq. 3; selective recompute adds the attention core.
-    Flops flops_per_iteration(std::int64_t global_batch, int seq, Recompute r) const;
+    Flops flops_per_iteration(std::int64_t global_batch, int seq, Recompute r, RecomputeModules modules = {}) const;
 
 private:
     std::string name_;

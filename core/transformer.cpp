@@ -168,6 +168,7 @@ struct Dims {
     CpComm cp_comm = CpComm::p2p;
     bool sp;
     Recompute recompute;
+    RecomputeModules modules;   // what selective recompute redoes
     Attention attention;
     AttentionBackend attention_backend = AttentionBackend::flash;
     bool qk_layer_scaling = false;
@@ -178,6 +179,8 @@ struct Dims {
     I vw() const { return kvh * vd; } // value width
     I o() const { return a * vd; }    // attention output width
     I tok() const { return b * s; }
+    /// Selective recompute drops module m's tensors in forward and redoes it in backward.
+    bool redo(RecomputeModule m) const { return recompute == Recompute::selective && modules.has(m); }
     /// Tensors outside the tensor-parallel regions (norm inputs, residual stream, dropout masks
     /// after the row-parallel layers) are replicated on all t ranks unless sequence parallelism
     /// splits them along s (Korthikanti §4.2.2).
@@ -331,13 +334,13 @@ Flops attention_core_flops(const Dims& d, I keys) {
 /// 16-bit: 2as²b + as²b + 2as²b); flash keeps only the log-sum-exp, one fp32 per query and head
 /// (FlashAttention-2, Dao 2023 Algorithm 1: "store the logsumexp L"), its output being the
 /// output projection's saved input. Selective recompute keeps neither: the core is redone from
-/// Q, K and V in backward (Megatron's core_attn checkpoint, megatron/core/transformer/attention.py:392
+/// Q, K and V in backward (Megatron's core_attn checkpoint, the default of --recompute-modules, megatron/core/transformer/attention.py:392
 /// `checkpoint_core_attention`, :446 `_checkpointed_attention_forward`).
 /// The unfused softmax (forward_torch_softmax) keeps its fp32 output instead: 4as²b + as²b + 2as²b
 /// in 16-bit runs; its casts, scale and in-place mask keep nothing (the mask is the shared s × s
 /// causal mask).
 I attention_core_activations(const Dims& d, bool causal) {
-    if (d.recompute == Recompute::selective) return 0;
+    if (d.redo(RecomputeModule::core_attn)) return 0;
     if (d.attention == Attention::flash) return 4 * d.a * d.s * d.b / d.t;
     const I as2b = d.a * d.s * d.s * d.b;
     const I softmax_out = megatron_fused_softmax(d, causal) ? d.e : 4;
@@ -391,26 +394,40 @@ void linear(std::vector<Kernel>& k, const Dims& d, KernelName name, I m, I n, I 
     k.push_back(fp8_gemm_kernel(name, KernelClass::gemm, m, n, kk, batch, eb, true, d.fp8));
 }
 
+/// Which module of Megatron's --recompute-modules each forward kernel of a layer belongs to
+/// (0: none it can checkpoint), parallel to the kernels.
+using ModuleTags = std::vector<std::uint8_t>;
+/// Tags kernels [from, end) of `k` as `module`'s (the ones before, untagged, as none).
+void tag(const std::vector<Kernel>& k, ModuleTags& tags, std::size_t from, RecomputeModule module) {
+    tags.resize(k.size(), 0);
+    for (std::size_t i = from; i < k.size(); ++i) tags[i] = static_cast<std::uint8_t>(module);
+}
+
 /// The attention projections (before the core) of one attention block, as kernels.
-void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, bool cross) {
+void add_projections(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, bool cross, ModuleTags& tags) {
     const I tok = d.tok(), e = d.e, t = d.t;
     const I local = d.sp ? tok / t : tok;  // rows a replicated (duplicated) GEMM sees
     if (m.mla.kv_lora_rank > 0 && !cross) {
         const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank, rope = m.mla.rope_head_dim;
         // Megatron core's MLA spec: the input norm a TENorm of its own, the q and kv norms inside
         // their up projections (TELayerNormColumnParallelLinear).
+        // mla_up_proj checkpoints the up projections (with their norms) and RoPE.
         if (ql > 0) {
             linear(k, d, KernelName::qkv, local, ql, d.h, 1, false);
+            const std::size_t up = k.size();
             k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * ql * e));
             linear(k, d, KernelName::qkv, tok, d.q() / t, ql);
+            tag(k, tags, up, RecomputeModule::mla_up_proj);
         } else {
             linear(k, d, KernelName::qkv, tok, d.q() / t, d.h, 1, false);
         }
         linear(k, d, KernelName::qkv, local, kvl + rope, d.h);
+        const std::size_t up = k.size();
         k.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, 2 * local * kvl * e));
         linear(k, d, KernelName::qkv, tok, d.a * (d.hd - rope + d.vd) / t, kvl);
         // RoPE on the rope parts of the queries and the shared key.
         k.push_back(stream_kernel(KernelName::qkv, KernelClass::elementwise, 2 * tok * (d.a * rope / t + rope) * e));
+        tag(k, tags, up, RecomputeModule::mla_up_proj);
         return;
     }
     const I qkv = (d.q() + d.k() + d.vw()) / t;
@@ -439,13 +456,18 @@ I linear_input_bytes(const Dims& d) { return d.fp8 != Fp8Recipe::none ? 1 : d.e;
 /// 16-bit output O for its own backward, beside the output projection's FP8 copy of it.
 I attention_activations(const TransformerShape& m, const Dims& d, bool causal) {
     const I tok = d.tok(), e = d.e, t = d.t, in = linear_input_bytes(d);
-    I bytes = d.rep(tok * d.h * in);                       // QKV input (the norm output)
-    if (m.mla.kv_lora_rank > 0) {
+    const bool mla = m.mla.kv_lora_rank > 0;
+    // The norm output; MLA's input norm is a module of its own, dropped by layernorm recompute
+    // (the other models' is fused into the QKV projection: RecomputeModule::layernorm).
+    I bytes = mla && d.redo(RecomputeModule::layernorm) ? 0 : d.rep(tok * d.h * in);  // QKV input (the norm output)
+    if (mla) {
         const I local = d.sp ? tok / t : tok;
         const I ql = m.mla.q_lora_rank, kvl = m.mla.kv_lora_rank;
         bytes += 2 * local * (ql + kvl) * e;               // the latents' norm inputs and outputs
-        bytes += tok * 2 * d.q() * e / t;                  // Q, K after the up-projections and RoPE
-        bytes += tok * d.o() * e / t;                      // V
+        if (!d.redo(RecomputeModule::mla_up_proj)) {       // mla_up_proj drops what the core reads
+            bytes += tok * 2 * d.q() * e / t;              // Q, K after the up-projections and RoPE
+            bytes += tok * d.o() * e / t;                  // V
+        }
     } else {
         bytes += tok * (d.q() + d.k()) * e / t;            // Q, K
         bytes += tok * d.vw() * e / t;                     // V
@@ -464,9 +486,10 @@ I attention_activations(const TransformerShape& m, const Dims& d, bool causal) {
 /// top-k, permutation, shared experts | local experts | un-permutation and combine), and
 /// bias-dropout-add. GEMMs cover b·s tokens (the all-gathered sequence with sp); norms and the
 /// residual kernels run on the sequence shard with sp. Returns the split points of an MoE layer;
-/// `core_at` becomes the index of the self-attention core's first kernel.
+/// `core_at` becomes the index of the self-attention core's first kernel; `tags` each kernel's
+/// module (ModuleTags).
 std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape& m, const Dims& d, const LayerPlan& lp,
-                                  int& core_at) {
+                                  int& core_at, ModuleTags& tags) {
     const I tok = d.tok(), e = d.e, t = d.t, mats = ffn_matrices(m);
     const int eb = static_cast<int>(e);
     const Kernel norm = stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * tok * d.h * e));
@@ -475,9 +498,14 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
                                           d.rep(3 * tok * d.h * e + tok * d.h));
     auto attention = [&](bool cross) {
         k.push_back(norm);
-        add_projections(k, m, d, cross);
+        // MLA's input norm is a TENorm of its own (gpt_layer_specs.py:336); the others are
+        // fused into the QKV projection (TELayerNormColumnParallelLinear).
+        if (m.mla.kv_lora_rank > 0 && !cross) tag(k, tags, k.size() - 1, RecomputeModule::layernorm);
+        add_projections(k, m, d, cross, tags);
         if (!cross) core_at = static_cast<int>(k.size());
+        const std::size_t core = k.size();
         for (const Kernel& a : attention_core_kernels(d, cross ? d.s : lp.keys, cross ? false : lp.causal)) k.push_back(a);
+        tag(k, tags, core, RecomputeModule::core_attn);
         linear(k, d, KernelName::attn_proj, tok, d.h, d.o() / t);
         if (m.norms_per_layer >= 4) k.push_back(norm);  // Gemma 2's post_attention_layernorm
         k.push_back(residual);
@@ -485,15 +513,20 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     attention(false);
     if (lp.cross) attention(true);
     // A parallel residual with one shared norm (Falcon-7B) feeds the MLP from the same norm output.
+    const std::size_t mlp = k.size();   // a dense MLP's checkpoint holds its fused norm
     if (m.norms_per_layer != 1) k.push_back(norm);
+    // An MoE layer's pre-MLP norm is a TENorm of its own (gpt_layer_specs.py:336).
+    if (lp.moe && m.norms_per_layer != 1) tag(k, tags, mlp, RecomputeModule::layernorm);
     if (!lp.moe) {
         const I up = (mats - 1) * d.f / t, f_rank = d.f / t;
         linear(k, d, KernelName::mlp_up, tok, up, d.h);
         // Bias + activation (GeLU: read f, write f; SwiGLU: read gate and up, write f).
         k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + f_rank) * tok * e));
         linear(k, d, KernelName::mlp_down, tok, d.h, f_rank);
+        tag(k, tags, mlp, RecomputeModule::mlp);
         if (m.norms_per_layer >= 4) k.push_back(norm);  // Gemma 2's post_feedforward_layernorm
         k.push_back(residual);
+        tags.resize(k.size(), 0);
         return {0, 0};
     }
     const I local = d.sp ? tok / t : tok, E = m.moe.experts, K = m.moe.top_k;
@@ -507,9 +540,11 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     const I shared = static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden / t;
     if (shared > 0) {
         const I up = (mats - 1) * shared;
+        const std::size_t from = k.size();
         linear(k, d, KernelName::mlp_up, tok, up, d.h);
         k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + shared) * tok * e));
         linear(k, d, KernelName::mlp_down, tok, d.h, shared);
+        tag(k, tags, from, RecomputeModule::shared_experts);
     }
     if (m.moe.shared_expert_gate) k.push_back(gemm_kernel(KernelName::router, KernelClass::gemm, local, 1, d.h, 1, eb, true));
     const int dispatch_at = static_cast<int>(k.size());
@@ -518,11 +553,13 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     const I fe = m.moe.ffn_hidden / t, up = (mats - 1) * fe;
     linear(k, d, KernelName::mlp_up, lp.tpe, up, d.h, lp.local_experts);
     k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + fe) * lp.tpe * lp.local_experts * e));
+    tag(k, tags, k.size() - 1, RecomputeModule::moe_act);
     linear(k, d, KernelName::mlp_down, lp.tpe, d.h, fe, lp.local_experts);
     const int combine_at = static_cast<int>(k.size());
     // Un-permutation: read the K expert outputs and their fp32 probabilities, write the weighted sum.
     k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, copies * d.h * e + copies * 4 + local * d.h * e));
     k.push_back(residual);
+    tags.resize(k.size(), 0);
     return {dispatch_at, combine_at};
 }
 
@@ -554,18 +591,26 @@ I layer_activations(const TransformerShape& m, const Dims& d, const LayerPlan& l
     // A linear input is kept in FP8 under FP8 (linear_input_bytes): the MLP's input and the down
     // projection's (the activation function's output); the activation function's inputs stay 16-bit.
     const I in = linear_input_bytes(d), act = (mats == 3 ? 2 : 1) * e + in;
-    bytes += d.rep(sbh * in);                                // MLP input (the norm output)
+    // Selective recompute of modules (RecomputeModule): a dense MLP's checkpoint keeps its input
+    // alone, the pre-MLP norm's (Transformer Engine fuses the norm into the first linear; a shared
+    // norm's output, with one norm per layer, is the input the checkpoint keeps); layernorm
+    // recompute drops an MoE layer's norm output; moe_act the experts' activation output (the down
+    // projection's input); shared_experts the shared experts' tensors.
+    const bool mlp_redone = !lp.moe && d.redo(RecomputeModule::mlp);
+    const bool norm_output_dropped = lp.moe ? d.redo(RecomputeModule::layernorm) : mlp_redone && m.norms_per_layer != 1;
+    if (!norm_output_dropped) bytes += d.rep(sbh * in);      // MLP input (the norm output)
     if (!lp.moe) {
-        bytes += act * tok * d.f / t;                        // activation function tensors
+        if (!mlp_redone) bytes += act * tok * d.f / t;       // activation function tensors
     } else {
         const I local = d.sp ? tok / t : tok, fe = m.moe.ffn_hidden / t;
         const I copies = static_cast<I>(std::ceil(static_cast<double>(local * m.moe.top_k) * lp.dispatch_factor));
         bytes += local * m.moe.experts * 4;                  // routing probabilities
         bytes += lp.routed * d.h * in;                       // expert inputs
-        bytes += lp.routed * act * fe;                       // expert activation tensors
+        const I expert_act = d.redo(RecomputeModule::moe_act) ? act - in : act;
+        bytes += lp.routed * expert_act * fe;                // expert activation tensors
         bytes += copies * d.h * e;                           // expert outputs for the weighted combine
         const I shared = static_cast<I>(m.moe.shared_experts) * m.moe.shared_ffn_hidden / t;
-        bytes += act * tok * shared;                         // shared experts' activation tensors
+        if (!d.redo(RecomputeModule::shared_experts)) bytes += act * tok * shared;  // shared experts' activation tensors
     }
     bytes += d.rep(sbh);                                     // MLP dropout mask
     bytes += d.rep(static_cast<I>(m.norms_per_layer) * sbh * e);  // norm inputs
@@ -638,7 +683,8 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     blk.index = i + 1;
     blk.params = layer_params(m, i, lp.moe ? m.moe.experts / w.ep : 0).on(d.t);
     int core_at = 0;
-    const auto [dispatch_at, combine_at] = layer_kernels(blk.fwd_kernels, m, d, lp, core_at);
+    ModuleTags tags;
+    const auto [dispatch_at, combine_at] = layer_kernels(blk.fwd_kernels, m, d, lp, core_at, tags);
     // Model FLOPs: the weight GEMMs as launched, with the experts at balanced routing (K copies
     // per token: the capacity's padding and an imbalance are not useful work), plus the core.
     Flops f;
@@ -656,20 +702,30 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     blk.bwd = blk.fwd * 2.0;
     for (const Kernel& kn : blk.fwd_kernels)
         if (kn.fp8 != Fp8Recipe::none && kn.weight) blk.fp8_params += kn.k * kn.n * kn.batch;
-    const std::vector<Kernel> core = attention_core_kernels(d, lp.keys, lp.causal);
+    const int attention_collectives = lp.cross ? 2 : 1;
     switch (d.recompute) {
         case Recompute::none: blk.recompute = Flops(0); break;
         case Recompute::selective:
-            blk.recompute = attention_core_flops(d, lp.keys);
-            blk.recompute_kernels = core;
-            if (lp.cross) {  // T5's cross-attention core is dropped and redone too
-                blk.recompute += attention_core_flops(d, d.s);
-                for (const Kernel& k : attention_core_kernels(d, d.s, false)) blk.recompute_kernels.push_back(k);
+            // The selected modules' kernels in forward order (T5's cross-attention core is a
+            // core_attn too); model FLOPs: the cores as counted above, the modules' weight GEMMs.
+            for (std::size_t k = 0; k < blk.fwd_kernels.size(); ++k) {
+                if (tags[k] == 0 || (d.modules.bits & tags[k]) == 0) continue;
+                const Kernel& kn = blk.fwd_kernels[k];
+                blk.recompute_kernels.push_back(kn);
+                if (kn.op == KernelOp::gemm && kn.weight) blk.recompute += Flops(kn.flops);
             }
+            if (d.redo(RecomputeModule::core_attn)) {
+                blk.recompute += attention_core_flops(d, lp.keys);
+                if (lp.cross) blk.recompute += attention_core_flops(d, d.s);
+            }
+            // The dense MLP's checkpoint holds its row-parallel linear's all-reduce (or the
+            // reduce-scatter and all-gather pair with sp).
+            if (!lp.moe && d.redo(RecomputeModule::mlp) && d.t > 1) blk.tp_collectives_recompute = 1;
             break;
         case Recompute::full:
             blk.recompute = blk.fwd;
             blk.recompute_kernels = blk.fwd_kernels;
+            if (d.t > 1) blk.tp_collectives_recompute = lp.moe ? 0 : attention_collectives + 1;
             break;
     }
     blk.activations = Bytes(layer_activations(m, d, lp));
@@ -677,7 +733,6 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     // Megatron's f/g operators: one all-reduce after attention (and after T5's cross-attention)
     // and one after the MLP (each a reduce-scatter + all-gather pair with sp), over the full
     // b·s·h tensor. An MoE layer's MLP half communicates in its token dispatcher instead.
-    const int attention_collectives = lp.cross ? 2 : 1;
     blk.tp_bytes_per_collective = Bytes(sbh * d.e);
     if (d.cp > 1) {
         // Each step's block: K and V of one rank's share of the sequence, kvh/t heads (TE sends
@@ -984,6 +1039,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.sp = w.sequence_parallel && w.tp > 1;
     d.e = dtype_bytes(w.dtype);
     d.recompute = w.recompute;
+    d.modules = w.recompute_modules;
     d.attention = w.attention;
     d.attention_backend = w.attention_backend;
     d.qk_layer_scaling = w.qk_layer_scaling;

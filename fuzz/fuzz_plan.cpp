@@ -134,6 +134,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.zero_mics_shard_size = in.ConsumeIntegralInRange(0, 17);
         p.zero_mics_hierarchical = in.ConsumeBool();
         p.zero_loco = in.ConsumeBool();
+        // Megatron core's --recompute-modules, any subset (exhausted input: core_attn, the default).
+        if (in.ConsumeBool()) p.recompute_modules.bits = in.ConsumeIntegralInRange<std::uint8_t>(1, 63);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

@@ -59,6 +59,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.cp_comm = plan.cp_comm;
     w.sequence_parallel = plan.sequence_parallel;
     w.recompute = plan.recompute;
+    w.recompute_modules = plan.recompute_modules;
     w.dtype = layout.dtype;
     w.attention = layout.attention;
     w.attention_backend = layout.attention_backend;

@@ -114,10 +114,20 @@ const std::vector<Row>& rows() {
             t.push_back({FrameworkName::megatron, {0, 1}, f});
             // Core 0.12 adds --optimizer-cpu-offload (NVIDIA/Megatron-LM 60007c93d3 of 2025-02-14,
             // "Optimizer CPU offload support": megatron/core/optimizer/cpu_offloading/
-            // hybrid_optimizer.py; first in core_v0.12.0).
+            // hybrid_optimizer.py; first in core_v0.12.0) and --recompute-modules (3b141a2471 of
+            // 2025-04-05: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe;
+            // transformer_config.py:238 at core_r0.12.0).
             f.optimizer_cpu_offload = true;
-            f.version = "0.19";
+            f.recompute_modules.bits = static_cast<std::uint8_t>(
+                static_cast<unsigned>(RecomputeModule::core_attn) | static_cast<unsigned>(RecomputeModule::mlp) |
+                static_cast<unsigned>(RecomputeModule::moe_act) | static_cast<unsigned>(RecomputeModule::layernorm) |
+                static_cast<unsigned>(RecomputeModule::mla_up_proj));
+            f.version = "0.12";
             t.push_back({FrameworkName::megatron, {0, 12}, f});
+            // Core 0.14 adds shared_experts to them (transformer_config.py at core_r0.14.0).
+            f.recompute_modules.bits |= static_cast<std::uint8_t>(RecomputeModule::shared_experts);
+            f.version = "0.19";
+            t.push_back({FrameworkName::megatron, {0, 14}, f});
         }
         {
             // DeepSpeed v0.5: ZeRO-3 fetches a module's parameters one all-gather per tensor with a

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/kernel.hpp"
+#include "core/model.hpp"
 #include "core/units.hpp"
 
 namespace smol::strategies {
@@ -130,6 +131,9 @@ struct Framework {
     /// all_to_all_loco_quant_reduce): DeepSpeed 0.16.2 and later (PR #6730, 1b58ba5ec of
     /// 2024-12-11, first in the v0.16.2 tag).
     bool loco = false;
+    /// The modules its selective recompute can checkpoint (Megatron core's --recompute-modules,
+    /// core/model.hpp RecomputeModule): the attention core alone elsewhere and before core 0.12.
+    RecomputeModules recompute_modules;
 };
 
 /// The row for `spec` ("megatron", "deepspeed@0.5"); bad_input names --framework and lists them.

@@ -426,7 +426,8 @@ private:
         const bool fp8_gather = sp_ && blk.fp8_params > 0 && (phase == Phase::fwd || phase == Phase::recompute);
         const Bytes gather_bytes = fp8_gather ? Bytes(blk.tp_bytes_per_collective.count() / dtype_bytes(l_.dtype))
                                               : blk.tp_bytes_per_collective;
-        for (int k = 0; k < blk.tp_collectives_fwd; ++k) {
+        const int count = phase == Phase::recompute ? blk.tp_collectives_recompute : blk.tp_collectives_fwd;
+        for (int k = 0; k < count; ++k) {
             const CollectiveKind kinds[2] = {CollectiveKind::all_gather, CollectiveKind::reduce_scatter};
             const int n = sp_ ? 2 : 1;
             for (int j = 0; j < n; ++j) {
@@ -438,8 +439,9 @@ private:
             }
         }
         // LoRA's tensor-parallel adapters (Block::tp_adapter_fwd, tp_adapter_bwd).
-        const bool forward = phase == Phase::fwd || phase == Phase::recompute;
-        const int adapters = forward ? blk.tp_adapter_fwd : phase == Phase::bwd_weight ? 0 : blk.tp_adapter_bwd;
+        // (A recompute redoes the adapters' only with the whole layer: full recompute.)
+        const bool forward = phase == Phase::fwd || (phase == Phase::recompute && plan_.recompute == Recompute::full);
+        const int adapters = forward ? blk.tp_adapter_fwd : phase == Phase::recompute || phase == Phase::bwd_weight ? 0 : blk.tp_adapter_bwd;
         for (int k = 0; k < adapters; ++k) {
             const auto cid = g_.declare_collective(CollectiveKind::all_reduce, group, blk.tp_adapter_bytes);
             for (int t = 0; t < emit_tp_; ++t)
@@ -584,8 +586,9 @@ private:
                         if (rc.recompute >= 0) {
                             run(Phase::recompute, rc.recompute);
                             mark(true);
-                            // Full recompute redoes the forward, its collectives included.
-                            if (plan_.recompute == Recompute::full) collectives(Phase::recompute);
+                            // Full recompute redoes the forward, its collectives included; selective
+                            // recompute of the MLP its row-parallel linear's.
+                            if (plan_.recompute == Recompute::full || blk.tp_collectives_recompute > 0) collectives(Phase::recompute);
                         }
                         // Zero-bubble schedules split backward into input and weight gradients.
                         const bool split = st.pass == Pass::bwd_input;

@@ -380,6 +380,60 @@ void resolve_fp8(const Model& model, const topo::Cluster& cluster, const Plan& p
     l.fp8 = plan.fp8;
 }
 
+/// --recompute-modules against the recompute level, the framework, the model and the plan. Its
+/// default (core_attn) is what --recompute selective means everywhere; the other modules are
+/// Megatron core's (framework.hpp), and each must have something to redo in this model.
+void resolve_recompute_modules(const Model& model, const Plan& plan, const Layout& l) {
+    const RecomputeModules modules = plan.recompute_modules;
+    if (modules == RecomputeModules{}) return;
+    const ErrorContext at{"", "", "--recompute-modules"};
+    if (plan.recompute != Recompute::selective)
+        fail_input("--recompute-modules picks what selective recompute redoes: it needs --recompute selective, not " +
+                       std::string(to_string(plan.recompute)),
+                   at);
+    const RecomputeModules missing{static_cast<std::uint8_t>(modules.bits & ~l.framework.recompute_modules.bits)};
+    if (missing.bits != 0)
+        fail_input(to_string(missing) + " is a module of Megatron core's --recompute-modules (core 0.12 and later; "
+                       "shared_experts 0.14 and later); " + describe(l.framework) + " recomputes " +
+                       to_string(l.framework.recompute_modules) + " alone",
+                   at);
+    // Layer lists were refused selective recompute already.
+    const TransformerShape& m = model.shape();
+    bool dense = false, moe = false;
+    for (int i = 0; i < m.layers; ++i) (m.moe_layer(i) ? moe : dense) = true;
+    const bool mla = m.mla.kv_lora_rank > 0;
+    auto nothing = [&](RecomputeModule module, bool has_it, const std::string& why) {
+        if (modules.has(module) && !has_it)
+            fail_input(to_string(RecomputeModules{static_cast<std::uint8_t>(module)}) + " has nothing to recompute in " +
+                           model.name() + ": " + why,
+                       at);
+    };
+    nothing(RecomputeModule::mlp, dense, "every layer is an MoE layer (mlp redoes a dense layer's MLP; moe_act and "
+                                         "shared_experts are an MoE layer's)");
+    nothing(RecomputeModule::moe_act, moe, "it has no MoE layers");
+    nothing(RecomputeModule::shared_experts, m.moe.shared_experts > 0 && moe, "it has no shared experts");
+    // transformer_config.py:1969: "mla_up_proj in recompute_modules is only supported with
+    // multi_latent_attention."
+    nothing(RecomputeModule::mla_up_proj, mla, "it has no multi-latent attention (Megatron: \"mla_up_proj in "
+                                               "recompute_modules is only supported with multi_latent_attention\")");
+    nothing(RecomputeModule::layernorm, moe || mla,
+            "Transformer Engine's layer spec fuses each of its norms into the linear layer after it "
+            "(TELayerNormColumnParallelLinear); an MoE layer's pre-MLP norm and MLA's input norm are the ones that are "
+            "modules of their own");
+    // transformer_config.py:2000-2005.
+    if (l.fp8 == Fp8Recipe::delayed && (modules.has(RecomputeModule::moe_act) || modules.has(RecomputeModule::layernorm)))
+        fail_input("Megatron core refuses moe_act and layernorm recompute with FP8's delayed scaling (\"Delayed scaling "
+                   "does not support moe_act and layernorm recompute for fp8\"); use --fp8 tensorwise",
+                   at);
+    if (modules.bits == static_cast<std::uint8_t>(RecomputeModule::core_attn)) return;
+    if (l.cp > 1)
+        fail_input("with --cp, selective recompute of modules other than core_attn is not modelled (the ring attention's "
+                   "passes hold the core alone); got " + to_string(modules),
+                   at);
+    // Megatron core runs ddp and zero1 (its DDP and distributed optimizer) alone: the recomputed
+    // modules' weights are on every rank, nothing to gather again.
+}
+
 /// Where the strategy keeps its model states (--offload, --offload-params, --offload-optimizer),
 /// what is trained (--finetune) and with which optimizer (--optimizer), checked against the
 /// strategy, the model and the cluster.
@@ -1120,6 +1174,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                {"", "", "--attention-backend"});
     }
     resolve_fp8(model, cluster, plan, l);
+    resolve_recompute_modules(model, plan, l);
     resolve_training(model, cluster, plan, l);
     resolve_zeropp(cluster, plan, l);
     resolve_mics(cluster, plan, l);
@@ -1235,11 +1290,13 @@ namespace {
 /// weight's backward computes its input gradient only, so a layer costs about 2 × forward, not
 /// 3 ×, plus the adapters' own.
 Flops model_flops(const Model& model, const Layout& layout, const Plan& plan) {
-    if (layout.finetune.kind == FineTuneKind::full) return model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute);
+    if (layout.finetune.kind == FineTuneKind::full)
+        return model.flops_per_iteration(layout.global_batch, layout.seq, plan.recompute, plan.recompute_modules);
     Workload w;   // one sample, as flops_per_iteration takes it
     w.micro_batch = 1;
     w.seq = layout.seq;
     w.recompute = plan.recompute;
+    w.recompute_modules = plan.recompute_modules;
     std::vector<Block> blocks = model.blocks(w);
     Layout whole = layout;   // the model's blocks are whole, not one tensor rank's
     whole.tp = 1;

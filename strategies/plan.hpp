@@ -100,6 +100,8 @@ struct Plan {
     int virtual_stages = 1;
     bool sequence_parallel = false;
     Recompute recompute = Recompute::none;
+    /// What selective recompute redoes (--recompute-modules, Megatron core's; default core_attn).
+    RecomputeModules recompute_modules;
     Offload offload = Offload::none;            // --offload: every state the strategy can move (see resolve)
     Offload offload_params = Offload::none;     // --offload-params (zero3)
     Offload offload_optimizer = Offload::none;  // --offload-optimizer (zero1-3)

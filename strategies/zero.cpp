@@ -74,10 +74,11 @@ public:
     std::function<void(int, const Block&, Phase)> hook(int slot) {
         if (s_.tp == 1) return {};
         return [this, slot](int mb, const Block& b, Phase phase) {
-            if (phase == Phase::recompute && plan_.recompute != Recompute::full) return;   // full recompute redoes them
+            // Full recompute redoes them all, selective recompute of the MLP its own (Block).
+            const int count = phase == Phase::recompute ? b.tp_collectives_recompute : b.tp_collectives_fwd;
             const int tp = s_.tp, d = slot / tp, t = slot % tp;
             std::vector<std::int32_t>& cids = cids_[static_cast<std::size_t>(d)];
-            for (int k = 0; k < b.tp_collectives_fwd; ++k)
+            for (int k = 0; k < count; ++k)
                 for (int j = 0; j < (plan_.sequence_parallel ? 2 : 1); ++j) {
                     std::int32_t cid;
                     if (t == 0) {

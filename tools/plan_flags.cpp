@@ -59,6 +59,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "different device kinds)");
     app.add_flag("--sp", f.sp, "sequence parallelism (with --tp)");
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
+    app.add_option("--recompute-modules", f.recompute_modules,
+                   "with --recompute selective: what it redoes, Megatron core's --recompute-modules: core_attn (the "
+                   "default), mlp, moe_act, layernorm, mla_up_proj, shared_experts, comma-separated");
     app.add_option("--offload", f.offload,
                    "none, cpu or nvme: zero1/zero2 offload the optimizer (ZeRO-Offload), zero3 parameters and optimizer "
                    "(ZeRO-Infinity), fsdp parameters, gradients and optimizer to the CPU")
@@ -238,6 +241,8 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     if (l.pp > 1) p += std::string(", schedule ") + strategies::to_string(plan.schedule);
     if (plan.schedule == strategies::Schedule::interleaved) p += ", virtual stages " + std::to_string(plan.virtual_stages);
     if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
+    if (plan.recompute == Recompute::selective && !(plan.recompute_modules == RecomputeModules{}))
+        p += " (" + to_string(plan.recompute_modules) + ")";
     if (plan.sequence_parallel) p += ", sp";
     if (l.fp8 != Fp8Recipe::none) p += std::string(", fp8 ") + to_string(l.fp8);
     if (plan.compress.method != strategies::CompressionMethod::none) p += ", compress " + strategies::to_string(plan.compress);
@@ -457,6 +462,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (!f.partition.empty()) p.partition = strategies::parse_partition(f.partition);
     p.sequence_parallel = f.sp;
     p.recompute = parse_recompute(f.recompute, flag("--recompute"));
+    if (f.recompute_modules) p.recompute_modules = parse_recompute_modules(*f.recompute_modules, flag("--recompute-modules"));
     p.offload = strategies::parse_offload(f.offload);
     p.offload_params = strategies::parse_offload(f.offload_params, "--offload-params");
     p.offload_optimizer = strategies::parse_offload(f.offload_optimizer, "--offload-optimizer");

@@ -44,6 +44,7 @@ struct PlanFlags {
     std::optional<std::int64_t> global_batch;   // unset: dp × micro-batch
     int micro_batch = 1;
     std::optional<int> seq;              // unset: the model's
+    std::optional<std::string> recompute_modules;   // unset: core_attn
     std::string dtype;
     double bucket_mb = 25, first_bucket_mb = 1;
     int ps_servers = 1, staleness = 4;

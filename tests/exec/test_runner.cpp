@@ -396,6 +396,14 @@ TEST_CASE("exec runs fsdp's CPU offload with tp 2: each tensor rank's shard copi
     p.offload = strategies::Offload::cpu;
     run_and_check(p);
 }
+TEST_CASE("exec runs tp 2 with the MLP recomputed: its kernels and its all-reduce again in backward", "[exec][mpi][plan-tp2]") {
+    strategies::Plan p;
+    p.tp = 2;
+    p.framework = "megatron";
+    p.recompute = Recompute::selective;
+    p.recompute_modules = parse_recompute_modules("core_attn,mlp", {});
+    run_and_check(p);
+}
 TEST_CASE("exec runs LoRA with tp 2: PEFT's split adapters and their rank-r all-reduces", "[exec][mpi][plan-tp2]") {
     strategies::Plan p;
     p.tp = 2;

@@ -211,6 +211,15 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         refused(simulate({"--strategy", "ring", "--cycle-ms", "1e12"}), {"--cycle-ms", "60000"});
         refused(simulate({"--strategy", "ring", "--cycle-ms", "-1"}), {"--cycle-ms", "60000"});
     }
+    SECTION("--recompute-modules: Megatron's names, with selective recompute, where the model has the module") {
+        refused(simulate({"--recompute", "selective", "--recompute-modules", "mlp,attn"}), {"--recompute-modules", "\"attn\""});
+        refused(simulate({"--recompute-modules", "mlp", "--framework", "megatron"}), {"--recompute-modules", "needs --recompute selective"});
+        refused(simulate({"--recompute", "selective", "--recompute-modules", "moe_act", "--framework", "megatron"}),
+                {"--recompute-modules", "moe_act has nothing to recompute in gpt2-small"});
+        const Result ok = cli(simulate({"--recompute", "selective", "--recompute-modules", "core_attn,mlp", "--framework", "megatron",
+                                        "--strategy", "zero1"}));
+        CHECK(ok.code == 0);
+    }
     SECTION("0 means 0, not the default") {
         refused(simulate({"--dp", "0"}), {"--dp", "at least 1", "found 0"});
         refused(simulate({"--global-batch", "0"}), {"--global-batch", "at least 1", "found 0"});

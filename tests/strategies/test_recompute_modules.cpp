@@ -1,0 +1,129 @@
+// --recompute-modules through the plan: the plans Megatron core (or the model) would not run are
+// refused with the reason, and a simulated step redoes what the modules hold — the MLP's
+// tensor-parallel collective included — for less memory.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/json.hpp"
+#include "strategies/plan.hpp"
+#include "test_support.hpp"
+#include "tools/simulation.hpp"
+#include "topologies/cluster.hpp"
+
+using namespace smol;
+using namespace smol::strategies;
+using Catch::Matchers::Contains;
+
+namespace {
+
+Model from_text(const std::string& text) {
+    static Json keep;
+    keep = parse_json_text(text, "inline.json");
+    return model_from_json(JsonView(keep, "inline.json"), "inline");
+}
+
+/// Two layers, the first dense, the second MoE (8 experts, top 2).
+Model small_moe() {
+    return from_text(R"({"kind": "transformer", "name": "small-moe", "layers": 2, "hidden": 256, "heads": 4,
+        "ffn_hidden": 1024, "vocab": 1000, "seq": 128, "gated_mlp": true, "biases": false, "norm": "rmsnorm",
+        "positions": "rope", "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 512, "dense_layers": [0]}})");
+}
+
+Plan selective(const std::string& modules) {
+    Plan p;
+    p.strategy = DataParallel::zero1;
+    p.framework = "megatron";
+    p.recompute = Recompute::selective;
+    p.recompute_modules = parse_recompute_modules(modules, {"", "", "--recompute-modules"});
+    return p;
+}
+
+std::string refused(const Model& m, const Plan& p, const char* cluster = "dgx-a100") {
+    return test::bad_input_message([&] { (void)resolve(m, topo::cluster_preset(cluster), p); });
+}
+
+}  // namespace
+
+TEST_CASE("recompute modules: plans that cannot run are refused with the reason", "[strategies][recompute]") {
+    const Model moe = small_moe();
+    const Model dense = model_preset("gpt2-small");
+    CHECK_NOTHROW(resolve(moe, topo::cluster_preset("dgx-a100"), selective("moe_act,layernorm")));
+    SECTION("selective recompute only") {
+        Plan p = selective("moe_act");
+        p.recompute = Recompute::full;
+        CHECK_THAT(refused(moe, p), Contains("needs --recompute selective, not full") && Contains("--recompute-modules"));
+    }
+    SECTION("Megatron core 0.12 and later; shared_experts from 0.14; the attention core alone elsewhere") {
+        Plan p = selective("moe_act");
+        p.framework = "megatron@0.11";
+        CHECK_THAT(refused(moe, p), Contains("core 0.12 and later") && Contains("megatron@0.11 recomputes core_attn alone"));
+        p.framework = "deepspeed";
+        CHECK_THAT(refused(moe, p), Contains("deepspeed@0.16.2 recomputes core_attn alone"));
+        const Model shared = from_text(R"({"kind": "transformer", "layers": 1, "hidden": 256, "heads": 4, "ffn_hidden": 1024,
+            "vocab": 1000, "seq": 128, "gated_mlp": true, "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 512, "shared_experts": 1}})");
+        Plan q = selective("shared_experts");
+        CHECK_NOTHROW(resolve(shared, topo::cluster_preset("dgx-a100"), q));
+        q.framework = "megatron@0.13";
+        CHECK_THAT(refused(shared, q), Contains("shared_experts 0.14 and later") && Contains("megatron@0.13 recomputes core_attn,moe_act,layernorm,mla_up_proj,mlp alone"));
+        // The default, core_attn, is every framework's selective recompute.
+        Plan d = selective("core_attn");
+        d.framework = "pytorch";
+        d.strategy = DataParallel::fsdp;
+        CHECK_NOTHROW(resolve(dense, topo::cluster_preset("dgx-a100"), d));
+    }
+    SECTION("a module with nothing to redo in the model") {
+        CHECK_THAT(refused(dense, selective("moe_act")), Contains("moe_act has nothing to recompute") && Contains("no MoE layers"));
+        CHECK_THAT(refused(dense, selective("layernorm")), Contains("fuses each of its norms"));
+        CHECK_THAT(refused(dense, selective("mla_up_proj")), Contains("only supported with multi_latent_attention"));
+        CHECK_THAT(refused(moe, selective("shared_experts")), Contains("no shared experts"));
+        const Model all_moe = from_text(R"({"kind": "transformer", "layers": 1, "hidden": 256, "heads": 4, "ffn_hidden": 1024,
+            "vocab": 1000, "seq": 128, "gated_mlp": true, "moe": {"experts": 8, "top_k": 2, "ffn_hidden": 512}})");
+        CHECK_THAT(refused(all_moe, selective("mlp")), Contains("every layer is an MoE layer"));
+    }
+    SECTION("FP8's delayed scaling: Megatron core's own refusal") {
+        Plan p = selective("moe_act");
+        p.fp8 = Fp8Recipe::delayed;
+        CHECK_THAT(refused(moe, p, "dgx-h100"), Contains("Delayed scaling does not support moe_act and layernorm recompute"));
+        p.fp8 = Fp8Recipe::tensorwise;
+        CHECK_NOTHROW(resolve(moe, topo::cluster_preset("dgx-h100"), p));
+    }
+    SECTION("not modelled: context parallelism") {
+        Plan p = selective("mlp");
+        p.cp = 2;
+        CHECK_THAT(refused(dense, p), Contains("with --cp") && Contains("not modelled"));
+    }
+}
+
+TEST_CASE("recompute modules: mlp at tp 2: the MLP and its all-reduce again in backward, for less memory", "[strategies][recompute]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(2);
+    auto plan = [](const std::string& modules) {
+        Plan p = selective(modules);
+        p.tp = 2;
+        p.micro_batch = 2;
+        p.global_batch = 8;
+        return p;
+    };
+    // Tensor-parallel collectives of the recompute phase on rank 0: one per layer and micro-batch
+    // (the MLP's row-parallel all-reduce), none for the attention core alone.
+    auto recompute_collectives = [&](const Plan& p) {
+        const Built b = build(m, c, p);
+        int n = 0;
+        for (const Op& op : b.graph.ops())
+            if (op.rank == 0 && op.kind == OpKind::collective && op.phase == Phase::recompute) {
+                CHECK(b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_reduce);
+                ++n;
+            }
+        return n;
+    };
+    const int layers = 12, microbatches = 4;
+    CHECK(recompute_collectives(plan("core_attn")) == 0);
+    CHECK(recompute_collectives(plan("core_attn,mlp")) == layers * microbatches);
+    const tools::Simulation attn = tools::simulate_plan(m, c, plan("core_attn"));
+    const tools::Simulation mlp = tools::simulate_plan(m, c, plan("core_attn,mlp"));
+    CHECK(mlp.summary.iteration > attn.summary.iteration);
+    CHECK(mlp.summary.peak_memory < attn.summary.peak_memory);
+}
