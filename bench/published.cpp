@@ -834,13 +834,21 @@ Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
                                    : ", not the row's " + std::to_string(row_mbs) + ": its mbs and ga (" + text_of(d, "ga") +
                                          ") are the B200 row's (pp 1)") +
                    "; gbs / (dp x mbs) = " + std::to_string(gbs / (dp * mbs)) + " micro-batches",
-               "Megatron's distributed optimizer (Megatron-Bridge's default): zero1; no recompute, flash attention, 1F1B",
+               "Megatron's distributed optimizer (Megatron-Bridge's default): zero1; flash attention, 1F1B",
                "routing force-balanced: --expert-imbalance 1"};
+    // The H100 recipe's recompute_modules ["layernorm", "moe_act"] take effect from the 26.02
+    // scripts on, which set recompute_granularity "selective" with them (scripts/performance/utils/
+    // overrides.py:142-144 at c0b9a0003); v0.2.0's set_recompute_overrides (utils/helpers.py:178-179)
+    // sets the modules alone, and the recipe's granularity stays None: no recompute.
+    const bool selective = contains(text_of(d, "src"), "26.02");
+    m.notes.push_back(selective ? "selective recompute of moe_act and layernorm, the H100 recipe's recompute_modules"
+                                : "no recompute: the 25.11 scripts set the H100 recipe's recompute_modules without a granularity");
     m.args = {"simulate", "--model", (fs::path(model_dir) / config->first).string(), "--cluster", "dgx-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--ep", std::to_string(ep), "--strategy", "zero1", "--framework", "megatron",
-              "--schedule", "1f1b", "--recompute", "none", "--micro-batch", std::to_string(mbs),
+              "--schedule", "1f1b", "--recompute", selective ? "selective" : "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--seq", std::to_string(seq), "--dtype", "bf16", "--json"};
+    if (selective) m.args.insert(m.args.end() - 1, {"--recompute-modules", "moe_act,layernorm"});
     return finish(std::move(m));
 }
 

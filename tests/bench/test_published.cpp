@@ -218,6 +218,11 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         REQUIRE(v2.representable());
         CHECK(has_args(v2, {"--pp", "4", "--dp", "16", "--ep", "8"}));
         CHECK(has_args(v2, {"--micro-batch", "1", "--global-batch", "1280", "--seq", "4096", "--dtype", "bf16"}));
+        // The recipe's recompute_modules ["layernorm", "moe_act"]: selective from the 26.02 scripts
+        // on (overrides.py sets the granularity with them); v0.2.0's left the granularity None.
+        CHECK(has_args(v2, {"--recompute", "selective"}));
+        CHECK(has_args(v2, {"--recompute-modules", "moe_act,layernorm"}));
+        CHECK(has_args(m, {"--recompute", "none"}));
         CHECK(measured_step_seconds(v2, 0) == Approx(1280.0 * 4096 / (5993.0 * 64)));
     }
     SECTION("the vTrain samples of published.jsonl map like their CSV rows") {
