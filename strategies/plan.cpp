@@ -380,6 +380,35 @@ void resolve_fp8(const Model& model, const topo::Cluster& cluster, const Plan& p
     l.fp8 = plan.fp8;
 }
 
+}  // namespace
+
+std::string recompute_module_idle(const Model& model, RecomputeModule module) {
+    if (!model.is_transformer()) return "a layer list (CNN / MLP) has no transformer layers";
+    const TransformerShape& m = model.shape();
+    bool dense = false, moe = false;
+    for (int i = 0; i < m.layers; ++i) (m.moe_layer(i) ? moe : dense) = true;
+    const bool mla = m.mla.kv_lora_rank > 0;
+    switch (module) {
+        case RecomputeModule::core_attn: return {};
+        case RecomputeModule::mlp:
+            return dense ? "" : "every layer is an MoE layer (mlp redoes a dense layer's MLP; moe_act and shared_experts "
+                                "are an MoE layer's)";
+        case RecomputeModule::moe_act: return moe ? "" : "it has no MoE layers";
+        case RecomputeModule::shared_experts: return moe && m.moe.shared_experts > 0 ? "" : "it has no shared experts";
+        // transformer_config.py:1969.
+        case RecomputeModule::mla_up_proj:
+            return mla ? "" : "it has no multi-latent attention (Megatron: \"mla_up_proj in recompute_modules is only "
+                              "supported with multi_latent_attention\")";
+        case RecomputeModule::layernorm:
+            return moe || mla ? "" : "Transformer Engine's layer spec fuses each of its norms into the linear layer after it "
+                                     "(TELayerNormColumnParallelLinear); an MoE layer's pre-MLP norm and MLA's input norm "
+                                     "are the ones that are modules of their own";
+    }
+    return {};
+}
+
+namespace {
+
 /// --recompute-modules against the recompute level, the framework, the model and the plan. Its
 /// default (core_attn) is what --recompute selective means everywhere; the other modules are
 /// Megatron core's (framework.hpp), and each must have something to redo in this model.
@@ -398,28 +427,10 @@ void resolve_recompute_modules(const Model& model, const Plan& plan, const Layou
                        to_string(l.framework.recompute_modules) + " alone",
                    at);
     // Layer lists were refused selective recompute already.
-    const TransformerShape& m = model.shape();
-    bool dense = false, moe = false;
-    for (int i = 0; i < m.layers; ++i) (m.moe_layer(i) ? moe : dense) = true;
-    const bool mla = m.mla.kv_lora_rank > 0;
-    auto nothing = [&](RecomputeModule module, bool has_it, const std::string& why) {
-        if (modules.has(module) && !has_it)
-            fail_input(to_string(RecomputeModules{static_cast<std::uint8_t>(module)}) + " has nothing to recompute in " +
-                           model.name() + ": " + why,
-                       at);
-    };
-    nothing(RecomputeModule::mlp, dense, "every layer is an MoE layer (mlp redoes a dense layer's MLP; moe_act and "
-                                         "shared_experts are an MoE layer's)");
-    nothing(RecomputeModule::moe_act, moe, "it has no MoE layers");
-    nothing(RecomputeModule::shared_experts, m.moe.shared_experts > 0 && moe, "it has no shared experts");
-    // transformer_config.py:1969: "mla_up_proj in recompute_modules is only supported with
-    // multi_latent_attention."
-    nothing(RecomputeModule::mla_up_proj, mla, "it has no multi-latent attention (Megatron: \"mla_up_proj in "
-                                               "recompute_modules is only supported with multi_latent_attention\")");
-    nothing(RecomputeModule::layernorm, moe || mla,
-            "Transformer Engine's layer spec fuses each of its norms into the linear layer after it "
-            "(TELayerNormColumnParallelLinear); an MoE layer's pre-MLP norm and MLA's input norm are the ones that are "
-            "modules of their own");
+    for (std::uint8_t bit = 1; bit != 0 && bit <= modules.bits; bit = static_cast<std::uint8_t>(bit << 1))
+        if (modules.has(static_cast<RecomputeModule>(bit)))
+            if (const std::string why = recompute_module_idle(model, static_cast<RecomputeModule>(bit)); !why.empty())
+                fail_input(to_string(RecomputeModules{bit}) + " has nothing to recompute in " + model.name() + ": " + why, at);
     // transformer_config.py:2000-2005.
     if (l.fp8 == Fp8Recipe::delayed && (modules.has(RecomputeModule::moe_act) || modules.has(RecomputeModule::layernorm)))
         fail_input("Megatron core refuses moe_act and layernorm recompute with FP8's delayed scaling (\"Delayed scaling "

@@ -291,6 +291,12 @@ inline bool sharded_with_tp(const Plan& plan, const Layout& l) {
            l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
 }
 
+/// Why selective recompute of `module` (Megatron core's --recompute-modules) would have nothing to
+/// redo in `model`, or empty when it has: mlp needs a dense layer, moe_act an MoE layer,
+/// shared_experts shared experts, mla_up_proj latent attention, layernorm a norm that is a module
+/// of its own under Transformer Engine's spec (an MoE layer's pre-MLP norm, MLA's input norm).
+std::string recompute_module_idle(const Model& model, RecomputeModule module);
+
 /// Checks the plan against the model and cluster; throws bad_input saying why a plan is
 /// impossible (tp·pp·dp ≠ devices, micro-batch not dividing the per-replica batch, …), naming
 /// the flag to change, and out_of_range where the plan's sizes overflow (a micro-batch whose

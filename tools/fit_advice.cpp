@@ -78,9 +78,20 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
         for (DataParallel s : {DataParallel::zero1, DataParallel::zero2, DataParallel::zero3, DataParallel::fsdp})
             if (sharding(s) > sharding(plan.strategy)) strategies.push_back(s);
     if ((l.tp > 1 || l.pp > 1) && plan.strategy == DataParallel::ddp) strategies.push_back(DataParallel::zero1);
-    std::vector<Recompute> recomputes{plan.recompute};
+    // Recompute, lightest first: the attention core, then (Megatron core 0.12 on) every module of
+    // --recompute-modules with something to redo in this model, then whole layers.
+    std::vector<std::pair<Recompute, RecomputeModules>> recomputes{{plan.recompute, plan.recompute_modules}};
     for (Recompute r : {Recompute::selective, Recompute::full})
-        if (static_cast<int>(r) > static_cast<int>(plan.recompute)) recomputes.push_back(r);
+        if (static_cast<int>(r) > static_cast<int>(plan.recompute)) recomputes.push_back({r, {}});
+    if (plan.recompute != Recompute::full) {
+        RecomputeModules all{};
+        for (std::uint8_t bit = 1; bit <= l.framework.recompute_modules.bits && bit != 0; bit = static_cast<std::uint8_t>(bit << 1))
+            if (l.framework.recompute_modules.has(static_cast<RecomputeModule>(bit)) &&
+                strategies::recompute_module_idle(model, static_cast<RecomputeModule>(bit)).empty())
+                all.bits |= bit;
+        if (!(all == RecomputeModules{}) && !(all == plan.recompute_modules))
+            recomputes.insert(recomputes.end() - 1, {Recompute::selective, all});
+    }
     std::vector<int> micro_batches{plan.micro_batch};
     for (int m = plan.micro_batch / 2; m >= 1; m /= 2) micro_batches.push_back(m);
     // A mixture of experts: more expert parallelism, each rank holding fewer experts (every power
@@ -106,7 +117,7 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
     for (const std::optional<double>& f : fractions)
         for (DataParallel s : strategies)
             for (const OffloadChoice& o : offload_choices(s, nvme))
-                for (Recompute r : recomputes)
+                for (const auto& [r, modules] : recomputes)
                     for (int m : micro_batches)
                         for (int e : eps) {
                             PlanChange c;
@@ -132,9 +143,11 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
                                 c.flags += " " + o.flags;
                                 ++c.changes;
                             }
-                            if (r != plan.recompute) {
+                            if (r != plan.recompute || !(modules == plan.recompute_modules)) {
                                 c.plan.recompute = r;
+                                c.plan.recompute_modules = modules;
                                 c.flags += " --recompute " + std::string(to_string(r));
+                                if (!(modules == RecomputeModules{})) c.flags += " --recompute-modules " + to_string(modules);
                                 ++c.changes;
                             }
                             if (m != plan.micro_batch) {

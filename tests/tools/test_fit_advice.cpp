@@ -168,6 +168,34 @@ TEST_CASE("a mixture of experts that does not fit is offered more expert paralle
     CHECK_THAT(r.out, Catch::Contains("--strategy fsdp --ep 8"));
 }
 
+TEST_CASE("Megatron core's plans are offered the recompute modules with something to redo, between the core and whole layers", "[tools][fit_advice]") {
+    auto offered = [](const Model& m, const std::string& framework) {
+        strategies::Plan p;
+        p.strategy = strategies::DataParallel::zero1;
+        p.tp = 2;
+        p.sequence_parallel = true;
+        p.framework = framework;
+        p.micro_batch = 2;
+        p.global_batch = 8;
+        std::vector<std::string> flags;
+        for (const tools::PlanChange& c : tools::memory_saving_changes(m, topo::cluster_preset("dgx-h100"), p))
+            if (c.changes == 1 && c.flags.rfind("--recompute", 0) == 0) flags.push_back(c.flags);
+        return flags;
+    };
+    // Llama 3 8B, dense with its norms fused: the core and the MLP.
+    CHECK(offered(model_preset("llama3-8b"), "megatron") ==
+          std::vector<std::string>{"--recompute selective", "--recompute selective --recompute-modules core_attn,mlp",
+                                   "--recompute full"});
+    // A mixture of experts with a dense first layer: its experts' activation and norm too.
+    const Json doc = parse_json_text(R"({"kind": "transformer", "name": "moe", "layers": 2, "hidden": 256, "heads": 4,
+        "ffn_hidden": 1024, "vocab": 1000, "seq": 128, "gated_mlp": true, "moe": {"experts": 8, "top_k": 2,
+        "ffn_hidden": 512, "dense_layers": [0]}})", "moe.json");
+    const Model moe = model_from_json(JsonView(doc, "moe.json"), "moe");
+    CHECK(offered(moe, "megatron")[1] == "--recompute selective --recompute-modules core_attn,moe_act,layernorm,mlp");
+    // Before core 0.12, the attention core alone.
+    CHECK(offered(model_preset("llama3-8b"), "megatron@0.11") == std::vector<std::string>{"--recompute selective", "--recompute full"});
+}
+
 TEST_CASE("the changes tried save memory and the plan's checks accept them", "[tools][fit_advice]") {
     const Model m = model_preset("llama3-8b");
     const topo::Cluster c = topo::cluster_preset("workstation-4gpu");
