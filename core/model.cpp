@@ -276,7 +276,8 @@ namespace {
 constexpr std::pair<RecomputeModule, const char*> kRecomputeModules[] = {
     {RecomputeModule::core_attn, "core_attn"}, {RecomputeModule::moe_act, "moe_act"},
     {RecomputeModule::layernorm, "layernorm"}, {RecomputeModule::mla_up_proj, "mla_up_proj"},
-    {RecomputeModule::mlp, "mlp"},             {RecomputeModule::shared_experts, "shared_experts"},
+    {RecomputeModule::mlp, "mlp"},             {RecomputeModule::moe, "moe"},
+    {RecomputeModule::shared_experts, "shared_experts"},
 };
 }  // namespace
 
@@ -291,7 +292,7 @@ std::string to_string(RecomputeModules m) {
 }
 
 RecomputeModules parse_recompute_modules(const std::string& text, const ErrorContext& where) {
-    const char* expected = "a comma-separated list of core_attn, moe_act, layernorm, mla_up_proj, mlp, shared_experts";
+    const char* expected = "a comma-separated list of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts";
     RecomputeModules out{0};
     std::size_t at = 0;
     while (true) {
@@ -304,13 +305,7 @@ RecomputeModules parse_recompute_modules(const std::string& text, const ErrorCon
                 out.bits |= static_cast<std::uint8_t>(module);
                 known = true;
             }
-        if (!known) {
-            if (name == "moe")
-                fail_input(expected + std::string(" (moe, which checkpoints the whole MoE layer with its all-to-alls, "
-                                                  "is not modelled: use moe_act and layernorm, or --recompute full)"),
-                           "\"moe\"", where);
-            fail_input(expected, "\"" + name + "\" in \"" + text + "\"", where);
-        }
+        if (!known) fail_input(expected, "\"" + name + "\" in \"" + text + "\"", where);
         if (comma == std::string::npos) break;
         at = comma + 1;
     }

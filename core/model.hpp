@@ -50,9 +50,11 @@ Recompute parse_recompute(const std::string& text, const ErrorContext& where);
 ///                    linear layer after them (gpt_layer_specs.py:157, 259, 336; output-discarding:
 ///                    transformer_layer.py:475-530)
 ///   mla_up_proj      MLA's up projections and RoPE (output-discarding: multi_latent_attention.py:171, 983)
+///   moe              an MoE layer after its norm: router, permutation, all-to-alls, experts (shared
+///                    ones too), combine (normal checkpoint: moe/moe_layer.py:249)
 ///   shared_experts   an MoE layer's shared experts (normal checkpoint: moe/shared_experts.py:158)
 enum class RecomputeModule : std::uint8_t {
-    core_attn = 1, mlp = 2, moe_act = 4, layernorm = 8, mla_up_proj = 16, shared_experts = 32,
+    core_attn = 1, mlp = 2, moe_act = 4, layernorm = 8, mla_up_proj = 16, shared_experts = 32, moe = 64,
 };
 struct RecomputeModules {
     std::uint8_t bits = static_cast<std::uint8_t>(RecomputeModule::core_attn);
@@ -183,6 +185,10 @@ Fp8Recipe parse_fp8_recipe(const std::string& text, const ErrorContext& where);
 struct MoePass {
     int dispatch_at = 0;
     int combine_at = 0;
+    /// Selective recompute of moe (RecomputeModule): the same split points in recompute_kernels,
+    /// its all-to-alls repeated between them; -1 where the recompute has no all-to-all.
+    int recompute_dispatch_at = -1;
+    int recompute_combine_at = -1;
     /// The token copies this rank routes, each all-to-all's buffer per rank: tokens on the rank
     /// (b·s, or b·s/t with sequence parallelism) × top-k × hidden × e (× the capacity factor
     /// with fixed capacity). An all-to-all over ep ranks sends (ep − 1)/ep of it.

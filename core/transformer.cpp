@@ -394,13 +394,14 @@ void linear(std::vector<Kernel>& k, const Dims& d, KernelName name, I m, I n, I 
     k.push_back(fp8_gemm_kernel(name, KernelClass::gemm, m, n, kk, batch, eb, true, d.fp8));
 }
 
-/// Which module of Megatron's --recompute-modules each forward kernel of a layer belongs to
-/// (0: none it can checkpoint), parallel to the kernels.
+/// The modules of Megatron's --recompute-modules each forward kernel of a layer belongs to
+/// (RecomputeModule bits; 0: none), parallel to the kernels. A kernel can sit in two: the
+/// experts' activation is moe_act's and moe's.
 using ModuleTags = std::vector<std::uint8_t>;
-/// Tags kernels [from, end) of `k` as `module`'s (the ones before, untagged, as none).
+/// Tags kernels [from, end) of `k` as `module`'s too.
 void tag(const std::vector<Kernel>& k, ModuleTags& tags, std::size_t from, RecomputeModule module) {
     tags.resize(k.size(), 0);
-    for (std::size_t i = from; i < k.size(); ++i) tags[i] = static_cast<std::uint8_t>(module);
+    for (std::size_t i = from; i < k.size(); ++i) tags[i] |= static_cast<std::uint8_t>(module);
 }
 
 /// The attention projections (before the core) of one attention block, as kernels.
@@ -531,6 +532,7 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     }
     const I local = d.sp ? tok / t : tok, E = m.moe.experts, K = m.moe.top_k;
     const I copies = static_cast<I>(std::ceil(static_cast<double>(local * K) * lp.dispatch_factor));
+    const std::size_t moe_from = k.size();   // the MoE layer's checkpoint: all up to the residual
     // Router: logits over the experts (a replicated GEMM on the rank's tokens), then softmax and
     // top-k in fp32 (read the logits, write fp32 probabilities), then the permutation that copies
     // each token to its K experts' slots (read b·s·h, write K copies).
@@ -558,6 +560,7 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     const int combine_at = static_cast<int>(k.size());
     // Un-permutation: read the K expert outputs and their fp32 probabilities, write the weighted sum.
     k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, copies * d.h * e + copies * 4 + local * d.h * e));
+    tag(k, tags, moe_from, RecomputeModule::moe);
     k.push_back(residual);
     tags.resize(k.size(), 0);
     return {dispatch_at, combine_at};
@@ -604,6 +607,9 @@ I layer_activations(const TransformerShape& m, const Dims& d, const LayerPlan& l
     } else {
         const I local = d.sp ? tok / t : tok, fe = m.moe.ffn_hidden / t;
         const I copies = static_cast<I>(std::ceil(static_cast<double>(local * m.moe.top_k) * lp.dispatch_factor));
+        // moe checkpoints the layer after its norm: of its tensors only its input (the norm
+        // output, above) stays.
+        if (d.redo(RecomputeModule::moe)) return bytes + d.rep(sbh) + d.rep(static_cast<I>(m.norms_per_layer) * sbh * e);
         bytes += local * m.moe.experts * 4;                  // routing probabilities
         bytes += lp.routed * d.h * in;                       // expert inputs
         const I expert_act = d.redo(RecomputeModule::moe_act) ? act - in : act;
@@ -703,17 +709,26 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     for (const Kernel& kn : blk.fwd_kernels)
         if (kn.fp8 != Fp8Recipe::none && kn.weight) blk.fp8_params += kn.k * kn.n * kn.batch;
     const int attention_collectives = lp.cross ? 2 : 1;
+    int redo_dispatch = -1, redo_combine = -1;
     switch (d.recompute) {
         case Recompute::none: blk.recompute = Flops(0); break;
         case Recompute::selective:
             // The selected modules' kernels in forward order (T5's cross-attention core is a
             // core_attn too); model FLOPs: the cores as counted above, the modules' weight GEMMs.
             for (std::size_t k = 0; k < blk.fwd_kernels.size(); ++k) {
-                if (tags[k] == 0 || (d.modules.bits & tags[k]) == 0) continue;
+                if ((d.modules.bits & tags[k]) == 0) continue;
                 const Kernel& kn = blk.fwd_kernels[k];
+                const bool expert = lp.moe && static_cast<int>(k) >= dispatch_at && static_cast<int>(k) < combine_at;
+                // The experts' all-to-alls come again with moe: where its kernels reach them.
+                if (expert && redo_dispatch < 0) redo_dispatch = static_cast<int>(blk.recompute_kernels.size());
+                if (lp.moe && static_cast<int>(k) == combine_at) redo_combine = static_cast<int>(blk.recompute_kernels.size());
                 blk.recompute_kernels.push_back(kn);
-                if (kn.op == KernelOp::gemm && kn.weight) blk.recompute += Flops(kn.flops);
+                if (kn.op == KernelOp::gemm && kn.weight)
+                    blk.recompute += Flops(expert ? kn.flops * static_cast<double>(lp.routed_balanced) /
+                                                        static_cast<double>(lp.tpe * lp.local_experts)
+                                                  : kn.flops);
             }
+            if (!d.redo(RecomputeModule::moe)) redo_dispatch = redo_combine = -1;   // moe_act alone: no all-to-all
             if (d.redo(RecomputeModule::core_attn)) {
                 blk.recompute += attention_core_flops(d, lp.keys);
                 if (lp.cross) blk.recompute += attention_core_flops(d, d.s);
@@ -758,6 +773,8 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
         MoePass p;
         p.dispatch_at = dispatch_at;
         p.combine_at = combine_at;
+        p.recompute_dispatch_at = redo_dispatch;
+        p.recompute_combine_at = redo_combine;
         const I local = d.sp ? d.tok() / d.t : d.tok();
         p.dispatch_bytes = Bytes(static_cast<I>(std::ceil(static_cast<double>(local * m.moe.top_k) * lp.dispatch_factor)) *
                                  d.h * d.e);

@@ -135,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.zero_mics_hierarchical = in.ConsumeBool();
         p.zero_loco = in.ConsumeBool();
         // Megatron core's --recompute-modules, any subset (exhausted input: core_attn, the default).
-        if (in.ConsumeBool()) p.recompute_modules.bits = in.ConsumeIntegralInRange<std::uint8_t>(1, 63);
+        if (in.ConsumeBool()) p.recompute_modules.bits = in.ConsumeIntegralInRange<std::uint8_t>(1, 127);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

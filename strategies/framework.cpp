@@ -121,7 +121,7 @@ const std::vector<Row>& rows() {
             f.recompute_modules.bits = static_cast<std::uint8_t>(
                 static_cast<unsigned>(RecomputeModule::core_attn) | static_cast<unsigned>(RecomputeModule::mlp) |
                 static_cast<unsigned>(RecomputeModule::moe_act) | static_cast<unsigned>(RecomputeModule::layernorm) |
-                static_cast<unsigned>(RecomputeModule::mla_up_proj));
+                static_cast<unsigned>(RecomputeModule::mla_up_proj) | static_cast<unsigned>(RecomputeModule::moe));
             f.version = "0.12";
             t.push_back({FrameworkName::megatron, {0, 12}, f});
             // Core 0.14 adds shared_experts to them (transformer_config.py at core_r0.14.0).

@@ -142,6 +142,10 @@ ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Bl
         const auto parts = three(whole.subspan(from), b.moe->dispatch_at - static_cast<int>(from), b.moe->combine_at - static_cast<int>(from));
         Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
         for (int k = 0; k < 3; ++k) r.fwd[k] = g.intern_recipe(parts[static_cast<std::size_t>(k)]);
+        if (b.moe->recompute_dispatch_at >= 0) {
+            const auto re = three(b.recompute_kernels, b.moe->recompute_dispatch_at, b.moe->recompute_combine_at);
+            for (int k = 0; k < 3; ++k) r.re[k] = g.intern_recipe(re[static_cast<std::size_t>(k)]);
+        }
         if (!trained.empty()) {
             // LoRA: the backward fine-tuning runs, cut where its parts meet (finetune.hpp); never
             // with context parallelism (check_context_parallel).
@@ -168,7 +172,7 @@ bool ExpertParallel::runs(const Block& b, Phase phase) const {
         case Phase::fwd:
         case Phase::bwd:
         case Phase::bwd_input: return true;
-        case Phase::recompute: return recompute_ == Recompute::full;
+        case Phase::recompute: return recompute_ == Recompute::full || b.moe->recompute_dispatch_at >= 0;
         default: return false;
     }
 }
@@ -220,7 +224,15 @@ void ExpertParallel::pass(const Block& b, int d, int s, Phase phase, int mb, std
         }
     };
     const int gather = p.attention_tp_collectives;  // index labels of the tensor group's token gather and scatter
-    if (phase == Phase::fwd || phase == Phase::recompute) {
+    if (phase == Phase::recompute && recompute_ != Recompute::full) {
+        segment(r.re[0], d, s, phase, b.index, mb, last);
+        all_to_all(b, d, s, phase, mb, 0, last);   // dispatch
+        tensor_collective(CollectiveKind::all_gather, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
+        segment(r.re[1], d, s, phase, b.index, mb, last);
+        tensor_collective(CollectiveKind::reduce_scatter, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
+        all_to_all(b, d, s, phase, mb, 1, last);   // combine
+        segment(r.re[2], d, s, phase, b.index, mb, last);
+    } else if (phase == Phase::fwd || phase == Phase::recompute) {
         segment(r.fwd[0], d, s, phase, b.index, mb, last);
         attention_collectives();
         all_to_all(b, d, s, phase, mb, 0, last);   // dispatch

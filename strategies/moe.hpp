@@ -31,7 +31,8 @@
 //   combine all-to-all over the EP group
 //   un-permutation, weighted sum, residual                   (compute)
 // Backward runs the same in reverse: two all-to-alls (the gradients of combine and dispatch).
-// Full recompute redoes the forward with its all-to-alls. The all-to-alls are ordinary
+// Full recompute redoes the forward with its all-to-alls; selective recompute of moe the MoE
+// layer's part, its all-to-alls included (no attention collective). The all-to-alls are ordinary
 // all_to_all collectives with their real communicators: each rank's buffer is its K token
 // copies, of which an all-to-all over ep ranks sends (ep − 1)/ep (the routing probabilities'
 // all-to-all, K fp32 per token, is not modelled).
@@ -105,6 +106,9 @@ private:
         std::int32_t fwd[3] = {-1, -1, -1};        // before dispatch, experts, after combine
         std::int32_t bwd[3] = {-1, -1, -1};        // backward of the same three, in backward order
         std::int32_t bwd_input[3] = {-1, -1, -1};
+        /// Selective recompute of moe (MoePass::recompute_dispatch_at): the recompute's kernels
+        /// before the dispatch, the experts', after the combine.
+        std::int32_t re[3] = {-1, -1, -1};
     };
     void all_to_all(const Block& b, int d, int s, Phase phase, int mb, int which, std::vector<OpId>& last);
     void tensor_collective(CollectiveKind kind, Bytes bytes, int d, int s, Phase phase, int layer, int mb, int index,

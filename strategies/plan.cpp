@@ -393,7 +393,8 @@ std::string recompute_module_idle(const Model& model, RecomputeModule module) {
         case RecomputeModule::mlp:
             return dense ? "" : "every layer is an MoE layer (mlp redoes a dense layer's MLP; moe_act and shared_experts "
                                 "are an MoE layer's)";
-        case RecomputeModule::moe_act: return moe ? "" : "it has no MoE layers";
+        case RecomputeModule::moe_act:
+        case RecomputeModule::moe: return moe ? "" : "it has no MoE layers";
         case RecomputeModule::shared_experts: return moe && m.moe.shared_experts > 0 ? "" : "it has no shared experts";
         // transformer_config.py:1969.
         case RecomputeModule::mla_up_proj:
@@ -440,6 +441,10 @@ void resolve_recompute_modules(const Model& model, const Plan& plan, const Layou
     if (l.cp > 1)
         fail_input("with --cp, selective recompute of modules other than core_attn is not modelled (the ring attention's "
                    "passes hold the core alone); got " + to_string(modules),
+                   at);
+    if (modules.has(RecomputeModule::moe) && plan.finetune.kind != FineTuneKind::full)
+        fail_input("moe with --finetune " + to_string(plan.finetune) + " is not modelled (the adapters' kernels in the "
+                   "recomputed MoE layer); use moe_act and layernorm, or --recompute full",
                    at);
     // Megatron core runs ddp and zero1 (its DDP and distributed optimizer) alone: the recomputed
     // modules' weights are on every rank, nothing to gather again.

@@ -292,7 +292,7 @@ inline bool sharded_with_tp(const Plan& plan, const Layout& l) {
 }
 
 /// Why selective recompute of `module` (Megatron core's --recompute-modules) would have nothing to
-/// redo in `model`, or empty when it has: mlp needs a dense layer, moe_act an MoE layer,
+/// redo in `model`, or empty when it has: mlp needs a dense layer, moe_act and moe an MoE layer,
 /// shared_experts shared experts, mla_up_proj latent attention, layernorm a norm that is a module
 /// of its own under Transformer Engine's spec (an MoE layer's pre-MLP norm, MLA's input norm).
 std::string recompute_module_idle(const Model& model, RecomputeModule module);

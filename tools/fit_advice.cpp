@@ -78,19 +78,30 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
         for (DataParallel s : {DataParallel::zero1, DataParallel::zero2, DataParallel::zero3, DataParallel::fsdp})
             if (sharding(s) > sharding(plan.strategy)) strategies.push_back(s);
     if ((l.tp > 1 || l.pp > 1) && plan.strategy == DataParallel::ddp) strategies.push_back(DataParallel::zero1);
-    // Recompute, lightest first: the attention core, then (Megatron core 0.12 on) every module of
-    // --recompute-modules with something to redo in this model, then whole layers.
+    // Recompute, lightest first: the attention core; then (Megatron core 0.12 on) every module of
+    // --recompute-modules with something to redo in this model but moe, then with moe (which
+    // holds moe_act and shared_experts); then whole layers.
     std::vector<std::pair<Recompute, RecomputeModules>> recomputes{{plan.recompute, plan.recompute_modules}};
     for (Recompute r : {Recompute::selective, Recompute::full})
         if (static_cast<int>(r) > static_cast<int>(plan.recompute)) recomputes.push_back({r, {}});
     if (plan.recompute != Recompute::full) {
-        RecomputeModules all{};
-        for (std::uint8_t bit = 1; bit <= l.framework.recompute_modules.bits && bit != 0; bit = static_cast<std::uint8_t>(bit << 1))
+        RecomputeModules all{0};
+        for (unsigned bit = 1; bit <= l.framework.recompute_modules.bits; bit <<= 1)
             if (l.framework.recompute_modules.has(static_cast<RecomputeModule>(bit)) &&
                 strategies::recompute_module_idle(model, static_cast<RecomputeModule>(bit)).empty())
-                all.bits |= bit;
-        if (!(all == RecomputeModules{}) && !(all == plan.recompute_modules))
-            recomputes.insert(recomputes.end() - 1, {Recompute::selective, all});
+                all.bits |= static_cast<std::uint8_t>(bit);
+        const auto without = [&](std::initializer_list<RecomputeModule> drop) {
+            RecomputeModules m = all;
+            for (RecomputeModule d : drop) m.bits &= static_cast<std::uint8_t>(~static_cast<unsigned>(d));
+            return m;
+        };
+        for (const RecomputeModules m : {without({RecomputeModule::moe}),
+                                         without({RecomputeModule::moe_act, RecomputeModule::shared_experts})}) {
+            const bool seen = std::any_of(recomputes.begin(), recomputes.end(), [&](const auto& r) {
+                return r.first == Recompute::selective && r.second == m;
+            });
+            if (!seen && !(m == plan.recompute_modules)) recomputes.insert(recomputes.end() - 1, {Recompute::selective, m});
+        }
     }
     std::vector<int> micro_batches{plan.micro_batch};
     for (int m = plan.micro_batch / 2; m >= 1; m /= 2) micro_batches.push_back(m);

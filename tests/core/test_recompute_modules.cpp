@@ -38,6 +38,12 @@ double activations(const Model& m, const Workload& w, int block) {
     return m.blocks(w)[static_cast<std::size_t>(block)].activations.as_double();
 }
 
+/// The attention core's kernels of layer 1 as selective recompute of core_attn alone redoes them.
+std::vector<Kernel> attention_core_kernels_of(const Model& m, Workload w) {
+    w.recompute_modules = RecomputeModules{};
+    return m.blocks(w)[1].recompute_kernels;
+}
+
 std::vector<KernelName> names(const std::vector<Kernel>& ks) {
     std::vector<KernelName> out;
     for (const Kernel& k : ks) out.push_back(k.name);
@@ -59,7 +65,7 @@ TEST_CASE("recompute modules: names, Megatron's order, and bad lists", "[core][m
     CHECK(to_string(modules("mlp,core_attn,shared_experts,mla_up_proj")) == "core_attn,mla_up_proj,mlp,shared_experts");
     CHECK_FALSE(modules("mlp").has(RecomputeModule::core_attn));
     auto bad = [](const std::string& text) { return bad_input_message([&] { (void)modules(text); }); };
-    CHECK_THAT(bad("moe"), Contains("not modelled") && Contains("--recompute full") && Contains("--recompute-modules"));
+    CHECK(to_string(modules("moe,layernorm,core_attn")) == "core_attn,layernorm,moe");
     CHECK_THAT(bad("mlp,attn"), Contains("\"attn\" in \"mlp,attn\""));
     CHECK_THAT(bad("mlp,mlp"), Contains("each once"));
     CHECK_THAT(bad(""), Contains("comma-separated list"));
@@ -121,6 +127,45 @@ TEST_CASE("recompute modules: moe_act, layernorm and shared_experts drop what th
     CHECK(b.recompute_kernels.back().bytes == Approx(3 * routed * fe * e));
     CHECK(b.recompute.count() == Approx(2 * s * h * 2 * fe + 2 * s * fe * h));   // the shared expert's GEMMs
     CHECK(m.blocks(selective("moe_act"))[2].recompute.count() == 0);
+}
+
+TEST_CASE("recompute modules: moe keeps the MoE layer's input alone and redoes it, all-to-alls between its parts", "[core][model]") {
+    const Model m = from_text(kMoe);
+    const double s = 128, h = 256, fe = 512, K = 2, E = 8, e = 2;
+    const double routed = s * K;
+    Workload none;
+    // Dropped: the fp32 routing probabilities (s·E·4), the expert inputs (routed·h), the experts'
+    // gate, up and product (3·routed·fe), the outputs the weighted combine keeps (routed·h), the
+    // shared expert's tensors (3·s·512); kept: its input, the norm output.
+    CHECK(activations(m, none, 2) - activations(m, selective("moe"), 2) ==
+          Approx(s * E * 4 + routed * h * e + 3 * routed * fe * e + routed * h * e + 3 * s * fe * e));
+    // moe_act and shared_experts add nothing to it; layernorm drops the input too.
+    CHECK(activations(m, selective("moe,moe_act,shared_experts"), 2) == Approx(activations(m, selective("moe"), 2)));
+    CHECK(activations(m, selective("moe"), 2) - activations(m, selective("moe,layernorm"), 2) == Approx(s * h * e));
+    // Redone: router, its softmax and top-k, the permutation, the shared expert, then the experts
+    // (split where the all-to-alls go), then the un-permutation; not the norm, not the residual.
+    Workload ep = selective("core_attn,moe");
+    ep.ep = 4;
+    const Block b = m.blocks(ep)[2];
+    const MoePass& p = *b.moe;
+    std::vector<KernelName> moe_part(b.recompute_kernels.size());
+    for (std::size_t i = 0; i < moe_part.size(); ++i) moe_part[i] = b.recompute_kernels[i].name;
+    const std::size_t core = names(attention_core_kernels_of(m, ep)).size();
+    moe_part.erase(moe_part.begin(), moe_part.begin() + static_cast<std::ptrdiff_t>(core));
+    CHECK(moe_part == std::vector<KernelName>{KernelName::router, KernelName::activation, KernelName::other, KernelName::mlp_up,
+                                              KernelName::activation, KernelName::mlp_down, KernelName::mlp_up,
+                                              KernelName::activation, KernelName::mlp_down, KernelName::other});
+    CHECK(p.recompute_dispatch_at == static_cast<int>(core) + 6);
+    CHECK(p.recompute_combine_at == static_cast<int>(core) + 9);
+    CHECK(b.recompute_kernels[static_cast<std::size_t>(p.recompute_dispatch_at)].batch == 2);   // the grouped GEMM, 8 / 4 experts
+    // Model FLOPs redone: the core and the MoE layer's forward (router, shared expert, experts at
+    // balanced routing): all of the layer's forward but the attention projections.
+    const Block f = m.blocks(selective("moe"))[2];
+    CHECK(f.recompute.count() == Approx(2 * s * h * E + 2 * s * h * 2 * fe + 2 * s * fe * h + K * (2 * s * h * 2 * fe + 2 * s * fe * h)));
+    // moe_act alone repeats no all-to-all.
+    Workload act = selective("moe_act");
+    act.ep = 4;
+    CHECK(m.blocks(act)[2].moe->recompute_dispatch_at == -1);
 }
 
 TEST_CASE("recompute modules: MLA's up projections and its input norm", "[core][model]") {

@@ -237,6 +237,15 @@ TEST_CASE("exec runs Megatron's zero1 with expert parallelism, trained in full a
         run_moe_and_check(p);
     }
 }
+TEST_CASE("exec runs Megatron's zero1 with expert parallelism and the MoE layer recomputed: its all-to-alls again in backward",
+          "[exec][mpi][plan-zero1]") {
+    strategies::Plan p = data_parallel(DataParallel::zero1);
+    p.ep = 2;
+    p.framework = "megatron";
+    p.recompute = Recompute::selective;
+    p.recompute_modules = parse_recompute_modules("moe,layernorm", {});
+    run_moe_and_check(p);
+}
 TEST_CASE("exec runs zero2", "[exec][mpi][plan-zero2]") { run_and_check(data_parallel(DataParallel::zero2)); }
 TEST_CASE("exec runs zero3", "[exec][mpi][plan-zero3]") { run_and_check(data_parallel(DataParallel::zero3)); }
 TEST_CASE("exec runs zero3 with ZeRO++: quantized gathers, hpZ's groups of two and their secondary copies",

@@ -67,7 +67,7 @@ TEST_CASE("recompute modules: plans that cannot run are refused with the reason"
         Plan q = selective("shared_experts");
         CHECK_NOTHROW(resolve(shared, topo::cluster_preset("dgx-a100"), q));
         q.framework = "megatron@0.13";
-        CHECK_THAT(refused(shared, q), Contains("shared_experts 0.14 and later") && Contains("megatron@0.13 recomputes core_attn,moe_act,layernorm,mla_up_proj,mlp alone"));
+        CHECK_THAT(refused(shared, q), Contains("shared_experts 0.14 and later") && Contains("megatron@0.13 recomputes core_attn,moe_act,layernorm,mla_up_proj,mlp,moe alone"));
         // The default, core_attn, is every framework's selective recompute.
         Plan d = selective("core_attn");
         d.framework = "pytorch";
@@ -90,10 +90,14 @@ TEST_CASE("recompute modules: plans that cannot run are refused with the reason"
         p.fp8 = Fp8Recipe::tensorwise;
         CHECK_NOTHROW(resolve(moe, topo::cluster_preset("dgx-h100"), p));
     }
-    SECTION("not modelled: context parallelism") {
+    SECTION("not modelled: context parallelism; moe under LoRA") {
         Plan p = selective("mlp");
         p.cp = 2;
         CHECK_THAT(refused(dense, p), Contains("with --cp") && Contains("not modelled"));
+        Plan q = selective("moe");
+        q.finetune = parse_finetune("lora:8");
+        CHECK_THAT(refused(moe, q), Contains("moe with --finetune lora:8 is not modelled"));
+        CHECK_THAT(refused(dense, selective("moe")), Contains("moe has nothing to recompute") && Contains("no MoE layers"));
     }
 }
 
@@ -126,4 +130,34 @@ TEST_CASE("recompute modules: mlp at tp 2: the MLP and its all-reduce again in b
     const tools::Simulation mlp = tools::simulate_plan(m, c, plan("core_attn,mlp"));
     CHECK(mlp.summary.iteration > attn.summary.iteration);
     CHECK(mlp.summary.peak_memory < attn.summary.peak_memory);
+}
+
+TEST_CASE("recompute modules: moe at ep 2 repeats the MoE layer's two all-to-alls in backward", "[strategies][recompute]") {
+    const Model m = small_moe();
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(2);
+    auto plan = [](const std::string& modules) {
+        Plan p = selective(modules);
+        p.ep = 2;
+        p.micro_batch = 1;
+        p.global_batch = 6;   // three micro-batches per replica
+        return p;
+    };
+    auto recompute_all_to_alls = [&](const Plan& p) {
+        const Built b = build(m, c, p);
+        int n = 0;
+        for (const Op& op : b.graph.ops())
+            if (op.rank == 0 && op.kind == OpKind::collective && op.phase == Phase::recompute &&
+                b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_to_all)
+                ++n;
+        return n;
+    };
+    CHECK(recompute_all_to_alls(plan("moe_act,layernorm")) == 0);
+    CHECK(recompute_all_to_alls(plan("moe")) == 2 * 3);   // dispatch and combine, one MoE layer, three micro-batches
+    Plan full = plan("core_attn");
+    full.recompute = Recompute::full;
+    CHECK(recompute_all_to_alls(full) == 2 * 3);
+    const tools::Simulation act = tools::simulate_plan(m, c, plan("moe_act,layernorm"));
+    const tools::Simulation whole = tools::simulate_plan(m, c, plan("moe,layernorm"));
+    CHECK(whole.summary.iteration > act.summary.iteration);
+    CHECK(whole.summary.peak_memory < act.summary.peak_memory);
 }

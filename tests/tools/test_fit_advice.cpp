@@ -191,7 +191,9 @@ TEST_CASE("Megatron core's plans are offered the recompute modules with somethin
         "ffn_hidden": 1024, "vocab": 1000, "seq": 128, "gated_mlp": true, "moe": {"experts": 8, "top_k": 2,
         "ffn_hidden": 512, "dense_layers": [0]}})", "moe.json");
     const Model moe = model_from_json(JsonView(doc, "moe.json"), "moe");
-    CHECK(offered(moe, "megatron")[1] == "--recompute selective --recompute-modules core_attn,moe_act,layernorm,mlp");
+    CHECK(offered(moe, "megatron") ==
+          std::vector<std::string>{"--recompute selective", "--recompute selective --recompute-modules core_attn,moe_act,layernorm,mlp",
+                                   "--recompute selective --recompute-modules core_attn,layernorm,mlp,moe", "--recompute full"});
     // Before core 0.12, the attention core alone.
     CHECK(offered(model_preset("llama3-8b"), "megatron@0.11") == std::vector<std::string>{"--recompute selective", "--recompute full"});
 }
