@@ -61,7 +61,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
     app.add_option("--recompute-modules", f.recompute_modules,
                    "with --recompute selective: what it redoes, Megatron core's --recompute-modules: core_attn (the "
-                   "default), mlp, moe_act, layernorm, mla_up_proj, shared_experts, comma-separated");
+                   "default), mlp, moe_act, layernorm, mla_up_proj, moe, shared_experts, comma-separated");
     app.add_option("--offload", f.offload,
                    "none, cpu or nvme: zero1/zero2 offload the optimizer (ZeRO-Offload), zero3 parameters and optimizer "
                    "(ZeRO-Infinity), fsdp parameters, gradients and optimizer to the CPU")
