@@ -394,8 +394,11 @@ void print_table(std::ostream& out, const Summary& s) {
                                       "smolcluster tried fits");
             if (!r.fits.empty()) {
                 row("plans that fit", "each simulated (" + r.fits_network + " network), slowdown against this plan's step:");
+                // The changes in a column at least 44 wide, as wide as the longest.
+                std::size_t width = 44;
+                for (const FitOption& f : r.fits) width = std::max(width, f.change.size() + 2);
                 for (const FitOption& f : r.fits)
-                    out << "    " << f.change << std::string(f.change.size() < 44 ? 44 - f.change.size() : 1, ' ')
+                    out << "    " << f.change << std::string(width - f.change.size(), ' ')
                         << to_string_binary(f.peak) << " of " << to_string_binary(f.capacity)
                         << (f.slowdown >= 1 ? fmt(", %.2f× slower", f.slowdown) : fmt(", %.2f× faster", 1 / f.slowdown)) << '\n';
             }
