@@ -224,23 +224,18 @@ void ExpertParallel::pass(const Block& b, int d, int s, Phase phase, int mb, std
         }
     };
     const int gather = p.attention_tp_collectives;  // index labels of the tensor group's token gather and scatter
-    if (phase == Phase::recompute && recompute_ != Recompute::full) {
-        segment(r.re[0], d, s, phase, b.index, mb, last);
+    if (phase == Phase::fwd || phase == Phase::recompute) {
+        // Selective recompute of moe runs its own kernels, without the attention's collectives.
+        const bool moe_only = phase == Phase::recompute && recompute_ != Recompute::full;
+        const std::int32_t* parts = moe_only ? r.re : r.fwd;
+        segment(parts[0], d, s, phase, b.index, mb, last);
+        if (!moe_only) attention_collectives();
         all_to_all(b, d, s, phase, mb, 0, last);   // dispatch
         tensor_collective(CollectiveKind::all_gather, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
-        segment(r.re[1], d, s, phase, b.index, mb, last);
+        segment(parts[1], d, s, phase, b.index, mb, last);
         tensor_collective(CollectiveKind::reduce_scatter, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
         all_to_all(b, d, s, phase, mb, 1, last);   // combine
-        segment(r.re[2], d, s, phase, b.index, mb, last);
-    } else if (phase == Phase::fwd || phase == Phase::recompute) {
-        segment(r.fwd[0], d, s, phase, b.index, mb, last);
-        attention_collectives();
-        all_to_all(b, d, s, phase, mb, 0, last);   // dispatch
-        tensor_collective(CollectiveKind::all_gather, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
-        segment(r.fwd[1], d, s, phase, b.index, mb, last);
-        tensor_collective(CollectiveKind::reduce_scatter, p.tp_gather_bytes, d, s, phase, b.index, mb, gather, last);
-        all_to_all(b, d, s, phase, mb, 1, last);   // combine
-        segment(r.fwd[2], d, s, phase, b.index, mb, last);
+        segment(parts[2], d, s, phase, b.index, mb, last);
     } else {
         const std::int32_t* parts = phase == Phase::bwd_input ? r.bwd_input : r.bwd;
         segment(parts[0], d, s, phase, b.index, mb, last);

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/json.hpp"
+#include "core/model.hpp"
 
 namespace smol::test {
 
@@ -20,6 +22,14 @@ std::string bad_input_message(F&& f) {
     }
     FAIL("no error thrown");
     return "";
+}
+
+/// A model from its JSON text (smolcluster's own or a HuggingFace config.json), read as the file
+/// NAME.json.
+inline Model model_from_text(const std::string& text, const std::string& name = "inline") {
+    static Json keep;  // the view points into the document; keep it alive for the call
+    keep = parse_json_text(text, name + ".json");
+    return model_from_json(JsonView(keep, name + ".json"), name);
 }
 
 }  // namespace smol::test

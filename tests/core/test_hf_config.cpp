@@ -25,11 +25,7 @@ const std::string hf_dir = std::string(SMOL_TEST_DATA) + "/hf/";
 
 Model hf(const std::string& file) { return load_model(hf_dir + file); }
 
-Model from_text(const std::string& text) {
-    static Json keep;  // the view points into the document; keep it alive for the call
-    keep = parse_json_text(text, "config.json");
-    return model_from_json(JsonView(keep, "config.json"), "config");
-}
+Model from_text(const std::string& text) { return test::model_from_text(text, "config"); }
 
 /// A small Llama config with `extra` keys spliced in (a JSON fragment starting with a comma).
 std::string llama_with(const std::string& extra, const std::string& type = "llama") {

@@ -25,11 +25,7 @@ namespace {
 
 const std::string data_dir = SMOL_TEST_DATA;
 
-Model from_text(const std::string& text, const std::string& name = "inline") {
-    static Json keep;  // the view points into the document; keep it alive for the call
-    keep = parse_json_text(text, name + ".json");
-    return model_from_json(JsonView(keep, name + ".json"), name);
-}
+Model from_text(const std::string& text, const std::string& name = "inline") { return test::model_from_text(text, name); }
 
 std::int64_t sum_params(const std::vector<Block>& blocks) {
     std::int64_t n = 0;

@@ -18,11 +18,7 @@ using smol::test::bad_input_message;
 
 namespace {
 
-Model from_text(const std::string& text) {
-    static Json keep;
-    keep = parse_json_text(text, "inline.json");
-    return model_from_json(JsonView(keep, "inline.json"), "inline");
-}
+Model from_text(const std::string& text) { return test::model_from_text(text); }
 
 RecomputeModules modules(const std::string& text) { return parse_recompute_modules(text, {"", "", "--recompute-modules"}); }
 

@@ -19,11 +19,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-Model from_text(const std::string& text) {
-    static Json keep;
-    keep = parse_json_text(text, "inline.json");
-    return model_from_json(JsonView(keep, "inline.json"), "inline");
-}
+Model from_text(const std::string& text) { return test::model_from_text(text); }
 
 /// Two layers, the first dense, the second MoE (8 experts, top 2).
 Model small_moe() {
