@@ -408,6 +408,24 @@ std::string recompute_module_idle(const Model& model, RecomputeModule module) {
     return {};
 }
 
+std::vector<RecomputeModules> recompute_module_tiers(const Model& model, const Framework& framework) {
+    RecomputeModules all{0};
+    for (unsigned bit = 1; bit <= framework.recompute_modules.bits; bit <<= 1)
+        if (framework.recompute_modules.has(static_cast<RecomputeModule>(bit)) &&
+            recompute_module_idle(model, static_cast<RecomputeModule>(bit)).empty())
+            all.bits |= static_cast<std::uint8_t>(bit);
+    const auto without = [&](std::initializer_list<RecomputeModule> drop) {
+        RecomputeModules m = all;
+        for (RecomputeModule d : drop) m.bits &= static_cast<std::uint8_t>(~static_cast<unsigned>(d));
+        return m;
+    };
+    std::vector<RecomputeModules> out;
+    for (const RecomputeModules m : {without({RecomputeModule::moe}), without({RecomputeModule::moe_act, RecomputeModule::shared_experts})})
+        // Nothing, or the attention core alone (plain selective recompute), is no tier.
+        if (m.bits != 0 && !(m == RecomputeModules{}) && std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+    return out;
+}
+
 namespace {
 
 /// --recompute-modules against the recompute level, the framework, the model and the plan. Its

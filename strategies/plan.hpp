@@ -296,6 +296,11 @@ inline bool sharded_with_tp(const Plan& plan, const Layout& l) {
 /// shared_experts shared experts, mla_up_proj latent attention, layernorm a norm that is a module
 /// of its own under Transformer Engine's spec (an MoE layer's pre-MLP norm, MLA's input norm).
 std::string recompute_module_idle(const Model& model, RecomputeModule module);
+/// The module sets worth trying under selective recompute, lightest first (what the
+/// out-of-memory advice and `sweep --recompute-modules` offer): every module of `framework`'s
+/// --recompute-modules with something to redo in `model` but moe; then with moe, which holds
+/// moe_act and shared_experts. Empty where the framework recomputes the attention core alone.
+std::vector<RecomputeModules> recompute_module_tiers(const Model& model, const Framework& framework);
 
 /// Checks the plan against the model and cluster; throws bad_input saying why a plan is
 /// impossible (tp·pp·dp ≠ devices, micro-batch not dividing the per-replica batch, …), naming

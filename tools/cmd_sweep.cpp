@@ -23,6 +23,13 @@ namespace smol::tools {
 
 namespace {
 
+/// Megatron core's --recompute-modules of a selective plan where they are not the default
+/// (core_attn); else empty.
+std::string recompute_modules_of(const strategies::Plan& p) {
+    if (p.recompute != Recompute::selective || p.recompute_modules == RecomputeModules{}) return "";
+    return to_string(p.recompute_modules);
+}
+
 struct SweepFlags {
     std::string model, cluster, cluster_network;
     std::vector<int> nodes;
@@ -41,7 +48,7 @@ struct SweepFlags {
     std::vector<std::string> cp_comm;
     std::vector<std::string> offload;
     std::vector<std::string> compress;
-    bool zeropp = false, mics = false;
+    bool zeropp = false, mics = false, recompute_modules = false;
     std::string max_memory;
     std::string dispatch_overhead;
     std::vector<std::string> frameworks;
@@ -222,10 +229,17 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     };
     std::size_t strategy_width = 8;
     for (std::size_t k = 0; k < shown; ++k) strategy_width = std::max(strategy_width, strategy_of(r.plans[r.ranking[k]]).size());
+    // The recompute column names the modules where they are not the attention core alone.
+    const auto recompute_of = [](const PlanResult& p) {
+        const std::string m = recompute_modules_of(p.plan);
+        return std::string(to_string(p.plan.recompute)) + (m.empty() ? "" : " " + m);
+    };
+    std::size_t recompute_width = 9;
+    for (std::size_t k = 0; k < shown; ++k) recompute_width = std::max(recompute_width, recompute_of(r.plans[r.ranking[k]]).size());
     out << "\n  rank  " << pad("strategy", strategy_width + 2) << (frameworks ? pad("framework", framework_width + 2) : "") << "tp  pp  " << (cps ? pad("cp", cp_width + 1) : "") << "dp   "
         << (eps ? "ep   " : "")
         << pad("schedule", width + 1)
-        << "mb  recompute  sp  " << (offloads ? pad("offload", offload_width + 2) : "")
+        << "mb  " << pad("recompute", recompute_width + 2) << "sp  " << (offloads ? pad("offload", offload_width + 2) : "")
         << (compressed ? pad("compress", compress_width + 2) : "") << "step time   tokens/s    MFU     peak memory  network" << (orders ? "  devices" : "") << "\n";
     for (std::size_t k = 0; k < shown; ++k) {
         const PlanResult& p = r.plans[r.ranking[k]];
@@ -237,12 +251,12 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         const std::string offload = (offloads ? pad(offload_of(p), offload_width + 2) : "") +
                                     (compressed ? pad(strategies::to_string(p.plan.compress), compress_width + 2) : "");
         char buf[448];
-        std::snprintf(buf, sizeof buf, "  %-5zu %s %-3d %-3d %s%-4d %s%s %-3d %-10s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
+        std::snprintf(buf, sizeof buf, "  %-5zu %s %-3d %-3d %s%-4d %s%s %-3d %s %-3s %s%-11s %-11s %-7s %-12s %s\n", k + 1,
                       (pad(strategy_of(p), strategy_width + 1) +
                        (frameworks ? " " + pad(strategies::describe(p.layout.framework), framework_width + 1) : ""))
                           .c_str(),
                       p.layout.tp, p.layout.pp, cp, p.layout.dp, ep, schedule.c_str(),
-                      p.layout.micro_batch, to_string(p.plan.recompute), p.plan.sequence_parallel ? "yes" : "-",
+                      p.layout.micro_batch, pad(recompute_of(p), recompute_width + 1).c_str(), p.plan.sequence_parallel ? "yes" : "-",
                       offload.c_str(), to_string(x.iteration).c_str(), fmt("%.4g", x.tokens_per_s).c_str(),
                       fmt("%.1f %%", x.mfu * 100).c_str(), to_string_binary(x.peak_memory).c_str(), sim::to_string(x.network));
         std::string line = buf;
@@ -318,6 +332,7 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"virtual_stages", p.plan.virtual_stages},
            {"micro_batch", p.plan.micro_batch},
            {"recompute", to_string(p.plan.recompute)},
+           {"recompute_modules", recompute_modules_of(p.plan)},
            {"sp", p.plan.sequence_parallel},
            {"offload", offload_flags(p.plan)},
            {"compress", strategies::to_string(p.plan.compress)},
@@ -363,7 +378,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     std::ostringstream out;
     out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
            "recompute,sp,offload,compress,overlap_grad_reduce,framework,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
-           "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason,zeropp,mics\n";
+           "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason,zeropp,mics,recompute_modules\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
         for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -398,7 +413,8 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
             out << (resolved ? std::to_string(p.memory_bound.count()) : "") << ','
                 << (p.screen ? fmt("%.9g", p.screen->iteration.to_seconds()) : "") << ',' << quoted(p.reason) << ','
                 << quoted(zeropp_flags(p.plan)) << ','
-                << (p.plan.zero_mics_shard_size > 0 ? std::to_string(p.plan.zero_mics_shard_size) : "") << '\n';
+                << (p.plan.zero_mics_shard_size > 0 ? std::to_string(p.plan.zero_mics_shard_size) : "") << ','
+                << quoted(recompute_modules_of(p.plan)) << '\n';
         }
     }
     return out.str();
@@ -577,6 +593,11 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     for (const std::string& c : f.compress) o.space.compress.push_back(strategies::parse_compression(c));
     o.space.zeropp = f.zeropp;
     o.space.mics = f.mics;
+    o.space.recompute_modules = f.recompute_modules;
+    if (f.recompute_modules && strategies::recompute_module_tiers(model, strategies::parse_framework("megatron")).empty())
+        fail_input("has no effect here: " + model.name() + " has no module of Megatron core's --recompute-modules to redo "
+                   "but the attention core, which --recompute selective is",
+                   flag("--recompute-modules"));
     if (f.mics && !o.space.strategies.empty() &&
         std::find(o.space.strategies.begin(), o.space.strategies.end(), strategies::DataParallel::zero3) == o.space.strategies.end())
         fail_input("has no effect here: MiCS shards zero3, and --strategies does not search it", flag("--mics"));
@@ -703,6 +724,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_flag("--zeropp", f->zeropp,
                   "zero3 plans on several GPU nodes also try ZeRO++: hpZ over a node, and with qwZ and qgZ too (their "
                   "quantization changes the numbers, so only when asked)");
+    app->add_flag("--recompute-modules", f->recompute_modules,
+                  "on Megatron core (0.12 on), selective recompute also of Megatron's --recompute-modules: every module "
+                  "with something to redo in the model but moe, then with moe");
     app->add_flag("--mics", f->mics,
                   "zero3 plans on several GPU nodes also try MiCS over a node (model states sharded over its GPUs, "
                   "replicated across nodes)");

@@ -84,25 +84,10 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
     std::vector<std::pair<Recompute, RecomputeModules>> recomputes{{plan.recompute, plan.recompute_modules}};
     for (Recompute r : {Recompute::selective, Recompute::full})
         if (static_cast<int>(r) > static_cast<int>(plan.recompute)) recomputes.push_back({r, {}});
-    if (plan.recompute != Recompute::full) {
-        RecomputeModules all{0};
-        for (unsigned bit = 1; bit <= l.framework.recompute_modules.bits; bit <<= 1)
-            if (l.framework.recompute_modules.has(static_cast<RecomputeModule>(bit)) &&
-                strategies::recompute_module_idle(model, static_cast<RecomputeModule>(bit)).empty())
-                all.bits |= static_cast<std::uint8_t>(bit);
-        const auto without = [&](std::initializer_list<RecomputeModule> drop) {
-            RecomputeModules m = all;
-            for (RecomputeModule d : drop) m.bits &= static_cast<std::uint8_t>(~static_cast<unsigned>(d));
-            return m;
-        };
-        for (const RecomputeModules m : {without({RecomputeModule::moe}),
-                                         without({RecomputeModule::moe_act, RecomputeModule::shared_experts})}) {
-            const bool seen = std::any_of(recomputes.begin(), recomputes.end(), [&](const auto& r) {
-                return r.first == Recompute::selective && r.second == m;
-            });
-            if (!seen && !(m == plan.recompute_modules)) recomputes.insert(recomputes.end() - 1, {Recompute::selective, m});
-        }
-    }
+    if (plan.recompute != Recompute::full)
+        for (const RecomputeModules m : strategies::recompute_module_tiers(model, l.framework))
+            if (!(m == plan.recompute_modules) && !(m == RecomputeModules{}))
+                recomputes.insert(recomputes.end() - 1, {Recompute::selective, m});
     std::vector<int> micro_batches{plan.micro_batch};
     for (int m = plan.micro_batch / 2; m >= 1; m /= 2) micro_batches.push_back(m);
     // A mixture of experts: more expert parallelism, each rank holding fewer experts (every power

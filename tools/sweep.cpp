@@ -100,6 +100,8 @@ std::string describe_plan(const PlanResult& p) {
     if (x.cp > 1) s += " cp " + std::to_string(x.cp) + (x.cp_comm == CpComm::p2p ? "" : std::string(" ") + to_string(x.cp_comm));
     if (x.ep > 1) s += " ep " + std::to_string(x.ep);
     s += " mb " + std::to_string(x.micro_batch) + " recompute " + to_string(x.recompute);
+    if (x.recompute == Recompute::selective && !(x.recompute_modules == RecomputeModules{}))
+        s += " --recompute-modules " + to_string(x.recompute_modules);
     if (x.sequence_parallel) s += " sp";
     if (x.partition) s += std::string(" partition ") + strategies::to_string(*x.partition);
     if (const std::string o = offload_flags(x); !o.empty()) s += " " + o;
@@ -293,8 +295,17 @@ const Dimension kDimensions[] = {
          if (p.schedule != Schedule::interleaved) return std::vector<Plan>{p};
          return vary(p, &Plan::virtual_stages, {2, 3, 4, 5, 6, 7, 8});
      }},
-    {"recompute", [](const Context&, const Plan& p, const Layout&) {
-         return vary(p, &Plan::recompute, {Recompute::none, Recompute::selective, Recompute::full});
+    // With --recompute-modules, Megatron core's module sets too (strategies::recompute_module_tiers).
+    {"recompute", [](const Context& c, const Plan& p, const Layout& l) {
+         std::vector<Plan> out = vary(p, &Plan::recompute, {Recompute::none, Recompute::selective, Recompute::full});
+         if (c.options.space.recompute_modules)
+             for (const RecomputeModules m : strategies::recompute_module_tiers(c.model, l.framework)) {
+                 Plan q = p;
+                 q.recompute = Recompute::selective;
+                 q.recompute_modules = m;
+                 out.insert(out.end() - 1, q);
+             }
+         return out;
      }},
     {"sp", [](const Context&, const Plan& p, const Layout&) {
          if (p.tp == 1) return std::vector<Plan>{p};

@@ -66,6 +66,9 @@ struct SearchSpace {
     bool zeropp = false;
     /// --mics: zero3 plans on several GPU nodes also try MiCS over a node (its shard groups).
     bool mics = false;
+    /// --recompute-modules: on Megatron core (0.12 on), selective recompute also of the module
+    /// sets strategies::recompute_module_tiers gives for the model.
+    bool recompute_modules = false;
 };
 
 struct SweepOptions {

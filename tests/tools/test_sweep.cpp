@@ -424,6 +424,51 @@ TEST_CASE("sweep --mics tries MiCS over a node on zero3 over several GPU nodes, 
     CHECK(checked >= 2);
 }
 
+TEST_CASE("sweep --recompute-modules tries Megatron core's module sets under selective recompute, each simulated as simulate would",
+          "[tools][sweep][recompute]") {
+    SweepOptions o = analytic_screen(16);
+    o.space.strategies = {strategies::DataParallel::zero1};
+    o.space.tp = {2};
+    o.space.pp = {1};
+    o.space.micro_batch = {2};
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    auto sets = [](const SweepResult& r) {
+        std::set<std::string> out;
+        for (const PlanResult& p : r.plans) out.insert(std::string(to_string(p.plan.recompute)) + " " + to_string(p.plan.recompute_modules));
+        return out;
+    };
+    // Without the flag: none, selective (the attention core), full.
+    CHECK(sets(sweep(m, c, o)) == std::set<std::string>{"none core_attn", "selective core_attn", "full core_attn"});
+    o.space.recompute_modules = true;
+    const SweepResult r = sweep(m, c, o);
+    // gpt2-small is dense with its norms fused into its linear layers: the MLP beside the core.
+    CHECK(sets(r) == std::set<std::string>{"none core_attn", "selective core_attn", "selective core_attn,mlp", "full core_attn"});
+    int checked = 0;
+    for (const PlanResult& p : r.plans) {
+        if (!(p.plan.recompute_modules == parse_recompute_modules("core_attn,mlp", {})) || !p.result) continue;
+        CHECK(p.layout.framework.name == strategies::FrameworkName::megatron);
+        check_twin(m, c, p, "--recompute-modules core_attn,mlp");
+        ++checked;
+    }
+    CHECK(checked >= 1);
+    // From the command line: the recompute column names the modules, --json a field for them.
+    const fs::path out = fs::temp_directory_path() / "smol-sweep-recompute-modules.json";
+    const auto [text, json] = sweep_cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16",
+                                         "--strategies", "zero1", "--tp", "2", "--pp", "1", "--micro-batch", "2",
+                                         "--network", "analytic", "--top", "10"},
+                                        {"--recompute-modules"}, out);
+    fs::remove(out);
+    CHECK_THAT(text, Catch::Contains("selective core_attn,mlp"));
+    bool field = false;
+    for (const Json& p : json.at("sweeps").at(0).at("plans")) field |= p.at("recompute_modules") == "core_attn,mlp";
+    CHECK(field);
+    // A layer list has nothing but the attention core to offer: the flag is refused.
+    const Result cnn = cli({"sweep", "--model", "resnet50", "--cluster", "dgx-a100", "--global-batch", "64", "--recompute-modules"});
+    CHECK(cnn.code == 2);
+    CHECK_THAT(cnn.err, Catch::Contains("--recompute-modules") && Catch::Contains("has no effect here"));
+}
+
 TEST_CASE("plans above the memory bound do not fit when simulated", "[tools][sweep]") {
     // Llama-2-7B on four 24 GB RTX 4090: DDP's 16 bytes per parameter (108 GB) cannot fit, ZeRO-3's 27 GB
     // per device neither; the pipeline plans may.
