@@ -218,6 +218,9 @@ struct ContextPass {
     /// of Q, K and V after their all-to-alls, the head-split kernel, the output's reorder before its own.
     int steps = 0;
     int per_step = 1;              // kernels per step
+    /// Selective recompute of core_attn: where core_at falls in recompute_kernels (the modules
+    /// redone before the core precede it, those after follow its steps); -1: the core is not redone.
+    int recompute_core_at = -1;
     /// One step's transfer in forward: K and V of one rank's chunk, b·(s/cp)·(kvh/t)·(hd + vd)·e.
     Bytes kv_bytes;
     Bytes k_bytes;                 // the keys' part of it (the all-gather variant gathers K and V apart)

@@ -762,6 +762,10 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
             // reorders, the core and the output's reorder.
             case CpComm::all_to_all: c.core_at += 3, c.steps = 1, c.per_step = 5; break;
         }
+        if (d.redo(RecomputeModule::core_attn)) {
+            c.recompute_core_at = 0;
+            for (int k = 0; k < c.core_at; ++k) c.recompute_core_at += (d.modules.bits & tags[static_cast<std::size_t>(k)]) != 0;
+        }
         const CpTensors x = cp_tensors(d);
         c.kv_bytes = Bytes(x.k + x.v);
         c.k_bytes = Bytes(x.k);

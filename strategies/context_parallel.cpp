@@ -92,9 +92,14 @@ ContextParallel::ContextParallel(OpGraph& g, const Layout& l, const std::vector<
         r.in_post = intern_or_none(g, backward_kernels(post, BackwardPart::input));
         if (recompute == Recompute::full) {
             r.re_pre = r.pre, r.re_step = r.step, r.re_post = r.post;
-        } else if (recompute == Recompute::selective) {
-            // The core alone is dropped and redone (its steps, with their ring).
+        } else if (recompute == Recompute::selective && c.recompute_core_at >= 0) {
+            // The core is redone (its steps, with their ring), between the other modules redone
+            // before and after it (--recompute-modules).
+            const std::span<const Kernel> redo(b.recompute_kernels);
+            const auto at = static_cast<std::size_t>(c.recompute_core_at);
+            r.re_pre = intern_or_none(g, redo.subspan(0, at));
             r.re_step = r.step;
+            r.re_post = intern_or_none(g, redo.subspan(at + static_cast<std::size_t>(c.steps * c.per_step)));
         }
     }
 }

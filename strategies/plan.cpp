@@ -456,9 +456,9 @@ void resolve_recompute_modules(const Model& model, const Plan& plan, const Layou
                    "does not support moe_act and layernorm recompute for fp8\"); use --fp8 tensorwise",
                    at);
     if (modules.bits == static_cast<std::uint8_t>(RecomputeModule::core_attn)) return;
-    if (l.cp > 1)
-        fail_input("with --cp, selective recompute of modules other than core_attn is not modelled (the ring attention's "
-                   "passes hold the core alone); got " + to_string(modules),
+    if (l.cp > 1 && modules.has(RecomputeModule::moe))
+        fail_input("moe with --cp is not modelled (the MoE layer's recompute after the ring attention's); use moe_act and "
+                   "layernorm, or --recompute full",
                    at);
     if (modules.has(RecomputeModule::moe) && plan.finetune.kind != FineTuneKind::full)
         fail_input("moe with --finetune " + to_string(plan.finetune) + " is not modelled (the adapters' kernels in the "

@@ -86,10 +86,11 @@ TEST_CASE("recompute modules: plans that cannot run are refused with the reason"
         p.fp8 = Fp8Recipe::tensorwise;
         CHECK_NOTHROW(resolve(moe, topo::cluster_preset("dgx-h100"), p));
     }
-    SECTION("not modelled: context parallelism; moe under LoRA") {
-        Plan p = selective("mlp");
+    SECTION("not modelled: moe under context parallelism or LoRA") {
+        Plan p = selective("moe");
         p.cp = 2;
-        CHECK_THAT(refused(dense, p), Contains("with --cp") && Contains("not modelled"));
+        p.sequence_parallel = false;
+        CHECK_THAT(refused(moe, p), Contains("moe with --cp is not modelled"));
         Plan q = selective("moe");
         q.finetune = parse_finetune("lora:8");
         CHECK_THAT(refused(moe, q), Contains("moe with --finetune lora:8 is not modelled"));
@@ -156,4 +157,36 @@ TEST_CASE("recompute modules: moe at ep 2 repeats the MoE layer's two all-to-all
     const tools::Simulation whole = tools::simulate_plan(m, c, plan("moe,layernorm"));
     CHECK(whole.summary.iteration > act.summary.iteration);
     CHECK(whole.summary.peak_memory < act.summary.peak_memory);
+}
+
+TEST_CASE("recompute modules under context parallelism: the ring's core again, the MLP after it", "[strategies][recompute][cp]") {
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(2);
+    auto plan = [](const std::string& modules) {
+        Plan p = selective(modules);
+        p.cp = 2;
+        p.seq = 8192;
+        p.micro_batch = 1;
+        p.global_batch = 2;
+        return p;
+    };
+    // On rank 0, layer 1 in the recompute phase of both micro-batches: the ring's sends (cp − 1
+    // each with the core redone) and the kernels after it.
+    auto recompute_ops = [&](const Plan& p) {
+        const Built b = build(m, c, p);
+        std::map<OpKind, int> n;
+        for (const Op& op : b.graph.ops())
+            if (op.rank == 0 && op.phase == Phase::recompute && op.layer == 1) ++n[op.kind];
+        return n;
+    };
+    const auto core = recompute_ops(plan("core_attn")), both = recompute_ops(plan("core_attn,mlp")), mlp = recompute_ops(plan("mlp"));
+    CHECK(core.at(OpKind::send) == 2);
+    CHECK(both.at(OpKind::send) == 2);
+    CHECK(both.at(OpKind::compute) > core.at(OpKind::compute));   // the MLP's segment after the ring
+    CHECK(mlp.count(OpKind::send) == 0);                          // the MLP alone: no ring again
+    CHECK(mlp.at(OpKind::compute) >= 1);
+    const tools::Simulation a = tools::simulate_plan(m, c, plan("core_attn"));
+    const tools::Simulation b = tools::simulate_plan(m, c, plan("core_attn,mlp"));
+    CHECK(b.summary.iteration > a.summary.iteration);
+    CHECK(b.summary.peak_memory < a.summary.peak_memory);
 }
