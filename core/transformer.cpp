@@ -550,6 +550,13 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     }
     if (m.moe.shared_expert_gate) k.push_back(gemm_kernel(KernelName::router, KernelClass::gemm, local, 1, d.h, 1, eb, true));
     const int dispatch_at = static_cast<int>(k.size());
+    // A rank holding several experts sorts the tokens it received (and their fp32 probabilities)
+    // by local expert, and restores their order before the combine: Megatron's alltoall
+    // dispatcher's "Permutation 2" and "Unpermutation 2" (moe/token_dispatcher.py:757-789 and
+    // :803-823 at NVIDIA/Megatron-LM d98e8a6, sort_chunks_by_idxs; with a capacity the same copy as
+    // a transpose made contiguous), one pass each.
+    const bool sort = lp.local_experts > 1;
+    if (sort) k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, 2 * lp.routed * (d.h * e + 4)));
     // The local experts as grouped GEMMs (Megatron's GroupedMLP / TEGroupedMLP): one problem per
     // local expert, over the tokens routed to it.
     const I fe = m.moe.ffn_hidden / t, up = (mats - 1) * fe;
@@ -557,6 +564,7 @@ std::pair<int, int> layer_kernels(std::vector<Kernel>& k, const TransformerShape
     k.push_back(stream_kernel(KernelName::activation, KernelClass::elementwise, (up + fe) * lp.tpe * lp.local_experts * e));
     tag(k, tags, k.size() - 1, RecomputeModule::moe_act);
     linear(k, d, KernelName::mlp_down, lp.tpe, d.h, fe, lp.local_experts);
+    if (sort) k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, 2 * lp.routed * d.h * e));
     const int combine_at = static_cast<int>(k.size());
     // Un-permutation: read the K expert outputs and their fp32 probabilities, write the weighted sum.
     k.push_back(stream_kernel(KernelName::other, KernelClass::elementwise, copies * d.h * e + copies * 4 + local * d.h * e));

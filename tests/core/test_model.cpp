@@ -285,15 +285,26 @@ TEST_CASE("mixture-of-experts blocks: experts split by ep, kernels split around 
     CHECK(p.expert_params == 2 * 3 * h * fe);                            // E/ep = 2 experts per rank
     CHECK(one[2].params - four[2].params == (E - 2) * 3 * h * fe);
     CHECK(p.dispatch_bytes.count() == 2 * 128 * 2 * h * 2);              // b·s·K·h·e
+    // Two experts on a rank: the tokens it receives sorted by local expert (and their fp32
+    // probabilities), read and written, 2 · b·s·K · (h·e + 4) bytes, and put back in order before
+    // the combine (Megatron's Permutation 2 and Unpermutation 2).
+    const std::int64_t routed = 2 * 128 * 2;
+    CHECK(four[2].fwd_kernels[static_cast<std::size_t>(p.dispatch_at)].bytes == 2 * routed * (h * 2 + 4));
+    CHECK(four[2].fwd_kernels[static_cast<std::size_t>(p.combine_at - 1)].bytes == 2 * routed * h * 2);
     // The local experts' grouped GEMMs: 2 problems over b·s·K·ep/E = 128 tokens each.
-    const Kernel& up = four[2].fwd_kernels[static_cast<std::size_t>(p.dispatch_at)];
+    const Kernel& up = four[2].fwd_kernels[static_cast<std::size_t>(p.dispatch_at + 1)];
     CHECK((up.op == KernelOp::gemm && up.batch == 2 && up.m == 2 * 128 * 2 / 2 && up.n == 2 * fe && up.k == h));
+    // With every expert on one rank there is nothing to sort: the GEMM comes first.
+    w.ep = 8;
+    const auto eight = m.blocks(w);
+    CHECK(eight[2].fwd_kernels[static_cast<std::size_t>(eight[2].moe->dispatch_at)].op == KernelOp::gemm);
+    w.ep = 4;
     // Model FLOPs do not depend on ep.
     CHECK(four[2].fwd == one[2].fwd);
     // A skewed router: the busiest expert takes 1.5× the mean; every rank is priced at it.
     w.expert_imbalance = 1.5;
     const auto skewed = m.blocks(w);
-    CHECK(skewed[2].fwd_kernels[static_cast<std::size_t>(p.dispatch_at)].m == 256 * 3 / 2);
+    CHECK(skewed[2].fwd_kernels[static_cast<std::size_t>(p.dispatch_at + 1)].m == 256 * 3 / 2);
     CHECK(skewed[2].fwd == four[2].fwd);   // model FLOPs count useful work
     CHECK(skewed[2].activations > four[2].activations);
     // GShard capacity 1.25: the dispatched buffer is padded to capacity.

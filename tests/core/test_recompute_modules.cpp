@@ -148,12 +148,13 @@ TEST_CASE("recompute modules: moe keeps the MoE layer's input alone and redoes i
     for (std::size_t i = 0; i < moe_part.size(); ++i) moe_part[i] = b.recompute_kernels[i].name;
     const std::size_t core = names(attention_core_kernels_of(m, ep)).size();
     moe_part.erase(moe_part.begin(), moe_part.begin() + static_cast<std::ptrdiff_t>(core));
+    // (Two experts a rank: the received tokens sorted by expert and back, around the experts.)
     CHECK(moe_part == std::vector<KernelName>{KernelName::router, KernelName::activation, KernelName::other, KernelName::mlp_up,
-                                              KernelName::activation, KernelName::mlp_down, KernelName::mlp_up,
-                                              KernelName::activation, KernelName::mlp_down, KernelName::other});
+                                              KernelName::activation, KernelName::mlp_down, KernelName::other, KernelName::mlp_up,
+                                              KernelName::activation, KernelName::mlp_down, KernelName::other, KernelName::other});
     CHECK(p.recompute_dispatch_at == static_cast<int>(core) + 6);
-    CHECK(p.recompute_combine_at == static_cast<int>(core) + 9);
-    CHECK(b.recompute_kernels[static_cast<std::size_t>(p.recompute_dispatch_at)].batch == 2);   // the grouped GEMM, 8 / 4 experts
+    CHECK(p.recompute_combine_at == static_cast<int>(core) + 11);
+    CHECK(b.recompute_kernels[static_cast<std::size_t>(p.recompute_dispatch_at) + 1].batch == 2);   // the grouped GEMM, 8 / 4 experts
     // Model FLOPs redone: the core and the MoE layer's forward (router, shared expert, experts at
     // balanced routing): all of the layer's forward but the attention projections.
     const Block f = m.blocks(selective("moe"))[2];
