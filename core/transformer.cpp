@@ -484,7 +484,8 @@ I attention_activations(const TransformerShape& m, const Dims& d, bool causal) {
 /// TransformerLayer): norm, projections, the attention core, the output projection, fused
 /// bias-dropout-add; T5's cross-attention likewise; then norm and the MLP (up projection with
 /// gate and up in one GEMM, fused bias-activation, down projection) or the MoE half (router,
-/// top-k, permutation, shared experts | local experts | un-permutation and combine), and
+/// top-k, permutation, shared experts | the received tokens sorted by local expert, the local
+/// experts, sorted back | un-permutation and combine), and
 /// bias-dropout-add. GEMMs cover b·s tokens (the all-gathered sequence with sp); norms and the
 /// residual kernels run on the sequence shard with sp. Returns the split points of an MoE layer;
 /// `core_at` becomes the index of the self-attention core's first kernel; `tags` each kernel's

@@ -26,7 +26,8 @@
 //   attention, router, top-k, permutation, shared experts  (compute)
 //   dispatch all-to-all over the EP group                    (the rank's K token copies)
 //   all-gather of the routed tokens over the tensor group    (tp > 1; Megatron requires --sp then)
-//   the local experts' grouped GEMMs                         (compute)
+//   the local experts' grouped GEMMs, the received tokens     (compute)
+//   sorted by local expert before and back after
 //   reduce-scatter over the tensor group                     (tp > 1)
 //   combine all-to-all over the EP group
 //   un-permutation, weighted sum, residual                   (compute)
