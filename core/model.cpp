@@ -281,6 +281,13 @@ constexpr std::pair<RecomputeModule, const char*> kRecomputeModules[] = {
 };
 }  // namespace
 
+std::vector<RecomputeModule> modules_in(RecomputeModules m) {
+    std::vector<RecomputeModule> out;
+    for (const auto& [module, name] : kRecomputeModules)
+        if (m.has(module)) out.push_back(module);
+    return out;
+}
+
 std::string to_string(RecomputeModules m) {
     std::string out;
     for (const auto& [module, name] : kRecomputeModules)

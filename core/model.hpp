@@ -61,6 +61,8 @@ struct RecomputeModules {
     bool has(RecomputeModule m) const { return (bits & static_cast<std::uint8_t>(m)) != 0; }
     bool operator==(const RecomputeModules&) const = default;
 };
+/// The modules of `m`, in Megatron's order.
+std::vector<RecomputeModule> modules_in(RecomputeModules m);
 /// "core_attn,moe_act" in Megatron's order.
 std::string to_string(RecomputeModules m);
 /// A comma-separated list of Megatron's module names (each once, at least one).

@@ -702,15 +702,15 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     const auto [dispatch_at, combine_at] = layer_kernels(blk.fwd_kernels, m, d, lp, core_at, tags);
     // Model FLOPs: the weight GEMMs as launched, with the experts at balanced routing (K copies
     // per token: the capacity's padding and an imbalance are not useful work), plus the core.
-    Flops f;
-    for (std::size_t k = 0; k < blk.fwd_kernels.size(); ++k) {
+    auto expert = [&](std::size_t k) { return lp.moe && static_cast<int>(k) >= dispatch_at && static_cast<int>(k) < combine_at; };
+    auto model_flops = [&](std::size_t k) {
         const Kernel& kn = blk.fwd_kernels[k];
-        if (kn.op != KernelOp::gemm || !kn.weight) continue;
-        const bool expert = lp.moe && static_cast<int>(k) >= dispatch_at && static_cast<int>(k) < combine_at;
-        f += Flops(expert ? kn.flops * static_cast<double>(lp.routed_balanced) /
-                                static_cast<double>(lp.tpe * lp.local_experts)
-                          : kn.flops);
-    }
+        if (kn.op != KernelOp::gemm || !kn.weight) return Flops(0);
+        return Flops(expert(k) ? kn.flops * static_cast<double>(lp.routed_balanced) / static_cast<double>(lp.tpe * lp.local_experts)
+                               : kn.flops);
+    };
+    Flops f;
+    for (std::size_t k = 0; k < blk.fwd_kernels.size(); ++k) f += model_flops(k);
     f += attention_core_flops(d, lp.keys);
     if (lp.cross) f += attention_core_flops(d, d.s);
     blk.fwd = f;
@@ -726,16 +726,11 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
             // core_attn too); model FLOPs: the cores as counted above, the modules' weight GEMMs.
             for (std::size_t k = 0; k < blk.fwd_kernels.size(); ++k) {
                 if ((d.modules.bits & tags[k]) == 0) continue;
-                const Kernel& kn = blk.fwd_kernels[k];
-                const bool expert = lp.moe && static_cast<int>(k) >= dispatch_at && static_cast<int>(k) < combine_at;
                 // The experts' all-to-alls come again with moe: where its kernels reach them.
-                if (expert && redo_dispatch < 0) redo_dispatch = static_cast<int>(blk.recompute_kernels.size());
+                if (expert(k) && redo_dispatch < 0) redo_dispatch = static_cast<int>(blk.recompute_kernels.size());
                 if (lp.moe && static_cast<int>(k) == combine_at) redo_combine = static_cast<int>(blk.recompute_kernels.size());
-                blk.recompute_kernels.push_back(kn);
-                if (kn.op == KernelOp::gemm && kn.weight)
-                    blk.recompute += Flops(expert ? kn.flops * static_cast<double>(lp.routed_balanced) /
-                                                        static_cast<double>(lp.tpe * lp.local_experts)
-                                                  : kn.flops);
+                blk.recompute_kernels.push_back(blk.fwd_kernels[k]);
+                blk.recompute += model_flops(k);
             }
             if (!d.redo(RecomputeModule::moe)) redo_dispatch = redo_combine = -1;   // moe_act alone: no all-to-all
             if (d.redo(RecomputeModule::core_attn)) {

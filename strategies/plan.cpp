@@ -410,10 +410,8 @@ std::string recompute_module_idle(const Model& model, RecomputeModule module) {
 
 std::vector<RecomputeModules> recompute_module_tiers(const Model& model, const Framework& framework) {
     RecomputeModules all{0};
-    for (unsigned bit = 1; bit <= framework.recompute_modules.bits; bit <<= 1)
-        if (framework.recompute_modules.has(static_cast<RecomputeModule>(bit)) &&
-            recompute_module_idle(model, static_cast<RecomputeModule>(bit)).empty())
-            all.bits |= static_cast<std::uint8_t>(bit);
+    for (const RecomputeModule module : modules_in(framework.recompute_modules))
+        if (recompute_module_idle(model, module).empty()) all.bits |= static_cast<std::uint8_t>(module);
     const auto without = [&](std::initializer_list<RecomputeModule> drop) {
         RecomputeModules m = all;
         for (RecomputeModule d : drop) m.bits &= static_cast<std::uint8_t>(~static_cast<unsigned>(d));
@@ -446,10 +444,11 @@ void resolve_recompute_modules(const Model& model, const Plan& plan, const Layou
                        to_string(l.framework.recompute_modules) + " alone",
                    at);
     // Layer lists were refused selective recompute already.
-    for (std::uint8_t bit = 1; bit != 0 && bit <= modules.bits; bit = static_cast<std::uint8_t>(bit << 1))
-        if (modules.has(static_cast<RecomputeModule>(bit)))
-            if (const std::string why = recompute_module_idle(model, static_cast<RecomputeModule>(bit)); !why.empty())
-                fail_input(to_string(RecomputeModules{bit}) + " has nothing to recompute in " + model.name() + ": " + why, at);
+    for (const RecomputeModule module : modules_in(modules))
+        if (const std::string why = recompute_module_idle(model, module); !why.empty())
+            fail_input(to_string(RecomputeModules{static_cast<std::uint8_t>(module)}) + " has nothing to recompute in " +
+                           model.name() + ": " + why,
+                       at);
     // transformer_config.py:2000-2005.
     if (l.fp8 == Fp8Recipe::delayed && (modules.has(RecomputeModule::moe_act) || modules.has(RecomputeModule::layernorm)))
         fail_input("Megatron core refuses moe_act and layernorm recompute with FP8's delayed scaling (\"Delayed scaling "

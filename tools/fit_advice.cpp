@@ -86,8 +86,7 @@ std::vector<PlanChange> memory_saving_changes(const Model& model, const topo::Cl
         if (static_cast<int>(r) > static_cast<int>(plan.recompute)) recomputes.push_back({r, {}});
     if (plan.recompute != Recompute::full)
         for (const RecomputeModules m : strategies::recompute_module_tiers(model, l.framework))
-            if (!(m == plan.recompute_modules) && !(m == RecomputeModules{}))
-                recomputes.insert(recomputes.end() - 1, {Recompute::selective, m});
+            if (!(m == plan.recompute_modules)) recomputes.insert(recomputes.end() - 1, {Recompute::selective, m});
     std::vector<int> micro_batches{plan.micro_batch};
     for (int m = plan.micro_batch / 2; m >= 1; m /= 2) micro_batches.push_back(m);
     // A mixture of experts: more expert parallelism, each rank holding fewer experts (every power

@@ -37,6 +37,16 @@ Plan selective(const std::string& modules) {
     return p;
 }
 
+/// The collectives rank 0 runs in the recompute phase of `p`'s step, by kind.
+std::map<CollectiveKind, int> recompute_collectives(const Model& m, const topo::Cluster& c, const Plan& p) {
+    const Built b = build(m, c, p);
+    std::map<CollectiveKind, int> n;
+    for (const Op& op : b.graph.ops())
+        if (op.rank == 0 && op.kind == OpKind::collective && op.phase == Phase::recompute)
+            ++n[b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind];
+    return n;
+}
+
 std::string refused(const Model& m, const Plan& p, const char* cluster = "dgx-a100") {
     return test::bad_input_message([&] { (void)resolve(m, topo::cluster_preset(cluster), p); });
 }
@@ -110,19 +120,10 @@ TEST_CASE("recompute modules: mlp at tp 2: the MLP and its all-reduce again in b
     };
     // Tensor-parallel collectives of the recompute phase on rank 0: one per layer and micro-batch
     // (the MLP's row-parallel all-reduce), none for the attention core alone.
-    auto recompute_collectives = [&](const Plan& p) {
-        const Built b = build(m, c, p);
-        int n = 0;
-        for (const Op& op : b.graph.ops())
-            if (op.rank == 0 && op.kind == OpKind::collective && op.phase == Phase::recompute) {
-                CHECK(b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_reduce);
-                ++n;
-            }
-        return n;
-    };
     const int layers = 12, microbatches = 4;
-    CHECK(recompute_collectives(plan("core_attn")) == 0);
-    CHECK(recompute_collectives(plan("core_attn,mlp")) == layers * microbatches);
+    CHECK(recompute_collectives(m, c, plan("core_attn")).empty());
+    CHECK(recompute_collectives(m, c, plan("core_attn,mlp")) ==
+          std::map<CollectiveKind, int>{{CollectiveKind::all_reduce, layers * microbatches}});
     const tools::Simulation attn = tools::simulate_plan(m, c, plan("core_attn"));
     const tools::Simulation mlp = tools::simulate_plan(m, c, plan("core_attn,mlp"));
     CHECK(mlp.summary.iteration > attn.summary.iteration);
@@ -139,15 +140,7 @@ TEST_CASE("recompute modules: moe at ep 2 repeats the MoE layer's two all-to-all
         p.global_batch = 6;   // three micro-batches per replica
         return p;
     };
-    auto recompute_all_to_alls = [&](const Plan& p) {
-        const Built b = build(m, c, p);
-        int n = 0;
-        for (const Op& op : b.graph.ops())
-            if (op.rank == 0 && op.kind == OpKind::collective && op.phase == Phase::recompute &&
-                b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_to_all)
-                ++n;
-        return n;
-    };
+    auto recompute_all_to_alls = [&](const Plan& p) { return recompute_collectives(m, c, p)[CollectiveKind::all_to_all]; };
     CHECK(recompute_all_to_alls(plan("moe_act,layernorm")) == 0);
     CHECK(recompute_all_to_alls(plan("moe")) == 2 * 3);   // dispatch and combine, one MoE layer, three micro-batches
     Plan full = plan("core_attn");
