@@ -702,7 +702,9 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     const auto [dispatch_at, combine_at] = layer_kernels(blk.fwd_kernels, m, d, lp, core_at, tags);
     // Model FLOPs: the weight GEMMs as launched, with the experts at balanced routing (K copies
     // per token: the capacity's padding and an imbalance are not useful work), plus the core.
-    auto expert = [&](std::size_t k) { return lp.moe && static_cast<int>(k) >= dispatch_at && static_cast<int>(k) < combine_at; };
+    // (Plain copies: a lambda cannot capture structured bindings before C++20, and clang refuses.)
+    const int experts_from = dispatch_at, experts_to = combine_at;
+    auto expert = [&](std::size_t k) { return lp.moe && static_cast<int>(k) >= experts_from && static_cast<int>(k) < experts_to; };
     auto model_flops = [&](std::size_t k) {
         const Kernel& kn = blk.fwd_kernels[k];
         if (kn.op != KernelOp::gemm || !kn.weight) return Flops(0);
