@@ -143,7 +143,14 @@ ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Bl
         Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
         for (int k = 0; k < 3; ++k) r.fwd[k] = g.intern_recipe(parts[static_cast<std::size_t>(k)]);
         if (b.moe->recompute_dispatch_at >= 0) {
-            const auto re = three(b.recompute_kernels, b.moe->recompute_dispatch_at, b.moe->recompute_combine_at);
+            // With the attention core redone as well under context parallelism, the ring redoes it
+            // and the modules before it (ContextParallel), the MoE layer's parts the rest.
+            const bool ring = b.cp && l.cp > 1 && b.cp->recompute_core_at >= 0;
+            const std::size_t re_from =
+                ring ? static_cast<std::size_t>(b.cp->recompute_core_at + b.cp->steps * b.cp->per_step) : 0;
+            const int shift = static_cast<int>(re_from);
+            const auto re = three(std::span<const Kernel>(b.recompute_kernels).subspan(re_from),
+                                  b.moe->recompute_dispatch_at - shift, b.moe->recompute_combine_at - shift);
             for (int k = 0; k < 3; ++k) r.re[k] = g.intern_recipe(re[static_cast<std::size_t>(k)]);
         }
         if (!trained.empty()) {

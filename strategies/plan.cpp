@@ -455,10 +455,6 @@ void resolve_recompute_modules(const Model& model, const Plan& plan, const Layou
                    "does not support moe_act and layernorm recompute for fp8\"); use --fp8 tensorwise",
                    at);
     if (modules.bits == static_cast<std::uint8_t>(RecomputeModule::core_attn)) return;
-    if (l.cp > 1 && modules.has(RecomputeModule::moe))
-        fail_input("moe with --cp is not modelled (the MoE layer's recompute after the ring attention's); use moe_act and "
-                   "layernorm, or --recompute full",
-                   at);
     if (modules.has(RecomputeModule::moe) && plan.finetune.kind != FineTuneKind::full)
         fail_input("moe with --finetune " + to_string(plan.finetune) + " is not modelled (the adapters' kernels in the "
                    "recomputed MoE layer); use moe_act and layernorm, or --recompute full",
