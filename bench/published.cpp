@@ -686,6 +686,9 @@ struct NemoModel {
     bool llama;
     int layers, hidden, heads, kv_heads, ffn_hidden, vocab;
     const char* recompute;  // "selective" (core attention) or "none" (null)
+    /// The recipe's cross_entropy_loss_fusion at the 24.07 tag (Megatron core's native fusion):
+    /// llama3_8b.yaml:94 (9352b045, "perf patch"); the others gained it later or never.
+    bool ce_fusion = false;
 };
 const NemoModel* nemo_model(const std::string& name) {
     static const NemoModel models[] = {
@@ -693,7 +696,7 @@ const NemoModel* nemo_model(const std::string& name) {
         {"GPT3-20B", "gpt3/20b_fp8_performance.yaml", false, 44, 6144, 48, 48, 24576, 50257, "selective"},
         {"GPT3-175B", "gpt3/175b_fp8_performance.yaml", false, 96, 12288, 96, 96, 49152, 50257, "selective"},
         {"Llama2-70B", "llama/llama2_70b.yaml", true, 80, 8192, 64, 8, 28672, 32000, "none"},
-        {"Llama3-8B", "llama/llama3_8b.yaml", true, 32, 4096, 32, 8, 14336, 128256, "none"},
+        {"Llama3-8B", "llama/llama3_8b.yaml", true, 32, 4096, 32, 8, 14336, 128256, "none", true},
     };
     for (const NemoModel& m : models)
         if (name == m.name) return &m;
@@ -742,8 +745,21 @@ Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
     if (vp > 1) m.args.insert(m.args.end() - 1, {"--virtual-stages", std::to_string(vp)});
     if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
     if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
+    if (nm->ce_fusion) {
+        m.args.insert(m.args.end() - 1, {"--cross-entropy-fusion", "native"});
+        m.notes.push_back("the recipe's cross_entropy_loss_fusion: Megatron core's fused cross-entropy (native)");
+    }
     return finish(std::move(m));
 }
+
+/// Megatron-Bridge's performance scripts run Megatron core 0.16 (3rdparty/Megatron-LM at v0.2.0:
+/// 0d8e0714cd; at c0b9a0003: 23dd639cf3, package_info.py MINOR 16) with GPTModelProvider's
+/// cross_entropy_loss_fusion (True, gpt_provider.py:180 at v0.2.0) and their common overrides'
+/// cross_entropy_fusion_impl "te" (scripts/performance/utils/helpers.py:108 at v0.2.0,
+/// utils/overrides.py:65 at c0b9a0003).
+const std::vector<std::string> kMegatronBridgeFramework = {"--framework", "megatron@0.16", "--cross-entropy-fusion", "te"};
+const char* const kMegatronBridgeNote =
+    "Megatron core 0.16 with the scripts' fused cross-entropy (Transformer Engine's: cross_entropy_fusion_impl te)";
 
 /// NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (25.11, DGX-H100): FP8 rows are gaps;
 /// P20 is GPT-OSS-120B, a mixture of experts, in BF16 with expert parallelism, routing
@@ -786,9 +802,11 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
                "context parallelism as Megatron runs it: Transformer Engine's ring attention (p2p)"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", std::to_string(gpus / 8),
               "--tp", std::to_string(tp), "--pp", std::to_string(pp), "--dp", std::to_string(dp), "--cp", std::to_string(cp),
-              "--sp", "--strategy", "zero1", "--framework", "megatron", "--overlap-grad-reduce", "--schedule", "interleaved",
+              "--sp", "--strategy", "zero1", "--overlap-grad-reduce", "--schedule", "interleaved",
               "--virtual-stages", std::to_string(vp), "--stage-layers", stages, "--recompute", "none",
               "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());
+    m.notes.push_back(kMegatronBridgeNote);
     if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
     return finish(std::move(m));
 }
@@ -845,10 +863,12 @@ Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
                                 : "no recompute: the 25.11 scripts set the H100 recipe's recompute_modules without a granularity");
     m.args = {"simulate", "--model", (fs::path(model_dir) / config->first).string(), "--cluster", "dgx-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
-              "--dp", std::to_string(dp), "--ep", std::to_string(ep), "--strategy", "zero1", "--framework", "megatron",
+              "--dp", std::to_string(dp), "--ep", std::to_string(ep), "--strategy", "zero1",
               "--schedule", "1f1b", "--recompute", selective ? "selective" : "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--seq", std::to_string(seq), "--dtype", "bf16", "--json"};
     if (selective) m.args.insert(m.args.end() - 1, {"--recompute-modules", "moe_act,layernorm"});
+    m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());
+    m.notes.push_back(kMegatronBridgeNote);
     return finish(std::move(m));
 }
 

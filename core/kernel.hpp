@@ -86,10 +86,13 @@ const char* to_string(Fp8Recipe r);
 
 /// Whose cross-entropy the head runs (strategies/framework.hpp Framework::loss): Megatron's
 /// vocab-parallel one (_VocabParallelCrossEntropy, in Megatron-LM, Megatron-DeepSpeed and the
-/// Megatron models DeepSpeed's examples train) or PyTorch's F.cross_entropy on the fp32 logits
-/// (log_softmax and nll_loss: HuggingFace models, torchtitan). core/transformer.cpp
-/// loss_forward_kernels lists each one's passes.
-enum class LossKernels : std::uint8_t { megatron, torch };
+/// Megatron models DeepSpeed's examples train); Megatron core's fused ones under
+/// --cross-entropy-loss-fusion, `megatron_fused` its own (--cross-entropy-fusion-impl native:
+/// core/fusions/fused_cross_entropy.py) and `te` Transformer Engine's Triton kernels
+/// (--cross-entropy-fusion-impl te: transformer_engine/pytorch/triton/cross_entropy.py); or
+/// PyTorch's F.cross_entropy on the fp32 logits (log_softmax and nll_loss: HuggingFace models,
+/// torchtitan). core/transformer.cpp loss_forward_kernels lists each one's passes.
+enum class LossKernels : std::uint8_t { megatron, megatron_fused, te, torch };
 
 /// Which library's fused attention kernel runs (Megatron core's --attention-backend, whose
 /// AttnBackend names the first two `flash` and `fused`): FlashAttention-2 (the flash-attn package,

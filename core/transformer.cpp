@@ -806,65 +806,128 @@ Kernel token_pass(I tokens, I bytes_per_token) {
 }
 
 /// The loss's forward after the logits GEMM, on `tokens` rows of `v_rank` logits in `e`-byte
-/// elements. First the logits cast to fp32 (read e, write 4 bytes per logit; nothing in fp32
-/// training): Megatron's `output.float()` (gpt_model.py post_language_model_processing;
-/// GPTModelPipe's float16_to_fp32), PyTorch models' `logits.float()`. Then, `megatron`:
-///   - _VocabParallelCrossEntropy.forward (core/tensor_parallel/cross_entropy.py): max over the
-///     vocabulary (read 4), the max subtracted (read 4, write 4), exp (read 4, write 4), their
-///     sum (read 4), the division that leaves the probabilities kept for backward (read 4,
-///     write 4): 32 bytes per logit in five passes;
-///   - around them, passes over one value per token: the labels' transpose, the target's range
-///     mask (two comparisons and an or), its shifted copy (clone, subtract, masked fill), the
-///     arange and the gather of each target's logit, its copy and masked fill, the three
+/// elements.
+///   - `megatron`: first the logits cast to fp32 (read e, write 4 bytes per logit; nothing in
+///     fp32 training): Megatron's `output.float()` (gpt_model.py post_language_model_processing;
+///     GPTModelPipe's float16_to_fp32). Then _VocabParallelCrossEntropy.forward
+///     (core/tensor_parallel/cross_entropy.py): max over the vocabulary (read 4), the max
+///     subtracted (read 4, write 4), exp (read 4, write 4), their sum (read 4), the division that
+///     leaves the probabilities kept for backward (read 4, write 4): 32 bytes per logit in five
+///     passes. Around them, passes over one value per token: the labels' transpose, the target's
+///     range mask (two comparisons and an or), its shifted copy (clone, subtract, masked fill),
+///     the arange and the gather of each target's logit, its copy and masked fill, the three
 ///     all-reduce calls (max, target logit, sum; c10d issues them even on a one-rank group), log
-///     and subtract for the loss, the loss's transpose back, and the loss function's
-///     masked mean (pretrain_gpt.py loss_func: multiply, sum, mask sum, divide) and the
-///     schedule's running total of it: 22 launches.
-/// `torch` (F.cross_entropy = log_softmax + nll_loss, aten/src/ATen/native/cuda/SoftMax.cu and
-/// Loss.cu): log_softmax over a row longer than shared memory holds (cunn_SoftMaxForward: the
-/// max, the sum of exponentials and the output pass read the row three times and write it once,
-/// 16 bytes per logit), then nll_loss's gather of each target's log-probability and its mean: one
-/// launch.
+///     and subtract for the loss, the loss's transpose back, and the loss function's masked mean
+///     (pretrain_gpt.py loss_func: multiply, sum, mask sum, divide) and the schedule's running
+///     total of it: 22 launches.
+///   - `megatron_fused` (--cross-entropy-loss-fusion, impl native: core/fusions/
+///     fused_cross_entropy.py at NVIDIA/Megatron-LM d98e8a6, whose four functions jit_fuser
+///     compiles with torch.compile, core/jit.py): the cast and the max in one kernel (read e,
+///     write the fp32 logits, 4); the max all-reduce; the subtraction, exp and sum in place (read
+///     4, write 4) beside a kernel over the tokens (target masks, the target's logit, the cat of
+///     it with the sum); the one batched all-reduce; the division in place (read 4, write 4)
+///     beside the loss per token. The labels' and the loss's transposes and the loss function's
+///     passes stay (language_module.py compute_language_model_loss, loss_func).
+///   - `te` (--cross-entropy-loss-fusion, impl te: Transformer Engine d0067d0
+///     transformer_engine/pytorch/triton/cross_entropy.py:39-120): the loss, the per-rank
+///     (max, sum, target logit) buffer and the token count zeroed, online_softmax_kernel (read e
+///     per logit), the buffer's all-gather call, the count's clamp, and cross_entropy_kernel
+///     (read e, write the fp32 gradient it keeps for backward: 4 per logit); the same passes
+///     around it.
+///   - `torch` (F.cross_entropy = log_softmax + nll_loss, aten/src/ATen/native/cuda/SoftMax.cu
+///     and Loss.cu): the cast (PyTorch models' `logits.float()`), log_softmax over a row longer
+///     than shared memory holds (cunn_SoftMaxForward: the max, the sum of exponentials and the
+///     output pass read the row three times and write it once, 16 bytes per logit), then
+///     nll_loss's gather of each target's log-probability and its mean: one launch.
+/// Each keeps 4 bytes per logit for backward (head_block's activations): the fp32 probabilities,
+/// or `te`'s fp32 gradient.
 std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e, LossKernels kind) {
     const I logits = tokens * v_rank;
     std::vector<Kernel> out;
-    if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
-    if (kind == LossKernels::torch) {
-        out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 16));
-        out.push_back(token_pass(tokens, 16));
-        return out;
+    const auto per_logit = [&](I bytes) { out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes)); };
+    const auto per_token = [&](std::initializer_list<I> bytes) {
+        for (const I b : bytes) out.push_back(token_pass(tokens, b));
+    };
+    switch (kind) {
+        case LossKernels::torch:
+            if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
+            per_logit(16);
+            per_token({16});
+            return out;
+        case LossKernels::megatron:
+            if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
+            for (const I bytes : {4, 8, 8, 4, 8}) per_logit(bytes);
+            // Bytes per token of each small pass: int64 targets (8), bool masks (1), fp32 values (4).
+            per_token({16, 9, 9, 3, 16, 16, 9, 8, 20, 8, 5, 4, 4, 4, 8, 12, 8, 12, 4, 4, 4, 4});
+            return out;
+        case LossKernels::megatron_fused:
+            per_token({16});                 // the labels' transpose
+            per_logit(e + 4);                // calculate_logits_max: the cast and the max
+            per_token({4});                  // the max's all-reduce
+            per_logit(8);                    // calculate_predicted_logits: subtract, exp, sum in place
+            per_token({29, 8});              // its target masks, target logit and cat; their all-reduce
+            per_logit(8);                    // calculate_cross_entropy_loss: the division in place
+            per_token({12, 8, 12, 4, 4, 4, 4});   // the loss; its transpose, the masked mean, the total
+            return out;
+        case LossKernels::te:
+            per_token({16, 4, 12, 8});       // the labels' transpose; loss, buffer and count zeroed
+            per_logit(e);                    // online_softmax_kernel
+            per_token({12, 8});              // the buffer's all-gather call, the count's clamp
+            per_logit(e + 4);                // cross_entropy_kernel: the gradient in fp32
+            per_token({8, 12, 4, 4, 4, 4});  // the loss's transpose, the masked mean, the total
+            return out;
     }
-    for (const I bytes : {4, 8, 8, 4, 8}) out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes));
-    // Bytes per token of each small pass: int64 targets (8), bool masks (1), fp32 values (4).
-    for (const I bytes : {16, 9, 9, 3, 16, 16, 9, 8, 20, 8, 5, 4, 4, 4, 8, 12, 8, 12, 4, 4, 4, 4})
-        out.push_back(token_pass(tokens, bytes));
     return out;
 }
 
 /// The loss's own backward, which replaces the derivatives of loss_forward_kernels (backward
-/// does not revisit the forward's passes). `megatron`: the loss scaled for fp16 and divided by
-/// the micro-batches (Megatron's schedules and optimizer.scale_loss; DeepSpeed's
-/// _scale_loss_by_gas and FP16_Optimizer.backward), autograd's seed gradient, the masked mean's
-/// backward (divide, multiply), then _VocabParallelCrossEntropy.backward: the target mask as
-/// float and 1 − it, the arange, gather, subtract and index_put that take 1 from each target's
-/// probability (small passes), and `grad_input.mul_(grad_output)` over the kept probabilities
-/// (read 4, write 4 per logit). `torch`: autograd's seed, nll_loss's backward (the gradient
-/// zeroed, 4 bytes per logit, then −1/n scattered at each target), and log_softmax's backward
-/// (cunn_SoftMaxBackward: the row's gradient summed, then read again with the output and the
-/// input gradient written: 16 bytes per logit). The cast's backward (to the logits' dtype) is
-/// derived from the forward's cast, as any cast's.
-std::vector<Kernel> loss_backward_kernels(I tokens, I v_rank, LossKernels kind) {
+/// does not revisit the forward's passes). Before the cross-entropy's, the same per-token passes
+/// for every Megatron kind: the loss scaled for fp16 and divided by the micro-batches (Megatron's
+/// schedules and optimizer.scale_loss; DeepSpeed's _scale_loss_by_gas and FP16_Optimizer.backward),
+/// autograd's seed gradient, the masked mean's backward (divide, multiply). Then:
+///   - `megatron`: _VocabParallelCrossEntropy.backward: the target mask as float and 1 − it, the
+///     arange, gather, subtract and index_put that take 1 from each target's probability (small
+///     passes), and `grad_input.mul_(grad_output)` over the kept probabilities (read 4, write 4
+///     per logit). The cast's backward (to the logits' dtype) is derived from the forward's cast,
+///     as any cast's.
+///   - `megatron_fused`: calculate_gradients compiled: the target's update (a pass over the
+///     tokens), then one kernel multiplying the kept probabilities in place and writing the 16-bit
+///     gradient (read 4, write 4 and 2 per logit: `.to(torch.bfloat16)`).
+///   - `te`: CrossEntropyFunction.backward: `torch.equal(grad_output, torch.tensor(1.0))` (the
+///     scalar's copy and the comparison), element_mul_kernel over the kept fp32 gradient (read 4,
+///     write 4), and autograd's cast of that gradient to the logits' dtype (read 4, write e).
+///   - `torch`: autograd's seed, nll_loss's backward (the gradient zeroed, 4 bytes per logit,
+///     then −1/n scattered at each target), and log_softmax's backward (cunn_SoftMaxBackward: the
+///     row's gradient summed, then read again with the output and the input gradient written: 16
+///     bytes per logit); the cast's backward is derived.
+std::vector<Kernel> loss_backward_kernels(I tokens, I v_rank, I e, LossKernels kind) {
     const I logits = tokens * v_rank;
     std::vector<Kernel> out;
-    if (kind == LossKernels::torch) {
-        out.push_back(token_pass(tokens, 4));
-        out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 4));
-        out.push_back(token_pass(tokens, 16));
-        out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 16));
-        return out;
+    const auto per_logit = [&](I bytes) { out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes)); };
+    const auto per_token = [&](std::initializer_list<I> bytes) {
+        for (const I b : bytes) out.push_back(token_pass(tokens, b));
+    };
+    switch (kind) {
+        case LossKernels::torch:
+            per_token({4});
+            per_logit(4);
+            per_token({16});
+            per_logit(16);
+            return out;
+        case LossKernels::megatron:
+            per_token({4, 4, 4, 8, 12, 5, 8, 8, 20, 8, 20});
+            per_logit(8);
+            return out;
+        case LossKernels::megatron_fused:
+            per_token({4, 4, 4, 8, 12, 25});
+            per_logit(4 + 4 + e);
+            return out;
+        case LossKernels::te:
+            per_token({4, 4, 4, 8, 12, 4, 8});
+            per_logit(8);
+            if (e != 4) per_logit(4 + e);
+            return out;
     }
-    for (const I bytes : {4, 4, 4, 8, 12, 5, 8, 8, 20, 8, 20}) out.push_back(token_pass(tokens, bytes));
-    out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * 8));
     return out;
 }
 
@@ -892,7 +955,7 @@ Block head_block(const TransformerShape& m, const Dims& d, int index) {
     if (m.final_norm) blk.fwd_kernels.push_back(stream_kernel(KernelName::norm, KernelClass::elementwise, d.rep(2 * sbh * d.e)));
     blk.fwd_kernels.push_back(gemm_kernel(KernelName::logits, KernelClass::gemm, sb, v_rank, d.h, 1, static_cast<int>(d.e), true));
     for (const Kernel& k : loss_forward_kernels(sb, v_rank, d.e, d.loss)) blk.fwd_kernels.push_back(k);
-    blk.loss_backward = loss_backward_kernels(sb, v_rank, d.loss);
+    blk.loss_backward = loss_backward_kernels(sb, v_rank, d.e, d.loss);
     // The column-parallel projection's input needs one collective per pass over b·s·h: its
     // gradient is all-reduced in backward (all-gathered input in forward with sp). The forward
     // cross-entropy reductions (max, sum of exponentials, target logit: 3 × b·s fp32) are tiny

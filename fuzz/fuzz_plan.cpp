@@ -136,6 +136,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.zero_loco = in.ConsumeBool();
         // Megatron core's --recompute-modules, any subset (exhausted input: core_attn, the default).
         if (in.ConsumeBool()) p.recompute_modules.bits = in.ConsumeIntegralInRange<std::uint8_t>(1, 127);
+        // Megatron core's fused cross-entropy (exhausted input: none).
+        p.cross_entropy_fusion = static_cast<CrossEntropyFusion>(in.ConsumeIntegralInRange<int>(0, 2));
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

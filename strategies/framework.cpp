@@ -110,14 +110,20 @@ const std::vector<Row>& rows() {
             // delayed (the default) or tensorwise (megatron/training/arguments.py, the
             // Transformer-Engine argument group).
             f.fp8 = true;
-            f.version = "0.11";
+            f.version = "0.7";
             t.push_back({FrameworkName::megatron, {0, 1}, f});
+            // Core 0.8 adds --cross-entropy-loss-fusion (7b4a6d76c9, core/fusions/fused_cross_entropy.py).
+            f.cross_entropy_fusion_native = true;
+            f.version = "0.11";
+            t.push_back({FrameworkName::megatron, {0, 8}, f});
             // Core 0.12 adds --optimizer-cpu-offload (NVIDIA/Megatron-LM 60007c93d3 of 2025-02-14,
             // "Optimizer CPU offload support": megatron/core/optimizer/cpu_offloading/
-            // hybrid_optimizer.py; first in core_v0.12.0) and --recompute-modules (3b141a2471 of
+            // hybrid_optimizer.py; first in core_v0.12.0), --recompute-modules (3b141a2471 of
             // 2025-04-05: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe;
-            // transformer_config.py:238 at core_r0.12.0).
+            // transformer_config.py:238 at core_r0.12.0) and --cross-entropy-fusion-impl te
+            // (0f60adbd30 of 2025-03-08, first in core_v0.12.0).
             f.optimizer_cpu_offload = true;
+            f.cross_entropy_fusion_te = true;
             f.recompute_modules.bits = static_cast<std::uint8_t>(
                 static_cast<unsigned>(RecomputeModule::core_attn) | static_cast<unsigned>(RecomputeModule::mlp) |
                 static_cast<unsigned>(RecomputeModule::moe_act) | static_cast<unsigned>(RecomputeModule::layernorm) |
@@ -126,8 +132,13 @@ const std::vector<Row>& rows() {
             t.push_back({FrameworkName::megatron, {0, 12}, f});
             // Core 0.14 adds shared_experts to them (transformer_config.py at core_r0.14.0).
             f.recompute_modules.bits |= static_cast<std::uint8_t>(RecomputeModule::shared_experts);
-            f.version = "0.19";
+            f.version = "0.18";
             t.push_back({FrameworkName::megatron, {0, 14}, f});
+            // Core 0.19 refuses --cross-entropy-fusion-impl te (168cb15d70 of 2026-06-03).
+            f.cross_entropy_fusion_te = false;
+            f.cross_entropy_fusion_te_refused = true;
+            f.version = "0.19";
+            t.push_back({FrameworkName::megatron, {0, 19}, f});
         }
         {
             // DeepSpeed v0.5: ZeRO-3 fetches a module's parameters one all-gather per tensor with a
@@ -278,5 +289,21 @@ Framework default_framework(bool model_parallel, bool zero) {
 }
 
 std::string describe(const Framework& f) { return std::string(to_string(f.name)) + "@" + f.version; }
+
+const char* to_string(CrossEntropyFusion f) {
+    switch (f) {
+        case CrossEntropyFusion::none: return "none";
+        case CrossEntropyFusion::native: return "native";
+        case CrossEntropyFusion::te: return "te";
+    }
+    return "?";
+}
+
+CrossEntropyFusion parse_cross_entropy_fusion(const std::string& text) {
+    for (const CrossEntropyFusion f : {CrossEntropyFusion::none, CrossEntropyFusion::native, CrossEntropyFusion::te})
+        if (text == to_string(f)) return f;
+    fail_input("none, native (Megatron core's fused cross-entropy) or te (Transformer Engine's)", "'" + text + "'",
+               {"", "", "--cross-entropy-fusion"});
+}
 
 }  // namespace smol::strategies

@@ -55,6 +55,15 @@ enum class GatherGranularity {
 ///    GEMM accumulates into main_grad itself (fused_weight_gradient_mlp_cuda, β = 1); no pass.
 enum class GradAccumulation { autograd, main_grad_hook, fused };
 
+/// Megatron core's fused cross-entropy (--cross-entropy-fusion, its --cross-entropy-loss-fusion
+/// with --cross-entropy-fusion-impl): none (the unfused vocab-parallel loss), native (Megatron
+/// core's own, compiled: core 0.8 and later) or te (Transformer Engine's Triton kernels: core
+/// 0.12 to 0.18; 0.19 refuses it). core/kernel.hpp LossKernels.
+enum class CrossEntropyFusion : std::uint8_t { none, native, te };
+const char* to_string(CrossEntropyFusion f);
+/// "none" | "native" | "te"; bad input naming --cross-entropy-fusion otherwise.
+CrossEntropyFusion parse_cross_entropy_fusion(const std::string& text);
+
 struct Framework {
     FrameworkName name = FrameworkName::pytorch;
     std::string version;                // the release whose behaviour this row is ("2.5", "0.5.10")
@@ -111,6 +120,13 @@ struct Framework {
     LossKernels loss = LossKernels::megatron;
     /// Runs linear layers in FP8 through Transformer Engine when asked (--fp8): Megatron core.
     bool fp8 = false;
+    /// Megatron core's fused cross-entropy (--cross-entropy-fusion): native from core 0.8
+    /// (NVIDIA/Megatron-LM 7b4a6d76c9 of 2024-06-14, first in core_r0.8.0), te from core 0.12
+    /// (0f60adbd30 of 2025-03-08, first in core_v0.12.0) until core 0.19 refused it
+    /// (168cb15d70 of 2026-06-03, model_parallel_config.py: "disabled due to stability issues").
+    bool cross_entropy_fusion_native = false;
+    bool cross_entropy_fusion_te = false;
+    bool cross_entropy_fusion_te_refused = false;
     /// Offloads the distributed optimizer's step to the CPU when asked (--offload cpu with zero1 and
     /// tensor, pipeline, context or expert parallelism): Megatron core's --optimizer-cpu-offload
     /// (HybridDeviceOptimizer, strategies/model_parallel.cpp), from core 0.12.

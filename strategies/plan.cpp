@@ -380,7 +380,36 @@ void resolve_fp8(const Model& model, const topo::Cluster& cluster, const Plan& p
     l.fp8 = plan.fp8;
 }
 
+/// Megatron core's fused cross-entropy (--cross-entropy-fusion) where the framework has it: the
+/// head's loss kernels become the fused function's (Layout::framework.loss).
+void resolve_cross_entropy_fusion(const Model& model, const Plan& plan, Layout& l) {
+    const CrossEntropyFusion f = plan.cross_entropy_fusion;
+    if (f == CrossEntropyFusion::none) return;
+    const ErrorContext at{"", "", "--cross-entropy-fusion"};
+    if (!model.is_transformer())
+        fail_input(std::string("--cross-entropy-fusion ") + to_string(f) + " fuses a language model's vocabulary-parallel "
+                       "cross-entropy; " + model.name() + " is a layer list (CNN / MLP)",
+                   at);
+    if (const std::string why = cross_entropy_fusion_refusal(l.framework, f); !why.empty()) fail_input(why, at);
+    l.framework.loss = f == CrossEntropyFusion::te ? LossKernels::te : LossKernels::megatron_fused;
+}
+
 }  // namespace
+
+std::string cross_entropy_fusion_refusal(const Framework& framework, CrossEntropyFusion f) {
+    if (f == CrossEntropyFusion::none) return {};
+    if (framework.name != FrameworkName::megatron || !framework.cross_entropy_fusion_native)
+        return "--cross-entropy-fusion is Megatron core's --cross-entropy-loss-fusion (core 0.8 and later: --framework "
+               "megatron); " + describe(framework) + " has no fused cross-entropy";
+    if (f == CrossEntropyFusion::te && framework.cross_entropy_fusion_te_refused)
+        return "Megatron core 0.19 and later refuse --cross-entropy-fusion-impl te (\"Transformer Engine cross entropy loss "
+               "fusion is disabled due to stability issues\"); " + describe(framework) +
+               " runs native, or give --framework megatron@0.18 for Transformer Engine's";
+    if (f == CrossEntropyFusion::te && !framework.cross_entropy_fusion_te)
+        return "--cross-entropy-fusion te is Megatron core's --cross-entropy-fusion-impl te (core 0.12 to 0.18); " +
+               describe(framework) + " has the native fusion alone";
+    return {};
+}
 
 std::string recompute_module_idle(const Model& model, RecomputeModule module) {
     if (!model.is_transformer()) return "a layer list (CNN / MLP) has no transformer layers";
@@ -1204,6 +1233,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     }
     resolve_fp8(model, cluster, plan, l);
     resolve_recompute_modules(model, plan, l);
+    resolve_cross_entropy_fusion(model, plan, l);
     resolve_training(model, cluster, plan, l);
     resolve_zeropp(cluster, plan, l);
     resolve_mics(cluster, plan, l);

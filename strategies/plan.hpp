@@ -197,6 +197,10 @@ struct Plan {
     /// their GEMMs at the devices' FP8 rate, the casts before them, FP8 copies of their weights
     /// and inputs. none: every GEMM in the training dtype.
     Fp8Recipe fp8 = Fp8Recipe::none;
+    /// Megatron core's fused cross-entropy (--cross-entropy-fusion): the loss's kernels as
+    /// Megatron's fused function or Transformer Engine's run them (core/transformer.cpp
+    /// loss_forward_kernels); none: the unfused vocab-parallel loss.
+    CrossEntropyFusion cross_entropy_fusion = CrossEntropyFusion::none;
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.
@@ -290,6 +294,10 @@ inline bool sharded_with_tp(const Plan& plan, const Layout& l) {
             deepspeed_zero1) &&
            l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
 }
+
+/// Why `framework` cannot run --cross-entropy-fusion `f` (empty: it can): Megatron core's fusion
+/// by release (Framework::cross_entropy_fusion_native, _te, _te_refused).
+std::string cross_entropy_fusion_refusal(const Framework& framework, CrossEntropyFusion f);
 
 /// Why selective recompute of `module` (Megatron core's --recompute-modules) would have nothing to
 /// redo in `model`, or empty when it has: mlp needs a dense layer, moe_act and moe an MoE layer,

@@ -37,6 +37,7 @@ struct SweepFlags {
     std::int64_t global_batch = 0;
     std::optional<int> seq;               // unset: the model's
     std::string fp8;
+    std::string cross_entropy_fusion;
     std::string finetune = "full", optimizer = "adam";
     std::string attention;
     std::string attention_backend;
@@ -108,6 +109,9 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
     const SweepResult& r = n.result;
     out << model.name() << " on " << n.cluster.name << " (" << n.cluster.num_devices() << (n.cluster.num_devices() == 1 ? " device" : " devices") << "), global batch "
         << o.global_batch << (o.fp8 != Fp8Recipe::none ? std::string(", fp8 ") + to_string(o.fp8) : std::string())
+        << (o.cross_entropy_fusion != strategies::CrossEntropyFusion::none
+                ? std::string(", cross-entropy fusion ") + strategies::to_string(o.cross_entropy_fusion)
+                : std::string())
         << (o.finetune.kind != strategies::FineTuneKind::full ? ", finetune " + strategies::to_string(o.finetune) : std::string())
         << (o.optimizer != strategies::Optimizer::adam ? std::string(", optimizer ") + strategies::to_string(o.optimizer) : std::string())
         << (o.attention ? std::string(", ") + to_string(*o.attention) + " attention" : std::string())
@@ -434,6 +438,8 @@ std::string json_text(const Model& model, const SweepOptions& o, const SweepFlag
         j["seed"] = f.seed;
     }
     if (o.fp8 != Fp8Recipe::none) j["fp8"] = to_string(o.fp8);
+    if (o.cross_entropy_fusion != strategies::CrossEntropyFusion::none)
+        j["cross_entropy_fusion"] = strategies::to_string(o.cross_entropy_fusion);
     if (o.finetune.kind != strategies::FineTuneKind::full) j["finetune"] = strategies::to_string(o.finetune);
     if (o.optimizer != strategies::Optimizer::adam) j["optimizer"] = strategies::to_string(o.optimizer);
     if (o.attention) j["attention"] = to_string(*o.attention);
@@ -513,6 +519,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     o.seq = f.seq.value_or(0);
     if (!f.dtype.empty()) o.dtype = parse_dtype(f.dtype, flag("--dtype"));
     if (!f.fp8.empty()) o.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
+    if (!f.cross_entropy_fusion.empty()) o.cross_entropy_fusion = strategies::parse_cross_entropy_fusion(f.cross_entropy_fusion);
     o.finetune = strategies::parse_finetune(f.finetune);
     o.optimizer = strategies::parse_optimizer(f.optimizer);
     if (!f.attention.empty()) o.attention = parse_attention(f.attention, flag("--attention"));
@@ -535,10 +542,17 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
             fail_input("--fp8 runs through Transformer Engine on Megatron core; " + strategies::describe(fw) +
                            " does not: leave out --framework, or give megatron",
                        flag("--framework"));
+        if (const std::string why = strategies::cross_entropy_fusion_refusal(fw, o.cross_entropy_fusion); !why.empty())
+            fail_input(why, flag("--framework"));
         if (std::find(o.frameworks.begin(), o.frameworks.end(), name) != o.frameworks.end())
             fail_input("a framework listed twice, " + name, flag("--framework"));
         o.frameworks.push_back(name);
     }
+    if (o.frameworks.empty())
+        if (const std::string why = strategies::cross_entropy_fusion_refusal(strategies::parse_framework("megatron"),
+                                                                             o.cross_entropy_fusion);
+            !why.empty())
+            fail_input(why, flag("--cross-entropy-fusion"));
     o.overlap_grad_reduce = f.overlap_grad_reduce;
     o.min_headroom = f.min_headroom;
     if (f.jobs && (*f.jobs < 1 || *f.jobs > 1024))
@@ -684,6 +698,9 @@ Command add_sweep(CLI::App& parent) {
     app->add_option("--dtype", f->dtype, "bf16, fp16 or fp32 (default: the device's)");
     app->add_option("--fp8", f->fp8,
                     "delayed or tensorwise: every plan's linear layers in FP8 (Transformer Engine), on Megatron core");
+    app->add_option("--cross-entropy-fusion", f->cross_entropy_fusion,
+                    "native or te: every plan's loss as Megatron core's fused cross-entropy, on Megatron core (te: give "
+                    "--framework megatron@0.18 or an earlier core from 0.12)");
     app->add_option("--finetune", f->finetune,
                     "what every plan trains: full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS] (as simulate's)")
         ->capture_default_str();

@@ -182,6 +182,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--fp8", f.fp8,
                    "delayed or tensorwise: the linear layers' GEMMs in FP8 as Transformer Engine runs them under Megatron "
                    "core (--fp8-format hybrid with that --fp8-recipe), on GPUs with FP8 tensor cores (H100, H200)");
+    app.add_option("--cross-entropy-fusion", f.cross_entropy_fusion,
+                   "native or te: the loss as Megatron core's --cross-entropy-loss-fusion runs it, its own compiled "
+                   "kernels (core 0.8 on) or Transformer Engine's (--cross-entropy-fusion-impl te, core 0.12 to 0.18); "
+                   "default none, the unfused vocab-parallel loss");
     app.add_option("--profile", f.profile,
                    "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
     app.add_option("--slow", f.slow,
@@ -245,6 +249,8 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
         p += " (" + to_string(plan.recompute_modules) + ")";
     if (plan.sequence_parallel) p += ", sp";
     if (l.fp8 != Fp8Recipe::none) p += std::string(", fp8 ") + to_string(l.fp8);
+    if (plan.cross_entropy_fusion != strategies::CrossEntropyFusion::none)
+        p += std::string(", cross-entropy fusion ") + strategies::to_string(plan.cross_entropy_fusion);
     if (plan.compress.method != strategies::CompressionMethod::none) p += ", compress " + strategies::to_string(plan.compress);
     std::vector<std::pair<std::string, std::string>> out{{"smolcluster-version", SMOL_VERSION},
                                                          {"command-line", command_line},
@@ -521,6 +527,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
         p.attention_backend = parse_attention_backend(f.attention_backend, "--attention-backend");
     if (!f.cp_comm.empty()) p.cp_comm = parse_cp_comm(f.cp_comm, flag("--cp-comm"));
     if (!f.fp8.empty()) p.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
+    if (!f.cross_entropy_fusion.empty()) p.cross_entropy_fusion = strategies::parse_cross_entropy_fusion(f.cross_entropy_fusion);
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);
 
     // A flag the plan does not read is refused, so a mistyped plan is not simulated as another.

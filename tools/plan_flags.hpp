@@ -75,6 +75,7 @@ struct PlanFlags {
     std::string attention;               // empty: flash on GPUs of compute capability ≥ 8.0, else eager
     std::string attention_backend;       // empty: the framework's (cuDNN under Megatron core on Hopper)
     std::string fp8;                     // empty: no FP8; delayed or tensorwise (--fp8)
+    std::string cross_entropy_fusion;    // empty: none; native or te (--cross-entropy-fusion)
     std::string profile;                 // --profile: a calibration profile applied to the cluster
     std::string slow;                    // --slow RANK:FACTOR[:nic=FACTOR],… (topo::Cluster::with_slow_devices)
     double jitter = 0;                   // --jitter PCT: seeded per-op variation of compute times

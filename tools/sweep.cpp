@@ -344,7 +344,11 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.attention_backend = c.options.attention_backend;
     base.finetune = c.options.finetune;
     base.optimizer = c.options.optimizer;
-    if (c.options.fp8 != Fp8Recipe::none) base.framework = "megatron";   // Transformer Engine's FP8 (strategies::resolve)
+    base.cross_entropy_fusion = c.options.cross_entropy_fusion;
+    // Transformer Engine's FP8 and Megatron core's fused cross-entropy run on Megatron core
+    // (strategies::resolve).
+    if (c.options.fp8 != Fp8Recipe::none || c.options.cross_entropy_fusion != strategies::CrossEntropyFusion::none)
+        base.framework = "megatron";
     base.overlap_grad_reduce = c.options.overlap_grad_reduce;
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;

@@ -78,6 +78,9 @@ struct SweepOptions {
     /// --fp8: every plan's linear layers in FP8 (Transformer Engine), each plan then on Megatron
     /// core, the framework that runs them; none: 16-bit plans.
     Fp8Recipe fp8 = Fp8Recipe::none;
+    /// --cross-entropy-fusion: every plan's loss as Megatron core's fused cross-entropy, each plan
+    /// then on Megatron core; none: the framework's unfused loss.
+    strategies::CrossEntropyFusion cross_entropy_fusion = strategies::CrossEntropyFusion::none;
     /// --attention: every plan's attention (flash or eager); unset: the devices' default (flash on
     /// GPUs from Ampere on, eager elsewhere).
     std::optional<Attention> attention;

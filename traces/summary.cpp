@@ -201,6 +201,7 @@ Json to_json(const Summary& s) {
     j["attention_backend"] = s.info.attention_backend.empty() ? Json(nullptr) : Json(s.info.attention_backend);
     j["dtype"] = s.info.dtype;
     j["fp8"] = s.info.fp8 == "none" ? Json(nullptr) : Json(s.info.fp8);
+    j["cross_entropy_fusion"] = s.info.cross_entropy_fusion == "none" ? Json(nullptr) : Json(s.info.cross_entropy_fusion);
     j["compression"] = s.info.compression;
     j["finetune"] = s.info.finetune;
     j["optimizer"] = s.info.optimizer;
@@ -344,6 +345,7 @@ void print_table(std::ostream& out, const Summary& s) {
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
         << (i.fp8 == "none" ? "" : " with FP8 linears (" + i.fp8 + " scaling)")
+        << (i.cross_entropy_fusion == "none" ? "" : ", " + i.cross_entropy_fusion + " fused cross-entropy")
         << (i.optimizer == "adam" ? "" : ", " + i.optimizer)
         << (i.attention.empty() ? "" : ", " + i.attention + " attention" + (i.attention_backend == "fused"    ? " (cuDNN)"
                                                                            : i.attention_backend == "flash3" ? " (FlashAttention-3)"

@@ -43,6 +43,7 @@ struct StepInfo {
     bool async_updates = false;         // ps-async: the step is `microbatches` rounds of updates per worker
     std::string dtype;
     std::string fp8 = "none";           // --fp8: "none", "delayed", "tensorwise"
+    std::string cross_entropy_fusion = "none";   // --cross-entropy-fusion: "none", "native", "te"
     std::string compression = "none";   // --compress: "none", "1bit", "topk:0.01"
     std::string finetune = "full";      // --finetune: "full", "lora:16", "qlora:64:qkv,mlp_up"
     std::string optimizer = "adam";     // --optimizer: "adam", "adamw-8bit", "sgd", "lamb"

@@ -510,6 +510,53 @@ TEST_CASE("PyTorch's models run F.cross_entropy: log_softmax and nll_loss, and t
     CHECK(back == 26 * logits + 20 * 1024);
 }
 
+TEST_CASE("Megatron core's fused cross-entropies move fewer bytes a logit, and keep the same fp32 tensor", "[core][model][kernel]") {
+    // Per logit, by hand from the sources (bf16 logits, e = 2):
+    //  - unfused: the cast 6, five passes 32, the mul_ 8, the cast back 6 = 52;
+    //  - native (core/fusions/fused_cross_entropy.py, torch.compile'd): cast with max 2 + 4,
+    //    subtract/exp/sum in place 4 + 4, divide in place 4 + 4; backward reads the probabilities
+    //    and writes them in place and the bf16 gradient, 4 + 4 + 2 = 32;
+    //  - te (Transformer Engine triton/cross_entropy.py): online softmax reads 2, the loss kernel
+    //    reads 2 and writes the fp32 gradient 4; backward's element_mul 4 + 4 and autograd's cast
+    //    to bf16 4 + 2 = 22. With fp32 logits (e = 4) te has no cast: 4 + 8 + 8 = 20.
+    const Model m = model_preset("gpt2-small");
+    const DType dtype = GENERATE(DType::bf16, DType::fp32);
+    const std::int64_t e = dtype == DType::fp32 ? 4 : 2, logits = 1024 * 50257;
+    struct Bytes {
+        std::int64_t fwd = 0, bwd = 0;
+        int fwd_big = 0, bwd_big = 0;
+        std::int64_t activations = 0;
+    };
+    auto bytes = [&](LossKernels kind) {
+        Workload w;
+        w.dtype = dtype;
+        w.loss = kind;
+        const Block head = m.blocks(w).back();
+        REQUIRE(head.kind == Block::Kind::head);
+        Bytes b;
+        b.activations = head.activations.count();
+        const auto loss_part = [](const Kernel& k) { return k.name == KernelName::loss || k.name == KernelName::cast; };
+        for (const Kernel& k : head.fwd_kernels)
+            if (loss_part(k) && k.bytes >= logits) b.fwd += k.bytes, ++b.fwd_big;
+        for (const Kernel& k : block_backward(head))
+            if (loss_part(k) && k.bytes >= logits) b.bwd += k.bytes, ++b.bwd_big;
+        return b;
+    };
+    const Bytes unfused = bytes(LossKernels::megatron), native = bytes(LossKernels::megatron_fused), te = bytes(LossKernels::te);
+    CHECK(unfused.fwd + unfused.bwd == (e == 2 ? 52 : 40) * logits);
+    CHECK(native.fwd == (e + 4 + 16) * logits);
+    CHECK(native.bwd == (8 + e) * logits);
+    CHECK(native.fwd_big == 3);
+    CHECK(native.bwd_big == 1);
+    CHECK(te.fwd == (2 * e + 4) * logits);
+    CHECK(te.bwd == (e == 2 ? 14 : 8) * logits);
+    CHECK(te.fwd_big == 2);
+    CHECK(te.bwd_big == (e == 2 ? 2 : 1));
+    // Each keeps one fp32 tensor a logit for backward (probabilities; te's gradient).
+    CHECK(native.activations == unfused.activations);
+    CHECK(te.activations == unfused.activations);
+}
+
 TEST_CASE("kernels: forward FLOPs are the model's, backward twice them", "[core][model][kernel]") {
     // The model's FLOPs (Narayanan) count the GEMMs; a layer list's pooling FLOPs ride on its
     // memory-bound pass. Softmax arithmetic is not model FLOPs.

@@ -12,6 +12,7 @@
 #include "strategies/framework.hpp"
 #include "strategies/plan.hpp"
 #include "test_support.hpp"
+#include "tools/simulation.hpp"
 #include "topologies/cluster.hpp"
 
 using namespace smol;
@@ -303,6 +304,50 @@ TEST_CASE("whose cross-entropy each framework's models run", "[strategies][frame
     CHECK(parse_framework("pytorch").loss == LossKernels::torch);
     for (const char* f : {"megatron", "megatron@2.5", "megatron-deepspeed", "deepspeed", "deepspeed@0.5"})
         CHECK(parse_framework(f).loss == LossKernels::megatron);
+}
+
+TEST_CASE("Megatron core's fused cross-entropy by release: native from 0.8, Transformer Engine's from 0.12 to 0.18", "[strategies][framework]") {
+    CHECK_FALSE(parse_framework("megatron@0.7").cross_entropy_fusion_native);
+    CHECK(parse_framework("megatron@0.8").cross_entropy_fusion_native);
+    CHECK_FALSE(parse_framework("megatron@0.11").cross_entropy_fusion_te);
+    CHECK(parse_framework("megatron@0.12").cross_entropy_fusion_te);
+    CHECK(parse_framework("megatron@0.18").cross_entropy_fusion_te);
+    CHECK_FALSE(parse_framework("megatron").cross_entropy_fusion_te);
+    CHECK(parse_framework("megatron").cross_entropy_fusion_te_refused);
+    CHECK(parse_framework("megatron").cross_entropy_fusion_native);
+    CHECK_FALSE(parse_framework("megatron-deepspeed").cross_entropy_fusion_native);
+    CHECK_FALSE(parse_framework("megatron@2.5").cross_entropy_fusion_native);
+
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    auto plan = [](const char* framework, CrossEntropyFusion f) {
+        Plan p;
+        p.strategy = DataParallel::zero1;
+        p.framework = framework;
+        p.cross_entropy_fusion = f;
+        p.seq = 8192;
+        p.global_batch = 16;
+        return p;
+    };
+    auto refused = [&](const Plan& p) { return test::bad_input_message([&] { (void)resolve(m, c, p); }); };
+    using Catch::Matchers::Contains;
+    CHECK_THAT(refused(plan("megatron", CrossEntropyFusion::te)),
+               Contains("disabled due to stability issues") && Contains("--framework megatron@0.18"));
+    CHECK_THAT(refused(plan("megatron@0.11", CrossEntropyFusion::te)), Contains("core 0.12 to 0.18"));
+    CHECK_THAT(refused(plan("megatron@0.7", CrossEntropyFusion::native)), Contains("core 0.8 and later"));
+    CHECK_THAT(refused(plan("deepspeed", CrossEntropyFusion::native)), Contains("deepspeed@0.16.2 has no fused cross-entropy"));
+    CHECK(resolve(m, c, plan("megatron@0.16", CrossEntropyFusion::te)).framework.loss == LossKernels::te);
+    CHECK(resolve(m, c, plan("megatron", CrossEntropyFusion::native)).framework.loss == LossKernels::megatron_fused);
+    CHECK(resolve(m, c, plan("megatron", CrossEntropyFusion::none)).framework.loss == LossKernels::megatron);
+    // Llama 3's 128,256-token vocabulary at sequence 8,192: a billion logits a micro-batch, so
+    // the fewer bytes show in the step; the memory is the same fp32 tensor a logit.
+    const traces::Summary none = tools::simulate_plan(m, c, plan("megatron@0.16", CrossEntropyFusion::none)).summary;
+    const traces::Summary native = tools::simulate_plan(m, c, plan("megatron@0.16", CrossEntropyFusion::native)).summary;
+    const traces::Summary te = tools::simulate_plan(m, c, plan("megatron@0.16", CrossEntropyFusion::te)).summary;
+    CHECK(native.iteration < none.iteration);
+    CHECK(te.iteration < native.iteration);
+    CHECK(native.peak_memory == none.peak_memory);
+    CHECK(te.peak_memory == none.peak_memory);
 }
 
 TEST_CASE("query-key layer scaling by release, and what it costs on the unfused softmax path", "[strategies][framework]") {

@@ -480,6 +480,27 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         CHECK(Json::parse(ok.out)["fp8"] == "tensorwise");
         CHECK(Json::parse(cli(h100({"--framework", "megatron", "--json"})).out)["fp8"].is_null());
     }
+    SECTION("--cross-entropy-fusion: native or te, on the Megatron core releases that have them") {
+        const auto llama = [](std::initializer_list<std::string> extra) { return simulate(extra, "llama3-8b", "dgx-h100"); };
+        refused(llama({"--framework", "megatron", "--cross-entropy-fusion", "fused"}), {"--cross-entropy-fusion", "native", "te", "'fused'"});
+        refused(llama({"--cross-entropy-fusion", "native"}), {"--cross-entropy-fusion", "pytorch@", "no fused cross-entropy"});
+        refused(llama({"--framework", "megatron", "--cross-entropy-fusion", "te"}),
+                {"--cross-entropy-fusion", "disabled due to stability issues", "megatron@0.18"});
+        refused(llama({"--framework", "megatron@0.11", "--cross-entropy-fusion", "te"}), {"--cross-entropy-fusion", "core 0.12 to 0.18"});
+        refused(simulate({"--framework", "megatron", "--cross-entropy-fusion", "native"}, "resnet50", "dgx-h100"),
+                {"--cross-entropy-fusion", "layer list"});
+        refused({"sweep", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "16", "--cross-entropy-fusion", "te"},
+                {"--cross-entropy-fusion", "megatron@0.18"});
+        refused({"sweep", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "16", "--cross-entropy-fusion", "native",
+                 "--framework", "pytorch"},
+                {"--framework", "no fused cross-entropy"});
+        const Result ok =
+            cli(llama({"--strategy", "zero1", "--seq", "2048", "--framework", "megatron@0.16", "--cross-entropy-fusion", "te", "--json"}));
+        REQUIRE(ok.code == 0);
+        CHECK(Json::parse(ok.out)["cross_entropy_fusion"] == "te");
+        CHECK(Json::parse(cli(llama({"--strategy", "zero1", "--seq", "2048", "--framework", "megatron", "--json"})).out)["cross_entropy_fusion"]
+                  .is_null());
+    }
     SECTION("--attention-backend: a kernel library's name, flash attention only") {
         refused(simulate({"--attention-backend", "cudnn"}, "gpt2-small", "dgx-h100"),
                 {"--attention-backend", "flash (FlashAttention-2), fused", "flash3", "\"cudnn\""});
