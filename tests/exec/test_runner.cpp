@@ -475,6 +475,23 @@ TEST_CASE("exec runs cp on a mixture of experts: the ring, then the all-to-alls 
         p.dtype = DType::fp32;
         run_moe_and_check(p, topo::cluster_preset("dgx-h100").first_devices(ranks));
     }
+    {
+        // Megatron core's recompute of the attention core and the MoE layer (--recompute-modules
+        // core_attn,moe): the ring and the all-to-alls again in backward; the loss as Transformer
+        // Engine's fused cross-entropy (--cross-entropy-fusion te, core 0.12 to 0.18).
+        strategies::Plan p;
+        p.cp = 2;
+        p.ep = 2;
+        p.strategy = DataParallel::zero1;
+        p.framework = "megatron@0.16";
+        p.recompute = Recompute::selective;
+        p.recompute_modules = parse_recompute_modules("core_attn,moe", {"", "", "--recompute-modules"});
+        p.cross_entropy_fusion = strategies::CrossEntropyFusion::te;
+        p.seq = 128;
+        p.global_batch = ranks / 2;
+        p.dtype = DType::fp32;
+        run_moe_and_check(p, topo::cluster_preset("dgx-h100").first_devices(ranks));
+    }
     if (ranks < 4) return;
     // tp 2 · cp 2 with sequence parallelism: each tensor rank's experts over its cp pair.
     strategies::Plan p;
