@@ -805,6 +805,16 @@ Kernel token_pass(I tokens, I bytes_per_token) {
     return stream_kernel(KernelName::loss, KernelClass::elementwise, tokens * bytes_per_token);
 }
 
+/// A loss's passes as they are listed: over every logit (`bytes` each) or over every token.
+struct LossPasses {
+    I tokens, logits;
+    std::vector<Kernel> out;
+    void logit(I bytes) { out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes)); }
+    void token(std::initializer_list<I> bytes) {
+        for (const I b : bytes) out.push_back(token_pass(tokens, b));
+    }
+};
+
 /// The loss's forward after the logits GEMM, on `tokens` rows of `v_rank` logits in `e`-byte
 /// elements.
 ///   - `megatron`: first the logits cast to fp32 (read e, write 4 bytes per logit; nothing in
@@ -842,42 +852,37 @@ Kernel token_pass(I tokens, I bytes_per_token) {
 /// Each keeps 4 bytes per logit for backward (head_block's activations): the fp32 probabilities,
 /// or `te`'s fp32 gradient.
 std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e, LossKernels kind) {
-    const I logits = tokens * v_rank;
-    std::vector<Kernel> out;
-    const auto per_logit = [&](I bytes) { out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes)); };
-    const auto per_token = [&](std::initializer_list<I> bytes) {
-        for (const I b : bytes) out.push_back(token_pass(tokens, b));
-    };
+    LossPasses p{tokens, tokens * v_rank, {}};
     switch (kind) {
         case LossKernels::torch:
-            if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
-            per_logit(16);
-            per_token({16});
-            return out;
+            if (e != 4) p.out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, p.logits * (e + 4)));
+            p.logit(16);
+            p.token({16});
+            return std::move(p.out);
         case LossKernels::megatron:
-            if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
-            for (const I bytes : {4, 8, 8, 4, 8}) per_logit(bytes);
+            if (e != 4) p.out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, p.logits * (e + 4)));
+            for (const I bytes : {4, 8, 8, 4, 8}) p.logit(bytes);
             // Bytes per token of each small pass: int64 targets (8), bool masks (1), fp32 values (4).
-            per_token({16, 9, 9, 3, 16, 16, 9, 8, 20, 8, 5, 4, 4, 4, 8, 12, 8, 12, 4, 4, 4, 4});
-            return out;
+            p.token({16, 9, 9, 3, 16, 16, 9, 8, 20, 8, 5, 4, 4, 4, 8, 12, 8, 12, 4, 4, 4, 4});
+            return std::move(p.out);
         case LossKernels::megatron_fused:
-            per_token({16});                 // the labels' transpose
-            per_logit(e + 4);                // calculate_logits_max: the cast and the max
-            per_token({4});                  // the max's all-reduce
-            per_logit(8);                    // calculate_predicted_logits: subtract, exp, sum in place
-            per_token({29, 8});              // its target masks, target logit and cat; their all-reduce
-            per_logit(8);                    // calculate_cross_entropy_loss: the division in place
-            per_token({12, 8, 12, 4, 4, 4, 4});   // the loss; its transpose, the masked mean, the total
-            return out;
+            p.token({16});                 // the labels' transpose
+            p.logit(e + 4);                // calculate_logits_max: the cast and the max
+            p.token({4});                  // the max's all-reduce
+            p.logit(8);                    // calculate_predicted_logits: subtract, exp, sum in place
+            p.token({29, 8});              // its target masks, target logit and cat; their all-reduce
+            p.logit(8);                    // calculate_cross_entropy_loss: the division in place
+            p.token({12, 8, 12, 4, 4, 4, 4});   // the loss; its transpose, the masked mean, the total
+            return std::move(p.out);
         case LossKernels::te:
-            per_token({16, 4, 12, 8});       // the labels' transpose; loss, buffer and count zeroed
-            per_logit(e);                    // online_softmax_kernel
-            per_token({12, 8});              // the buffer's all-gather call, the count's clamp
-            per_logit(e + 4);                // cross_entropy_kernel: the gradient in fp32
-            per_token({8, 12, 4, 4, 4, 4});  // the loss's transpose, the masked mean, the total
-            return out;
+            p.token({16, 4, 12, 8});       // the labels' transpose; loss, buffer and count zeroed
+            p.logit(e);                    // online_softmax_kernel
+            p.token({12, 8});              // the buffer's all-gather call, the count's clamp
+            p.logit(e + 4);                // cross_entropy_kernel: the gradient in fp32
+            p.token({8, 12, 4, 4, 4, 4});  // the loss's transpose, the masked mean, the total
+            return std::move(p.out);
     }
-    return out;
+    return std::move(p.out);
 }
 
 /// The loss's own backward, which replaces the derivatives of loss_forward_kernels (backward
@@ -901,34 +906,29 @@ std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e, LossKernels ki
 ///     row's gradient summed, then read again with the output and the input gradient written: 16
 ///     bytes per logit); the cast's backward is derived.
 std::vector<Kernel> loss_backward_kernels(I tokens, I v_rank, I e, LossKernels kind) {
-    const I logits = tokens * v_rank;
-    std::vector<Kernel> out;
-    const auto per_logit = [&](I bytes) { out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes)); };
-    const auto per_token = [&](std::initializer_list<I> bytes) {
-        for (const I b : bytes) out.push_back(token_pass(tokens, b));
-    };
+    LossPasses p{tokens, tokens * v_rank, {}};
     switch (kind) {
         case LossKernels::torch:
-            per_token({4});
-            per_logit(4);
-            per_token({16});
-            per_logit(16);
-            return out;
+            p.token({4});
+            p.logit(4);
+            p.token({16});
+            p.logit(16);
+            return std::move(p.out);
         case LossKernels::megatron:
-            per_token({4, 4, 4, 8, 12, 5, 8, 8, 20, 8, 20});
-            per_logit(8);
-            return out;
+            p.token({4, 4, 4, 8, 12, 5, 8, 8, 20, 8, 20});
+            p.logit(8);
+            return std::move(p.out);
         case LossKernels::megatron_fused:
-            per_token({4, 4, 4, 8, 12, 25});
-            per_logit(4 + 4 + e);
-            return out;
+            p.token({4, 4, 4, 8, 12, 25});
+            p.logit(4 + 4 + e);
+            return std::move(p.out);
         case LossKernels::te:
-            per_token({4, 4, 4, 8, 12, 4, 8});
-            per_logit(8);
-            if (e != 4) per_logit(4 + e);
-            return out;
+            p.token({4, 4, 4, 8, 12, 4, 8});
+            p.logit(8);
+            if (e != 4) p.logit(4 + e);
+            return std::move(p.out);
     }
-    return out;
+    return std::move(p.out);
 }
 
 Block head_block(const TransformerShape& m, const Dims& d, int index) {
