@@ -227,6 +227,8 @@ struct ContextPass {
     Bytes kv_bytes;
     Bytes k_bytes;                 // the keys' part of it (the all-gather variant gathers K and V apart)
     Bytes q_bytes, out_bytes;      // the rank's Q and attention output, b·(s/cp)·(a/t)·(hd or vd)·e
+    /// Just past the core's steps when they start at kernel `at` (core_at, recompute_core_at).
+    int core_end(int at) const { return at + steps * per_step; }
     bool operator==(const ContextPass&) const = default;
 };
 

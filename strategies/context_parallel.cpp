@@ -76,7 +76,7 @@ ContextParallel::ContextParallel(OpGraph& g, const Layout& l, const std::vector<
         if (!b.cp) continue;
         const ContextPass& c = *b.cp;
         const std::span<const Kernel> all(b.fwd_kernels);
-        const auto core_end = static_cast<std::size_t>(c.core_at + c.steps * c.per_step);
+        const auto core_end = static_cast<std::size_t>(c.core_end(c.core_at));
         const std::span<const Kernel> pre = all.subspan(0, static_cast<std::size_t>(c.core_at));
         const std::span<const Kernel> step = all.subspan(static_cast<std::size_t>(c.core_at), static_cast<std::size_t>(c.per_step));
         const std::span<const Kernel> post = all.subspan(core_end);
@@ -99,7 +99,7 @@ ContextParallel::ContextParallel(OpGraph& g, const Layout& l, const std::vector<
             const auto at = static_cast<std::size_t>(c.recompute_core_at);
             r.re_pre = intern_or_none(g, redo.subspan(0, at));
             r.re_step = r.step;
-            r.re_post = intern_or_none(g, redo.subspan(at + static_cast<std::size_t>(c.steps * c.per_step)));
+            r.re_post = intern_or_none(g, redo.subspan(static_cast<std::size_t>(c.core_end(c.recompute_core_at))));
         }
     }
 }

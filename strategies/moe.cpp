@@ -123,10 +123,16 @@ void check_expert_parallel(const Model& model, const Plan& plan, const Layout& l
 
 namespace {
 
-/// `all` cut at `first` and `second`.
-std::array<std::span<const Kernel>, 3> three(std::span<const Kernel> all, int first, int second) {
-    const auto a = static_cast<std::size_t>(first), b = static_cast<std::size_t>(second);
-    return {all.subspan(0, a), all.subspan(a, b - a), all.subspan(b)};
+/// `all` from index `from` on, cut at `first` and `second` (indices into `all`).
+std::array<std::span<const Kernel>, 3> three(std::span<const Kernel> all, int from, int first, int second) {
+    const auto f = static_cast<std::size_t>(from), a = static_cast<std::size_t>(first), b = static_cast<std::size_t>(second);
+    return {all.subspan(f, a - f), all.subspan(a, b - a), all.subspan(b)};
+}
+
+/// Up to which kernel a layer's kernels are the ring attention's (ContextParallel): the end of its
+/// attention core starting at `core_at` under context parallelism; 0 otherwise, or without a core.
+int ring_end(const Block& b, const Layout& l, int core_at) {
+    return b.cp && l.cp > 1 && core_at >= 0 ? b.cp->core_end(core_at) : 0;
 }
 
 }  // namespace
@@ -136,21 +142,15 @@ ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Bl
     : g_(&g), l_(&l), blocks_(&blocks), recompute_(recompute), recipes_(blocks.size()) {
     for (const Block& b : blocks) {
         if (!b.moe || (l.ep == 1 && l.tp == 1)) continue;
-        // Under context parallelism the attention up to its core's end is the ring's (ContextParallel).
-        const std::span<const Kernel> whole(b.fwd_kernels);
-        const std::size_t from = b.cp && l.cp > 1 ? static_cast<std::size_t>(b.cp->core_at + b.cp->steps * b.cp->per_step) : 0;
-        const auto parts = three(whole.subspan(from), b.moe->dispatch_at - static_cast<int>(from), b.moe->combine_at - static_cast<int>(from));
+        // Under context parallelism the attention up to its core's end is the ring's (ContextParallel),
+        // in forward and, where selective recompute redoes the core, in the recompute.
+        const int from = ring_end(b, l, b.cp ? b.cp->core_at : -1);
+        const auto parts = three(b.fwd_kernels, from, b.moe->dispatch_at, b.moe->combine_at);
         Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
         for (int k = 0; k < 3; ++k) r.fwd[k] = g.intern_recipe(parts[static_cast<std::size_t>(k)]);
         if (b.moe->recompute_dispatch_at >= 0) {
-            // With the attention core redone as well under context parallelism, the ring redoes it
-            // and the modules before it (ContextParallel), the MoE layer's parts the rest.
-            const bool ring = b.cp && l.cp > 1 && b.cp->recompute_core_at >= 0;
-            const std::size_t re_from =
-                ring ? static_cast<std::size_t>(b.cp->recompute_core_at + b.cp->steps * b.cp->per_step) : 0;
-            const int shift = static_cast<int>(re_from);
-            const auto re = three(std::span<const Kernel>(b.recompute_kernels).subspan(re_from),
-                                  b.moe->recompute_dispatch_at - shift, b.moe->recompute_combine_at - shift);
+            const auto re = three(b.recompute_kernels, ring_end(b, l, b.cp ? b.cp->recompute_core_at : -1),
+                                  b.moe->recompute_dispatch_at, b.moe->recompute_combine_at);
             for (int k = 0; k < 3; ++k) r.re[k] = g.intern_recipe(re[static_cast<std::size_t>(k)]);
         }
         if (!trained.empty()) {
@@ -158,7 +158,7 @@ ExpertParallel::ExpertParallel(OpGraph& g, const Layout& l, const std::vector<Bl
             // with context parallelism (check_context_parallel).
             if (from > 0) throw Error(ErrorKind::internal, "LoRA's MoE passes under context parallelism");
             const BlockKernels& t = trained[static_cast<std::size_t>(b.index)];
-            const auto bwd = three(t.bwd, t.bwd_at[0], t.bwd_at[1]), input = three(t.bwd_input, t.bwd_input_at[0], t.bwd_input_at[1]);
+            const auto bwd = three(t.bwd, 0, t.bwd_at[0], t.bwd_at[1]), input = three(t.bwd_input, 0, t.bwd_input_at[0], t.bwd_input_at[1]);
             for (int k = 0; k < 3; ++k) {
                 r.bwd[k] = g.intern_recipe(bwd[static_cast<std::size_t>(k)]);
                 r.bwd_input[k] = g.intern_recipe(input[static_cast<std::size_t>(k)]);
