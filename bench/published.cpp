@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench/accuracy.hpp"
+#include "core/model.hpp"
 #include "tools/cli.hpp"
 
 namespace smol::bench {
@@ -286,11 +287,6 @@ std::string model_file_name(const ModelShape& m) {
            ".json";
 }
 
-std::int64_t megatron_padded_vocab(std::int64_t vocab, int tp, int divisible_by) {
-    const std::int64_t multiple = static_cast<std::int64_t>(divisible_by) * tp;
-    return (vocab + multiple - 1) / multiple * multiple;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Gaps: what keeps a row from being simulated, in the order a row is grouped by its first.
 
@@ -522,7 +518,7 @@ Mapping map_vtrain_run(const Row& row, const VtrainRun& v, const std::string& mo
     s.hidden = static_cast<int>(v.hidden);
     s.heads = s.kv_heads = static_cast<int>(v.heads);
     s.ffn_hidden = static_cast<int>(4 * v.hidden);
-    s.vocab = static_cast<int>(megatron_padded_vocab(50257, static_cast<int>(v.tp)));  // GPT-2 BPE
+    s.vocab = 50257;  // GPT-2 BPE, which Megatron-DeepSpeed pads to 128 × tp (--framework megatron-deepspeed)
     s.seq = static_cast<int>(v.seq);
     m.model = s;
     m.gpus = v.gpus;
@@ -606,14 +602,17 @@ Mapping map_llama3_herd(const Row& row, const std::string& model_dir) {
                "stages as the paper cuts them: one layer fewer on the first and the last",
                "the paper's tuned interleaved schedule has no published virtual-stage count: 1F1B",
                "fused attention as the plan's default framework (Megatron core) runs it on the H100, cuDNN's kernel: the paper names no attention kernel; its backward recomputes the scores; no other recompute",
-               "sequence parallelism not stated: off"};
+               "sequence parallelism not stated: off",
+               "the vocabulary's 128,256 rows as the paper's model has them, not padded as Megatron pads (Meta's "
+               "own training stack): --make-vocab-size-divisible-by 1"};
     if (cp > 1)
         m.notes.push_back("context parallelism as Llama 3 runs it: K and V all-gathered over the CP group before attention "
                           "(§3.3.2), --cp-comm all-gather");
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "grand-teton-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--strategy", "zero1", "--schedule", "1f1b", "--recompute", "none",
-              "--micro-batch", "1", "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+              "--micro-batch", "1", "--global-batch", std::to_string(gbs), "--dtype", "bf16",
+              "--make-vocab-size-divisible-by", "1", "--json"};
     if (!stages.empty()) m.args.insert(m.args.end() - 1, {"--stage-layers", stages});
     if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp), "--cp-comm", "all-gather"});
     return finish(std::move(m));
@@ -724,7 +723,7 @@ Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
     s.llama = nm->llama;
     s.layers = nm->layers, s.hidden = nm->hidden, s.heads = nm->heads, s.kv_heads = nm->kv_heads;
     s.ffn_hidden = nm->ffn_hidden;
-    s.vocab = static_cast<int>(megatron_padded_vocab(nm->vocab, static_cast<int>(tp)));
+    s.vocab = nm->vocab;   // the tokenizer's; NeMo pads it to 128 × tp as Megatron does (--framework megatron)
     s.seq = static_cast<int>(required_integer(row, model, "seq", "/model"));
     m.model = s;
     m.gpus = gpus;
@@ -910,7 +909,9 @@ Mapping map_deepspeed_azure(const Row& given, const std::string& model_dir) {
     Row row = given;
     Mapping m;
     Json& model = row.data["model"];
-    if (model.is_object() && !model.contains("vocab")) model["vocab"] = megatron_padded_vocab(50257, 1);
+    // GPT-2's vocabulary as the Megatron model code these runs train pads it at tp 1 (DeepSpeed's
+    // engine, --framework deepspeed, pads nothing itself).
+    if (model.is_object() && !model.contains("vocab")) model["vocab"] = padded_vocab(50257, 1, 128);
     common_gaps(row, m);
     const Json& d = row.data;
     const auto mbs = integer_of(d, "mbs");
@@ -973,7 +974,7 @@ Mapping map_zero_offload(const Row& given, const std::string& model_dir) {
         model["L"] = 50;
         model["h"] = 4096;
         model["heads"] = 32;
-        model["vocab"] = megatron_padded_vocab(50257, 1);
+        model["vocab"] = padded_vocab(50257, 1, 128);   // Megatron-LM v1.1.5's padding of GPT-2's, at tp 1
         model["seq"] = 1024;
         m.notes.push_back("shape and batch from DeepSpeed's ZeRO-Offload tutorial (50 x 4096, 32 heads, batch 10) and "
                           "DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/examples/ds_pretrain_gpt2-zero2.sh (seq 1024)");

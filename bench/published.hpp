@@ -81,12 +81,6 @@ Json model_json(const ModelShape& m);
 /// A file name that identifies the shape: "gpt-l24-h1024-a16-f4096-v50304-s1024.json".
 std::string model_file_name(const ModelShape& m);
 
-/// Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (128) × tp
-/// (Megatron-DeepSpeed megatron/tokenizer/tokenizer.py:58-66 `_vocab_size_with_padding`,
-/// default in megatron/arguments.py:644): GPT-2's 50,257 tokens become 50,304 at tp 1 and
-/// 51,200 at tp 8.
-std::int64_t megatron_padded_vocab(std::int64_t vocab, int tp, int divisible_by = 128);
-
 /// A row as a command line, or the gaps that keep it from being one.
 struct Mapping {
     std::vector<std::string> args;  // "simulate", "--model", …, "--json" (empty when there are gaps)

@@ -437,10 +437,15 @@ std::int64_t Model::active_parameters() const {
     return transformer_ ? detail::transformer_parameters(*transformer_, true) : parameters();
 }
 
-std::int64_t Model::tied_table_params(int tp) const {
+std::int64_t Model::tied_table_params(int tp, int vocab_multiple) const {
     if (!transformer_ || !transformer_->tied_embeddings) return 0;
-    const std::int64_t t = std::max(1, tp);
-    return (transformer_->vocab + t - 1) / t * transformer_->hidden;
+    const int t = std::max(1, tp);
+    return padded_vocab(transformer_->vocab, t, vocab_multiple) / t * transformer_->hidden;
+}
+
+std::int64_t padded_vocab(std::int64_t vocab, int tp, int vocab_multiple) {
+    const std::int64_t multiple = static_cast<std::int64_t>(std::max(1, vocab_multiple)) * std::max(1, tp);
+    return (vocab + multiple - 1) / multiple * multiple;
 }
 
 int Model::default_seq() const { return transformer_ ? transformer_->default_seq() : 1; }

@@ -308,6 +308,10 @@ struct Workload {
     /// scores by the layer number, one more pass (Framework::qk_layer_scaling).
     bool qk_layer_scaling = false;
     LossKernels loss = LossKernels::megatron;
+    /// The vocabulary is padded to a multiple of vocab_multiple × tp, so the vocab-parallel
+    /// embedding and head split evenly: Megatron's --make-vocab-size-divisible-by (128;
+    /// Framework::vocab_multiple); 1 pads to a multiple of tp alone.
+    int vocab_multiple = 1;
     /// FP8 linear layers (Transformer Engine): their GEMMs in FP8, each input cast first, and the
     /// inputs they keep for backward kept in FP8 (core/transformer.cpp).
     Fp8Recipe fp8 = Fp8Recipe::none;
@@ -339,9 +343,9 @@ public:
     /// Parameters one token goes through: without the routed experts it is not sent to (equal to
     /// parameters() for dense models).
     std::int64_t active_parameters() const;
-    /// The token embedding table on one of `tp` ranks (what a pipeline's last stage copies when
-    /// the head is tied to it).
-    std::int64_t tied_table_params(int tp) const;
+    /// The token embedding table on one of `tp` ranks, padded as Workload::vocab_multiple pads
+    /// it (what a pipeline's last stage copies when the head is tied to it).
+    std::int64_t tied_table_params(int tp, int vocab_multiple) const;
     /// Sequence length used when a workload leaves it at 0 (the training length; 1 for layer lists).
     int default_seq() const;
     /// Why default_seq() is what it is, for the summary ("max_position_embeddings 131072 is a
@@ -367,6 +371,12 @@ private:
     std::string seq_note_;
     std::vector<std::string> warnings_;
 };
+
+/// `vocab` rounded up to a multiple of vocab_multiple × tp: the rows of the vocab-parallel
+/// embedding and head as Megatron pads them (NVIDIA/Megatron-LM d98e8a6
+/// megatron/core/tokenizers/utils/build_tokenizer.py:133-146 vocab_size_with_padding:
+/// `multiple = args.make_vocab_size_divisible_by * args.tensor_model_parallel_size`).
+std::int64_t padded_vocab(std::int64_t vocab, int tp, int vocab_multiple);
 
 /// Preset names, sorted.
 std::vector<std::string> model_preset_names();

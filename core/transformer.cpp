@@ -35,12 +35,6 @@ I norm_params(const TransformerShape& m) { return m.layer_norm ? 2LL * m.hidden 
 I ffn_matrices(const TransformerShape& m) { return m.gated_mlp ? 3 : 2; }
 bool decoder_layer(const TransformerShape& m, int i) { return m.encoder_layers > 0 && i >= m.encoder_layers; }
 
-/// Megatron pads the vocabulary so the vocab-parallel embedding and head split evenly
-/// (--make-vocab-size-divisible-by, default 128 × t). We pad only to a multiple of t: at t = 1
-/// the published vocabulary, parameter counts and FLOP formulas stay exact, and the extra rows
-/// (under t per rank) are negligible.
-I padded_vocab(const TransformerShape& m, I t) { return ceil_div(m.vocab, t) * t; }
-
 // ---------------------------------------------------------------------------------------------
 // Parameters, per tensor-parallel rank (t) and, for routed experts, per expert-parallel rank (ep).
 
@@ -144,8 +138,9 @@ I layer_expert_params(const TransformerShape& m, int i, I t, I ep) {
     return expert_params(m).on(t) * (m.moe.experts / ep);
 }
 
-I embedding_params(const TransformerShape& m, I t) {
-    I p = padded_vocab(m, t) / t * m.hidden;  // vocab-parallel token table
+/// The embedding's parameters on one of t ranks, its token table `v` rows (padded) long.
+I embedding_params(const TransformerShape& m, I v, I t) {
+    I p = v / t * m.hidden;  // vocab-parallel token table
     if (m.positions == Positions::learned) p += static_cast<I>(m.max_seq + m.position_offset) * m.hidden;
     if (m.embedding_norm) p += norm_params(m);  // BLOOM's word_embeddings_layernorm
     return p;
@@ -639,7 +634,7 @@ Block embedding_block(const TransformerShape& m, const Dims& d) {
     blk.index = 0;
     // Vocab-parallel token table; the position table (GPT-2, OPT) and BLOOM's embedding norm are
     // replicated on every rank.
-    blk.params = embedding_params(m, d.t);
+    blk.params = embedding_params(m, d.v, d.t);
     // A gather (and a position add): no GEMM, so no FLOPs are counted, as in Narayanan et al.
     // Saved for backward: the embedding dropout mask, 1 byte per element (Korthikanti §4.3), and
     // the norm's input for BLOOM.
@@ -1080,7 +1075,7 @@ void check_transformer_shape(const std::string& name, const TransformerShape& m)
 }
 
 std::int64_t transformer_parameters(const TransformerShape& m, bool active) {
-    I n = embedding_params(m, 1);
+    I n = embedding_params(m, m.vocab, 1);
     for (int i = 0; i < m.layers; ++i) n += layer_params(m, i, active ? m.moe.top_k : m.moe.experts).on(1);
     n += final_norm_params(m);
     if (!m.tied_embeddings) n += static_cast<I>(m.vocab) * m.hidden;  // output projection
@@ -1125,7 +1120,7 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     d.vd = m.value_head_dim();
     d.f = m.ffn_hidden;
     d.t = w.tp;
-    d.v = padded_vocab(m, d.t);
+    d.v = padded_vocab(m.vocab, w.tp, w.vocab_multiple);
     d.sp = w.sequence_parallel && w.tp > 1;
     d.e = dtype_bytes(w.dtype);
     d.recompute = w.recompute;

@@ -138,6 +138,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (in.ConsumeBool()) p.recompute_modules.bits = in.ConsumeIntegralInRange<std::uint8_t>(1, 127);
         // Megatron core's fused cross-entropy (exhausted input: none).
         p.cross_entropy_fusion = static_cast<CrossEntropyFusion>(in.ConsumeIntegralInRange<int>(0, 2));
+        // Megatron's --make-vocab-size-divisible-by, in range and out (exhausted input: the framework's).
+        if (in.ConsumeBool()) p.vocab_multiple = in.ConsumeIntegralInRange(-1, 70'000);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

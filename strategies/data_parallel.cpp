@@ -65,6 +65,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.attention_backend = layout.attention_backend;
     w.qk_layer_scaling = layout.framework.qk_layer_scaling;
     w.loss = layout.framework.loss;
+    w.vocab_multiple = layout.framework.vocab_multiple;
     w.fp8 = layout.fp8;
     w.ep = layout.ep;
     w.expert_imbalance = plan.expert_imbalance;
@@ -74,7 +75,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     // rank: each micro-batch's two gradients of it are summed (3 × gradient bytes per parameter).
     if (layout.pp == 1 && model.is_transformer() && model.shape().tied_embeddings && !blocks.empty() &&
         blocks.front().kind == Block::Kind::embedding)
-        blocks.front().tied_grad_sum = accumulation_kernel(model.tied_table_params(layout.tp), layout.dtype, false);
+        blocks.front().tied_grad_sum = accumulation_kernel(model.tied_table_params(layout.tp, layout.framework.vocab_multiple), layout.dtype, false);
     return blocks;
 }
 

@@ -61,10 +61,16 @@ struct Row {
     Framework behaviour;
 };
 
+/// --make-vocab-size-divisible-by's default: 128 since Megatron-LM's model parallelism (abe36e2e5f
+/// of 2019-07-29; megatron/arguments.py:120 at v1.0) to core 0.19 (NVIDIA/Megatron-LM d98e8a6
+/// megatron/training/arguments.py:2441), and in Megatron-DeepSpeed.
+constexpr int kMegatronVocabMultiple = 128;
+
 Framework base(FrameworkName n, const char* version) {
     Framework f;
     f.name = n;
     f.version = version;
+    if (n == FrameworkName::megatron || n == FrameworkName::megatron_deepspeed) f.vocab_multiple = kMegatronVocabMultiple;
     return f;
 }
 

@@ -118,6 +118,13 @@ struct Framework {
     /// published runs train Megatron's GPT: DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3,
     /// Megatron-DeepSpeed) run the vocab-parallel one.
     LossKernels loss = LossKernels::megatron;
+    /// Pads the vocabulary to a multiple of vocab_multiple × tp (Workload::vocab_multiple):
+    /// Megatron's --make-vocab-size-divisible-by, 128 by default, in Megatron-LM and
+    /// Megatron-DeepSpeed alike (megatron/arguments.py; the tokenizer's _vocab_size_with_padding
+    /// at microsoft/Megatron-DeepSpeed 1d6bce0 megatron/tokenizer/tokenizer.py:61-74). PyTorch's
+    /// and DeepSpeed's models keep the model's vocabulary (1: a multiple of tp alone, so its
+    /// shards split evenly).
+    int vocab_multiple = 1;
     /// Runs linear layers in FP8 through Transformer Engine when asked (--fp8): Megatron core.
     bool fp8 = false;
     /// Megatron core's fused cross-entropy (--cross-entropy-fusion): native from core 0.8

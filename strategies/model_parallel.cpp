@@ -340,10 +340,10 @@ private:
         // frozen when fine-tuning adapters, then nothing to sum between the stages.
         if (model_.is_transformer() && model_.shape().tied_embeddings && vstages > 1) {
             if (training_.frozen_by_block.empty()) {
-                tied_params_ = model_.tied_table_params(l_.tp);
+                tied_params_ = model_.tied_table_params(l_.tp, l_.framework.vocab_multiple);
                 chunks_.back().params += tied_params_;
             } else {
-                tied_frozen_ = Bytes(model_.tied_table_params(l_.tp) * dtype_bytes(l_.dtype));
+                tied_frozen_ = Bytes(model_.tied_table_params(l_.tp, l_.framework.vocab_multiple) * dtype_bytes(l_.dtype));
             }
         }
     }

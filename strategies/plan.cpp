@@ -394,6 +394,29 @@ void resolve_cross_entropy_fusion(const Model& model, const Plan& plan, Layout& 
     l.framework.loss = f == CrossEntropyFusion::te ? LossKernels::te : LossKernels::megatron_fused;
 }
 
+/// The largest --make-vocab-size-divisible-by taken (Megatron's recipes give 128; the bound keeps
+/// the padded vocabulary × tp well inside the 64-bit products of core/transformer.cpp).
+constexpr int kMaxVocabMultiple = 65536;
+
+/// Megatron's --make-vocab-size-divisible-by where the framework pads the vocabulary.
+void resolve_vocab_multiple(const Model& model, const Plan& plan, Layout& l) {
+    if (!plan.vocab_multiple) return;
+    const ErrorContext at{"", "", "--make-vocab-size-divisible-by"};
+    const int m = *plan.vocab_multiple;
+    if (m < 1 || m > kMaxVocabMultiple)
+        fail_input("a whole number from 1 to " + std::to_string(kMaxVocabMultiple), std::to_string(m), at);
+    if (!model.is_transformer())
+        fail_input("--make-vocab-size-divisible-by pads a language model's vocabulary; " + model.name() +
+                       " is a layer list (CNN / MLP)",
+                   at);
+    if (l.framework.name != FrameworkName::megatron && l.framework.name != FrameworkName::megatron_deepspeed)
+        fail_input("--make-vocab-size-divisible-by is Megatron's (--framework megatron or megatron-deepspeed); " +
+                       describe(l.framework) + " trains the model's vocabulary of " +
+                       std::to_string(model.shape().vocab) + " as it is (edit the model's vocab to pad it)",
+                   at);
+    l.framework.vocab_multiple = m;
+}
+
 }  // namespace
 
 std::string cross_entropy_fusion_refusal(const Framework& framework, CrossEntropyFusion f) {
@@ -1234,6 +1257,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     resolve_fp8(model, cluster, plan, l);
     resolve_recompute_modules(model, plan, l);
     resolve_cross_entropy_fusion(model, plan, l);
+    resolve_vocab_multiple(model, plan, l);
     resolve_training(model, cluster, plan, l);
     resolve_zeropp(cluster, plan, l);
     resolve_mics(cluster, plan, l);

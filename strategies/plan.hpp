@@ -201,6 +201,9 @@ struct Plan {
     /// Megatron's fused function or Transformer Engine's run them (core/transformer.cpp
     /// loss_forward_kernels); none: the unfused vocab-parallel loss.
     CrossEntropyFusion cross_entropy_fusion = CrossEntropyFusion::none;
+    /// Megatron's --make-vocab-size-divisible-by: the vocabulary padded to a multiple of this ×
+    /// tp; unset: the framework's default (Framework::vocab_multiple).
+    std::optional<int> vocab_multiple;
 };
 
 /// The plan resolved against a model and a cluster: every number known and consistent.

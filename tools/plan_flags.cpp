@@ -186,6 +186,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "native or te: the loss as Megatron core's --cross-entropy-loss-fusion runs it, its own compiled "
                    "kernels (core 0.8 on) or Transformer Engine's (--cross-entropy-fusion-impl te, core 0.12 to 0.18); "
                    "default none, the unfused vocab-parallel loss");
+    app.add_option("--make-vocab-size-divisible-by", f.vocab_multiple,
+                   "Megatron's: pad the vocabulary to a multiple of N × tp (default 128 under --framework megatron and "
+                   "megatron-deepspeed; 1 keeps the model's vocabulary, padded to a multiple of tp)");
     app.add_option("--profile", f.profile,
                    "a calibration profile (smolcluster calibrate --out FILE) whose measured rates replace the cluster's leads");
     app.add_option("--slow", f.slow,
@@ -528,6 +531,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (!f.cp_comm.empty()) p.cp_comm = parse_cp_comm(f.cp_comm, flag("--cp-comm"));
     if (!f.fp8.empty()) p.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
     if (!f.cross_entropy_fusion.empty()) p.cross_entropy_fusion = strategies::parse_cross_entropy_fusion(f.cross_entropy_fusion);
+    p.vocab_multiple = f.vocab_multiple;
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);
 
     // A flag the plan does not read is refused, so a mistyped plan is not simulated as another.

@@ -76,6 +76,7 @@ struct PlanFlags {
     std::string attention_backend;       // empty: the framework's (cuDNN under Megatron core on Hopper)
     std::string fp8;                     // empty: no FP8; delayed or tensorwise (--fp8)
     std::string cross_entropy_fusion;    // empty: none; native or te (--cross-entropy-fusion)
+    std::optional<int> vocab_multiple;   // --make-vocab-size-divisible-by; unset: the framework's
     std::string profile;                 // --profile: a calibration profile applied to the cluster
     std::string slow;                    // --slow RANK:FACTOR[:nic=FACTOR],… (topo::Cluster::with_slow_devices)
     double jitter = 0;                   // --jitter PCT: seeded per-op variation of compute times

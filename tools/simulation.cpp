@@ -153,6 +153,17 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.folded_tp = l.folded_tp;
     info.fold_width = l.fold_width;
     info.notes = speed_notes(model, cluster, built.layout, plan);
+    // Megatron's tokenizer pads the vocabulary (--make-vocab-size-divisible-by); every framework
+    // here pads it to a multiple of tp, so the vocab-parallel shards split evenly.
+    if (model.is_transformer()) {
+        const std::int64_t vocab = model.shape().vocab;
+        info.padded_vocab = padded_vocab(vocab, l.tp, l.framework.vocab_multiple);
+        if (info.padded_vocab != vocab)
+            info.notes.push_back("vocabulary padded from " + std::to_string(vocab) + " to " + std::to_string(info.padded_vocab) + " rows, a multiple of " +
+                                 (l.framework.vocab_multiple > 1 ? std::to_string(l.framework.vocab_multiple) + " × " : std::string()) +
+                                 "tp " + std::to_string(l.tp) +
+                                 (l.framework.vocab_multiple > 1 ? " (Megatron's --make-vocab-size-divisible-by)" : std::string(" (even shards)")));
+    }
     if (plan.zero_quantized_weights || plan.zero_hpz_partition_size > 1 || plan.zero_quantized_gradients) {
         std::vector<std::string> parts;
         if (plan.zero_quantized_weights) parts.push_back("parameter gathers in int8 with fp32 scales (qwZ)");

@@ -202,6 +202,7 @@ Json to_json(const Summary& s) {
     j["dtype"] = s.info.dtype;
     j["fp8"] = s.info.fp8 == "none" ? Json(nullptr) : Json(s.info.fp8);
     j["cross_entropy_fusion"] = s.info.cross_entropy_fusion == "none" ? Json(nullptr) : Json(s.info.cross_entropy_fusion);
+    j["padded_vocab"] = s.info.sequence ? Json(s.info.padded_vocab) : Json(nullptr);
     j["compression"] = s.info.compression;
     j["finetune"] = s.info.finetune;
     j["optimizer"] = s.info.optimizer;

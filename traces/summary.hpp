@@ -44,6 +44,9 @@ struct StepInfo {
     std::string dtype;
     std::string fp8 = "none";           // --fp8: "none", "delayed", "tensorwise"
     std::string cross_entropy_fusion = "none";   // --cross-entropy-fusion: "none", "native", "te"
+    /// Rows of the vocab-parallel embedding and head, padded (Megatron's --make-vocab-size-divisible-by);
+    /// 0 for layer lists.
+    std::int64_t padded_vocab = 0;
     std::string compression = "none";   // --compress: "none", "1bit", "topk:0.01"
     std::string finetune = "full";      // --finetune: "full", "lora:16", "qlora:64:qkv,mlp_up"
     std::string optimizer = "adam";     // --optimizer: "adam", "adamw-8bit", "sgd", "lamb"

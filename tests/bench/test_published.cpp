@@ -63,14 +63,6 @@ struct TempFile {
 
 }  // namespace
 
-TEST_CASE("Megatron pads the GPT-2 vocabulary to a multiple of 128 x tp", "[bench][published]") {
-    CHECK(megatron_padded_vocab(50257, 1) == 50304);  // 393 × 128
-    CHECK(megatron_padded_vocab(50257, 2) == 50432);  // 197 × 256
-    CHECK(megatron_padded_vocab(50257, 4) == 50688);  // 99 × 512
-    CHECK(megatron_padded_vocab(50257, 8) == 51200);  // 50 × 1024
-    CHECK(megatron_padded_vocab(51200, 8) == 51200);  // already a multiple
-}
-
 TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][published]") {
     // validation/vtrain-single-node.csv line 5: 8 GPUs, global batch 8, micro-batch 2, hidden 2048,
     // 16 heads, 20 layers, seq 1024, tp 4, dp 1, pp 2, 160.6027 ms.
@@ -79,7 +71,7 @@ TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][publ
     const Mapping m = map_row(r, "/models");
     REQUIRE(m.representable());
     const std::vector<std::string> expected{
-        "simulate", "--model", "/models/gpt-l20-h2048-a16-f8192-v50688-s1024.json", "--cluster", "hgx-a100-4hdr",
+        "simulate", "--model", "/models/gpt-l20-h2048-a16-f8192-v50257-s1024.json", "--cluster", "hgx-a100-4hdr",
         "--devices", "8", "--tp", "4", "--pp", "2", "--dp", "1", "--micro-batch", "2", "--global-batch", "8",
         "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b", "--profile", kValidation + "/vtrain-a100-nccl.json",
         "--strategy", "ddp", "--framework", "megatron-deepspeed", "--attention", "eager", "--json"};
@@ -87,8 +79,8 @@ TEST_CASE("a vTrain row maps to the command line written by hand", "[bench][publ
     CHECK(command_line(m.args).rfind("smolcluster simulate --model /models/", 0) == 0);
     REQUIRE(m.model);
     const Json model = model_json(*m.model);
-    CHECK(model == Json::parse(R"({"kind": "transformer", "name": "gpt-l20-h2048-a16-f8192-v50688-s1024",
-        "layers": 20, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn_hidden": 8192, "vocab": 50688, "seq": 1024,
+    CHECK(model == Json::parse(R"({"kind": "transformer", "name": "gpt-l20-h2048-a16-f8192-v50257-s1024",
+        "layers": 20, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn_hidden": 8192, "vocab": 50257, "seq": 1024,
         "tied_embeddings": true, "gated_mlp": false, "biases": true, "norm": "layernorm", "positions": "learned"})"));
     REQUIRE(m.metric);
     CHECK(m.metric->kind == MetricKind::step_time);
@@ -105,7 +97,7 @@ TEST_CASE("a multi-node vTrain row maps to whole 8-GPU nodes", "[bench][publishe
     const Mapping m = map_row(r, "/models");
     REQUIRE(m.representable());
     const std::vector<std::string> expected{
-        "simulate", "--model", "/models/gpt-l30-h3072-a32-f12288-v50304-s2048.json", "--cluster", "hgx-a100-4hdr",
+        "simulate", "--model", "/models/gpt-l30-h3072-a32-f12288-v50257-s2048.json", "--cluster", "hgx-a100-4hdr",
         "--nodes", "8", "--tp", "1", "--pp", "1", "--dp", "64", "--micro-batch", "8", "--global-batch", "512",
         "--dtype", "fp16", "--recompute", "full", "--schedule", "1f1b", "--profile", kValidation + "/vtrain-a100-nccl.json",
         "--strategy", "ddp", "--framework", "megatron-deepspeed", "--attention", "eager", "--json"};
@@ -114,7 +106,8 @@ TEST_CASE("a multi-node vTrain row maps to whole 8-GPU nodes", "[bench][publishe
     CHECK(measured_step_seconds(m, 0) == Approx(3.5665));
     // The 175 B rows are GPT-3's shape: 96 layers of 12,288.
     const Mapping big = map_row(row("M0089"), "/models");
-    CHECK(big.args[2] == "/models/gpt-l96-h12288-a96-f49152-v50688-s2048.json");   // tp 4: vocabulary padded to 512
+    // GPT-2's vocabulary as the tokenizer has it: Megatron-DeepSpeed pads it (to 512 at tp 4).
+    CHECK(big.args[2] == "/models/gpt-l96-h12288-a96-f49152-v50257-s2048.json");
     CHECK(big.args[6] == "64");   // 512 GPUs
 }
 
@@ -125,6 +118,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(m, {"--cluster", "grand-teton-h100", "--nodes", "1024", "--tp", "8", "--pp", "16", "--dp", "64"}));
         CHECK(has_args(m, {"--micro-batch", "1", "--global-batch", "2048", "--dtype", "bf16"}));  // 32 per dp group × 64
         CHECK(model_file_name(*m.model) == "llama-l126-h16384-a128-kv8-f53248-v128256-s8192.json");
+        CHECK(has_args(m, {"--make-vocab-size-divisible-by", "1"}));   // Meta's stack: 128,256 rows, not Megatron's 129,024
         CHECK(m.metric->kind == MetricKind::model_tflops_per_gpu);
     }
     SECTION("P02 names the model of P01") {
@@ -159,10 +153,11 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(measured_step_seconds(m, 0) == Approx(5.626));
     }
     SECTION("NeMo's FP8 performance summary: the recipe's shape and settings, the row's layout") {
-        // GPT3-5B: 5b_fp8_performance.yaml, 24 × 4096, 32 heads, GPT-2's vocabulary padded to 128 at tp 1.
+        // GPT3-5B: 5b_fp8_performance.yaml, 24 × 4096, 32 heads, GPT-2's vocabulary (NeMo pads it as
+        // Megatron does, to 128 at tp 1: --framework megatron).
         const Mapping g = map_row(row("P12"), "/models");
         REQUIRE(g.representable());
-        CHECK(model_file_name(*g.model) == "gpt-l24-h4096-a32-f16384-v50304-s2048.json");
+        CHECK(model_file_name(*g.model) == "gpt-l24-h4096-a32-f16384-v50257-s2048.json");
         CHECK(has_args(g, {"--nodes", "8", "--tp", "1", "--pp", "1", "--dp", "64", "--strategy", "zero1"}));
         CHECK(has_args(g, {"--recompute", "selective"}));
         CHECK(has_args(g, {"--fp8", "delayed"}));

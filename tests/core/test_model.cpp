@@ -111,6 +111,34 @@ TEST_CASE("layer FLOPs are 24bsh² + 4bs²h for GPT and split by tp", "[core][mo
     CHECK(blocks.front().fwd.count() == 0);
 }
 
+TEST_CASE("Megatron's vocabulary padding: 128 × tp rows, the table and the head at the padded width", "[core][model]") {
+    // Megatron's _vocab_size_with_padding, by hand: GPT-2's 50,257 tokens at 128 × tp.
+    CHECK(padded_vocab(50257, 1, 128) == 50304);   // 393 × 128
+    CHECK(padded_vocab(50257, 2, 128) == 50432);   // 197 × 256
+    CHECK(padded_vocab(50257, 4, 128) == 50688);   // 99 × 512
+    CHECK(padded_vocab(50257, 8, 128) == 51200);   // 50 × 1,024
+    CHECK(padded_vocab(51200, 8, 128) == 51200);   // already a multiple
+    CHECK(padded_vocab(128256, 8, 128) == 129024); // Llama 3's at tp 8: 126 × 1,024
+    CHECK(padded_vocab(50257, 2, 1) == 50258);     // a multiple of tp alone
+    const Model m = model_preset("gpt2-medium");   // 1,024 wide, 1,024 positions, tied head
+    const double b = 2, s = 1024, h = 1024;
+    const int tp = GENERATE(1, 2, 4, 8);
+    Workload w;
+    w.micro_batch = 2;
+    w.tp = tp;
+    w.vocab_multiple = 128;
+    const auto blocks = m.blocks(w);
+    const double v = static_cast<double>(padded_vocab(50257, tp, 128));
+    // The table's rows on this rank, and the learned positions replicated.
+    CHECK(static_cast<double>(blocks.front().params) == v / tp * h + 1024 * h);
+    CHECK(blocks.back().fwd.count() == Approx(2 * b * s * h * v / tp).epsilon(1e-12));
+    CHECK(m.tied_table_params(tp, 128) == static_cast<std::int64_t>(v / tp * h));
+    Workload unpadded = w;
+    unpadded.vocab_multiple = 1;
+    CHECK(blocks.front().params - m.blocks(unpadded).front().params ==
+          (static_cast<std::int64_t>(v) - padded_vocab(50257, tp, 1)) / tp * 1024);
+}
+
 TEST_CASE("FLOPs per iteration match Narayanan et al. eq. 3", "[core][model]") {
     // Narayanan's eq. 3 is 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)): every layer's forward counted
     // 4× (forward, backward 2×, full recompute) and the logit layer 3× (6·B·s·h·V). Without

@@ -436,11 +436,12 @@ TEST_CASE("LoRA under pipeline stages holds each stage's frozen weights and a fr
         tied_sums += members.size() == 2 && l.rank(0, 0, 0) == members[0] && l.rank(0, 0, 1) == members[1];
     }
     CHECK(tied_sums == 0);
-    // Frozen: the model's weights once over the two stages, and the table again on the last.
-    const double table = 50257.0 * 1024, adapters = 24.0 * 8 * ((1024 + 3072) + (1024 + 1024) + (1024 + 4096) + (4096 + 1024));
+    // Frozen: the model's weights once over the two stages, and the table again on the last,
+    // its 50,257 rows padded to 50,304 (Megatron's 128 × tp 1).
+    const double table = 50304.0 * 1024, padding = (50304.0 - 50257.0) * 1024, adapters = 24.0 * 8 * ((1024 + 3072) + (1024 + 1024) + (1024 + 4096) + (4096 + 1024));
     const double first = static_cast<double>(held(r.built.graph, l.rank(0, 0, 0), Tier::device, BufferLabel::parameters));
     const double last = static_cast<double>(held(r.built.graph, l.rank(0, 0, 1), Tier::device, BufferLabel::parameters));
-    CHECK(first + last == Approx(2.0 * (static_cast<double>(m.parameters()) + table) + 2 * adapters).epsilon(1e-9));
+    CHECK(first + last == Approx(2.0 * (static_cast<double>(m.parameters()) + padding + table) + 2 * adapters).epsilon(1e-9));
 }
 
 TEST_CASE("fine-tuning with model parallelism refuses what it does not model", "[strategies][finetune][plan]") {

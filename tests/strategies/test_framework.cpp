@@ -131,8 +131,10 @@ TEST_CASE("gradients: PyTorch DDP overlaps backward, Megatron reduces after it u
 }
 
 TEST_CASE("the mixed-precision optimizer step moves the framework's bytes per parameter", "[strategies][framework]") {
-    // Megatron's step: unscale 8 + norm and clip 12 + Adam 28 + master copy 6 + zeroing 4 = 58 B.
+    // Megatron's step: unscale 8 + norm and clip 12 + Adam 28 + master copy 6 + zeroing 4 = 58 B,
+    // over GPT-2's parameters with its 50,257-token table padded to 50,304 rows (128 × tp 1).
     const Model m = model_preset("gpt2-small");
+    const std::int64_t params = m.parameters() + (50304 - 50257) * 768;
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     Plan p;
     p.framework = "megatron";
@@ -141,7 +143,7 @@ TEST_CASE("the mixed-precision optimizer step moves the framework's bytes per pa
     for (OpId id = 0; id < b.graph.size(); ++id) {
         const Op& op = b.graph.op(id);
         if (op.rank == 0 && op.phase == Phase::opt && op.kind == OpKind::compute) {
-            CHECK(op.bytes == 58 * m.parameters());
+            CHECK(op.bytes == 58 * params);
             found = true;
         }
     }
@@ -348,6 +350,44 @@ TEST_CASE("Megatron core's fused cross-entropy by release: native from 0.8, Tran
     CHECK(te.iteration < native.iteration);
     CHECK(native.peak_memory == none.peak_memory);
     CHECK(te.peak_memory == none.peak_memory);
+}
+
+TEST_CASE("Megatron pads the vocabulary to 128 × tp, PyTorch and DeepSpeed keep the model's", "[strategies][framework]") {
+    for (const char* f : {"megatron", "megatron@2.5", "megatron@0.16", "megatron-deepspeed"}) CHECK(parse_framework(f).vocab_multiple == 128);
+    for (const char* f : {"pytorch", "deepspeed", "deepspeed@0.5"}) CHECK(parse_framework(f).vocab_multiple == 1);
+
+    const Model m = model_preset("gpt2-small");   // 50,257 tokens, 768 wide
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    auto plan = [](const char* framework, std::optional<int> multiple) {
+        Plan p;
+        p.framework = framework;
+        p.tp = 2;
+        p.vocab_multiple = multiple;
+        return p;
+    };
+    CHECK(resolve(m, c, plan("megatron", std::nullopt)).framework.vocab_multiple == 128);
+    CHECK(resolve(m, c, plan("megatron", 1)).framework.vocab_multiple == 1);
+    CHECK(resolve(m, c, plan("megatron-deepspeed", 64)).framework.vocab_multiple == 64);
+    CHECK(resolve(m, c, plan("pytorch", std::nullopt)).framework.vocab_multiple == 1);
+    using Catch::Matchers::Contains;
+    auto refused = [&](const Plan& p) { return test::bad_input_message([&] { (void)resolve(m, c, p); }); };
+    CHECK_THAT(refused(plan("pytorch", 128)), Contains("is Megatron's") && Contains("vocabulary of 50257 as it is"));
+    CHECK_THAT(refused(plan("megatron", 0)), Contains("from 1 to 65536"));
+    CHECK_THAT(test::bad_input_message([&] { (void)resolve(model_preset("resnet50"), c, plan("megatron", 128)); }),
+               Contains("layer list"));
+
+    // The padded rows are trained parameters: the optimizer steps them. At tp 2 each rank holds
+    // (50,432 - 50,258) / 2 = 87 more rows of 768 than with the vocabulary padded to tp alone.
+    auto step_bytes = [&](std::optional<int> multiple) {
+        const Built b = build(m, c, plan("megatron", multiple));
+        std::int64_t bytes = 0;
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.rank == 0 && op.phase == Phase::opt && op.kind == OpKind::compute) bytes += op.bytes;
+        }
+        return bytes;
+    };
+    CHECK(step_bytes(std::nullopt) - step_bytes(1) == 58 * 87 * 768);
 }
 
 TEST_CASE("query-key layer scaling by release, and what it costs on the unfused softmax path", "[strategies][framework]") {

@@ -501,6 +501,27 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         CHECK(Json::parse(cli(llama({"--strategy", "zero1", "--seq", "2048", "--framework", "megatron", "--json"})).out)["cross_entropy_fusion"]
                   .is_null());
     }
+    SECTION("--make-vocab-size-divisible-by: Megatron's, a whole number from 1 to 65536") {
+        const auto gpt2 = [](std::initializer_list<std::string> extra) { return simulate(extra, "gpt2-small", "dgx-a100"); };
+        refused(gpt2({"--framework", "megatron", "--make-vocab-size-divisible-by", "0"}),
+                {"--make-vocab-size-divisible-by", "from 1 to 65536", "found 0"});
+        refused(gpt2({"--framework", "megatron", "--make-vocab-size-divisible-by", "65537"}),
+                {"--make-vocab-size-divisible-by", "from 1 to 65536", "found 65537"});
+        refused(gpt2({"--framework", "megatron", "--make-vocab-size-divisible-by", "many"}), {"--make-vocab-size-divisible-by", "many"});
+        refused(gpt2({"--framework", "pytorch", "--make-vocab-size-divisible-by", "128"}),
+                {"--make-vocab-size-divisible-by", "is Megatron's", "pytorch@", "50257"});
+        refused(simulate({"--framework", "megatron", "--make-vocab-size-divisible-by", "128"}, "resnet50", "dgx-a100"),
+                {"--make-vocab-size-divisible-by", "layer list"});
+        const auto padded = [&](std::initializer_list<std::string> extra) {
+            const Result r = cli(gpt2(extra));
+            REQUIRE(r.code == 0);
+            return Json::parse(r.out)["padded_vocab"];
+        };
+        CHECK(padded({"--framework", "megatron", "--json"}) == 50304);   // 393 × 128
+        CHECK(padded({"--framework", "megatron", "--make-vocab-size-divisible-by", "1", "--json"}) == 50257);
+        CHECK(padded({"--framework", "pytorch", "--json"}) == 50257);
+        CHECK(Json::parse(cli(simulate({"--json"}, "resnet50", "dgx-a100")).out)["padded_vocab"].is_null());
+    }
     SECTION("--attention-backend: a kernel library's name, flash attention only") {
         refused(simulate({"--attention-backend", "cudnn"}, "gpt2-small", "dgx-h100"),
                 {"--attention-backend", "flash (FlashAttention-2), fused", "flash3", "\"cudnn\""});
