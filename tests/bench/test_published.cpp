@@ -119,6 +119,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(m, {"--micro-batch", "1", "--global-batch", "2048", "--dtype", "bf16"}));  // 32 per dp group × 64
         CHECK(model_file_name(*m.model) == "llama-l126-h16384-a128-kv8-f53248-v128256-s8192.json");
         CHECK(has_args(m, {"--make-vocab-size-divisible-by", "1"}));   // Meta's stack: 128,256 rows, not Megatron's 129,024
+        CHECK(has_args(m, {"--dp", "64", "--sp"}));   // not stated; without it no row fits the GPUs' 80 GB
         CHECK(m.metric->kind == MetricKind::model_tflops_per_gpu);
     }
     SECTION("P02 names the model of P01") {
