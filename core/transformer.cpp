@@ -805,6 +805,10 @@ struct LossPasses {
     I tokens, logits;
     std::vector<Kernel> out;
     void logit(I bytes) { out.push_back(stream_kernel(KernelName::loss, KernelClass::elementwise, logits * bytes)); }
+    /// The logits cast to fp32 (read e, write 4 bytes each), none in fp32 training.
+    void cast(I e) {
+        if (e != 4) out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, logits * (e + 4)));
+    }
     void token(std::initializer_list<I> bytes) {
         for (const I b : bytes) out.push_back(token_pass(tokens, b));
     }
@@ -850,12 +854,12 @@ std::vector<Kernel> loss_forward_kernels(I tokens, I v_rank, I e, LossKernels ki
     LossPasses p{tokens, tokens * v_rank, {}};
     switch (kind) {
         case LossKernels::torch:
-            if (e != 4) p.out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, p.logits * (e + 4)));
+            p.cast(e);
             p.logit(16);
             p.token({16});
             return std::move(p.out);
         case LossKernels::megatron:
-            if (e != 4) p.out.push_back(stream_kernel(KernelName::cast, KernelClass::elementwise, p.logits * (e + 4)));
+            p.cast(e);
             for (const I bytes : {4, 8, 8, 4, 8}) p.logit(bytes);
             // Bytes per token of each small pass: int64 targets (8), bool masks (1), fp32 values (4).
             p.token({16, 9, 9, 3, 16, 16, 9, 8, 20, 8, 5, 4, 4, 4, 8, 12, 8, 12, 4, 4, 4, 4});
