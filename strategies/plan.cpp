@@ -394,30 +394,33 @@ void resolve_cross_entropy_fusion(const Model& model, const Plan& plan, Layout& 
     l.framework.loss = f == CrossEntropyFusion::te ? LossKernels::te : LossKernels::megatron_fused;
 }
 
-/// The largest --make-vocab-size-divisible-by taken (Megatron's recipes give 128; the bound keeps
-/// the padded vocabulary × tp well inside the 64-bit products of core/transformer.cpp).
-constexpr int kMaxVocabMultiple = 65536;
-
 /// Megatron's --make-vocab-size-divisible-by where the framework pads the vocabulary.
 void resolve_vocab_multiple(const Model& model, const Plan& plan, Layout& l) {
     if (!plan.vocab_multiple) return;
-    const ErrorContext at{"", "", "--make-vocab-size-divisible-by"};
-    const int m = *plan.vocab_multiple;
-    if (m < 1 || m > kMaxVocabMultiple)
-        fail_input("a whole number from 1 to " + std::to_string(kMaxVocabMultiple), std::to_string(m), at);
-    if (!model.is_transformer())
-        fail_input("--make-vocab-size-divisible-by pads a language model's vocabulary; " + model.name() +
-                       " is a layer list (CNN / MLP)",
-                   at);
-    if (l.framework.name != FrameworkName::megatron && l.framework.name != FrameworkName::megatron_deepspeed)
+    check_vocab_multiple(model, *plan.vocab_multiple);
+    if (!pads_vocabulary(l.framework))
         fail_input("--make-vocab-size-divisible-by is Megatron's (--framework megatron or megatron-deepspeed); " +
                        describe(l.framework) + " trains the model's vocabulary of " +
                        std::to_string(model.shape().vocab) + " as it is (edit the model's vocab to pad it)",
-                   at);
-    l.framework.vocab_multiple = m;
+                   {"", "", "--make-vocab-size-divisible-by"});
+    l.framework.vocab_multiple = *plan.vocab_multiple;
 }
 
 }  // namespace
+
+void check_vocab_multiple(const Model& model, int multiple) {
+    const ErrorContext at{"", "", "--make-vocab-size-divisible-by"};
+    if (multiple < 1 || multiple > kMaxVocabMultiple)
+        fail_input("a whole number from 1 to " + std::to_string(kMaxVocabMultiple), std::to_string(multiple), at);
+    if (!model.is_transformer())
+        fail_input("it pads a language model's vocabulary; " + model.name() +
+                       " is a layer list (CNN / MLP)",
+                   at);
+}
+
+bool pads_vocabulary(const Framework& framework) {
+    return framework.name == FrameworkName::megatron || framework.name == FrameworkName::megatron_deepspeed;
+}
 
 std::string cross_entropy_fusion_refusal(const Framework& framework, CrossEntropyFusion f) {
     if (f == CrossEntropyFusion::none) return {};

@@ -298,6 +298,18 @@ inline bool sharded_with_tp(const Plan& plan, const Layout& l) {
            l.tp > 1 && l.pp == 1 && l.cp == 1 && l.ep == 1;
 }
 
+/// The largest --make-vocab-size-divisible-by taken (Megatron's recipes give 128; the bound keeps
+/// the padded vocabulary × tp well inside the 64-bit products of core/transformer.cpp).
+inline constexpr int kMaxVocabMultiple = 65536;
+
+/// Refuses (bad_input, naming --make-vocab-size-divisible-by) a multiple outside
+/// 1–kMaxVocabMultiple, or any for a layer list, which has no vocabulary.
+void check_vocab_multiple(const Model& model, int multiple);
+
+/// Whether `framework` pads the vocabulary to --make-vocab-size-divisible-by × tp: Megatron-LM
+/// and Megatron-DeepSpeed (Framework::vocab_multiple).
+bool pads_vocabulary(const Framework& framework);
+
 /// Why `framework` cannot run --cross-entropy-fusion `f` (empty: it can): Megatron core's fusion
 /// by release (Framework::cross_entropy_fusion_native, _te, _te_refused).
 std::string cross_entropy_fusion_refusal(const Framework& framework, CrossEntropyFusion f);

@@ -54,6 +54,7 @@ struct SweepFlags {
     std::string dispatch_overhead;
     std::vector<std::string> frameworks;
     bool overlap_grad_reduce = false;
+    std::optional<int> vocab_multiple;
     std::string profile;
     std::string slow;
     double jitter = 0;
@@ -118,6 +119,8 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << (o.attention_backend ? std::string(", attention backend ") + to_string(*o.attention_backend) : std::string())
         << (o.frameworks.empty() ? std::string() : (o.frameworks.size() == 1 ? ", framework " : ", frameworks ") + join(o.frameworks))
         << (o.overlap_grad_reduce ? ", overlap-grad-reduce" : "")
+        << (o.vocab_multiple ? ", vocabulary padded to a multiple of " + std::to_string(*o.vocab_multiple) + " × tp on Megatron"
+                             : std::string())
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
     if (!n.cluster.description.empty() && n.cluster.groups.size() > 1) out << "  cluster: " << n.cluster.description << "\n";
     if (!n.cluster.profile.empty()) out << "  " << profile_note(n.cluster) << "\n";
@@ -432,6 +435,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const SweepFlag
            {"network", sim::to_string(o.network)}};
     if (!o.frameworks.empty()) j["frameworks"] = o.frameworks;
     if (o.overlap_grad_reduce) j["overlap_grad_reduce"] = true;
+    if (o.vocab_multiple) j["make_vocab_size_divisible_by"] = *o.vocab_multiple;
     if (!f.slow.empty()) j["slow"] = f.slow;
     if (f.jitter > 0) {
         j["jitter_pct"] = f.jitter;
@@ -554,6 +558,19 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
             !why.empty())
             fail_input(why, flag("--cross-entropy-fusion"));
     o.overlap_grad_reduce = f.overlap_grad_reduce;
+    if (f.vocab_multiple) {
+        // What resolve would refuse of every plan alike is refused here; a plan off Megatron
+        // trains the model's vocabulary (sweep.cpp resolve_lenient).
+        strategies::check_vocab_multiple(model, *f.vocab_multiple);
+        const bool megatron = std::any_of(o.frameworks.begin(), o.frameworks.end(), [](const std::string& name) {
+            return strategies::pads_vocabulary(strategies::parse_framework(name));
+        });
+        if (!o.frameworks.empty() && !megatron)
+            fail_input("has no effect here: it pads the vocabulary of Megatron's plans, and --framework " + join(o.frameworks) +
+                           " trains the model's vocabulary as it is",
+                       flag("--make-vocab-size-divisible-by"));
+        o.vocab_multiple = f.vocab_multiple;
+    }
     o.min_headroom = f.min_headroom;
     if (f.jobs && (*f.jobs < 1 || *f.jobs > 1024))
         fail_input("--jobs between 1 and 1024 (leave it out for the machine's cores)", std::to_string(*f.jobs), flag("--jobs"));
@@ -757,6 +774,9 @@ Command add_sweep(CLI::App& parent) {
                   "every plan whose framework can reduces gradients in buckets during backward (Megatron's "
                   "--overlap-grad-reduce, DeepSpeed's overlap_comm); those that overlap already or cannot run as they do "
                   "(each plan's overlap_grad_reduce in --csv and --json)");
+    app->add_option("--make-vocab-size-divisible-by", f->vocab_multiple,
+                    "every Megatron plan pads the vocabulary to a multiple of N × tp (default: 128, Megatron's); plans on "
+                    "other frameworks train the model's vocabulary");
     app->add_option("--dispatch-overhead", f->dispatch_overhead,
                     "host time per GPU kernel before the driver's launch for every plan, such as \"20 us\" (default: each "
                     "plan's framework's; see simulate --help)");

@@ -320,17 +320,25 @@ struct Candidate {
     int order = 0;                  // DeviceOrder
 };
 
-/// resolve, where --overlap-grad-reduce asks every plan to overlap its gradient reduction: a plan
-/// that overlaps already or cannot (ZeRO-3's buckets, PyTorch DDP; resolve says "no effect here",
-/// naming the flag) runs as it does, the flag cleared in `p`.
-Layout resolve_overlapped(const Context& c, Plan& p) {
-    try {
-        return strategies::resolve(c.model, c.cluster, p);
-    } catch (const Error& e) {
-        if (!p.overlap_grad_reduce || e.context().flag != "--overlap-grad-reduce") throw;
+/// resolve, where two flags ask something of every plan that only some frameworks do: a plan
+/// that cannot run it (resolve refuses naming the flag) runs as its framework does, the flag
+/// cleared in `p`. --overlap-grad-reduce: a plan that overlaps already or cannot (ZeRO-3's
+/// buckets, PyTorch DDP; "no effect here"). --make-vocab-size-divisible-by: a plan off Megatron,
+/// which trains the model's vocabulary as it is.
+Layout resolve_lenient(const Context& c, Plan& p) {
+    for (;;) {
+        try {
+            return strategies::resolve(c.model, c.cluster, p);
+        } catch (const Error& e) {
+            const std::string& flag = e.context().flag;
+            if (p.overlap_grad_reduce && flag == "--overlap-grad-reduce")
+                p.overlap_grad_reduce = false;
+            else if (p.vocab_multiple && flag == "--make-vocab-size-divisible-by")
+                p.vocab_multiple.reset();
+            else
+                throw;
+        }
     }
-    p.overlap_grad_reduce = false;
-    return strategies::resolve(c.model, c.cluster, p);
 }
 
 /// Expands the table dimension by dimension, resolving every partial plan.
@@ -350,6 +358,7 @@ std::vector<Candidate> enumerate(const Context& c) {
     if (c.options.fp8 != Fp8Recipe::none || c.options.cross_entropy_fusion != strategies::CrossEntropyFusion::none)
         base.framework = "megatron";
     base.overlap_grad_reduce = c.options.overlap_grad_reduce;
+    base.vocab_multiple = c.options.vocab_multiple;
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;
     std::vector<Candidate> done, open{{base, Layout{}, "", ""}};
@@ -362,7 +371,7 @@ std::vector<Candidate> enumerate(const Context& c) {
                     continue;
                 }
                 try {
-                    Layout l = resolve_overlapped(c, p);   // may clear p's overlap_grad_reduce
+                    Layout l = resolve_lenient(c, p);   // may clear p's overlap_grad_reduce, vocab_multiple
                     next.push_back({std::move(p), std::move(l), "", ""});
                 } catch (const Error& e) {
                     if (!is_input_error(e.kind())) throw;

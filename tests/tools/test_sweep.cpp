@@ -996,6 +996,67 @@ TEST_CASE("a sweep tries each --compress on the strategies that compress, and si
     CHECK_THAT(typo.err, Catch::Contains("--compress"));
 }
 
+TEST_CASE("sweep --make-vocab-size-divisible-by pads the vocabulary of Megatron's plans alone", "[tools][sweep][framework]") {
+    SweepOptions o;
+    o.global_batch = 16;
+    o.space.tp = {2};
+    o.space.pp = {1};
+    o.space.micro_batch = {2};
+    o.space.strategies = {strategies::DataParallel::zero1, strategies::DataParallel::zero3};
+    o.frameworks = {"deepspeed", "megatron"};
+    o.vocab_multiple = 1;
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const SweepResult r = sweep(m, c, o);
+    int megatron = 0, deepspeed = 0;
+    for (const PlanResult& p : r.plans) {
+        if (p.status == PlanStatus::pruned) continue;
+        REQUIRE(p.result);
+        // Megatron pads GPT-2's 50,257 rows to 1 × tp 2 (50,258) instead of its default 128 × 2
+        // (50,432); DeepSpeed trains 50,257 and runs with the flag cleared, not pruned.
+        const bool on_megatron = p.layout.framework.name == strategies::FrameworkName::megatron;
+        (on_megatron ? megatron : deepspeed) += 1;
+        CHECK(p.plan.vocab_multiple == (on_megatron ? std::optional<int>(1) : std::nullopt));
+        CHECK(p.layout.framework.vocab_multiple == 1);
+        const tools::Simulation same = tools::simulate_plan(m, c, p.plan, {});
+        CHECK(p.result->iteration == same.summary.iteration);
+        if (on_megatron) {
+            strategies::Plan unpadded = p.plan;
+            unpadded.vocab_multiple.reset();
+            CHECK(tools::simulate_plan(m, c, unpadded, {}).summary.iteration > p.result->iteration);
+        }
+    }
+    CHECK(megatron > 0);
+    CHECK(deepspeed > 0);
+    // Refused up front: out of range, a layer list, frameworks none of which pads.
+    const std::vector<std::string> gpt2 = {"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16"};
+    const auto with = [](std::vector<std::string> args, std::initializer_list<std::string> extra) {
+        args.insert(args.end(), extra);
+        return cli(args);
+    };
+    const Result zero = with(gpt2, {"--make-vocab-size-divisible-by", "0"});
+    CHECK(zero.code == 2);
+    CHECK_THAT(zero.err, Catch::Contains("--make-vocab-size-divisible-by: expected a whole number from 1 to 65536, found 0"));
+    const Result cnn = cli({"sweep", "--model", "resnet50", "--cluster", "dgx-a100", "--global-batch", "16",
+                            "--make-vocab-size-divisible-by", "8"});
+    CHECK(cnn.code == 2);
+    CHECK_THAT(cnn.err, Catch::Contains("resnet50 is a layer list"));
+    const Result idle = with(gpt2, {"--framework", "deepspeed,pytorch", "--make-vocab-size-divisible-by", "8"});
+    CHECK(idle.code == 2);
+    CHECK_THAT(idle.err, Catch::Contains("--make-vocab-size-divisible-by: has no effect here"));
+    // The heading and --json say it.
+    const Result ok = with(gpt2, {"--tp", "2", "--pp", "1", "--micro-batch", "2", "--make-vocab-size-divisible-by", "64", "--quiet"});
+    REQUIRE(ok.code == 0);
+    CHECK_THAT(ok.out, Catch::Contains("vocabulary padded to a multiple of 64 × tp on Megatron"));
+    const fs::path out = fs::temp_directory_path() / ("smol-sweep-vocab-" + std::to_string(::getpid()) + ".json");
+    REQUIRE(with(gpt2, {"--tp", "2", "--pp", "1", "--micro-batch", "2", "--make-vocab-size-divisible-by", "64", "--quiet", "--json",
+                        out.string(), "--force"})
+                .code == 0);
+    std::ifstream in(out);
+    CHECK(Json::parse(in)["make_vocab_size_divisible_by"] == 64);
+    fs::remove(out);
+}
+
 TEST_CASE("sweep --framework tries every plan on each framework, pruning the strategies one does not run",
           "[tools][sweep][framework]") {
     SweepOptions o;
