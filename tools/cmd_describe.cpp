@@ -25,9 +25,18 @@ struct MemoryRow {
     MemoryBreakdown device, host, nvme;
 };
 
+/// A strategy the asked framework or recompute modules refuse, and why.
+struct NotRun {
+    std::string strategy, reason;
+};
+
 /// Every data-parallel strategy with each offload choice it has (zero3 to NVMe where the cluster
-/// has drives), simulated with the analytic network: what each holds at its peak.
-std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& cluster, const strategies::Plan& base) {
+/// has drives), simulated with the analytic network: what each holds at its peak. An offload
+/// choice a strategy does not have is left out; with `strict` false (--framework or
+/// --recompute-modules given) a strategy refused outright is listed in `not_run` instead of
+/// throwing, and only when every strategy is refused is ddp's refusal thrown.
+std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& cluster, const strategies::Plan& base, bool strict,
+                                   std::vector<NotRun>& not_run) {
     using strategies::DataParallel;
     using strategies::Offload;
     std::vector<MemoryRow> rows;
@@ -35,6 +44,7 @@ std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& clus
     quick.network = sim::NetworkMode::analytic;
     quick.record_memory = false;
     const topo::Topology topology(cluster);
+    std::optional<Error> first_refusal;
     for (DataParallel s : {DataParallel::ddp, DataParallel::zero1, DataParallel::zero2, DataParallel::zero3, DataParallel::fsdp})
         for (Offload o : {Offload::none, Offload::cpu, Offload::nvme}) {
             strategies::Plan p = base;
@@ -45,6 +55,11 @@ std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& clus
                 if (l.offload_ignored) continue;   // unified memory: the same as no offload
             } catch (const Error& e) {
                 if (e.kind() != ErrorKind::bad_input) throw;
+                if (o == Offload::none && !strict) {
+                    if (!first_refusal) first_refusal = e;
+                    not_run.push_back({strategies::to_string(s), e.detail()});
+                    break;   // nor any offload of it
+                }
                 continue;   // this strategy has no such offload (or does not run here)
             }
             std::optional<Simulation> sim;
@@ -60,13 +75,28 @@ std::vector<MemoryRow> memory_rows(const Model& model, const topo::Cluster& clus
                         run.summary.peak_device, run.summary.peak_host, run.summary.peak_nvme};
             rows.push_back(std::move(r));
         }
+    if (rows.empty() && first_refusal) throw *first_refusal;
     return rows;
 }
 
-int run_describe(const std::string& model_spec, const std::string& cluster_spec, std::optional<int> nodes, bool json,
-                 const std::optional<std::string>& recompute_spec, std::optional<int> seq_flag,
-                 std::optional<int> micro_batch_flag, const std::string& finetune_spec, const std::string& optimizer_spec,
-                 int ep, std::ostream& out, std::ostream& err) {
+/// describe's flags.
+struct DescribeFlags {
+    std::string model, cluster;
+    std::optional<int> nodes;
+    bool json = false;
+    std::optional<std::string> recompute, recompute_modules;
+    std::optional<int> seq, micro_batch;
+    std::string finetune = "full", optimizer = "adam", framework;
+    int ep = 1;
+};
+
+int run_describe(const DescribeFlags& f, std::ostream& out, std::ostream& err) {
+    const std::string& model_spec = f.model;
+    const std::string& cluster_spec = f.cluster;
+    const std::optional<int> nodes = f.nodes, seq_flag = f.seq, micro_batch_flag = f.micro_batch;
+    const std::optional<std::string>& recompute_spec = f.recompute;
+    const bool json = f.json;
+    const int ep = f.ep;
     const Model model = load_model_warning(model_spec, err);
     if (ep < 1) fail_input("--ep must be at least 1, found " + std::to_string(ep), flag("--ep"));
     if (ep > 1 && cluster_spec.empty())
@@ -76,13 +106,25 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     check_at_least(micro_batch_flag, 1, "--micro-batch", "leave it out for 1");
     const Recompute recompute = parse_recompute(recompute_spec.value_or("none"), flag("--recompute"));
     // The steps' recompute and micro-batch shape the simulated rows only.
-    for (const auto& [given, name] : {std::pair{recompute_spec.has_value(), "--recompute"}, {micro_batch_flag.has_value(), "--micro-batch"}})
+    for (const auto& [given, name] : {std::pair{recompute_spec.has_value(), "--recompute"}, {micro_batch_flag.has_value(), "--micro-batch"},
+                                      {f.recompute_modules.has_value(), "--recompute-modules"}, {!f.framework.empty(), "--framework"}})
         if (given && cluster_spec.empty())
             fail_input("has no effect here: it sets the steps simulated on a cluster; give --cluster", flag(name));
+    // Megatron core's --recompute-modules (simulate's): what selective recompute redoes; each
+    // strategy's framework is checked by resolve (memory_rows).
+    RecomputeModules modules;
+    if (f.recompute_modules) {
+        modules = parse_recompute_modules(*f.recompute_modules, flag("--recompute-modules"));
+        if (recompute != Recompute::selective)
+            fail_input("--recompute-modules picks what selective recompute redoes: it needs --recompute selective, not " +
+                           std::string(to_string(recompute)),
+                       flag("--recompute-modules"));
+    }
+    if (!f.framework.empty()) strategies::parse_framework(f.framework);   // refuses a bad name, naming --framework
     const int step_seq = seq_flag.value_or(0), micro_batch = micro_batch_flag.value_or(1);
     // What the steps train and with which optimizer (simulate's --finetune and --optimizer).
-    const strategies::FineTune finetune = strategies::parse_finetune(finetune_spec);
-    const strategies::Optimizer optimizer = strategies::parse_optimizer(optimizer_spec);
+    const strategies::FineTune finetune = strategies::parse_finetune(f.finetune);
+    const strategies::Optimizer optimizer = strategies::parse_optimizer(f.optimizer);
     const bool adapters = finetune.kind != strategies::FineTuneKind::full;
     const std::string trains = std::string(adapters ? strategies::to_string(finetune) + ", " : std::string()) +
                                (optimizer == strategies::Optimizer::adam ? "mixed-precision Adam"
@@ -141,9 +183,18 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
             plan.ep = ep;
             plan.finetune = finetune;
             plan.optimizer = optimizer;
+            plan.framework = f.framework;
             plan.dtype = DType::bf16;
             if (!cluster->device_kind(0).supports(DType::bf16)) plan.dtype = cluster->device_kind(0).default_dtype();
-            check_simulable(strategies::resolve(model, *cluster, plan), plan);   // --nodes 10000000 is refused, not built
+            std::optional<strategies::Layout> layout;
+            try {
+                layout = strategies::resolve(model, *cluster, plan);
+            } catch (const Error& e) {
+                // --framework runs some strategies only: the others are listed as not run below.
+                if (e.kind() != ErrorKind::bad_input || f.framework.empty()) throw;
+                continue;
+            }
+            check_simulable(*layout, plan);   // --nodes 10000000 is refused, not built
             const strategies::Built built = strategies::build(model, *cluster, plan);
             Bytes held;
             for (const Buffer& b : built.graph.buffers()) {
@@ -159,15 +210,20 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
         j["model_state_bytes"] = m;
     }
     std::vector<MemoryRow> rows;
+    std::vector<NotRun> not_run;
     if (cluster) {
         strategies::Plan base;
         base.finetune = finetune;
         base.optimizer = optimizer;
         base.recompute = recompute;
+        base.recompute_modules = modules;
+        base.framework = f.framework;
         base.seq = step_seq;
         base.micro_batch = micro_batch;
         base.ep = ep;
-        rows = memory_rows(model, *cluster, base);
+        rows = memory_rows(model, *cluster, base, f.framework.empty() && !f.recompute_modules, not_run);
+        if (!f.framework.empty()) j["framework"] = f.framework;
+        if (f.recompute_modules) j["recompute_modules"] = to_string(modules);
         Json m = Json::array();
         for (const MemoryRow& r : rows)
             m.push_back({{"strategy", r.strategy},
@@ -182,6 +238,9 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
                          {"nvme_peak_bytes", r.nvme.total().count()},
                          {"nvme", traces::breakdown_json(r.nvme)}});
         j["memory"] = std::move(m);
+        Json refused = Json::array();
+        for (const NotRun& n : not_run) refused.push_back({{"strategy", n.strategy}, {"reason", n.reason}});
+        if (!not_run.empty()) j["not_run"] = std::move(refused);
     }
     if (json) {
         out << j.dump(2, ' ', false, Json::error_handler_t::replace) << '\n';
@@ -213,7 +272,8 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
     for (const auto& [name, bytes] : per_strategy) out << "    " << name << std::string(10 - name.size(), ' ') << to_string_binary(bytes) << '\n';
     if (!rows.empty()) {
         out << "  one step simulated per strategy and offload (analytic network; recompute " << to_string(recompute)
-            << ", micro-batch " << micro_batch << "): the device and the host at their peaks\n";
+            << (f.recompute_modules ? " (" + to_string(modules) + ")" : std::string()) << ", micro-batch " << micro_batch
+            << (f.framework.empty() ? std::string() : ", framework " + f.framework) << "): the device and the host at their peaks\n";
         for (const MemoryRow& r : rows) {
             const std::string name = r.strategy + (r.offload == "none" ? "" : " --offload " + r.offload);
             std::snprintf(buf, sizeof buf, "    %-22s %-7s %s of %s\n", name.c_str(), r.fits ? "fits" : "no fit",
@@ -222,6 +282,10 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
             if (r.host.total() > Bytes(0)) out << "      host:   " << traces::describe_breakdown(r.host) << '\n';
             if (r.nvme.total() > Bytes(0)) out << "      NVMe:   " << traces::describe_breakdown(r.nvme) << '\n';
         }
+        for (const NotRun& n : not_run) {
+            std::snprintf(buf, sizeof buf, "    %-22s not run: ", n.strategy.c_str());
+            out << buf << n.reason << '\n';
+        }
     }
     return 0;
 }
@@ -229,22 +293,16 @@ int run_describe(const std::string& model_spec, const std::string& cluster_spec,
 }  // namespace
 
 Command add_describe(CLI::App& parent) {
-    struct Flags {
-        std::string model, cluster;
-        std::optional<int> nodes;
-        bool json = false;
-        std::optional<std::string> recompute;
-        std::optional<int> seq, micro_batch;
-        std::string finetune = "full", optimizer = "adam";
-        int ep = 1;
-    };
-    auto f = std::make_shared<Flags>();
+    auto f = std::make_shared<DescribeFlags>();
     CLI::App* app = parent.add_subcommand("describe", "parameters, FLOPs per token and memory of a model");
     app->add_option("--model", f->model, "model preset or JSON file")->required();
     app->add_option("--cluster", f->cluster, "cluster preset or JSON file");
     app->add_option("--nodes", f->nodes, "scale the cluster to N nodes");
     app->add_flag("--json", f->json, "print one JSON object");
     app->add_option("--recompute", f->recompute, "with --cluster: activation recompute of the simulated steps (default: none)");
+    app->add_option("--recompute-modules", f->recompute_modules,
+                    "with --recompute selective: what it redoes, Megatron core's modules as simulate's (with --framework "
+                    "megatron)");
     app->add_option("--seq", f->seq, "sequence length of the figures and of the simulated steps (default: the model's)");
     app->add_option("--micro-batch", f->micro_batch, "with --cluster: micro-batch of the simulated steps (default: 1)");
     app->add_option("--finetune", f->finetune, "with --cluster: what the steps train, full, lora:RANK[:TARGETS] or qlora:RANK[:TARGETS]")
@@ -252,10 +310,10 @@ Command add_describe(CLI::App& parent) {
     app->add_option("--optimizer", f->optimizer, "with --cluster: adam, adamw-8bit, sgd or lamb")->capture_default_str();
     app->add_option("--ep", f->ep, "with --cluster: expert parallelism of the strategies (a mixture of experts)")
         ->capture_default_str();
-    return {app, [f](const Io& io) {
-                return run_describe(f->model, f->cluster, f->nodes, f->json, f->recompute, f->seq, f->micro_batch, f->finetune,
-                                    f->optimizer, f->ep, io.out, io.err);
-            }};
+    app->add_option("--framework", f->framework,
+                    "with --cluster: every strategy on this framework, NAME[@VERSION] as simulate's (default: each "
+                    "strategy's); those it does not run are listed as not run");
+    return {app, [f](const Io& io) { return run_describe(*f, io.out, io.err); }};
 }
 
 Command add_models(CLI::App& parent) {

@@ -327,6 +327,69 @@ TEST_CASE("describe, models and clusters list what they know", "[tools][cli]") {
     CHECK(cli({"frobnicate"}).code == 2);
 }
 
+TEST_CASE("describe --framework and --recompute-modules simulate the strategies the framework runs", "[tools][cli]") {
+    const std::vector<std::string> base{"describe", "--model",     "llama3-8b", "--cluster", "dgx-h100", "--seq",
+                                        "4096",     "--recompute", "selective", "--json"};
+    const auto run = [&](std::initializer_list<std::string> extra) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), extra);
+        return cli(args);
+    };
+    const Result r = run({"--framework", "megatron", "--recompute-modules", "core_attn,mlp"});
+    REQUIRE(r.code == 0);
+    const Json j = Json::parse(r.out);
+    CHECK(j["framework"] == "megatron");
+    CHECK(j["recompute_modules"] == "core_attn,mlp");
+    // Megatron runs DDP and its distributed optimizer (zero1); ZeRO-2/3 and FSDP are listed, not run.
+    std::set<std::string> ran, refused;
+    for (const Json& m : j["memory"]) ran.insert(m["strategy"].get<std::string>());
+    for (const Json& n : j["not_run"]) {
+        refused.insert(n["strategy"].get<std::string>());
+        CHECK_THAT(n["reason"].get<std::string>(), Catch::Contains("does not run on megatron"));
+    }
+    CHECK(ran == std::set<std::string>{"ddp", "zero1"});
+    CHECK(refused == std::set<std::string>{"zero2", "zero3", "fsdp"});
+    CHECK(j["model_state_bytes"].size() == 2);
+    // Each row is simulate's step of the same plan.
+    const auto zero1_peak = [](const Json& d) {
+        for (const Json& m : d["memory"])
+            if (m["strategy"] == "zero1" && m["offload"] == "none") return m["device"]["activations"].get<std::int64_t>();
+        FAIL("no zero1 row");
+        return std::int64_t{0};
+    };
+    const Result s = cli({"simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--seq", "4096", "--recompute", "selective",
+                          "--recompute-modules", "core_attn,mlp", "--framework", "megatron", "--strategy", "zero1", "--network",
+                          "analytic", "--json"});
+    REQUIRE(s.code == 0);
+    for (const Json& m : j["memory"])
+        if (m["strategy"] == "zero1" && m["offload"] == "none")
+            CHECK(m["device_peak_bytes"] == Json::parse(s.out)["peak_memory_bytes"]);
+    // Recomputing the MLP too keeps fewer activations than attention's core alone.
+    const Result core = run({"--framework", "megatron"});
+    REQUIRE(core.code == 0);
+    CHECK(zero1_peak(j) < zero1_peak(Json::parse(core.out)));
+    // The text names both and lists the strategies not run.
+    const Result text = cli({"describe", "--model", "llama3-8b", "--cluster", "dgx-h100", "--seq", "4096", "--recompute", "selective",
+                             "--recompute-modules", "core_attn,mlp", "--framework", "megatron"});
+    REQUIRE(text.code == 0);
+    CHECK_THAT(text.out, Catch::Contains("recompute selective (core_attn,mlp), micro-batch 1, framework megatron)"));
+    CHECK_THAT(text.out, Catch::Contains("    zero3                  not run: --strategy zero3 does not run on megatron"));
+    // Refused: modules without selective recompute, either flag without a cluster, a framework
+    // that refuses every strategy, a misspelt framework.
+    const Result no_selective = cli({"describe", "--model", "llama3-8b", "--cluster", "dgx-h100", "--recompute-modules", "mlp"});
+    CHECK(no_selective.code == 2);
+    CHECK_THAT(no_selective.err, Catch::Contains("--recompute-modules: --recompute-modules picks what selective recompute redoes"));
+    const Result no_cluster = cli({"describe", "--model", "llama3-8b", "--framework", "megatron"});
+    CHECK(no_cluster.code == 2);
+    CHECK_THAT(no_cluster.err, Catch::Contains("--framework: has no effect here"));
+    const Result none = run({"--framework", "deepspeed", "--recompute-modules", "mlp"});
+    CHECK(none.code == 2);
+    CHECK_THAT(none.err, Catch::Contains("--recompute-modules: mlp is a module of Megatron core's"));
+    const Result typo = run({"--framework", "megatrom"});
+    CHECK(typo.code == 2);
+    CHECK_THAT(typo.err, Catch::Contains("did you mean 'megatron'?"));
+}
+
 #ifdef SMOLCLUSTER_BIN
 TEST_CASE("the installed binary returns the same exit codes", "[tools][cli]") {
     const std::string bin = SMOLCLUSTER_BIN;
