@@ -97,6 +97,8 @@ Kernel gemm_kernel(KernelName name, KernelClass cls, std::int64_t m, std::int64_
                                               checked_mul(m, n, what), what);
     g.bytes = checked_mul(checked_mul(elements, elem_bytes, what), batch, what);
     g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+    const std::int64_t per_16_bytes = elem_bytes > 0 && elem_bytes < 16 ? 16 / elem_bytes : 1;
+    g.unaligned = n % per_16_bytes != 0 || k % per_16_bytes != 0;
     return g;
 }
 
@@ -246,6 +248,7 @@ std::vector<Kernel> backward_kernels(std::span<const Kernel> forward, BackwardPa
                 Kernel db = fp8 ? fp8_gemm_kernel(f.name, f.cls, f.k, f.n, f.m, f.batch, f.elem_bytes, f.weight, f.fp8)
                                 : gemm_kernel(f.name, f.cls, f.k, f.n, f.m, f.batch, f.elem_bytes, f.weight);
                 da.flops = db.flops = f.flops;
+                da.unaligned = db.unaligned = f.unaligned;   // the forward's leading dimensions
                 if (inputs) out.push_back(da);
                 if (f.weight ? weights : inputs) out.push_back(db);
                 break;

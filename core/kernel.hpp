@@ -129,6 +129,12 @@ struct Kernel {
     /// backward_kernels quantizes the incoming gradient under the same recipe.
     Fp8Recipe fp8 = Fp8Recipe::none;
     std::uint8_t elem_bytes = 2;    // gemm / softmax / flash: bytes per element of the operands (fp8 gemm: of its output)
+    /// gemm: a leading dimension is not a multiple of 16 bytes, so cuBLAS runs it on kernels of
+    /// narrower alignment (align1). The leading dimensions of a forward C = A·B (row-major, as
+    /// PyTorch stores them) are k and n — a linear layer's in and out features, an attention
+    /// GEMM's head width or key length — never m (its tokens); its two backward GEMMs keep the
+    /// forward's (backward_kernels), whatever their own m, n, k.
+    bool unaligned = false;
     std::int32_t batch = 1;         // gemm / flash: independent problems; softmax: rows
     std::int64_t m = 0, n = 0, k = 0;
     std::int64_t elements = 0;      // adam: parameters stepped

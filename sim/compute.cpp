@@ -112,10 +112,18 @@ double fp8_gemm_efficiency(const topo::DeviceKind& device, std::int64_t m, std::
 Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::NodeGroup& group) {
     const topo::DeviceKind& dev = group.device;
     const Bytes bytes(kernel.bytes);
+    // A 16-bit GEMM on a leading dimension that is not a multiple of 8 elements runs on cuBLAS's
+    // narrower-aligned kernels, at the device's measured fraction of the aligned rate (a
+    // profile's GEMM table too, whose shapes are aligned).
+    const double alignment = kernel.op == KernelOp::gemm && kernel.unaligned && kernel.elem_bytes == 2 &&
+                                     kernel.fp8 == Fp8Recipe::none && !on_host
+                                 ? dev.gemm_unaligned_factor
+                                 : 1.0;
     // A CPU's measured rates are fp32 (what the CPU executor runs), and a CPU board's host is its
     // device; a GPU's are per dtype, for what runs on the GPU.
     if (dev.measured && (dev.measured->on_gpu() ? !on_host : dtype == DType::fp32 && (dev.is_cpu || !on_host)))
-        if (const auto t = measured_time(kernel, dtype, *dev.measured, vector_peak(dev, dtype))) return *t;
+        if (const auto t = measured_time(kernel, dtype, *dev.measured, vector_peak(dev, dtype)))
+            return alignment == 1.0 ? *t : *t * (1.0 / alignment);
     if (on_host) return host_time(bytes, Flops(kernel.flops), group);
     const Flops flops(kernel.flops);
     switch (kernel.op) {
@@ -123,8 +131,8 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
             if (kernel.fp8 != Fp8Recipe::none)
                 return std::max(dev.gemm_fixed_time + flops / (*dev.fp8_peak * fp8_gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
                                 memory_time(bytes, dev));
-            return std::max(dev.gemm_fixed_time +
-                                flops / (dev.peak_for(dtype) * gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
+            return std::max(dev.gemm_fixed_time + flops / (dev.peak_for(dtype) * alignment *
+                                                           gemm_efficiency(dev, kernel.m, kernel.n, kernel.k, kernel.batch)),
                             memory_time(bytes, dev));
         case KernelOp::flash:
             if (dev.attention_rates && dtype_bytes(dtype) == 2 && dev.attention_rates->has(kernel.backend))

@@ -71,7 +71,7 @@ LinkSpec parse_link(const JsonView& j) {
 DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     j.expect_only({"cpu", "peak", "memory", "memory_bandwidth", "unified_memory", "launch_overhead",
                    "gemm_efficiency", "gemm_half_dim", "gemm_fixed_time", "flash_half_dim", "attention_rates", "memory_efficiency",
-                   "fp8_gemm_efficiency", "comm_slowdown", "compute_capability", "notes"});
+                   "fp8_gemm_efficiency", "gemm_unaligned_factor", "comm_slowdown", "compute_capability", "notes"});
     string_list(j, "notes");
     DeviceKind d;
     d.name = name;
@@ -119,6 +119,12 @@ DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
             j.fail_member("fp8_gemm_efficiency", "no FP8 efficiency without an FP8 peak (\"peak\": {\"fp8\": …})",
                           describe_json(j.raw().at("fp8_gemm_efficiency")));
         d.fp8_gemm_efficiency = j.fraction_or("fp8_gemm_efficiency", d.gemm_efficiency);
+    }
+    if (j.has("gemm_unaligned_factor")) {
+        if (d.is_cpu)
+            j.fail_member("gemm_unaligned_factor", "no unaligned-GEMM factor on a CPU device (\"cpu\": true): it is cuBLAS's",
+                          describe_json(j.raw().at("gemm_unaligned_factor")));
+        d.gemm_unaligned_factor = j.fraction_or("gemm_unaligned_factor", d.gemm_unaligned_factor);
     }
     d.memory_efficiency = j.fraction_or("memory_efficiency", d.memory_efficiency);
     d.comm_slowdown = j.number_or("comm_slowdown", d.comm_slowdown);

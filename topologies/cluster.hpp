@@ -52,6 +52,10 @@ struct DeviceKind {
     /// FlashAttention's half-efficiency size where the device has no attention_rates (its kernels
     /// run on the same curve as GEMMs, with their own size); 0: gemm_half_dim's.
     double flash_half_dim = 0;
+    /// The fraction of its aligned rate a 16-bit GEMM reaches when a leading dimension is not a
+    /// multiple of 8 elements (Kernel::unaligned: cuBLAS's align1 kernels); 1 where not measured
+    /// for the device (every shape at the aligned rate).
+    double gemm_unaligned_factor = 1.0;
     double memory_efficiency = 0.8;       // fraction of memory bandwidth streaming kernels reach
     double comm_slowdown = 1.0;           // compute runs this much slower while comm kernels run
     /// CUDA compute capability (8.0 for A100, 9.0 for H100): picks NCCL's per-architecture tables

@@ -243,3 +243,55 @@ TEST_CASE("FP8 GEMMs: the FP8 peak and MAMF, on the 16-bit curve's shape with it
     CHECK_THAT(test::bad_input_message([] { (void)fp8_gemm_efficiency(a100_like().device, 64, 64, 64); }),
                Catch::Contains("no FP8 peak"));
 }
+
+TEST_CASE("a 16-bit GEMM on a leading dimension not a multiple of 8 runs at the device's unaligned factor",
+          "[sim][compute]") {
+    // GPT-2's head, 8 × 1,024 tokens of hidden 768 onto its 50,257 tokens, and onto Megatron's
+    // padded 50,304 (a multiple of 128).
+    const Kernel odd = gemm_kernel(KernelName::logits, KernelClass::gemm, 8192, 50257, 768, 1, 2, true);
+    const Kernel padded = gemm_kernel(KernelName::logits, KernelClass::gemm, 8192, 50304, 768, 1, 2, true);
+    CHECK(odd.unaligned);
+    CHECK_FALSE(padded.unaligned);
+    // Tokens are no leading dimension (row-major A[m×k], B[k×n], C[m×n] have k, n, n): an odd m
+    // stays aligned, an odd k (in features) does not; 4-byte elements need a multiple of 4.
+    CHECK_FALSE(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 1023, 3072, 768, 1, 2, true).unaligned);
+    CHECK(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 1024, 3072, 772, 1, 2, true).unaligned);
+    CHECK_FALSE(gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 1024, 3072, 772, 1, 4, true).unaligned);
+    // Both backward GEMMs keep the forward's leading dimensions, whatever their own m, n, k: the
+    // weight gradient of a GEMM on 1,023 tokens (its k) is aligned, the head's are not.
+    for (const Kernel& b : backward_kernels(std::vector{gemm_kernel(KernelName::mlp_up, KernelClass::gemm, 1023, 3072, 768, 1, 2, true)}))
+        CHECK_FALSE(b.unaligned);
+    const std::vector<Kernel> head = backward_kernels(std::vector{odd});
+    REQUIRE(head.size() == 2);
+    for (const Kernel& b : head) CHECK(b.unaligned);
+
+    // The workstation preset's RTX 4090: 0.714 of the aligned rate (pytorch/pytorch#181718).
+    const topo::NodeGroup g = topo::cluster_preset("workstation-4gpu").groups[0];
+    CHECK(g.device.gemm_unaligned_factor == Approx(0.714));
+    const double d = std::cbrt(8192.0 * 50257 * 768);
+    const double rate = 165.2e12 * 0.8 * d / (d + 384);
+    CHECK(kernel_time(odd, DType::bf16, false, g).to_seconds() == Approx(odd.flops / (rate * 0.714)));
+    Kernel same = odd;
+    same.unaligned = false;
+    CHECK(kernel_time(same, DType::bf16, false, g).to_seconds() == Approx(odd.flops / rate));
+    // Padding costs 0.09 % more FLOPs and saves 29 % of the time.
+    CHECK(kernel_time(padded, DType::bf16, false, g) < kernel_time(odd, DType::bf16, false, g) * 0.72);
+    // Only 16-bit GEMMs (what was measured): fp32 and a device without the factor are as before.
+    Kernel fp32 = gemm_kernel(KernelName::logits, KernelClass::gemm, 8192, 50257, 768, 1, 4, true);
+    fp32.unaligned = true;
+    Kernel fp32_aligned = fp32;
+    fp32_aligned.unaligned = false;
+    CHECK(kernel_time(fp32, DType::fp32, false, g) == kernel_time(fp32_aligned, DType::fp32, false, g));
+    const topo::NodeGroup a100 = topo::cluster_preset("dgx-a100").groups[0];
+    CHECK(a100.device.gemm_unaligned_factor == 1.0);
+    CHECK(kernel_time(odd, DType::bf16, false, a100) == kernel_time(same, DType::bf16, false, a100));
+    // A GPU profile's GEMM table (aligned shapes) takes the factor too.
+    topo::NodeGroup profiled = g;
+    topo::MeasuredCompute m;
+    m.gpu = "NVIDIA GeForce RTX 4090";
+    m.gemm_bf16.m = m.gemm_bf16.n = m.gemm_bf16.k = {64, 65536};
+    m.gemm_bf16.rate.assign(8, 150e12);
+    profiled.device.measured = std::make_shared<const topo::MeasuredCompute>(m);
+    CHECK(kernel_time(same, DType::bf16, false, profiled).to_seconds() == Approx(odd.flops / 150e12));
+    CHECK(kernel_time(odd, DType::bf16, false, profiled).to_seconds() == Approx(odd.flops / (150e12 * 0.714)));
+}

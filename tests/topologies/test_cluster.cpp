@@ -434,6 +434,16 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         m = load_error(doc);
         CHECK_THAT(m, Contains("no fused attention rates on a CPU device"));
     }
+    SECTION("an unaligned-GEMM factor outside (0, 1], or on a CPU") {
+        doc["device_kinds"]["a100-80gb"]["gemm_unaligned_factor"] = 1.2;
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/gemm_unaligned_factor:"));
+        doc["device_kinds"]["a100-80gb"]["gemm_unaligned_factor"] = 0;
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/gemm_unaligned_factor:"));
+        doc["device_kinds"]["a100-80gb"]["gemm_unaligned_factor"] = 0.7;
+        doc["device_kinds"]["a100-80gb"].erase("attention_rates");
+        doc["device_kinds"]["a100-80gb"]["cpu"] = true;
+        CHECK_THAT(load_error(doc), Contains("no unaligned-GEMM factor on a CPU device"));
+    }
     SECTION("efficiency above 1") {
         doc["device_kinds"]["a100-80gb"]["gemm_efficiency"] = 1.5;
         CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/gemm_efficiency:"));
