@@ -326,7 +326,7 @@ void print_scaling(std::ostream& out, const std::vector<ScalingRow>& rows, const
     }
 }
 
-Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::size_t> rank) {
+Json plan_json(const Model& model, const SweepResult& r, const PlanResult& p, std::optional<std::size_t> rank) {
     Json j{{"index", p.index},
            {"strategy", strategies::to_string(p.plan.strategy)},
            {"tp", p.plan.tp},
@@ -353,6 +353,10 @@ Json plan_json(const SweepResult& r, const PlanResult& p, std::optional<std::siz
            {"rank", rank ? Json(*rank) : Json(nullptr)}};
     if (p.status != PlanStatus::pruned || p.reason_key == "memory bound") {
         j["framework"] = strategies::describe(p.layout.framework);
+        // The vocabulary rows it trains, as simulate's --json (null for a layer list).
+        j["padded_vocab"] = model.is_transformer()
+                                ? Json(padded_vocab(model.shape().vocab, p.layout.tp, p.layout.framework.vocab_multiple))
+                                : Json(nullptr);
         j["dp"] = p.layout.dp;
         j["microbatches"] = p.layout.microbatches;
         j["memory_lower_bound_bytes"] = p.memory_bound.count();
@@ -455,7 +459,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const SweepFlag
         for (const auto& [key, entry] : r.pruned_by_reason()) pruned[key] = {{"count", entry.first}, {"example", entry.second}};
         Json plans = Json::array();
         const auto rank = ranks_of(r);
-        for (const PlanResult& p : r.plans) plans.push_back(plan_json(r, p, rank[p.index]));
+        for (const PlanResult& p : r.plans) plans.push_back(plan_json(model, r, p, rank[p.index]));
         list.push_back({{"cluster", n.cluster.name},
                         {"profile", n.cluster.profile.empty() ? Json(nullptr) : Json(n.cluster.profile)},
                         {"nodes", n.nodes ? Json(*n.nodes) : Json(nullptr)},
@@ -566,7 +570,7 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
             return strategies::pads_vocabulary(strategies::parse_framework(name));
         });
         if (!o.frameworks.empty() && !megatron)
-            fail_input("has no effect here: it pads the vocabulary of Megatron's plans, and --framework " + join(o.frameworks) +
+            fail_input("has no effect here: it pads the vocabulary of the plans on Megatron or Megatron-DeepSpeed, and --framework " + join(o.frameworks) +
                            " trains the model's vocabulary as it is",
                        flag("--make-vocab-size-divisible-by"));
         o.vocab_multiple = f.vocab_multiple;
@@ -775,8 +779,8 @@ Command add_sweep(CLI::App& parent) {
                   "--overlap-grad-reduce, DeepSpeed's overlap_comm); those that overlap already or cannot run as they do "
                   "(each plan's overlap_grad_reduce in --csv and --json)");
     app->add_option("--make-vocab-size-divisible-by", f->vocab_multiple,
-                    "every Megatron plan pads the vocabulary to a multiple of N × tp (default: 128, Megatron's); plans on "
-                    "other frameworks train the model's vocabulary");
+                    "every plan on Megatron or Megatron-DeepSpeed pads the vocabulary to a multiple of N × tp (default: "
+                    "128, Megatron's); plans on PyTorch and DeepSpeed train the model's vocabulary");
     app->add_option("--dispatch-overhead", f->dispatch_overhead,
                     "host time per GPU kernel before the driver's launch for every plan, such as \"20 us\" (default: each "
                     "plan's framework's; see simulate --help)");

@@ -100,8 +100,9 @@ struct SweepOptions {
     /// strategies one does not run are pruned naming --framework); empty: each plan's default.
     std::vector<std::string> frameworks;
     bool overlap_grad_reduce = false;
-    /// --make-vocab-size-divisible-by: every Megatron plan pads the vocabulary to a multiple of
-    /// this × tp; plans on other frameworks train the model's vocabulary. Unset: each framework's.
+    /// --make-vocab-size-divisible-by: every plan on Megatron or Megatron-DeepSpeed pads the
+    /// vocabulary to a multiple of this × tp; plans on PyTorch and DeepSpeed train the model's
+    /// vocabulary. Unset: each framework's.
     std::optional<int> vocab_multiple;
     int jobs = 1;
     int refine = 10;                    // analytic network: the best N re-simulated flow-level

@@ -1053,7 +1053,18 @@ TEST_CASE("sweep --make-vocab-size-divisible-by pads the vocabulary of Megatron'
                         out.string(), "--force"})
                 .code == 0);
     std::ifstream in(out);
-    CHECK(Json::parse(in)["make_vocab_size_divisible_by"] == 64);
+    const Json j = Json::parse(in);
+    CHECK(j["make_vocab_size_divisible_by"] == 64);
+    // Each resolved plan says the rows it trains: 50,257 to a multiple of 64 × 2 on Megatron and
+    // Megatron-DeepSpeed (ZeRO-2/3 with tp; 50,304), to a multiple of 2 under PyTorch's FSDP (50,258).
+    int seen = 0;
+    for (const Json& p : j["sweeps"][0]["plans"])
+        if (p.contains("framework")) {
+            const bool megatron = p["framework"].get<std::string>().rfind("megatron", 0) == 0;
+            CHECK(p["padded_vocab"] == (megatron ? 50304 : 50258));
+            ++seen;
+        }
+    CHECK(seen > 0);
     fs::remove(out);
 }
 
