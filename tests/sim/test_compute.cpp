@@ -312,4 +312,10 @@ TEST_CASE("the RTX 4090's GEMM curve against its published bf16 matmuls", "[sim]
         sum += std::abs(error);
     }
     CHECK(sum / static_cast<double>(measured.size()) < 0.03);
+    // FlashAttention keeps a curve of its own (flash_half_dim 4096, a lead): a causal head-dim-128
+    // forward of 32 heads over 8,192 keys at FlashAttention-2's A100 share of the peak (182 of 312
+    // TFLOP/s there), not at the GEMMs' 0.97.
+    const Kernel fa = flash_kernel(32, 8192, 8192, 128, 2, false, true);
+    const double share = fa.flops / kernel_time(fa, DType::bf16, false, g).to_seconds() / 165.2e12;
+    CHECK(share == Approx(182.0 / 312).epsilon(0.05));
 }
