@@ -110,16 +110,12 @@ int run_describe(const DescribeFlags& f, std::ostream& out, std::ostream& err) {
                                       {f.recompute_modules.has_value(), "--recompute-modules"}, {!f.framework.empty(), "--framework"}})
         if (given && cluster_spec.empty())
             fail_input("has no effect here: it sets the steps simulated on a cluster; give --cluster", flag(name));
-    // Megatron core's --recompute-modules (simulate's): what selective recompute redoes; each
-    // strategy's framework is checked by resolve (memory_rows).
-    RecomputeModules modules;
-    if (f.recompute_modules) {
-        modules = parse_recompute_modules(*f.recompute_modules, flag("--recompute-modules"));
-        if (recompute != Recompute::selective)
-            fail_input("--recompute-modules picks what selective recompute redoes: it needs --recompute selective, not " +
-                           std::string(to_string(recompute)),
-                       flag("--recompute-modules"));
-    }
+    // Megatron core's --recompute-modules (simulate's): what selective recompute redoes. resolve
+    // checks them against each strategy's framework and the recompute (memory_rows: refused by
+    // every strategy, ddp's reason is the error).
+    const RecomputeModules modules = f.recompute_modules
+                                         ? parse_recompute_modules(*f.recompute_modules, flag("--recompute-modules"))
+                                         : RecomputeModules{};
     if (!f.framework.empty()) strategies::parse_framework(f.framework);   // refuses a bad name, naming --framework
     const int step_seq = seq_flag.value_or(0), micro_batch = micro_batch_flag.value_or(1);
     // What the steps train and with which optimizer (simulate's --finetune and --optimizer).
