@@ -640,6 +640,7 @@ CollectiveSchedule choose(CollectiveKind kind, const std::vector<int>& members, 
             s.nccl = true;
             s.latency = Time::us(best.latency_us);
             s.bandwidth_time = Time::us(std::max(0.0, best.time_us - best.latency_us));
+            s.thread_blocks = nccl::thread_blocks(best.algo, best.proto, comm, n);
             return s;
         }
     }

@@ -76,6 +76,9 @@ struct CollectiveSchedule {
     bool nccl = false;
     Time latency;
     Time bandwidth_time;
+    /// NCCL's thread blocks on each member while the call runs, one SM each (nccl::thread_blocks);
+    /// 0 for the rest (MPI, and the grouped sends and receives of all-to-all, which are not counted).
+    int thread_blocks = 0;
 };
 
 struct RouteInfo;

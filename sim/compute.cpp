@@ -214,6 +214,17 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
     return done(total);
 }
 
+double sm_bound_share(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch) {
+    if (group.device.is_cpu || op.on_host()) return 0;
+    const auto bound = [](KernelClass c) { return c == KernelClass::gemm || c == KernelClass::attention; };
+    if (op.ref < 0) return bound(op.kernel()) ? 1.0 : 0.0;
+    Time on_sms;
+    const Time total = schedule_kernels(op, kernels, group, dispatch, [&](std::size_t i, Time, Time run) {
+        if (bound(kernels[i].cls)) on_sms += run;
+    });
+    return total > Time::zero() ? std::min(1.0, on_sms / total) : 0.0;
+}
+
 KernelSchedule kernel_schedule(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch) {
     KernelSchedule s;
     s.kernels.reserve(kernels.size());

@@ -75,6 +75,12 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
 Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch = {},
                   std::array<Time, kKernelClasses>* by_class = nullptr);
 
+/// The share of an op's time (compute_time's) that its GEMMs and attention kernels run on the
+/// device: the part that slows when SMs are taken by NCCL's thread blocks (each such kernel's
+/// throughput is its SMs'); memory-bound kernels, which saturate DRAM on fewer SMs, and the gaps
+/// of a host-bound op do not. 0 on a CPU and for host ops.
+double sm_bound_share(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch = {});
+
 /// When each kernel of an op runs, as compute_time prices it: `start` from the op's start (on a
 /// GPU the later of the device's freeing and the host's issue of the kernel, which is how a
 /// host-bound op shows its gaps), `run` its time on the device (on a CPU or the host: with its

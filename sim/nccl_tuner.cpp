@@ -291,6 +291,35 @@ double predict_us(Func f, Algo a, Proto p, const Communicator& c, std::int64_t b
     return cost.latency_us + static_cast<double>(bytes) / (1000.0 * cost.bandwidth_gbs);
 }
 
+int thread_blocks(Algo a, Proto p, const Communicator& c, std::int64_t bytes) {
+    if (c.ranks <= 1) return 0;
+    // comm->nChannels: twice the ring graph's channels (src/graph/connect.cc:460), doubled again on
+    // Hopper+ across nodes while under 16 with fast intra-node channels (connect.cc:480-483).
+    int channels = std::min(64, 2 * c.channels);
+    if (c.compute_capability >= 9.0 && c.nodes > 1 && c.bw_intra > 45.0 && channels < 16) channels *= 2;
+    if (a == Algo::nvls || a == Algo::nvls_tree) {
+        // comm->nvlsChannels (src/transport/nvls.cc:155-157, 205-214): 16 on Hopper, 24 on one
+        // Blackwell node, 32 across nodes; NVLS across nodes uses no more than the ring's
+        // (src/enqueue.cc:2085-2090).
+        const int nvls = c.arch == Arch::blackwell ? (c.nodes > 1 ? 32 : 24) : 16;
+        return a == Algo::nvls && c.nodes > 1 ? std::min(nvls, channels) : nvls;
+    }
+    // Threads per block (src/graph/tuning.cc:244-257; src/include/device.h:93-114): Simple rings 512
+    // (256 where the ring's channels carry no more than PCIe Gen3, PCI_BW 12 GB/s, topo.h:25),
+    // Simple trees 512, LL 512, LL128 640; PAT's is not set there, so its channels are never cut.
+    int threads = 0;
+    if (p == Proto::simple && a == Algo::ring) threads = c.bw_intra * c.channels <= 12.0 ? 256 : 512;
+    else if (p == Proto::simple && a == Algo::tree) threads = 512;
+    else if (p == Proto::ll && a != Algo::pat) threads = 512;
+    else if (p == Proto::ll128 && a != Algo::pat) threads = 640;
+    // Bytes per thread before another channel is used (src/graph/tuning.cc:586-593;
+    // src/include/comm.h:49-51): LL 8 (times the ranks on a ring), LL128 8, Simple 64.
+    std::int64_t threshold = p == Proto::simple ? 64 : 8;
+    if (p == Proto::ll && a == Algo::ring) threshold *= c.ranks;
+    while (channels >= 2 && bytes < static_cast<std::int64_t>(channels) * threads * threshold) --channels;
+    return channels;
+}
+
 Choice choose(Func f, const Communicator& c, std::int64_t bytes, std::optional<Algo> only) {
     Choice best;
     best.time_us = -1;

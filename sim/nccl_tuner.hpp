@@ -87,6 +87,12 @@ struct Choice {
     double latency_us = 0;          // the latency term of time_us, corrections included
     double bandwidth_gbs = 0;       // bytes / (time − latency)
 };
+/// The thread blocks (CTAs) NCCL launches on each rank for a call of `bytes` run by algorithm `a`
+/// and protocol `p`: one per channel (src/enqueue.cc:1756-1758, grid = nChannels), the
+/// communicator's channels cut for small calls (src/enqueue.cc:2070-2099). Each block stays
+/// resident on one SM for the whole call, so compute kernels beside it get the other SMs.
+int thread_blocks(Algo a, Proto p, const Communicator& c, std::int64_t bytes);
+
 /// The cheapest enabled pair, as NCCL's default tuner picks it; with `only`, the cheapest
 /// protocol of that algorithm (NCCL_ALGO). time_us < 0 when nothing is enabled.
 Choice choose(Func f, const Communicator& c, std::int64_t bytes, std::optional<Algo> only = std::nullopt);

@@ -51,6 +51,7 @@ struct Plan {
     std::vector<Phase> phases;
     Time base;         // before the first phase
     Time analytic;     // the alpha-beta prediction of the whole transfer
+    std::uint16_t thread_blocks = 0;   // NCCL's, on each member (CollectiveSchedule::thread_blocks)
 };
 
 /// Coupling classes per phase: flows of equal size move in lockstep (a ring's edges); a phase
@@ -224,10 +225,13 @@ public:
         }
         any_served_ = g.has_arrival_order();
         active_comm_.assign(ranks, 0);
+        held_blocks_.assign(ranks, 0);
         running_.resize(static_cast<std::size_t>(ranks));
+        tracked_.assign(g.size(), 0);
         remaining_.resize(g.size());
         for (OpId id = 0; id < g.size(); ++id) remaining_[id] = g.in_degree(id);
         arrived_.assign(g.collectives().size(), 0);
+        collective_blocks_.assign(g.collectives().size(), 0);
         // A folded graph's mirror ranks arrive with their representatives.
         // Per communicator, the positions of its materialized members: only they arrive, start
         // and finish (a mirror has no ops, so nothing runs on it to slow down).
@@ -374,8 +378,10 @@ private:
                 const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
                 const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
                 if (++arrived_[static_cast<std::size_t>(op.ref)] == needed_[static_cast<std::size_t>(op.ref)]) {
-                    for (std::uint32_t i : live_members(c.communicator)) comm_changed(members[i], +1);
-                    begin(collective_plan(c, members), id);
+                    const Plan* plan = collective_plan(c, members);
+                    collective_blocks_[static_cast<std::size_t>(op.ref)] = plan->thread_blocks;
+                    for (std::uint32_t i : live_members(c.communicator)) comm_changed(members[i], +1, plan->thread_blocks);
+                    begin(plan, id);
                 }
                 break;
             }
@@ -447,20 +453,23 @@ private:
     }
 
     /// A compute op runs: on the host's DRAM and cores (GPU nodes' host ops), else for its
-    /// device time, slowed while its rank communicates where the device says so.
+    /// device time, slowed while its rank communicates: by the device's comm_slowdown, and on a GPU
+    /// of known SMs by the SMs NCCL's thread blocks hold (slowdown()).
     void run_compute(OpId id, const Op& op) {
         if (op.on_host() && options_.network == NetworkMode::flow && host_links(op.rank)) {
             start_host(id, op);
             return;
         }
         const Time d = device_time(id, op);
-        const double k = group_[op.rank]->device.comm_slowdown;
-        if (k == 1.0) {
+        const topo::DeviceKind& dev = group_[op.rank]->device;
+        const double bound = dev.sms > 0 ? bound_share(id, op) : 0.0;
+        if (dev.comm_slowdown == 1.0 && bound == 0.0) {
             engine_.schedule(engine_.now() + d, op_done, id);
         } else {
             // Track it: its rate changes whenever communication starts or stops on the rank.
-            Running run{id, static_cast<double>(d.count_ps()), engine_.now(), active_comm_[op.rank] > 0, Time()};
-            run.end = engine_.now() + ps_truncated(run.remaining_ps * (run.slowed ? k : 1.0));
+            tracked_[id] = 1;
+            Running run{id, static_cast<double>(d.count_ps()), engine_.now(), bound, slowdown(op.rank, bound), Time()};
+            run.end = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
             running_[static_cast<std::size_t>(op.rank)].push_back(run);
             engine_.schedule(run.end, op_done, id);
         }
@@ -473,7 +482,8 @@ private:
             const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
             const std::vector<int>& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
             const std::span<const std::uint32_t> live = live_members(c.communicator);
-            for (std::uint32_t i : live) comm_changed(members[i], -1);
+            const int blocks = collective_blocks_[static_cast<std::size_t>(op.ref)];
+            for (std::uint32_t i : live) comm_changed(members[i], -1, blocks);
             const std::span<const OpId> ops = graph_.collective_ops(op.ref);
             for (std::uint32_t i : live)
                 if (ops[i] != OpGraph::kNoOp) finish(ops[i]);
@@ -531,34 +541,61 @@ private:
 
     // ---- compute slowed by communication -------------------------------------------------------
 
-    /// A compute op on a device whose compute slows down while communication kernels run
-    /// (comm_slowdown k ≠ 1): it progresses at 1/k of its rate whenever the rank communicates.
+    /// A compute op whose rate depends on the communication running on its rank: it progresses at
+    /// 1/factor of its rate, factor = slowdown(rank, bound) as of `updated`.
     struct Running {
         OpId op;
         double remaining_ps;   // of unslowed work
         Time updated;
-        bool slowed;
+        double bound;          // sm_bound_share of the op
+        double factor;
         Time end;              // the scheduled completion; other events for the op are stale
     };
 
-    void comm_changed(int rank, int delta) {
-        std::uint32_t& n = active_comm_[static_cast<std::size_t>(rank)];
-        const bool was = n > 0;
-        n = static_cast<std::uint32_t>(static_cast<int>(n) + delta);
-        const bool now_active = n > 0;
-        if (was == now_active) return;
-        const double k = group_[rank]->device.comm_slowdown;
-        for (Running& run : running_[static_cast<std::size_t>(rank)]) {
+    /// How much slower an op runs on `rank` now: the device's comm_slowdown while any transfer
+    /// runs there, times, on a GPU of `sms` SMs, 1 + bound · (sms / (sms − b) − 1) while NCCL's
+    /// thread blocks hold b of them (a GEMM's or attention kernel's throughput is that of the SMs
+    /// it gets: each block stays resident for the whole call, src/enqueue.cc:1756-1758).
+    double slowdown(int rank, double bound) const {
+        const auto r = static_cast<std::size_t>(rank);
+        const topo::DeviceKind& dev = group_[r]->device;
+        double k = active_comm_[r] > 0 ? dev.comm_slowdown : 1.0;
+        if (bound > 0 && held_blocks_[r] > 0) {
+            const double sms = dev.sms, held = std::min<double>(held_blocks_[r], dev.sms - 1);
+            k *= 1.0 + bound * (sms / (sms - held) - 1.0);
+        }
+        return k;
+    }
+
+    /// An op's sm_bound_share, cached per recipe as op_time is.
+    double bound_share(OpId id, const Op& op) {
+        if (op.ref < 0) return sm_bound_share(op, {}, *group_[op.rank]);
+        const std::size_t key = recipe_key(op);
+        if (key >= recipe_bound_.size()) recipe_bound_.resize(key + 1, -1.0);
+        double& b = recipe_bound_[key];
+        if (b < 0) b = sm_bound_share(op, graph_.kernels_of(id), *group_[op.rank], graph_.dispatch_overhead());
+        return b;
+    }
+
+    /// A transfer starts (delta +1) or ends (−1) on `rank`; `blocks`: the SMs NCCL's thread blocks
+    /// take there meanwhile. The ops running on the rank continue at their new rate.
+    void comm_changed(int rank, int delta, int blocks = 0) {
+        const auto r = static_cast<std::size_t>(rank);
+        active_comm_[r] = static_cast<std::uint32_t>(static_cast<int>(active_comm_[r]) + delta);
+        held_blocks_[r] = static_cast<std::uint32_t>(static_cast<int>(held_blocks_[r]) + delta * blocks);
+        for (Running& run : running_[r]) {
+            const double factor = slowdown(rank, run.bound);
+            if (factor == run.factor) continue;
             const double elapsed = static_cast<double>((engine_.now() - run.updated).count_ps());
-            run.remaining_ps = std::max(0.0, run.remaining_ps - elapsed / (run.slowed ? k : 1.0));
+            run.remaining_ps = std::max(0.0, run.remaining_ps - elapsed / run.factor);
             run.updated = engine_.now();
-            run.slowed = now_active;
-            run.end = engine_.now() + ps_truncated(run.remaining_ps * (run.slowed ? k : 1.0));
+            run.factor = factor;
+            run.end = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
             engine_.schedule(run.end, op_done, run.op);
         }
     }
 
-    /// True when the event at `t` is the op's current completion (not a stale one).
+    /// True when the event at `t` is a tracked op's current completion (not a stale one).
     bool finish_running(int rank, OpId op, Time t) {
         auto& v = running_[static_cast<std::size_t>(rank)];
         for (std::size_t i = 0; i < v.size(); ++i)
@@ -631,7 +668,7 @@ private:
             case op_done: {
                 const Op& op = graph_.op(e.id);
                 if (op.kind == OpKind::compute) {
-                    if (group_[op.rank]->device.comm_slowdown != 1.0 && !finish_running(op.rank, e.id, e.time)) break;
+                    if (tracked_[e.id] && !finish_running(op.rank, e.id, e.time)) break;
                     finish(e.id);
                 } else if (op.kind == OpKind::timer) {
                     finish(e.id);
@@ -718,12 +755,19 @@ private:
                               (static_cast<std::uint64_t>(c.root + 1) << 40),
                           static_cast<std::uint64_t>(c.bytes)};
         if (auto it = plan_index_.find(key); it != plan_index_.end()) return it->second;
-        if (const auto t = measured_collective_time(cluster_, c.kind, members, Bytes(c.bytes), ctx_.node_of))
-            return remember(key, measured_plan(*t));
+        if (const auto t = measured_collective_time(cluster_, c.kind, members, Bytes(c.bytes), ctx_.node_of)) {
+            // Measured, it is still NCCL's call, holding the thread blocks of NCCL's choice.
+            Plan plan = measured_plan(*t);
+            if (ctx_.gpu && options_.algo == CollectiveAlgo::automatic)
+                plan.thread_blocks =
+                    static_cast<std::uint16_t>(choose(c.kind, members, Bytes(c.bytes), c.root, options_.algo, ctx_).thread_blocks);
+            return remember(key, std::move(plan));
+        }
         const CollectiveSchedule s = choose(c.kind, members, Bytes(c.bytes), c.root, options_.algo, ctx_);
         const double eff = protocol_costs(s.protocol).efficiency;
         Plan plan;
         plan.analytic = predict(s, ctx_.routes);
+        plan.thread_blocks = static_cast<std::uint16_t>(s.thread_blocks);
         if (s.nccl) {
             // NCCL's latency first; then its one phase of flows, each capped to finish in NCCL's
             // bandwidth time (sim/collectives.hpp).
@@ -964,8 +1008,12 @@ private:
         return {live_pos_.data() + live_start_[c], live_start_[c + 1] - live_start_[c]};
     }
     std::vector<std::uint8_t> p2p_ready_;
-    std::vector<std::uint32_t> active_comm_;
+    std::vector<std::uint32_t> active_comm_;   // per rank: transfers running
+    std::vector<std::uint32_t> held_blocks_;   // per rank: SMs NCCL's running calls hold
     std::vector<std::vector<Running>> running_;
+    std::vector<std::uint8_t> tracked_;        // per op: its completion is tracked in running_
+    std::vector<double> recipe_bound_;         // bound_share's cache; < 0: not priced yet
+    std::vector<std::uint16_t> collective_blocks_;   // per collective: its thread blocks while it runs
     std::optional<MemoryModel> memory_;
     std::vector<HostCpu> host_;   // per node
     std::vector<double> speed_;   // per rank: Cluster::compute_speed

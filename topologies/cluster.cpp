@@ -71,7 +71,7 @@ LinkSpec parse_link(const JsonView& j) {
 DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     j.expect_only({"cpu", "peak", "memory", "memory_bandwidth", "unified_memory", "launch_overhead",
                    "gemm_efficiency", "gemm_half_dim", "gemm_fixed_time", "flash_half_dim", "attention_rates", "memory_efficiency",
-                   "fp8_gemm_efficiency", "gemm_unaligned_factor", "comm_slowdown", "compute_capability", "notes"});
+                   "fp8_gemm_efficiency", "gemm_unaligned_factor", "comm_slowdown", "sms", "compute_capability", "notes"});
     string_list(j, "notes");
     DeviceKind d;
     d.name = name;
@@ -131,6 +131,11 @@ DeviceKind parse_device_kind(const std::string& name, const JsonView& j) {
     if (!(d.comm_slowdown >= 1.0)) {
         j.fail_member("comm_slowdown", "a slowdown factor of at least 1 (1 = no slowdown)",
                       describe_json(j.raw().at("comm_slowdown")));
+    }
+    if (j.has("sms")) {
+        if (d.is_cpu)
+            j.fail_member("sms", "no streaming multiprocessors on a CPU device (\"cpu\": true)", describe_json(j.raw().at("sms")));
+        d.sms = count_at_least_one(j, "sms", "SM", 4096);
     }
     if (d.is_cpu && j.has("compute_capability"))
         j.fail_member("compute_capability", "no compute capability on a CPU device (\"cpu\": true)",

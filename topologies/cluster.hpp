@@ -58,6 +58,10 @@ struct DeviceKind {
     double gemm_unaligned_factor = 1.0;
     double memory_efficiency = 0.8;       // fraction of memory bandwidth streaming kernels reach
     double comm_slowdown = 1.0;           // compute runs this much slower while comm kernels run
+    /// Streaming multiprocessors ("sms", from the GPU's datasheet). Each thread block of a running
+    /// NCCL call holds one, and the GEMMs and attention kernels beside it get the rest
+    /// (sim/simulator.cpp slowdown); 0 where not given (CPUs): no such slowdown.
+    int sms = 0;
     /// CUDA compute capability (8.0 for A100, 9.0 for H100): picks NCCL's per-architecture tables
     /// and speeds (sim/nccl_tuner). 8.0 when a GPU's file does not say; 0 for CPUs.
     double compute_capability = 0;

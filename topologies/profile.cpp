@@ -313,6 +313,7 @@ Cluster apply_profile(const Cluster& cluster, const Profile& profile, const std:
             d.measured = compute;
             d.launch_overhead = profile.compute.dispatch;
             if (profile.compute.comm_slowdown >= 1) d.comm_slowdown = profile.compute.comm_slowdown;
+            if (gpu) d.sms = profile.compute.sms;   // the measured GPU's, which its NCCL calls share
             if (!profile.compute.stream.empty()) {
                 d.memory_bandwidth = Bandwidth::bytes_per_s(profile.compute.stream.y.back());
                 d.memory_efficiency = 1.0;

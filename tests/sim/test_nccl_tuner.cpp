@@ -147,3 +147,45 @@ TEST_CASE("an uncontended collective takes NCCL's predicted time, a ring leaves 
         CHECK(busy_uplinks == 16);
     }
 }
+
+TEST_CASE("NCCL's thread blocks per call, by hand from enqueue.cc", "[sim][nccl]") {
+    // One node of 8 H100: comm->nChannels = 2 × the ring's 12 channels = 24 (src/graph/connect.cc:460),
+    // one block each for a large call — the 24 blocks of the ncclAllGather an NVIDIA forum post
+    // profiled on an H100 (forums.developer.nvidia.com/t/337991, "launches 24 blocks").
+    const nccl::Communicator h = nccl::make_communicator(8, 1, 9.0, true, true, nccl::CpuVendor::intel, 370.8, 50, 8);
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::simple, h, std::int64_t{1} << 30) == 24);
+    // Small calls use fewer (src/enqueue.cc:2093-2096): a Simple ring block takes 512 threads × 64
+    // B, 32,768 B, so 100,000 B keep 3 blocks (3 × 32,768 ≤ 100,000 < 4 × 32,768).
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::simple, h, 100000) == 3);
+    // LL on a ring: 512 threads × 8 B × 8 ranks, the same 32,768 B a block; LL128: 640 × 8 = 5,120
+    // B a block, so 19 (19 × 5,120 = 97,280 ≤ 100,000); a tree's Simple block 512 × 64.
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::ll, h, 100000) == 3);
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::ll128, h, 100000) == 19);
+    CHECK(nccl::thread_blocks(Algo::tree, Proto::simple, h, 100000) == 3);
+    // NVLS: NVLS_NCHANNELS_SM90 = 16 blocks whatever the size (src/transport/nvls.cc:155, 213).
+    CHECK(nccl::thread_blocks(Algo::nvls, Proto::simple, h, 1000) == 16);
+    CHECK(nccl::thread_blocks(Algo::nvls, Proto::simple, h, std::int64_t{1} << 30) == 16);
+    // Four DGX A100: 2 × 16 ring channels = 32.
+    const nccl::Communicator m = nccl::make_communicator(32, 4, 8.0, true, true, nccl::CpuVendor::amd, 240, 25, 8);
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::simple, m, std::int64_t{1} << 30) == 32);
+    // Hopper across nodes doubles comm->nChannels again while under 16 with ring channels above
+    // 45 GB/s inside the node (connect.cc:480-483): 4 ring channels of 48 GB/s give 2 × 2 × 4.
+    nccl::Communicator fast = m;
+    fast.compute_capability = 9.0;
+    fast.arch = nccl::Arch::hopper;
+    fast.channels = 4;
+    fast.bw_intra = 48;
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::simple, fast, std::int64_t{1} << 30) == 16);
+    fast.bw_intra = 45;
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::simple, fast, std::int64_t{1} << 30) == 8);
+    // A ring no faster than PCIe Gen3 (bw_intra × channels ≤ PCI_BW, 12 GB/s, src/graph/topo.h:25)
+    // runs Simple blocks of 256 threads (src/graph/tuning.cc:244-245): 40,000 B keep both blocks
+    // (2 × 256 × 64 = 32,768 ≤ 40,000), where blocks of 512 threads would keep one.
+    const nccl::Communicator pcie = nccl::make_communicator(2, 1, 8.0, false, false, nccl::CpuVendor::intel, 12, 12, 1);
+    REQUIRE(pcie.bw_intra * pcie.channels <= 12.0);
+    CHECK(2 * pcie.channels == 2);
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::simple, pcie, 40000) == 2);
+    // One rank: no call, no blocks.
+    CHECK(nccl::thread_blocks(Algo::ring, Proto::simple, nccl::make_communicator(1, 1, 9.0, true, true, nccl::CpuVendor::intel, 370.8, 50, 8),
+                              std::int64_t{1} << 30) == 0);
+}

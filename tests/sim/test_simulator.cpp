@@ -6,6 +6,7 @@
 #include "sim/compute.hpp"
 #include "sim/simulator.hpp"
 #include "sim_fixtures.hpp"
+#include "topologies/topology.hpp"
 
 using namespace smol;
 using namespace smol::sim;
@@ -222,6 +223,62 @@ TEST_CASE("compute slows down while communication runs on the same device", "[si
     g.finalize();
     const Timeline tl = simulate(g, c);
     CHECK(tl.end[work].to_seconds() == Approx(1.25).epsilon(1e-4));
+}
+
+TEST_CASE("GEMMs beside a running NCCL call get the SMs its thread blocks leave", "[sim][compute]") {
+    // Two GPUs of 100 SMs. An all-reduce (b thread blocks, C seconds alone) starts with a GEMM of
+    // D seconds: the GEMM runs on 100 − b SMs while the call runs, then on all 100, so it ends at
+    // C + D − C · (100 − b) / 100. An elementwise op (memory-bound) keeps its time, and without
+    // "sms" nothing slows.
+    const auto cluster = [](const std::string& sms) {
+        const std::string text = R"({
+          "name": "pair", "description": "test", "sources": ["test"],
+          "device_kinds": {"gpu": {"peak": {"bf16": "100 TFLOP/s"}, "memory": "80 GiB", "memory_bandwidth": "1000 GB/s",
+                                   "launch_overhead": "0 us", "gemm_efficiency": 1.0, "gemm_half_dim": 0.000001,
+                                   "memory_efficiency": 1.0, "compute_capability": 9.0)" + sms + R"(}},
+          "node_groups": [{"name": "n", "count": 1, "device": "gpu", "devices_per_node": 2, "host_memory": "1 TiB",
+                           "host_memory_bandwidth": "100 GB/s", "intra": {"kind": "nvlink", "bandwidth": "100 GB/s", "latency": "0 us"},
+                           "host_link": {"bandwidth": "25 GB/s", "latency": "0 us"},
+                           "nics": {"count": 1, "bandwidth": "10 GB/s", "latency": "0 us"}}],
+          "network": {"fabric": "switch", "switch_latency": "0 us"}})";
+        return topo::cluster_from_json(JsonView(parse_json_text(text, "pair.json"), "pair.json"));
+    };
+    const topo::Cluster with = cluster(R"(, "sms": 100)"), without = cluster("");
+    REQUIRE(with.groups[0].device.sms == 100);
+    REQUIRE(without.groups[0].device.sms == 0);
+    const Bytes S = Bytes::gib(1);
+    const auto run = [&](const topo::Cluster& c, KernelClass cls, Flops flops, Bytes bytes, bool with_call) {
+        OpGraph g(2);
+        const OpId work = g.add_compute(0, Phase::fwd, 0, 0, flops, bytes, cls, DType::bf16);
+        if (with_call) g.add_collective(CollectiveKind::all_reduce, {0, 1}, S, Stream::comm, Phase::comm);
+        g.finalize();
+        return simulate(g, c).end[work].to_seconds();
+    };
+    // The call alone, and NCCL's blocks for it.
+    OpGraph alone(2);
+    alone.add_collective(CollectiveKind::all_reduce, {0, 1}, S, Stream::comm, Phase::comm);
+    alone.finalize();
+    const double C = simulate(alone, with).makespan.to_seconds();
+    CollectiveContext ctx;
+    ctx.gpu = true;
+    ctx.cluster = &with;
+    ctx.node_of = [](int) { return 0; };
+    ctx.nic_of = [](int) { return 0; };
+    const topo::Topology topo(with);
+    ctx.routes.route = [&](int a, int b) { return topo.route(topo.device_vertex(a), topo.device_vertex(b)); };
+    ctx.routes.latency = [&](int a, int b) { return topo.route_latency(topo.device_vertex(a), topo.device_vertex(b)); };
+    for (const auto& l : topo.links()) ctx.routes.link_bandwidth.push_back(l.bandwidth);
+    const int b = choose(CollectiveKind::all_reduce, {0, 1}, S, 0, CollectiveAlgo::automatic, ctx).thread_blocks;
+    REQUIRE(b > 0);
+    REQUIRE(b < 100);
+    // A GEMM three times the call's length.
+    const Flops F(3 * C * 100e12);
+    const double D = run(with, KernelClass::gemm, F, Bytes(0), false);
+    CHECK(D == Approx(3 * C).epsilon(1e-6));
+    CHECK(run(with, KernelClass::gemm, F, Bytes(0), true) == Approx(C + D - C * (100.0 - b) / 100).epsilon(1e-6));
+    CHECK(run(without, KernelClass::gemm, F, Bytes(0), true) == Approx(D).epsilon(1e-9));
+    const Bytes stream(static_cast<std::int64_t>(3 * C * 1000e9));
+    CHECK(run(with, KernelClass::elementwise, Flops(0), stream, true) == Approx(run(with, KernelClass::elementwise, Flops(0), stream, false)).epsilon(1e-9));
 }
 
 TEST_CASE("a timer ends on the next tick of its period", "[sim][engine]") {

@@ -2,6 +2,8 @@
 // and one SECTION per bad input (each a bad_input smol::Error naming the file and JSON path).
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -121,6 +123,18 @@ TEST_CASE("preset figures are their sources'", "[topologies][cluster]") {
         CHECK(one.num_devices() == 1);
         CHECK_FALSE(one.device_kind(0).is_cpu);
         CHECK(one.device_kind(0).default_dtype() == DType::bf16);
+    }
+    SECTION("every GPU preset states its SMs (the architecture whitepapers'), no CPU board does") {
+        const std::map<std::string, int> sms{{"dgx-a100", 108},         {"hgx-a100-4hdr", 108}, {"ndm-a100-v4", 108},
+                                             {"dgx-h100", 132},         {"grand-teton-h100", 132}, {"hgx-h200", 132},
+                                             {"dgx2-v100", 80},         {"workstation-4gpu", 128}, {"jetson-agx-orin", 16},
+                                             {"jetson-orin-nano", 8},   {"pi5-1gbe", 0},        {"pi4-1gbe", 0},
+                                             {"localhost", 0}};
+        for (const std::string& name : cluster_preset_names()) {
+            INFO(name);
+            REQUIRE(sms.count(name) == 1);
+            CHECK(cluster_preset(name).groups[0].device.sms == sms.at(name));
+        }
     }
     SECTION("dgx2-v100: 8 NICs for 16 GPUs, no bf16") {
         const NodeGroup g = cluster_preset("dgx2-v100").groups[0];   // a copy: the Cluster is a temporary
@@ -443,6 +457,18 @@ TEST_CASE("bad cluster files are bad_input errors naming file and JSON path", "[
         doc["device_kinds"]["a100-80gb"].erase("attention_rates");
         doc["device_kinds"]["a100-80gb"]["cpu"] = true;
         CHECK_THAT(load_error(doc), Contains("no unaligned-GEMM factor on a CPU device"));
+    }
+    SECTION("SMs: none, a fraction, on a CPU") {
+        doc["device_kinds"]["a100-80gb"]["sms"] = 0;
+        std::string m = load_error(doc);
+        CHECK_THAT(m, Contains("at /device_kinds/a100-80gb/sms:"));
+        CHECK_THAT(m, Contains("at least 1 SM"));
+        doc["device_kinds"]["a100-80gb"]["sms"] = 107.5;
+        CHECK_THAT(load_error(doc), Contains("at /device_kinds/a100-80gb/sms:"));
+        doc["device_kinds"]["a100-80gb"]["sms"] = 108;
+        doc["device_kinds"]["a100-80gb"].erase("attention_rates");
+        doc["device_kinds"]["a100-80gb"]["cpu"] = true;
+        CHECK_THAT(load_error(doc), Contains("no streaming multiprocessors on a CPU device"));
     }
     SECTION("efficiency above 1") {
         doc["device_kinds"]["a100-80gb"]["gemm_efficiency"] = 1.5;

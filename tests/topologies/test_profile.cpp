@@ -323,6 +323,11 @@ TEST_CASE("a GPU's profile fits a node of any size, keeps the cluster's slowdown
     // The slower direction (device to host): 12 us, 1 GiB in 25 ms less the 12 us.
     CHECK(g.host_link.latency == Time::us(12));
     CHECK(g.host_link.bandwidth.bytes_per_second() == Approx(1073741824.0 / (25e-3 - 12e-6)));
+    // The measured GPU's SMs replace the file's (an H100 PCIe has 114).
+    CHECK(g.device.sms == 132);
+    auto pcie = gpu_sample(1);
+    pcie.compute.sms = 114;
+    CHECK(apply_profile(before, pcie, "gpu.json").groups[0].device.sms == 114);
 }
 
 TEST_CASE("a GPU's profile on a CPU board is refused", "[topologies][profile]") {
