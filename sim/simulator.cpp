@@ -226,6 +226,15 @@ public:
         any_served_ = g.has_arrival_order();
         active_comm_.assign(ranks, 0);
         held_blocks_.assign(ranks, 0);
+        // Only a rank that takes part in a transfer can be slowed by one: the others' ops are not
+        // tracked (the event loop of a graph without communication pays nothing for it).
+        communicates_.assign(static_cast<std::size_t>(ranks), 0);
+        std::vector<std::uint8_t> used(g.communicators().size(), 0);
+        for (const Collective& c : g.collectives()) used[static_cast<std::size_t>(c.communicator)] = 1;
+        for (std::size_t i = 0; i < used.size(); ++i)
+            if (used[i])
+                for (int r : g.communicators()[i]) communicates_[static_cast<std::size_t>(r)] = 1;
+        for (const P2P& p : g.p2ps()) communicates_[static_cast<std::size_t>(p.src)] = communicates_[static_cast<std::size_t>(p.dst)] = 1;
         running_.resize(static_cast<std::size_t>(ranks));
         tracked_.assign(g.size(), 0);
         remaining_.resize(g.size());
@@ -462,8 +471,9 @@ private:
         }
         const Time d = device_time(id, op);
         const topo::DeviceKind& dev = group_[op.rank]->device;
-        const double bound = dev.sms > 0 ? bound_share(id, op) : 0.0;
-        if (dev.comm_slowdown == 1.0 && bound == 0.0) {
+        const bool may_slow = communicates_[static_cast<std::size_t>(op.rank)] != 0;
+        const double bound = may_slow && dev.sms > 0 ? bound_share(id, op) : 0.0;
+        if (!may_slow || (dev.comm_slowdown == 1.0 && bound == 0.0)) {
             engine_.schedule(engine_.now() + d, op_done, id);
         } else {
             // Track it: its rate changes whenever communication starts or stops on the rank.
@@ -1010,6 +1020,7 @@ private:
     std::vector<std::uint8_t> p2p_ready_;
     std::vector<std::uint32_t> active_comm_;   // per rank: transfers running
     std::vector<std::uint32_t> held_blocks_;   // per rank: SMs NCCL's running calls hold
+    std::vector<std::uint8_t> communicates_;   // per rank: it takes part in a collective or a send
     std::vector<std::vector<Running>> running_;
     std::vector<std::uint8_t> tracked_;        // per op: its completion is tracked in running_
     std::vector<double> recipe_bound_;         // bound_share's cache; < 0: not priced yet
