@@ -654,13 +654,16 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
                    {"DGX Cloud taken as DGX H100 nodes (8 x 400 Gb/s InfiniBand), as the row assumes",
                     "no activation checkpointing (activations_checkpoint_granularity null); Transformer Engine's fused "
                     "attention is flash attention (the default on H100), whose backward recomputes the scores",
-                    "NeMo overlaps gradient reduce-scatter, parameter all-gather and tensor-parallel communication "
-                    "(overlap_grad_sync, overlap_param_sync, ub_tp_comm_overlap); the simulator blocks on tensor-parallel "
-                    "collectives"});
+                    "NeMo overlaps the gradient reduce-scatter with backward (overlap_grad_sync: --overlap-grad-reduce), the "
+                    "parameter all-gather with forward (overlap_param_sync: not modelled, the all-gather after the step is "
+                    "exposed here) and tensor-parallel communication (ub_tp_comm_overlap: the simulator blocks on "
+                    "tensor-parallel collectives); the recipe of dgxc-benchmarking v25.02, whose table the rows are "
+                    "(nemo_megatron/gpt3_175b_hydra.yaml:141-142 at 8f5cbb3)"});
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--schedule", "interleaved", "--virtual-stages", std::to_string(vp), "--sp",
-              "--strategy", "zero1", "--recompute", "none", "--micro-batch", std::to_string(mbs),
+              "--strategy", "zero1", "--framework", "megatron", "--overlap-grad-reduce", "--recompute", "none",
+              "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
     if (const auto fp8 = fp8_recipe(row)) {

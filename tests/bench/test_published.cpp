@@ -134,6 +134,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(m, {"--cluster", "dgx-h100", "--nodes", "16", "--tp", "4", "--pp", "8", "--dp", "4", "--schedule",
                            "interleaved", "--virtual-stages", "12", "--sp"}));
         CHECK(model_file_name(*m.model) == "gpt-l96-h12288-a96-f49152-v51200-s2048.json");
+        CHECK(has_args(m, {"--framework", "megatron", "--overlap-grad-reduce"}));   // the recipe's overlap_grad_sync
         CHECK(measured_step_seconds(m, 0) == Approx(8.309));
     }
     SECTION("Llama 3.1 70B in NeMo on DGX H100: context parallelism 2 inside tp 4 · pp 4") {
