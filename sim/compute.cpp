@@ -149,6 +149,10 @@ Time kernel_time(const Kernel& kernel, DType dtype, bool on_host, const topo::No
 
 namespace {
 
+/// GEMMs and attention run at the rate of the SMs they get (the tensor cores); the other classes
+/// stream memory.
+bool sm_bound(KernelClass c) { return c == KernelClass::gemm || c == KernelClass::attention; }
+
 /// How an op runs its kernel list, told kernel by kernel to `on(i, start, run)` (start: from the
 /// op's start; run: on the device, or on the CPU with its launch); returns the op's duration. A
 /// CPU (or a host op) runs each launch and kernel in turn on the same cores. On a GPU the host
@@ -196,7 +200,7 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
         Time t;
         if (op.on_host())
             t = host_time(traffic, flops, group);
-        else if (op.kernel() == KernelClass::gemm || op.kernel() == KernelClass::attention)
+        else if (sm_bound(op.kernel()))
             t = flops / (dev.peak_for(op.dtype()) * dev.gemm_efficiency) + memory_time(traffic, dev);
         else
             t = std::max(flops / dev.peak_for(op.dtype()), memory_time(traffic, dev));
@@ -216,11 +220,10 @@ Time compute_time(const Op& op, std::span<const Kernel> kernels, const topo::Nod
 
 double sm_bound_share(const Op& op, std::span<const Kernel> kernels, const topo::NodeGroup& group, Time dispatch) {
     if (group.device.is_cpu || op.on_host()) return 0;
-    const auto bound = [](KernelClass c) { return c == KernelClass::gemm || c == KernelClass::attention; };
-    if (op.ref < 0) return bound(op.kernel()) ? 1.0 : 0.0;
+    if (op.ref < 0) return sm_bound(op.kernel()) ? 1.0 : 0.0;
     Time on_sms;
     const Time total = schedule_kernels(op, kernels, group, dispatch, [&](std::size_t i, Time, Time run) {
-        if (bound(kernels[i].cls)) on_sms += run;
+        if (sm_bound(kernels[i].cls)) on_sms += run;
     });
     return total > Time::zero() ? std::min(1.0, on_sms / total) : 0.0;
 }
