@@ -198,6 +198,8 @@ Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::in
     return f;
 }
 
+std::int64_t flash_key_rows(const Kernel& k) { return k.causal && k.n < k.m ? k.m : k.n; }
+
 Kernel stream_kernel(KernelName name, KernelClass cls, std::int64_t bytes, double flops) {
     Kernel s;
     s.op = KernelOp::stream;

@@ -173,6 +173,12 @@ double causal_pairs(std::int64_t q, std::int64_t keys);
 /// gradients in backward) once, never the q×kv scores.
 Kernel flash_kernel(std::int64_t heads, std::int64_t q, std::int64_t kv, std::int64_t d, int elem_bytes, bool backward,
                     bool causal = false);
+/// The key rows a fused attention kernel's backward tiles over (FlashAttention-2 parallelises its
+/// backward over blocks of keys, one thread block each, Dao 2023 §3.2): its `kv` keys, except
+/// under a sliding window (causal with fewer keys per query than queries, as flash_kernel is
+/// given a windowed layer), where each query sees `kv` of the sequence's `q` keys and the key
+/// blocks span all q of them.
+std::int64_t flash_key_rows(const Kernel& k);
 /// A memory-bound pass moving `bytes` (reads + writes) with `flops` arithmetic.
 Kernel stream_kernel(KernelName name, KernelClass cls, std::int64_t bytes, double flops = 0);
 /// Adam over `params` parameters moving `bytes_per_param` bytes each, 12 FLOPs each

@@ -41,7 +41,7 @@ std::optional<Time> measured_time(const Kernel& k, DType dtype, const topo::Meas
             // its share (topo::kFlashTileRows).
             double fill = 1;
             if (gpu && m.sms > 0) {
-                const double rows = static_cast<double>(k.backward ? k.n : k.m);
+                const double rows = static_cast<double>(k.backward ? flash_key_rows(k) : k.m);
                 fill = std::min(1.0, static_cast<double>(k.batch) * std::ceil(rows / topo::kFlashTileRows) / m.sms);
             }
             return Time::seconds(k.flops / (rate * fill));
@@ -81,8 +81,8 @@ Time host_time(Bytes bytes, Flops flops, const topo::NodeGroup& group) {
 FlopRate attention_rate(const topo::AttentionRates& table, const Kernel& k) {
     const FlopRate r = table.rate(k.backend, k.backward, k.causal, static_cast<double>(k.k), static_cast<double>(k.n));
     // One thread block per 128-row tile of a head: of queries in forward, of keys in backward
-    // (FlashAttention-2 parallelises its backward over key blocks, Dao 2023 §3.2).
-    const double rows = static_cast<double>(k.backward ? k.n : k.m);
+    // (flash_key_rows: a sliding window's blocks span the whole sequence).
+    const double rows = static_cast<double>(k.backward ? flash_key_rows(k) : k.m);
     const double blocks = static_cast<double>(k.batch) * std::ceil(rows / 128);
     return r * std::min(1.0, blocks / table.sms);
 }

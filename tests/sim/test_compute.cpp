@@ -215,6 +215,33 @@ TEST_CASE("fused attention on a device with measured rates: the table's rate for
     CHECK(kernel_time(k, DType::bf16, false, plain).to_seconds() == Approx(k.flops / (989e12 * 0.803 * d / (d + 768))));
 }
 
+TEST_CASE("a sliding window's attention backward fills the GPU with the sequence's key blocks, not the window's",
+          "[sim][compute][attention]") {
+    const topo::NodeGroup g = topo::cluster_preset("dgx-h100").groups[0];
+    REQUIRE(g.device.attention_rates);
+    // GPT-OSS's windowed layers: 4,096 queries, each over the 128 keys before it, head dim 64.
+    // FlashAttention-2's backward runs one thread block per 128 keys of the whole sequence: 32 per
+    // head. 64 heads (2,048 blocks) and 8 (256) fill the H100's 132 SMs; 1 head (32) fills 32/132.
+    const auto per_flop = [&](std::int64_t heads) {
+        Kernel f = flash_kernel(heads, 4096, 128, 64, 2, false, true);
+        f.backend = AttentionBackend::fused;
+        const Kernel b = backward_kernels(std::vector<Kernel>{f})[0];
+        CHECK(flash_key_rows(b) == 4096);
+        return kernel_time(b, DType::bf16, false, g).to_seconds() / b.flops;
+    };
+    CHECK(per_flop(8) == Approx(per_flop(64)));
+    CHECK(per_flop(1) == Approx(per_flop(64) * 132 / 32));
+    // Without the window (cross-attention over 128 keys, no mask) the backward has one key block
+    // per head: 64 of 132 SMs.
+    Kernel cross = flash_kernel(64, 4096, 128, 64, 2, true, false);
+    CHECK(flash_key_rows(cross) == 128);
+    cross.backend = AttentionBackend::fused;
+    Kernel cross_full = cross;   // the same FLOPs over 132 blocks
+    cross_full.batch = 132;
+    CHECK(kernel_time(cross, DType::bf16, false, g).to_seconds() ==
+          Approx(kernel_time(cross_full, DType::bf16, false, g).to_seconds() * 132 / 64));
+}
+
 TEST_CASE("FP8 GEMMs: the FP8 peak and MAMF, on the 16-bit curve's shape with its per-output time kept", "[sim][compute][fp8]") {
     // The dgx-h100 preset's H100: bf16 989 TFLOP/s at 0.803 (half size 88, 6.25 us fixed); FP8
     // 1979 TFLOP/s at 0.709 (MAMF).
