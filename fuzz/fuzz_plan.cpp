@@ -140,6 +140,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.cross_entropy_fusion = static_cast<CrossEntropyFusion>(in.ConsumeIntegralInRange<int>(0, 2));
         // Megatron's --make-vocab-size-divisible-by, in range and out (exhausted input: the framework's).
         if (in.ConsumeBool()) p.vocab_multiple = in.ConsumeIntegralInRange(-1, 70'000);
+        // Megatron's --overlap-param-gather (exhausted input: off).
+        p.overlap_param_gather = in.ConsumeBool();
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

@@ -116,8 +116,14 @@ const std::vector<Row>& rows() {
             // delayed (the default) or tensorwise (megatron/training/arguments.py, the
             // Transformer-Engine argument group).
             f.fp8 = true;
-            f.version = "0.7";
+            f.version = "0.3";
             t.push_back({FrameworkName::megatron, {0, 1}, f});
+            // Core 0.4 adds --overlap-param-gather (NVIDIA/Megatron-LM f048bf8c08 of 2023-11-17,
+            // "Overlap all-gather in distributed optimizer", between package_info.py's MINOR = 4
+            // of 304b3f7f8a and MINOR = 5 of 918d415624).
+            f.can_overlap_param_gather = true;
+            f.version = "0.7";
+            t.push_back({FrameworkName::megatron, {0, 4}, f});
             // Core 0.8 adds --cross-entropy-loss-fusion (7b4a6d76c9, core/fusions/fused_cross_entropy.py).
             f.cross_entropy_fusion_native = true;
             f.version = "0.11";

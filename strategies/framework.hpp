@@ -70,6 +70,11 @@ struct Framework {
     // Data-parallel gradient reduction, by default (a flag may override it).
     GradReduce grad_reduce = GradReduce::overlapped;
     bool can_overlap_grad_reduce = false;   // has a switch to overlap it (Megatron core, DeepSpeed overlap_comm)
+    /// The distributed optimizer's parameter all-gather: after the optimizer step (false), or
+    /// overlapped with the next forward, each bucket waited for by the first layer using it
+    /// (Megatron core's --overlap-param-gather, 0.4 on).
+    bool can_overlap_param_gather = false;
+    bool overlap_param_gather = false;
     // Pipeline point-to-point: sends and receives of one schedule step posted together
     // (torch.distributed.batch_isend_irecv), one NCCL stream per peer pair; overlap_p2p waits for
     // a receive only right before its use (Megatron's --overlap-p2p-comm).

@@ -498,6 +498,13 @@ private:
         };
         std::vector<std::vector<OpId>> last(static_cast<std::size_t>(emit_dp_), std::vector<OpId>(static_cast<std::size_t>(l_.tp)));
         if (fsdp_ && !fsdp_per_mb_ && st.pass == Pass::fwd && mb == 0) fsdp_gather(s, c, vs, wait_for);
+        std::optional<ParamGathers> pg;   // --overlap-param-gather: this chunk's gathers, in its first forward
+        if (l_.framework.overlap_param_gather && st.pass == Pass::fwd && mb == 0 && l_.dp_cp() > 1) {
+            pg.emplace();
+            pg->buckets = chunk_buckets(c);
+            pg->cid.assign(pg->buckets.size() * static_cast<std::size_t>(l_.tp), -1);
+            pg->op.assign(pg->buckets.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
+        }
         FsdpPass* hooked = nullptr;   // FSDP per micro-batch: this pass's ops per (rank slot, unit)
         if (fsdp_per_mb_) {
             if (fsdp_mb_.empty()) fsdp_mb_.resize(static_cast<std::size_t>(l_.microbatches));
@@ -556,9 +563,25 @@ private:
                         }
                 };
                 switch (st.pass) {
-                    case Pass::fwd:
+                    case Pass::fwd: {
+                        std::vector<std::vector<OpId>> waits;   // --overlap-param-gather, per (d - g) · tp + t
+                        if (pg)
+                            for (int d = g; d < g + cp; ++d)
+                                for (int t = 0; t < emit_tp_; ++t)
+                                    waits.push_back(param_gather_hook(*pg, i, t, d, s,
+                                                                      i == c.first ? waiting(t, d)
+                                                                                   : last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]));
+                        const bool cast = fp8_cast_[static_cast<std::size_t>(i)] >= 0 && mb == 0;
                         cast_fp8_weights(blk, g, s, mb, last);
+                        std::vector<OpId> casts;   // the weight casts, which read the parameters first
+                        for (int d = g; d < g + cp && cast; ++d)
+                            for (int t = 0; t < emit_tp_; ++t) casts.push_back(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]);
                         run(Phase::fwd, rc.fwd);
+                        for (std::size_t w = 0; w < waits.size(); ++w) {
+                            const int d = g + static_cast<int>(w) / emit_tp_, t = static_cast<int>(w) % emit_tp_;
+                            const OpId first_op = cast ? casts[w] : cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]);
+                            for (const OpId gather : waits[w]) g_.depend(gather, first_op);
+                        }
                         mark(true);
                         // The step's first forward of a unit waits for its all-gather (under stages).
                         if (fsdp_ && !fsdp_per_mb_ && mb == 0)
@@ -569,6 +592,7 @@ private:
                         collectives(Phase::fwd);
                         mark(false);
                         break;
+                    }
                     case Pass::bwd:
                     case Pass::bwd_input: {
                         // The unit's unsharded gradient, from its first backward to its reduce-scatter
@@ -904,14 +928,60 @@ private:
         }
     }
 
+    /// The gradient buckets of one chunk's dense parameters, in reverse block order (as backward
+    /// fills them); zero1 gathers its parameters in the same buckets.
+    std::vector<Bucket> chunk_buckets(const Chunk& c) const {
+        const Bytes cap = Bytes::mib(plan_.bucket_mb);
+        return make_buckets(moe_.dense_part(blocks_, c.first, c.last), sb_.grads, cap,
+                            std::min(cap, Bytes::mib(plan_.first_bucket_mb)));
+    }
+
+    /// Megatron's --overlap-param-gather in a chunk's first forward (see build_zero's
+    /// forward_gathers for the hooks it follows): block i's pre-hook dispatches the first bucket if
+    /// it is the chunk's first, waits for the buckets whose first block it is, and each wait
+    /// dispatches the next bucket in forward order. c10d makes a collective's NCCL stream wait for
+    /// the current stream (ProcessGroupNCCL syncStream), so a gather dispatched at block i starts
+    /// once the compute stream has reached block i: one bucket runs ahead of the compute.
+    struct ParamGathers {
+        std::vector<Bucket> buckets;
+        std::vector<std::int32_t> cid;               // [bucket · tp + t], declared at first use
+        std::vector<std::vector<OpId>> op;           // [bucket][rank slot]
+    };
+    /// Dispatches bucket k's gather on (t, d) of stage s after `after` (kNoOp: nothing).
+    void dispatch_param_gather(ParamGathers& pg, std::size_t k, int t, int d, int s, OpId after) {
+        std::int32_t& cid = pg.cid[k * static_cast<std::size_t>(l_.tp) + static_cast<std::size_t>(t)];
+        if (cid < 0)
+            cid = g_.declare_collective(CollectiveKind::all_gather, dp_group(t, s),
+                                        Bytes(pg.buckets[k].bytes.count() / sb_.grads * sb_.params));
+        const OpId op = g_.add_collective_op(cid, l_.rank(t, d, s), Stream::comm, Phase::fwd, pg.buckets[k].ready_after_block,
+                                             0, static_cast<int>(k));
+        if (after != kNoOp) g_.depend(after, op);
+        pg.op[k][static_cast<std::size_t>(slot(t, d))] = op;
+    }
+    /// Block i's pre-hook on (t, d): the gathers it dispatches after `before` (the compute up to the
+    /// block), and those the block's first op must wait for.
+    std::vector<OpId> param_gather_hook(ParamGathers& pg, int i, int t, int d, int s, OpId before) {
+        std::vector<OpId> waits;
+        const std::size_t n = pg.buckets.size();
+        std::size_t lo = n, hi = 0;   // the buckets whose first block is i (contiguous, k descending in forward order)
+        for (std::size_t k = 0; k < n; ++k)
+            if (pg.buckets[k].ready_after_block == i) lo = std::min(lo, k), hi = std::max(hi, k);
+        if (lo == n) return waits;
+        for (std::size_t k = hi + 1; k-- > lo;) {
+            // The chunk's first bucket is dispatched at its own pre-hook; the others by the wait before.
+            if (k == n - 1 || k < hi) dispatch_param_gather(pg, k, t, d, s, before);
+            waits.push_back(pg.op[k][static_cast<std::size_t>(slot(t, d))]);
+        }
+        if (lo > 0) dispatch_param_gather(pg, lo - 1, t, d, s, before);
+        return waits;
+    }
+
     /// Data-parallel gradient synchronisation of one chunk, after its last backward: buckets in
     /// reverse block order, each waiting for the backward that completes it.
     void grad_sync(int s, const Chunk& c) {
         if (l_.dp_cp() == 1) return;
-        const std::vector<Block> chunk_blocks = moe_.dense_part(blocks_, c.first, c.last);
         const Bytes cap = Bytes::mib(plan_.bucket_mb);
-        const std::vector<Bucket> buckets =
-            make_buckets(chunk_blocks, sb_.grads, cap, std::min(cap, Bytes::mib(plan_.first_bucket_mb)));
+        const std::vector<Bucket> buckets = chunk_buckets(c);
         const bool zero1 = plan_.strategy == DataParallel::zero1;
         for (int t = 0; t < emit_tp_; ++t) {
             const std::vector<int> group = dp_group(t, s);
@@ -1191,7 +1261,7 @@ private:
                                                               {fsdp_out_[static_cast<std::size_t>(r)]}).front()
                                         : add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {}, false, {after}).front();
                 }
-            if (zero1 && l_.dp_cp() > 1)
+            if (zero1 && l_.dp_cp() > 1 && !l_.framework.overlap_param_gather)   // else in the forward (ParamGathers)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const std::vector<int> group = dp_group(t, s);
                     for (Bytes b : gathers_[static_cast<std::size_t>(s)]) {

@@ -1193,6 +1193,25 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     }
     l.ep = plan.ep;
     check_expert_parallel(model, plan, l);
+    if (plan.overlap_param_gather) {
+        const ErrorContext where{"", "", "--overlap-param-gather"};
+        if (plan.strategy != DataParallel::zero1)
+            fail_input("it overlaps the parameter all-gather of Megatron's distributed optimizer "
+                       "(--strategy zero1) with the next forward; --strategy " + std::string(to_string(plan.strategy)) +
+                           " has no such gather",
+                       where);
+        if (!l.framework.can_overlap_param_gather)
+            fail_input(describe(l.framework) + " has no switch to overlap the parameter all-gather with forward "
+                       "(Megatron core 0.4 and later, --framework megatron, has --overlap-param-gather)",
+                       where);
+        if (l.dp_cp() == 1)
+            fail_input("has no effect here: one data-parallel rank holds every parameter and gathers none", where);
+        if (model.is_transformer() && model.shape().is_moe())
+            fail_input("is not modelled for mixtures of experts yet: the experts' parameters are gathered over the "
+                       "expert-data-parallel groups after the step; leave --overlap-param-gather out",
+                       where);
+        l.framework.overlap_param_gather = true;
+    }
     // Attention. GPUs run FlashAttention-2 from Ampere on (flash-attn's README, "FlashAttention-2
     // currently supports Ampere, Ada, or Hopper GPUs"); CPUs run PyTorch's own flash kernel
     // (F.scaled_dot_product_attention → _scaled_dot_product_flash_attention_for_cpu, pytorch

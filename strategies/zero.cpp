@@ -188,6 +188,19 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     std::int64_t largest = 1;
     for (const Block& b : blocks)
         for (std::int64_t e : partitioned_tensors(b, 0)) largest = std::max(largest, e);
+    // Megatron's --overlap-param-gather: the updated parameters are gathered under the next
+    // forward instead of after the step (megatron/core/distributed/distributed_data_parallel.py
+    // _make_forward_pre_hook; param_and_grad_buffer.py finish_param_sync): the first forward's
+    // pre-hook dispatches the first bucket's all-gather and waits for it, and each wait dispatches
+    // the next bucket's, so they run back to back on the communication stream in forward order
+    // (the reverse of the gradient buckets'), each before the first block using its parameters.
+    // The graph's one step stands for the steady state, where this is the step's own forward.
+    const bool gather_in_forward = fw.overlap_param_gather && n > 1;
+    std::vector<std::vector<OpId>> forward_gathers(gather_in_forward ? buckets.size() : 0);   // [bucket][slot]
+    for (std::size_t k = forward_gathers.size(); k-- > 0;)
+        forward_gathers[k] = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather,
+                                               Bytes(buckets[k].bytes.count() / sb.grads * sb.params), Stream::comm, Phase::fwd,
+                                               buckets[k].ready_after_block, 0, static_cast<int>(k));
     for (std::size_t d = 0; d < emit; ++d) {
         const int r = replicas[d];
         if (!offload) {
@@ -296,6 +309,10 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                                     tp_collectives.hook(static_cast<int>(d))));
     }
 
+    for (std::size_t k = 0; k < forward_gathers.size(); ++k)
+        for (std::size_t d = 0; d < emit; ++d)
+            if (forward_gathers[k][d] != OpGraph::kNoOp)
+                g.depend(forward_gathers[k][d], passes[d].fwd[0][static_cast<std::size_t>(buckets[k].ready_after_block)]);
     if (n > 1 && timing != ReduceTiming::blocking)
         for (int mb = first_mb; mb < mbs; ++mb)
             for (std::size_t k = 0; k < buckets.size(); ++k) {
@@ -382,8 +399,9 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
             g.depend(passes[d].bwd[static_cast<std::size_t>(mbs - 1)][0], opt[d]);
         }
     }
-    // The updated parameter shards are all-gathered, bucket by bucket.
-    if (n > 1)
+    // The updated parameter shards are all-gathered, bucket by bucket (under the next forward
+    // with Megatron's --overlap-param-gather: forward_gathers).
+    if (n > 1 && !gather_in_forward)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
             const Bytes bytes = Bytes(buckets[k].bytes.count() / sb.grads * sb.params);
             const auto ops = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, bytes, comm, Phase::opt, -1, -1,

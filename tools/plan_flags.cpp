@@ -135,6 +135,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "sizes, fp16/bf16 (keys not modelled are reported)");
     f.app = &app;
     app.add_flag("--overlap-p2p-comm", f.overlap_p2p_comm, "Megatron's --overlap-p2p-comm (pipeline receives waited for at use)");
+    app.add_flag("--overlap-param-gather", f.overlap_param_gather,
+                 "Megatron's, with --strategy zero1 (its distributed optimizer): the updated parameters all-gathered "
+                 "bucket by bucket under the next forward, each bucket waited for by the first layer using it, instead "
+                 "of after the optimizer step");
     app.add_flag("--overlap-cpu-optimizer-d2h-h2d", f.overlap_cpu_optimizer,
                  "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the offloaded "
                  "step's copies and CPU steps pipelined (Megatron: parameter by parameter; modelled block by block)");
@@ -500,6 +504,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.framework_overrides.dispatch_per_kernel = parse_dispatch_overhead(f.dispatch_overhead);
     p.overlap_grad_reduce = f.overlap_grad_reduce;
     p.overlap_p2p_comm = f.overlap_p2p_comm;
+    p.overlap_param_gather = f.overlap_param_gather;
     p.overlap_cpu_optimizer_d2h_h2d = f.overlap_cpu_optimizer;
     p.optimizer_offload_fraction = f.optimizer_offload_fraction;
     p.zero_quantized_weights = f.zero_quantized_weights;

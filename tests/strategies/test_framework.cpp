@@ -472,3 +472,92 @@ TEST_CASE("FlashAttention-3 runs on Hopper alone", "[strategies][framework][atte
     CHECK_THAT(test::bad_input_message([] { parse_attention_backend("flash4", "--attention-backend"); }),
                Catch::Contains("flash3"));
 }
+
+namespace {
+
+/// Rank 0's zero1 parameter all-gathers, and for each whether it ended before the first forward
+/// op (micro-batch 0) of the block it is indexed by started: (count, all before, all in forward).
+struct ParamGatherCheck {
+    int gathers = 0;
+    bool before_use = true, in_forward = true;
+    Time step;
+};
+ParamGatherCheck param_gathers(const Plan& p) {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const Built b = build(m, c, p);
+    const Timeline tl = sim::simulate(b.graph, c);
+    ParamGatherCheck out;
+    out.step = tl.makespan;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.rank != 0 || op.kind != OpKind::collective || b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind != CollectiveKind::all_gather)
+            continue;
+        ++out.gathers;
+        if (op.phase != Phase::fwd) {
+            out.in_forward = false;
+            continue;
+        }
+        for (OpId f = 0; f < b.graph.size(); ++f) {
+            const Op& u = b.graph.op(f);
+            if (u.rank == 0 && u.kind == OpKind::compute && u.phase == Phase::fwd && u.microbatch == 0 && u.layer == op.layer &&
+                tl.start[f] < tl.end[id])
+                out.before_use = false;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("Megatron's overlap-param-gather runs zero1's parameter all-gathers under the forward and each bucket before its first block",
+          "[strategies][framework]") {
+    CHECK_FALSE(parse_framework("megatron@0.3").can_overlap_param_gather);
+    CHECK(parse_framework("megatron@0.4").can_overlap_param_gather);
+    CHECK(parse_framework("megatron").can_overlap_param_gather);
+    CHECK_FALSE(parse_framework("megatron@2.5").can_overlap_param_gather);
+    Plan p;
+    p.strategy = DataParallel::zero1;
+    p.framework = "megatron";
+    p.overlap_grad_reduce = true;
+    SECTION("data parallel alone (the ZeRO-1/2 engine's graph)") {
+        const ParamGatherCheck after = param_gathers(p);
+        REQUIRE(after.gathers > 1);
+        CHECK_FALSE(after.in_forward);
+        p.overlap_param_gather = true;
+        const ParamGatherCheck under = param_gathers(p);
+        CHECK(under.gathers == after.gathers);   // the same buckets, moved
+        CHECK(under.in_forward);
+        CHECK(under.before_use);
+        CHECK(under.step < after.step);         // hidden under the forward
+    }
+    SECTION("under tensor and pipeline parallelism (Megatron's graph)") {
+        p.tp = 2;
+        p.pp = 2;
+        p.global_batch = 8;
+        const ParamGatherCheck after = param_gathers(p);
+        REQUIRE(after.gathers > 1);
+        CHECK_FALSE(after.in_forward);
+        p.overlap_param_gather = true;
+        const ParamGatherCheck under = param_gathers(p);
+        CHECK(under.gathers == after.gathers);
+        CHECK(under.in_forward);
+        CHECK(under.before_use);
+    }
+    SECTION("plans it cannot run are refused, naming the flag") {
+        const Model m = model_preset("gpt2-medium");
+        const topo::Cluster c = topo::cluster_preset("dgx-a100");
+        p.overlap_param_gather = true;
+        p.strategy = DataParallel::ddp;
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("--overlap-param-gather") && Catch::Contains("zero1"));
+        p.strategy = DataParallel::zero1;
+        p.framework = "megatron@0.3";
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("Megatron core 0.4"));
+        p.framework = "deepspeed";
+        p.overlap_grad_reduce = false;
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("--overlap-param-gather"));
+        p.framework = "megatron";
+        p.tp = 8;   // all of the node's 8 GPUs: dp 1
+        CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("one data-parallel rank"));
+    }
+}
