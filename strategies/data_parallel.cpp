@@ -294,18 +294,14 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
     const Training training = apply_finetune(model, layout, blocks);
     const StateBytes sb = state_bytes(layout.dtype);
     const std::int64_t params = total_params(blocks);   // trainable
-    // After backward (Megatron, DeepSpeed's engine): the framework's buckets, all ready once the
-    // whole backward is done; overlapped (PyTorch DDP, Horovod): buckets as backward fills them.
+    // After backward (Megatron, DeepSpeed's engine): the framework's buckets (Layout::bucket), all
+    // ready once the whole backward is done; overlapped (PyTorch DDP, Horovod): buckets as
+    // backward fills them.
     const bool after = layout.framework.grad_reduce == GradReduce::after_backward && cycle == Time::zero();
-    const Bytes after_cap = layout.framework.after_backward_bucket > 0
-                                ? Bytes(layout.framework.after_backward_bucket * sb.grads)
-                                : Bytes(std::max<std::int64_t>(1, params * sb.grads));
     const std::vector<int> replicas = replica_ranks(layout);
     // One replica synchronises nothing: no buckets (a 1 KiB bucket of GPT-3's gradients would be
     // 3 × 10^8 of them).
-    const std::vector<Bucket> buckets = replicas.size() < 2 ? std::vector<Bucket>{}
-                                        : after ? make_buckets(blocks, sb.grads, after_cap, after_cap)
-                                                : make_buckets(blocks, sb.grads, cap, first_cap);
+    const std::vector<Bucket> buckets = replicas.size() < 2 ? std::vector<Bucket>{} : make_buckets(blocks, sb.grads, cap, first_cap);
 
     OpGraph g(layout.devices);
     const std::size_t emit = static_cast<std::size_t>(emitted_replicas(layout));
@@ -402,9 +398,8 @@ OpGraph build_replicated(const Model& model, const Layout& layout, const Plan& p
 }  // namespace detail
 
 OpGraph build_ddp(const Model& model, const Layout& layout, const Plan& plan) {
-    // PyTorch: bucket_cap_mb = 25 (MiB) and a 1 MiB first bucket (_DEFAULT_FIRST_BUCKET_BYTES).
-    const Bytes cap = Bytes::mib(plan.bucket_mb);
-    return detail::build_replicated(model, layout, plan, cap, std::min(cap, Bytes::mib(plan.first_bucket_mb)), Time::zero());
+    // The framework's buckets (Layout::bucket): PyTorch's 25 MiB with a 1 MiB first one.
+    return detail::build_replicated(model, layout, plan, layout.bucket, layout.first_bucket, Time::zero());
 }
 
 OpGraph build_data_parallel(const Model& model, const topo::Cluster& cluster, const Layout& layout, const Plan& plan) {

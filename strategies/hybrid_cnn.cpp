@@ -161,9 +161,8 @@ OpGraph build_hybrid_cnn(const Model& model, const Layout& layout, const Plan& p
     std::vector<std::int64_t> layer_params = detail::layer_params(conv, 1);
     for (const Block& b : fc) layer_params.push_back(b.params);
     // DDP's buckets over the convolutional gradients alone (PyTorch's bucket_cap_mb, 1 MiB first).
-    const Bytes cap = Bytes::mib(plan.bucket_mb);
     const std::vector<Bucket> buckets =
-        K < 2 ? std::vector<Bucket>{} : make_buckets(conv, sb.grads, cap, std::min(cap, Bytes::mib(plan.first_bucket_mb)));
+        K < 2 ? std::vector<Bucket>{} : make_buckets(conv, sb.grads, layout.bucket, layout.first_bucket);
 
     OpGraph g(layout.devices);
     const std::vector<detail::BlockRecipes> conv_recipes = detail::intern_block_recipes(g, conv);

@@ -931,9 +931,7 @@ private:
     /// The gradient buckets of one chunk's dense parameters, in reverse block order (as backward
     /// fills them); zero1 gathers its parameters in the same buckets.
     std::vector<Bucket> chunk_buckets(const Chunk& c) const {
-        const Bytes cap = Bytes::mib(plan_.bucket_mb);
-        return make_buckets(moe_.dense_part(blocks_, c.first, c.last), sb_.grads, cap,
-                            std::min(cap, Bytes::mib(plan_.first_bucket_mb)));
+        return make_buckets(moe_.dense_part(blocks_, c.first, c.last), sb_.grads, l_.bucket, l_.first_bucket);
     }
 
     /// Megatron's --overlap-param-gather in a chunk's first forward (see build_zero's
@@ -980,7 +978,7 @@ private:
     /// reverse block order, each waiting for the backward that completes it.
     void grad_sync(int s, const Chunk& c) {
         if (l_.dp_cp() == 1) return;
-        const Bytes cap = Bytes::mib(plan_.bucket_mb);
+        const Bytes cap = l_.bucket;
         const std::vector<Bucket> buckets = chunk_buckets(c);
         const bool zero1 = plan_.strategy == DataParallel::zero1;
         for (int t = 0; t < emit_tp_; ++t) {

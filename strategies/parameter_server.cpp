@@ -73,8 +73,7 @@ OpGraph build_parameter_server(const Model& model, const Layout& layout, const P
     const PsLayout p = ps_layout(layout, plan);
     const int S = static_cast<int>(p.servers.size());
     const int W = static_cast<int>(p.workers.size());
-    const Bytes cap = Bytes::mib(plan.bucket_mb);
-    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
+    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, layout.bucket, layout.bucket);
 
     OpGraph g(layout.devices);
     const std::vector<Passes> passes = add_programs(g, p, blocks, params, layout);
@@ -132,8 +131,7 @@ OpGraph build_parameter_server_async(const Model& model, const Layout& layout, c
     const int W = static_cast<int>(p.workers.size());
     const int J = layout.microbatches;  // iterations per worker
     const int K = plan.staleness;
-    const Bytes cap = Bytes::mib(plan.bucket_mb);
-    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
+    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, layout.bucket, layout.bucket);
     const auto nk = buckets.size();
 
     OpGraph g(layout.devices);
@@ -215,8 +213,7 @@ OpGraph build_hogwild(const Model& model, const Layout& layout, const Plan& plan
     const std::int64_t params = total_params(blocks);
     const std::vector<int> workers = replica_ranks(layout);
     const int J = layout.microbatches;  // iterations per worker
-    const Bytes cap = Bytes::mib(plan.bucket_mb);
-    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
+    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, layout.bucket, layout.bucket);
     // On unified memory (a CPU board, a Jetson) the store is the memory the device computes in:
     // no copies. On a GPU node it is in host DRAM, reached over PCIe.
     const bool unified = layout.unified_memory;

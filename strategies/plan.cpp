@@ -839,14 +839,12 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     if (!sharded && !ps && l.framework.grad_accumulation != GradAccumulation::fused) per_block += 1;
     // Gradient buckets of the rank's share of the parameters (each a collective or a push and a
     // pull, with a timer or a staging buffer): per step, or per update for parameter servers.
-    // Their cap: Horovod's fusion buffer for ring, else the bucket size, or the framework's
-    // after-backward bucket where smaller; at most 4 bytes per gradient. A single replica of
+    // Their cap: Horovod's fusion buffer for ring, else the layout's (Layout::bucket); at most 4
+    // bytes per gradient. A single replica of
     // ddp, ring or a tensor / pipeline plan synchronises nothing and makes no buckets.
     double params = 0;
     for (const Block& b : blocks) params += static_cast<double>(b.params);
-    double cap = (plan.strategy == DataParallel::ring ? plan.fusion_mb : plan.bucket_mb) * 1048576.0;
-    if (l.framework.grad_reduce == GradReduce::after_backward && l.framework.after_backward_bucket > 0)
-        cap = std::min(cap, 2.0 * static_cast<double>(l.framework.after_backward_bucket));
+    double cap = plan.strategy == DataParallel::ring ? plan.fusion_mb * 1048576.0 : static_cast<double>(l.bucket.count());
     // DeepSpeed's ZeRO-1/2 buckets are reduce_bucket_size elements (strategies/zero.cpp build_zero).
     if ((plan.strategy == DataParallel::zero1 || plan.strategy == DataParallel::zero2) && l.pp == 1 && l.cp == 1 &&
         deepspeed_engine(l.framework.name))
@@ -889,6 +887,41 @@ std::int64_t estimated_ops(const Layout& l, const Plan& plan, const std::vector<
 }
 
 namespace {
+
+/// The data-parallel gradient buckets (Layout::bucket) as the framework makes them:
+///  * reduced after backward: DeepSpeed's engine in allreduce_bucket_size elements
+///    (after_backward_bucket); Megatron its whole gradient buffer at once — Megatron-LM v2's
+///    flattened buffer (megatron/training.py:369), megatron-core's bucket_size set to None
+///    without overlap_grad_reduce (megatron/core/distributed/distributed_data_parallel.py:135-137),
+///    one bucket per model chunk;
+///  * Megatron overlapping them: bucket_size max(4e7, 1e6 · dp) parameters
+///    (distributed_data_parallel.py:133-134, dp over its data- and context-parallel group), none
+///    smaller first;
+///  * PyTorch DDP: bucket_cap_mb 25 MiB and a 1 MiB first bucket (_DEFAULT_FIRST_BUCKET_BYTES).
+/// --bucket-mb replaces the size where the framework has one to replace.
+void resolve_buckets(const Plan& plan, Layout& l) {
+    const std::int64_t grads = state_bytes(l.dtype).grads;
+    const Framework& f = l.framework;
+    const Bytes whole(std::numeric_limits<std::int64_t>::max() / 4);   // one bucket, whatever the model
+    const bool megatron = f.name == FrameworkName::megatron;
+    if (megatron && plan.first_bucket_mb)
+        fail_input("has no effect here: Megatron's gradient buckets have no smaller first one (PyTorch DDP's has)",
+                   {"", "", "--first-bucket-mb"});
+    if (f.grad_reduce == GradReduce::after_backward && (megatron || f.after_backward_bucket > 0)) {
+        if (megatron && plan.bucket_mb)
+            fail_input("has no effect here: without --overlap-grad-reduce Megatron reduces its whole gradient buffer at once "
+                       "after backward (megatron-core sets bucket_size to None, distributed_data_parallel.py:135-137)",
+                       {"", "", "--bucket-mb"});
+        l.bucket = l.first_bucket = f.after_backward_bucket > 0 ? Bytes(f.after_backward_bucket * grads) : whole;
+        return;
+    }
+    if (megatron && !plan.bucket_mb) {
+        l.bucket = l.first_bucket = Bytes(std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * l.dp_cp()) * grads);
+        return;
+    }
+    l.bucket = Bytes::mib(plan.bucket_mb.value_or(25));
+    l.first_bucket = megatron ? l.bucket : std::min(l.bucket, Bytes::mib(plan.first_bucket_mb.value_or(1)));
+}
 
 /// Hogwild! (Niu et al. 2011) is a shared-memory method: every worker writes the one parameter
 /// store without locks, so the workers must be processes of one node, and the simulator must
@@ -941,10 +974,10 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        {"", "", name});
     if (plan.micro_batch < 1)
         fail_input("--micro-batch must be at least 1, found " + std::to_string(plan.micro_batch), {"", "", "--micro-batch"});
-    if (!(plan.bucket_mb > 0))
-        fail_input("--bucket-mb must be positive, found " + std::to_string(plan.bucket_mb), {"", "", "--bucket-mb"});
-    if (!(plan.first_bucket_mb > 0))
-        fail_input("--first-bucket-mb must be positive, found " + std::to_string(plan.first_bucket_mb),
+    if (plan.bucket_mb && !(*plan.bucket_mb > 0))
+        fail_input("--bucket-mb must be positive, found " + std::to_string(*plan.bucket_mb), {"", "", "--bucket-mb"});
+    if (plan.first_bucket_mb && !(*plan.first_bucket_mb > 0))
+        fail_input("--first-bucket-mb must be positive, found " + std::to_string(*plan.first_bucket_mb),
                    {"", "", "--first-bucket-mb"});
     l.tp = plan.tp;
     l.pp = plan.pp;
@@ -1212,6 +1245,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        where);
         l.framework.overlap_param_gather = true;
     }
+    resolve_buckets(plan, l);
     // Attention. GPUs run FlashAttention-2 from Ampere on (flash-attn's README, "FlashAttention-2
     // currently supports Ampere, Ada, or Hopper GPUs"); CPUs run PyTorch's own flash kernel
     // (F.scaled_dot_product_attention → _scaled_dot_product_flash_attention_for_cpu, pytorch

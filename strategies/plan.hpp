@@ -114,8 +114,10 @@ struct Plan {
     int micro_batch = 1;
     int seq = 0;                      // 0: the model's default
     std::optional<DType> dtype;       // unset: the device's default (bf16, or fp32 on CPUs)
-    double bucket_mb = 25;            // DDP gradient bucket in MiB (PyTorch's bucket_cap_mb)
-    double first_bucket_mb = 1;       // DDP's first bucket in MiB (PyTorch's _DEFAULT_FIRST_BUCKET_BYTES)
+    /// Gradient bucket in MiB (--bucket-mb); unset: the framework's (Layout::bucket).
+    std::optional<double> bucket_mb;
+    /// DDP's smaller first bucket in MiB (--first-bucket-mb); unset: PyTorch's 1 MiB (Layout::first_bucket).
+    std::optional<double> first_bucket_mb;
     std::vector<int> stage_layers;
     /// Unset: equal for transformers (Megatron's), balanced for layer lists; speed where the
     /// stages sit on different device kinds (tools/pipeline_split.hpp).
@@ -251,6 +253,10 @@ struct Layout {
 
     /// The framework's behaviour, with the plan's overrides applied (grad_reduce, overlap_p2p).
     Framework framework;
+    /// Data-parallel gradient buckets, bytes of gradients, in reverse block order (make_buckets):
+    /// --bucket-mb, else the framework's (resolve_buckets in plan.cpp); the first may be smaller
+    /// (PyTorch DDP's). Horovod's fusion buffer and DeepSpeed's ZeRO-1/2 buckets are their own.
+    Bytes bucket{0}, first_bucket{0};
 
     int ep = 1;                       // expert-parallel ranks, within the data-parallel group (strategies/moe.hpp)
     Attention attention = Attention::eager;

@@ -120,7 +120,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     // Megatron's distributed optimizer buckets by --bucket-mb.
     const Framework& fw = layout.framework;
     const bool ipg = deepspeed_engine(fw.name);
-    const Bytes cap = ipg ? reduce_bucket_cap(fw, params, sb.grads) : Bytes::mib(plan.bucket_mb);
+    const Bytes cap = ipg ? reduce_bucket_cap(fw, params, sb.grads) : layout.bucket;
     const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
     const int last_block = static_cast<int>(blocks.size()) - 1;
     // ZeRO-Offload (stage_1_and_2.py with offload_optimizer): the optimizer state, the fp32

@@ -88,8 +88,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--micro-batch", f.micro_batch, "samples per micro-batch")->capture_default_str();
     app.add_option("--seq", f.seq, "sequence length (default: the model's)");
     app.add_option("--dtype", f.dtype, "bf16, fp16 or fp32 (default: bf16 on GPUs, fp32 on CPUs)");
-    app.add_option("--bucket-mb", f.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
-    app.add_option("--first-bucket-mb", f.first_bucket_mb, "DDP's first (smaller) bucket in MiB")->capture_default_str();
+    app.add_option("--bucket-mb", f.bucket_mb,
+                   "gradient bucket size in MiB (default: the framework's: PyTorch DDP 25; Megatron max(4e7, 1e6 x dp) "
+                   "parameters with --overlap-grad-reduce, else its whole gradient buffer)");
+    app.add_option("--first-bucket-mb", f.first_bucket_mb, "PyTorch DDP's first (smaller) bucket in MiB (default 1)");
     app.add_option("--ps-servers", f.ps_servers, "parameter-server shards (ps, ps-async)")->capture_default_str();
     app.add_option("--ps-placement", f.ps_placement,
                    "dedicated (servers are the last devices; dp = devices - servers) or colocated (on workers)")
@@ -493,8 +495,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     // Bucket and fusion sizes: at least 1 KiB (smaller buckets make millions of collectives) and at
     // most 1 TiB (beyond any model's gradients).
     const char* mib_range = "in MiB from 0.0009765625 (1 KiB) to 1048576 (1 TiB)";
-    check_range(f.bucket_mb, 1.0 / 1024, 1 << 20, "--bucket-mb", mib_range);
-    check_range(f.first_bucket_mb, 1.0 / 1024, 1 << 20, "--first-bucket-mb", mib_range);
+    if (f.bucket_mb) check_range(*f.bucket_mb, 1.0 / 1024, 1 << 20, "--bucket-mb", mib_range);
+    if (f.first_bucket_mb) check_range(*f.first_bucket_mb, 1.0 / 1024, 1 << 20, "--first-bucket-mb", mib_range);
     check_range(f.fusion_mb, 1.0 / 1024, 1 << 20, "--fusion-mb", mib_range);
     check_range(f.cycle_ms, 0, 60'000, "--cycle-ms", "in ms from 0 to 60000 (one minute)");
     p.bucket_mb = f.bucket_mb;
@@ -567,10 +569,9 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (given("--bucket-mb") && deepspeed_zero12)
         no_effect("--bucket-mb", "DeepSpeed's ZeRO-1/2 reduce gradients in buckets of reduce_bucket_size elements (5e8 by "
                                  "default): set zero_optimization.reduce_bucket_size in a --deepspeed-config file");
-    if (given("--first-bucket-mb") && !(s == DataParallel::ddp || s == DataParallel::hybrid_cnn ||
-                                        (model_parallel && s == DataParallel::zero1 && !deepspeed_zero12)))
-        no_effect("--first-bucket-mb", "only DDP's bucketing (--strategy ddp or hybrid-cnn, or zero1 with --tp / --pp) has a "
-                                       "smaller first bucket");
+    if (given("--first-bucket-mb") && !(s == DataParallel::ddp || s == DataParallel::hybrid_cnn))
+        no_effect("--first-bucket-mb", "only PyTorch DDP's bucketing (--strategy ddp or hybrid-cnn) has a smaller first "
+                                       "bucket");
     for (const char* name : {"--fusion-mb", "--cycle-ms"})
         if (given(name) && s != DataParallel::ring) no_effect(name, std::string("it is Horovod's (--strategy ring), not ") + strategies::to_string(s) + "'s");
     for (const char* name : {"--ps-servers", "--ps-placement"})

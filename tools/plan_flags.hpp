@@ -46,7 +46,7 @@ struct PlanFlags {
     std::optional<int> seq;              // unset: the model's
     std::optional<std::string> recompute_modules;   // unset: core_attn
     std::string dtype;
-    double bucket_mb = 25, first_bucket_mb = 1;
+    std::optional<double> bucket_mb, first_bucket_mb;   // unset: the framework's
     int ps_servers = 1, staleness = 4;
     std::optional<int> fsdp_group;       // unset: the devices of a node
     std::string fsdp_reduce_dtype;       // empty: the training dtype

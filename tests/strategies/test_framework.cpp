@@ -9,6 +9,7 @@
 #include "core/json.hpp"
 #include "core/model.hpp"
 #include "sim/simulator.hpp"
+#include "strategies/data_parallel.hpp"
 #include "strategies/framework.hpp"
 #include "strategies/plan.hpp"
 #include "test_support.hpp"
@@ -560,4 +561,44 @@ TEST_CASE("Megatron's overlap-param-gather runs zero1's parameter all-gathers un
         p.tp = 8;   // all of the node's 8 GPUs: dp 1
         CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("one data-parallel rank"));
     }
+}
+
+TEST_CASE("gradient buckets are the framework's: PyTorch's 25 MiB, Megatron's max(4e7, 1e6 x dp) parameters or its whole buffer",
+          "[strategies][framework]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(16);   // 128 GPUs
+    const std::int64_t grads = state_bytes(DType::bf16).grads;
+    Plan p;
+    // PyTorch DDP (torch/nn/parallel/distributed.py bucket_cap_mb, _DEFAULT_FIRST_BUCKET_BYTES).
+    Layout l = resolve(m, c, p);
+    CHECK(l.bucket == Bytes::mib(25));
+    CHECK(l.first_bucket == Bytes::mib(1));
+    // Megatron overlapping: distributed_data_parallel.py:134, over dp (tp 2: 64 replicas).
+    p.framework = "megatron";
+    p.tp = 2;
+    p.overlap_grad_reduce = true;
+    l = resolve(m, c, p);
+    CHECK(l.bucket == Bytes(64'000'000 * grads));
+    CHECK(l.first_bucket == l.bucket);
+    p.tp = 8;   // 16 replicas: the 4e7 floor
+    CHECK(resolve(m, c, p).bucket == Bytes(40'000'000 * grads));
+    p.bucket_mb = 10;
+    CHECK(resolve(m, c, p).bucket == Bytes::mib(10));
+    // Megatron after backward: its whole buffer, one reduction per stage on each rank.
+    p.bucket_mb.reset();
+    p.overlap_grad_reduce = false;
+    p.tp = 2;
+    p.pp = 2;
+    p.global_batch = 64;
+    const Built b = build(m, c, p);
+    int reductions = 0;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        // Gradient buckets carry their index (the tied table's all-reduce between the first and
+        // the last stage does not).
+        if (op.rank == 0 && op.kind == OpKind::collective && op.phase == Phase::comm && op.index >= 0 &&
+            b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_reduce)
+            ++reductions;
+    }
+    CHECK(reductions == 1);
 }

@@ -63,7 +63,10 @@ TEST_CASE("estimated_ops bounds the ops each strategy builds, within a small fac
     p.recompute = c.recompute;
     p.sequence_parallel = c.sp;
     p.cp = c.cp;
-    p.bucket_mb = c.bucket_mb;
+    if (c.bucket_mb != 25) {   // else the framework's
+        p.bucket_mb = c.bucket_mb;
+        p.overlap_grad_reduce = c.cp > 1;   // Megatron's (context parallelism) buckets only when it overlaps
+    }
     p.zero_quantized_weights = c.qwz;
     p.zero_hpz_partition_size = c.hpz;
     p.zero_quantized_gradients = c.qgz;

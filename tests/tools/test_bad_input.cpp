@@ -272,12 +272,18 @@ TEST_CASE("bad input: each plan flag", "[tools][bad_input]") {
         // DeepSpeed's engine builds zero2 with tensor parallelism too (Megatron-DeepSpeed's layers).
         refused(simulate({"--strategy", "zero2", "--tp", "2", "--bucket-mb", "10"}, "gpt2-small", "dgx-a100"),
                 {"--bucket-mb", "reduce_bucket_size"});
-        // zero1 with --ep is Megatron's distributed optimizer, which buckets by --bucket-mb: accepted.
+        // zero1 with --ep is Megatron's distributed optimizer, which buckets by --bucket-mb when it
+        // overlaps the reduction: accepted; reducing after backward it takes its whole buffer at once.
         const std::string mixtral = std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json";
-        const Result ep = cli(simulate({"--strategy", "zero1", "--ep", "8", "--bucket-mb", "10", "--seq", "256", "--nodes", "2"},
+        const Result ep = cli(simulate({"--strategy", "zero1", "--ep", "8", "--bucket-mb", "10", "--seq", "256", "--nodes", "2",
+                                        "--overlap-grad-reduce"},
                                        mixtral, "dgx-a100"));
         CHECK(ep.code == 0);
         CHECK_THAT(ep.err, !Catch::Contains("--bucket-mb"));
+        refused(simulate({"--strategy", "zero1", "--ep", "8", "--bucket-mb", "10", "--seq", "256", "--nodes", "2"}, mixtral,
+                         "dgx-a100"),
+                {"--bucket-mb", "has no effect", "whole gradient buffer", "--overlap-grad-reduce"});
+        refused(simulate({"--tp", "2", "--first-bucket-mb", "2"}, "gpt2-small", "dgx-a100"), {"--first-bucket-mb", "PyTorch DDP"});
         refused(simulate({"--seq", "128"}, "resnet50"), {"--seq", "layer list"});
         refused(simulate({"--recompute", "selective"}, "resnet50"), {"--recompute", "attention core"});
         refused(simulate({"--attention", "eager"}, "resnet50"), {"--attention", "no effect", "has no attention"});
