@@ -498,12 +498,26 @@ private:
         };
         std::vector<std::vector<OpId>> last(static_cast<std::size_t>(emit_dp_), std::vector<OpId>(static_cast<std::size_t>(l_.tp)));
         if (fsdp_ && !fsdp_per_mb_ && st.pass == Pass::fwd && mb == 0) fsdp_gather(s, c, vs, wait_for);
-        std::optional<ParamGathers> pg;   // --overlap-param-gather: this chunk's gathers, in its first forward
+        // --overlap-param-gather: this chunk's gathers, waited for in its first forward.
+        ParamGathers* pg = nullptr;
+        const bool aligned = schedule_.chunks > 1;   // Megatron's --align-param-gather (ParamGathers)
         if (l_.framework.overlap_param_gather && st.pass == Pass::fwd && mb == 0 && l_.dp_cp() > 1) {
-            pg.emplace();
-            pg->buckets = chunk_buckets(c);
-            pg->cid.assign(pg->buckets.size() * static_cast<std::size_t>(l_.tp), -1);
-            pg->op.assign(pg->buckets.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
+            pg = &param_gathers(vs);
+            if (aligned) {
+                const auto dispatch_chunk = [&](int chunk, bool after_receive) {
+                    ParamGathers& q = param_gathers(schedule_.virtual_stage(s, chunk));
+                    for (int d = 0; d < emit_dp_; ++d)
+                        for (int t = 0; t < emit_tp_; ++t)
+                            for (std::size_t k = q.buckets.size(); k-- > 0;)
+                                dispatch_param_gather(q, k, t, d, s, after_receive ? waiting(t, d) : kNoOp);
+                };
+                if (st.chunk == 0) {
+                    dispatch_chunk(0, false);
+                    dispatch_chunk(1, false);
+                } else if (st.chunk + 1 < schedule_.chunks) {
+                    dispatch_chunk(st.chunk + 1, true);
+                }
+            }
         }
         FsdpPass* hooked = nullptr;   // FSDP per micro-batch: this pass's ops per (rank slot, unit)
         if (fsdp_per_mb_) {
@@ -568,9 +582,10 @@ private:
                         if (pg)
                             for (int d = g; d < g + cp; ++d)
                                 for (int t = 0; t < emit_tp_; ++t)
-                                    waits.push_back(param_gather_hook(*pg, i, t, d, s,
-                                                                      i == c.first ? waiting(t, d)
-                                                                                   : last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]));
+                                    waits.push_back(aligned ? param_gather_waits(*pg, i, t, d)
+                                                            : param_gather_hook(*pg, i, t, d, s,
+                                                                                i == c.first ? waiting(t, d)
+                                                                                             : last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]));
                         const bool cast = fp8_cast_[static_cast<std::size_t>(i)] >= 0 && mb == 0;
                         cast_fp8_weights(blk, g, s, mb, last);
                         std::vector<OpId> casts;   // the weight casts, which read the parameters first
@@ -940,11 +955,34 @@ private:
     /// dispatches the next bucket in forward order. c10d makes a collective's NCCL stream wait for
     /// the current stream (ProcessGroupNCCL syncStream), so a gather dispatched at block i starts
     /// once the compute stream has reached block i: one bucket runs ahead of the compute.
+    /// Under the interleaved schedule Megatron aligns the gathers instead (--align-param-gather, its
+    /// default there; megatron/core/pipeline_parallel/schedules.py:1219-1221, 1341-1353): the first
+    /// two chunks' buckets are all dispatched when the step's schedule starts, and chunk c + 1's
+    /// when chunk c's first micro-batch comes up (its lookahead of pp-rank micro-batches left out:
+    /// here once that forward's receive is done); the pre-hooks only wait (skip_next_bucket_dispatch).
     struct ParamGathers {
         std::vector<Bucket> buckets;
         std::vector<std::int32_t> cid;               // [bucket · tp + t], declared at first use
         std::vector<std::vector<OpId>> op;           // [bucket][rank slot]
     };
+    /// The gathers of virtual stage vs, its buckets made on first use.
+    ParamGathers& param_gathers(int vs) {
+        if (param_gathers_.empty()) param_gathers_.resize(chunks_.size());
+        ParamGathers& pg = param_gathers_[static_cast<std::size_t>(vs)];
+        if (pg.cid.empty()) {
+            pg.buckets = chunk_buckets(chunks_[static_cast<std::size_t>(vs)]);
+            pg.cid.assign(std::max<std::size_t>(1, pg.buckets.size() * static_cast<std::size_t>(l_.tp)), -1);
+            pg.op.assign(pg.buckets.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
+        }
+        return pg;
+    }
+    /// The dispatched gathers block i's first op waits for on (t, d): the buckets whose first block it is.
+    std::vector<OpId> param_gather_waits(const ParamGathers& pg, int i, int t, int d) const {
+        std::vector<OpId> waits;
+        for (std::size_t k = pg.buckets.size(); k-- > 0;)
+            if (pg.buckets[k].ready_after_block == i) waits.push_back(pg.op[k][static_cast<std::size_t>(slot(t, d))]);
+        return waits;
+    }
     /// Dispatches bucket k's gather on (t, d) of stage s after `after` (kNoOp: nothing).
     void dispatch_param_gather(ParamGathers& pg, std::size_t k, int t, int d, int s, OpId after) {
         std::int32_t& cid = pg.cid[k * static_cast<std::size_t>(l_.tp) + static_cast<std::size_t>(t)];
@@ -1051,6 +1089,7 @@ private:
         act_.assign(chunks_.size(), std::vector<std::int32_t>(static_cast<std::size_t>(m) * static_cast<std::size_t>(groups()), -1));
         grad_ready_.assign(static_cast<std::size_t>(groups()), std::vector<OpId>(blocks_.size(), kNoOp));
         gathers_.assign(static_cast<std::size_t>(l_.pp), {});
+        param_gathers_.clear();
         if (fsdp_) {
             fsdp_ag_.assign(blocks_.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
             for (auto* v : {&fsdp_unsharded_, &fsdp_grad_})
@@ -1322,6 +1361,7 @@ private:
     std::vector<OpId> last_comm_;                       // per rank: its last gradient collective
     std::vector<OpId> final_compute_;                   // per rank: its latest compute-stream op
     std::vector<std::pair<int, int>> deferred_syncs_;   // (device, virtual stage) reduced after backward
+    std::vector<ParamGathers> param_gathers_;           // --overlap-param-gather: per virtual stage
     std::vector<std::vector<int>> tp_groups_;           // per (stage, replica): tp_group, made when first used
 };
 

@@ -481,9 +481,10 @@ namespace {
 struct ParamGatherCheck {
     int gathers = 0;
     bool before_use = true, in_forward = true;
+    Time first_start = Time::max();   // of its gathers
     Time step;
 };
-ParamGatherCheck param_gathers(const Plan& p) {
+ParamGatherCheck param_gathers(const Plan& p, int rank = 0) {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     const Built b = build(m, c, p);
@@ -492,16 +493,18 @@ ParamGatherCheck param_gathers(const Plan& p) {
     out.step = tl.makespan;
     for (OpId id = 0; id < b.graph.size(); ++id) {
         const Op& op = b.graph.op(id);
-        if (op.rank != 0 || op.kind != OpKind::collective || b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind != CollectiveKind::all_gather)
+        if (op.rank != rank || op.kind != OpKind::collective ||
+            b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind != CollectiveKind::all_gather)
             continue;
         ++out.gathers;
         if (op.phase != Phase::fwd) {
             out.in_forward = false;
             continue;
         }
+        out.first_start = std::min(out.first_start, tl.start[id]);
         for (OpId f = 0; f < b.graph.size(); ++f) {
             const Op& u = b.graph.op(f);
-            if (u.rank == 0 && u.kind == OpKind::compute && u.phase == Phase::fwd && u.microbatch == 0 && u.layer == op.layer &&
+            if (u.rank == rank && u.kind == OpKind::compute && u.phase == Phase::fwd && u.microbatch == 0 && u.layer == op.layer &&
                 tl.start[f] < tl.end[id])
                 out.before_use = false;
         }
@@ -544,6 +547,20 @@ TEST_CASE("Megatron's overlap-param-gather runs zero1's parameter all-gathers un
         CHECK(under.gathers == after.gathers);
         CHECK(under.in_forward);
         CHECK(under.before_use);
+        // One chunk per stage: the first gather is dispatched at the first forward's pre-hook, so
+        // on the second stage (rank 4: t 0, d 0, stage 1) after the first activation arrives.
+        CHECK(under.first_start == Time::zero());
+        const ParamGatherCheck second = param_gathers(p, 4);
+        CHECK(second.before_use);
+        CHECK(second.first_start > Time::zero());
+        // Interleaved: Megatron aligns them (schedules.py): both chunks' buckets dispatched as the
+        // step's schedule starts, on every stage.
+        p.schedule = Schedule::interleaved;
+        p.virtual_stages = 2;
+        const ParamGatherCheck aligned = param_gathers(p, 4);
+        CHECK(aligned.in_forward);
+        CHECK(aligned.before_use);
+        CHECK(aligned.first_start == Time::zero());
     }
     SECTION("plans it cannot run are refused, naming the flag") {
         const Model m = model_preset("gpt2-medium");
