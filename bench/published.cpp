@@ -655,16 +655,17 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
                     "no activation checkpointing (activations_checkpoint_granularity null); Transformer Engine's fused "
                     "attention is flash attention (the default on H100), whose backward recomputes the scores",
                     "NeMo overlaps the gradient reduce-scatter with backward (overlap_grad_sync: --overlap-grad-reduce), the "
-                    "parameter all-gather with forward (overlap_param_sync: not modelled, the all-gather after the step is "
-                    "exposed here) and tensor-parallel communication (ub_tp_comm_overlap: the simulator blocks on "
-                    "tensor-parallel collectives); the recipe of dgxc-benchmarking v25.02, whose table the rows are "
-                    "(nemo_megatron/gpt3_175b_hydra.yaml:141-142 at 8f5cbb3)"});
+                    "parameter all-gather with forward (overlap_param_sync: --overlap-param-gather), both in buckets of "
+                    "bucket_cap_mb 220 (--bucket-mb 220), and tensor-parallel communication (ub_tp_comm_overlap: the "
+                    "simulator blocks on tensor-parallel collectives); the recipe of dgxc-benchmarking v25.02, whose "
+                    "table the rows are (nemo_megatron/gpt3_175b_hydra.yaml:140-142 at 8f5cbb3)"});
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--schedule", "interleaved", "--virtual-stages", std::to_string(vp), "--sp",
-              "--strategy", "zero1", "--framework", "megatron", "--overlap-grad-reduce", "--recompute", "none",
-              "--micro-batch", std::to_string(mbs),
+              "--strategy", "zero1", "--framework", "megatron", "--overlap-grad-reduce", "--bucket-mb", "220",
+              "--recompute", "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    if (dp * cp > 1) m.args.insert(m.args.end() - 1, "--overlap-param-gather");
     if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
     if (const auto fp8 = fp8_recipe(row)) {
         m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
@@ -693,14 +694,19 @@ struct NemoModel {
     /// The recipe's cross_entropy_loss_fusion at the 24.07 tag (Megatron core's native fusion):
     /// llama3_8b.yaml:94 (9352b045, "perf patch"); the others gained it later or never.
     bool ce_fusion = false;
+    /// The recipe's distributed_fused_adam bucket_cap_mb (its gradient buckets, MiB), at the
+    /// recipe file's last version: 5b_fp8_performance.yaml:157 (949f53b3), 20b_fp8_performance.yaml:157
+    /// (b1a59070), 175b_fp8_performance.yaml:152 (1e46ac6c), llama2_70b.yaml:157 and
+    /// llama3_8b.yaml:153 at the 24.07 tag.
+    int bucket_cap_mb = 0;
 };
 const NemoModel* nemo_model(const std::string& name) {
     static const NemoModel models[] = {
-        {"GPT3-5B", "gpt3/5b_fp8_performance.yaml", false, 24, 4096, 32, 32, 16384, 50257, "selective"},
-        {"GPT3-20B", "gpt3/20b_fp8_performance.yaml", false, 44, 6144, 48, 48, 24576, 50257, "selective"},
-        {"GPT3-175B", "gpt3/175b_fp8_performance.yaml", false, 96, 12288, 96, 96, 49152, 50257, "selective"},
-        {"Llama2-70B", "llama/llama2_70b.yaml", true, 80, 8192, 64, 8, 28672, 32000, "none"},
-        {"Llama3-8B", "llama/llama3_8b.yaml", true, 32, 4096, 32, 8, 14336, 128256, "none", true},
+        {"GPT3-5B", "gpt3/5b_fp8_performance.yaml", false, 24, 4096, 32, 32, 16384, 50257, "selective", false, 400},
+        {"GPT3-20B", "gpt3/20b_fp8_performance.yaml", false, 44, 6144, 48, 48, 24576, 50257, "selective", false, 220},
+        {"GPT3-175B", "gpt3/175b_fp8_performance.yaml", false, 96, 12288, 96, 96, 49152, 50257, "selective", false, 100},
+        {"Llama2-70B", "llama/llama2_70b.yaml", true, 80, 8192, 64, 8, 28672, 32000, "none", false, 125},
+        {"Llama3-8B", "llama/llama3_8b.yaml", true, 32, 4096, 32, 8, 14336, 128256, "none", true, 125},
     };
     for (const NemoModel& m : models)
         if (name == m.name) return &m;
@@ -737,12 +743,17 @@ Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
     m.notes = {std::string("shape and settings from NeMo-Framework-Launcher's ") + nm->recipe + " (recompute " + nm->recompute +
                    ", sequence parallelism with tp > 1, distributed_fused_adam); the row's layout",
                "FP8 as the recipe runs it: Transformer Engine, fp8_hybrid with delayed scaling (amax history 1024)",
-               "NeMo overlaps gradient reduce-scatter, parameter all-gather and (ub_tp_comm_overlap) tensor-parallel "
-               "communication; the simulator blocks on tensor-parallel collectives"};
+               "NeMo overlaps the gradient reduce-scatter (overlap_grad_sync: --overlap-grad-reduce) and the parameter "
+               "all-gather (overlap_param_sync: --overlap-param-gather) in buckets of bucket_cap_mb " +
+                   std::to_string(nm->bucket_cap_mb) + " (--bucket-mb), as Megatron's distributed optimizer runs them, "
+                   "and (ub_tp_comm_overlap) tensor-parallel communication: the simulator blocks on tensor-parallel "
+                   "collectives"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", std::to_string(gpus / 8),
               "--tp", std::to_string(tp), "--pp", std::to_string(pp), "--dp", std::to_string(dp), "--strategy", "zero1",
-              "--framework", "megatron", "--overlap-grad-reduce", "--recompute", nm->recompute,
-              "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+              "--framework", "megatron", "--overlap-grad-reduce", "--bucket-mb", std::to_string(nm->bucket_cap_mb),
+              "--recompute", nm->recompute, "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs),
+              "--dtype", "bf16", "--json"};
+    if (dp * cp > 1) m.args.insert(m.args.end() - 1, "--overlap-param-gather");
     if (tp > 1) m.args.insert(m.args.end() - 1, "--sp");
     if (pp > 1)
         m.args.insert(m.args.end() - 1, {"--schedule", vp > 1 ? "interleaved" : "1f1b"});

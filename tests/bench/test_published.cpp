@@ -135,6 +135,8 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
                            "interleaved", "--virtual-stages", "12", "--sp"}));
         CHECK(model_file_name(*m.model) == "gpt-l96-h12288-a96-f49152-v51200-s2048.json");
         CHECK(has_args(m, {"--framework", "megatron", "--overlap-grad-reduce"}));   // the recipe's overlap_grad_sync
+        CHECK(has_args(m, {"--bucket-mb", "220"}));                                 // its bucket_cap_mb
+        CHECK(has_args(m, {"--overlap-param-gather"}));                             // its overlap_param_sync
         CHECK(measured_step_seconds(m, 0) == Approx(8.309));
     }
     SECTION("Llama 3.1 70B in NeMo on DGX H100: context parallelism 2 inside tp 4 · pp 4") {
@@ -164,6 +166,9 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(g, {"--recompute", "selective"}));
         CHECK(has_args(g, {"--fp8", "delayed"}));
         CHECK_FALSE(has_args(g, {"--sp"}));   // tp 1
+        // distributed_fused_adam's overlap_grad_sync, overlap_param_sync and bucket_cap_mb 400.
+        CHECK(has_args(g, {"--overlap-grad-reduce", "--bucket-mb", "400"}));
+        CHECK(has_args(g, {"--overlap-param-gather"}));
         // 2048 samples of 2048 tokens at 22,521 tokens/s on each of 64 GPUs.
         CHECK(measured_step_seconds(g, 0) == Approx(2048.0 * 2048 / (22521.0 * 64)));
         // Llama3-8B with context parallelism 2 on one node.
@@ -171,6 +176,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         REQUIRE(l.representable());
         CHECK(model_file_name(*l.model) == "llama-l32-h4096-a32-kv8-f14336-v128256-s8192.json");
         CHECK(has_args(l, {"--cp", "2"}));
+        CHECK(has_args(l, {"--bucket-mb", "125"}));
         CHECK(has_args(l, {"--recompute", "none"}));
         CHECK(has_args(l, {"--fp8", "delayed"}));
     }
