@@ -320,10 +320,11 @@ struct Candidate {
     int order = 0;                  // DeviceOrder
 };
 
-/// resolve, where two flags ask something of every plan that only some frameworks do: a plan
+/// resolve, where flags ask something of every plan that only some frameworks do: a plan
 /// that cannot run it (resolve refuses naming the flag) runs as its framework does, the flag
 /// cleared in `p`. --overlap-grad-reduce: a plan that overlaps already or cannot (ZeRO-3's
-/// buckets, PyTorch DDP; "no effect here"). --make-vocab-size-divisible-by: a plan off Megatron,
+/// buckets, PyTorch DDP; "no effect here"). --overlap-param-gather: a plan without Megatron's
+/// distributed optimizer, on one data-parallel rank or with experts. --make-vocab-size-divisible-by: a plan off Megatron,
 /// which trains the model's vocabulary as it is.
 Layout resolve_lenient(const Context& c, Plan& p) {
     for (;;) {
@@ -333,6 +334,8 @@ Layout resolve_lenient(const Context& c, Plan& p) {
             const std::string& flag = e.context().flag;
             if (p.overlap_grad_reduce && flag == "--overlap-grad-reduce")
                 p.overlap_grad_reduce = false;
+            else if (p.overlap_param_gather && flag == "--overlap-param-gather")
+                p.overlap_param_gather = false;
             else if (p.vocab_multiple && flag == "--make-vocab-size-divisible-by")
                 p.vocab_multiple.reset();
             else
@@ -358,6 +361,7 @@ std::vector<Candidate> enumerate(const Context& c) {
     if (c.options.fp8 != Fp8Recipe::none || c.options.cross_entropy_fusion != strategies::CrossEntropyFusion::none)
         base.framework = "megatron";
     base.overlap_grad_reduce = c.options.overlap_grad_reduce;
+    base.overlap_param_gather = c.options.overlap_param_gather;
     base.vocab_multiple = c.options.vocab_multiple;
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;

@@ -100,6 +100,9 @@ struct SweepOptions {
     /// strategies one does not run are pruned naming --framework); empty: each plan's default.
     std::vector<std::string> frameworks;
     bool overlap_grad_reduce = false;
+    /// --overlap-param-gather: every zero1 plan on Megatron core (its distributed optimizer, more
+    /// than one data-parallel rank, no experts) gathers its parameters under the forward.
+    bool overlap_param_gather = false;
     /// --make-vocab-size-divisible-by: every plan on Megatron or Megatron-DeepSpeed pads the
     /// vocabulary to a multiple of this × tp; plans on PyTorch and DeepSpeed train the model's
     /// vocabulary. Unset: each framework's.

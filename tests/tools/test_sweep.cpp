@@ -1139,3 +1139,50 @@ TEST_CASE("sweep --framework tries every plan on each framework, pruning the str
     CHECK(fp8.code == 2);
     CHECK_THAT(fp8.err, Catch::Contains("--fp8 runs through Transformer Engine on Megatron core"));
 }
+
+TEST_CASE("sweep --overlap-param-gather: Megatron's zero1 plans gather under the forward and the others run as they do",
+          "[tools][sweep][framework]") {
+    SweepOptions o;
+    o.global_batch = 16;
+    o.space.tp = {1, 2, 8};
+    o.space.pp = {1};
+    o.space.micro_batch = {2};
+    o.frameworks = {"megatron"};
+    o.overlap_grad_reduce = true;
+    o.overlap_param_gather = true;
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const SweepResult r = sweep(m, c, o);
+    int gathered = 0;
+    for (const PlanResult& p : r.plans) {
+        if (p.status == PlanStatus::pruned) continue;
+        REQUIRE(p.result);
+        // zero1 (the distributed optimizer) on more than one data-parallel rank; tp 8 leaves one.
+        const bool zero1 = p.plan.strategy == strategies::DataParallel::zero1;
+        CHECK(p.plan.overlap_param_gather == (zero1 && p.layout.dp > 1));
+        CHECK(p.layout.framework.overlap_param_gather == p.plan.overlap_param_gather);
+        if (p.plan.overlap_param_gather) ++gathered;
+        CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
+    }
+    CHECK(gathered > 0);
+    // The CSV's last column says it per plan, the summary once.
+    const fs::path out = fs::temp_directory_path() / ("smol-sweep-param-gather-" + std::to_string(::getpid()) + ".csv");
+    const Result ok = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--tp", "1", "--pp",
+                           "1", "--micro-batch", "2", "--framework", "megatron", "--overlap-param-gather", "--quiet", "--csv",
+                           out.string(), "--force"});
+    REQUIRE(ok.code == 0);
+    CHECK_THAT(ok.out, Catch::Contains("framework megatron, overlap-param-gather"));
+    std::ifstream in(out);
+    std::string header, line;
+    std::getline(in, header);
+    CHECK(header.substr(header.rfind(',') + 1) == "overlap_param_gather");
+    int zero1_rows = 0;
+    while (std::getline(in, line)) {
+        if (line.find(",ranked,") == std::string::npos) continue;
+        const bool zero1 = line.find(",zero1,") != std::string::npos;
+        CHECK(line.substr(line.rfind(',') + 1) == (zero1 ? "true" : "false"));   // tp 1 on 8 GPUs: dp 8
+        zero1_rows += zero1;
+    }
+    CHECK(zero1_rows > 0);
+    fs::remove(out);
+}
