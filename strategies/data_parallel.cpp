@@ -17,6 +17,10 @@ StateBytes state_bytes(DType dtype) {
     return b == 4 ? StateBytes{4, 4, 8} : StateBytes{b, b, 12};
 }
 
+int param_gather_dispatch_block(const std::vector<Bucket>& buckets, std::size_t k) {
+    return buckets[k + 1 < buckets.size() ? k + 1 : k].ready_after_block;
+}
+
 std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_bytes_per_param, Bytes cap, Bytes first_cap) {
     // A bucket of zero bytes would never fill (plan flags keep buckets at 1 KiB or more).
     if (cap < Bytes(1) || first_cap < Bytes(1))

@@ -41,6 +41,14 @@ struct Bucket {
     int ready_after_block;  // backward of this block fills the bucket
 };
 std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_bytes_per_param, Bytes cap, Bytes first_cap);
+/// Megatron's --overlap-param-gather over make_buckets' buckets: the block at whose forward
+/// pre-hook bucket k's parameter all-gather is dispatched. The first bucket in forward order (the
+/// last one made) at its own first block; every other when the bucket after it (k + 1, forward
+/// order) is waited for, at that bucket's first block (megatron/core/distributed/
+/// param_and_grad_buffer.py finish_param_sync dispatches next_param_gather_bucket_group). c10d
+/// makes the collective's stream wait for the compute queued before it, so the gather starts once
+/// the compute has reached that block: one bucket ahead of the layers.
+int param_gather_dispatch_block(const std::vector<Bucket>& buckets, std::size_t k);
 
 /// The data-parallel family for tp = pp = 1: dispatches on plan.strategy. The cluster is read
 /// only by `ring`, to express Horovod's cycle time as a wait (see horovod.hpp).

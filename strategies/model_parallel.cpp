@@ -949,12 +949,9 @@ private:
         return make_buckets(moe_.dense_part(blocks_, c.first, c.last), sb_.grads, l_.bucket, l_.first_bucket);
     }
 
-    /// Megatron's --overlap-param-gather in a chunk's first forward (see build_zero's
-    /// forward_gathers for the hooks it follows): block i's pre-hook dispatches the first bucket if
-    /// it is the chunk's first, waits for the buckets whose first block it is, and each wait
-    /// dispatches the next bucket in forward order. c10d makes a collective's NCCL stream wait for
-    /// the current stream (ProcessGroupNCCL syncStream), so a gather dispatched at block i starts
-    /// once the compute stream has reached block i: one bucket runs ahead of the compute.
+    /// Megatron's --overlap-param-gather in a chunk's first forward: block i's pre-hook dispatches
+    /// the gathers param_gather_dispatch_block puts there (after the compute before block i) and
+    /// waits for the buckets whose first block it is: one bucket runs ahead of the compute.
     /// Under the interleaved schedule Megatron aligns the gathers instead (--align-param-gather, its
     /// default there; megatron/core/pipeline_parallel/schedules.py:1219-1221, 1341-1353): the first
     /// two chunks' buckets are all dispatched when the step's schedule starts, and chunk c + 1's
@@ -997,19 +994,9 @@ private:
     /// Block i's pre-hook on (t, d): the gathers it dispatches after `before` (the compute up to the
     /// block), and those the block's first op must wait for.
     std::vector<OpId> param_gather_hook(ParamGathers& pg, int i, int t, int d, int s, OpId before) {
-        std::vector<OpId> waits;
-        const std::size_t n = pg.buckets.size();
-        std::size_t lo = n, hi = 0;   // the buckets whose first block is i (contiguous, k descending in forward order)
-        for (std::size_t k = 0; k < n; ++k)
-            if (pg.buckets[k].ready_after_block == i) lo = std::min(lo, k), hi = std::max(hi, k);
-        if (lo == n) return waits;
-        for (std::size_t k = hi + 1; k-- > lo;) {
-            // The chunk's first bucket is dispatched at its own pre-hook; the others by the wait before.
-            if (k == n - 1 || k < hi) dispatch_param_gather(pg, k, t, d, s, before);
-            waits.push_back(pg.op[k][static_cast<std::size_t>(slot(t, d))]);
-        }
-        if (lo > 0) dispatch_param_gather(pg, lo - 1, t, d, s, before);
-        return waits;
+        for (std::size_t k = pg.buckets.size(); k-- > 0;)   // forward order
+            if (param_gather_dispatch_block(pg.buckets, k) == i) dispatch_param_gather(pg, k, t, d, s, before);
+        return param_gather_waits(pg, i, t, d);
     }
 
     /// Data-parallel gradient synchronisation of one chunk, after its last backward: buckets in

@@ -190,11 +190,11 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         for (std::int64_t e : partitioned_tensors(b, 0)) largest = std::max(largest, e);
     // Megatron's --overlap-param-gather: the updated parameters are gathered under the next
     // forward instead of after the step (megatron/core/distributed/distributed_data_parallel.py
-    // _make_forward_pre_hook; param_and_grad_buffer.py finish_param_sync): the first forward's
-    // pre-hook dispatches the first bucket's all-gather and waits for it, and each wait dispatches
-    // the next bucket's, so they run back to back on the communication stream in forward order
-    // (the reverse of the gradient buckets'), each before the first block using its parameters.
-    // The graph's one step stands for the steady state, where this is the step's own forward.
+    // _make_forward_pre_hook): in forward order (the reverse of the gradient buckets') on the
+    // communication stream, each dispatched at a block's pre-hook once the compute before that
+    // block is done (param_gather_dispatch_block), each waited for by the first block using its
+    // parameters. The graph's one step stands for the steady state, where this is the step's own
+    // forward.
     const bool gather_in_forward = fw.overlap_param_gather && n > 1;
     std::vector<std::vector<OpId>> forward_gathers(gather_in_forward ? buckets.size() : 0);   // [bucket][slot]
     for (std::size_t k = forward_gathers.size(); k-- > 0;)
@@ -309,10 +309,16 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
                                     tp_collectives.hook(static_cast<int>(d))));
     }
 
-    for (std::size_t k = 0; k < forward_gathers.size(); ++k)
-        for (std::size_t d = 0; d < emit; ++d)
-            if (forward_gathers[k][d] != OpGraph::kNoOp)
-                g.depend(forward_gathers[k][d], passes[d].fwd[0][static_cast<std::size_t>(buckets[k].ready_after_block)]);
+    for (std::size_t k = 0; k < forward_gathers.size(); ++k) {
+        const int dispatched_at = param_gather_dispatch_block(buckets, k);
+        for (std::size_t d = 0; d < emit; ++d) {
+            const OpId gather = forward_gathers[k][d];
+            if (gather == OpGraph::kNoOp) continue;
+            const auto& fwd = passes[d].fwd[0];
+            if (dispatched_at > 0) g.depend(fwd[static_cast<std::size_t>(dispatched_at - 1)], gather);
+            g.depend(gather, fwd[static_cast<std::size_t>(buckets[k].ready_after_block)]);
+        }
+    }
     if (n > 1 && timing != ReduceTiming::blocking)
         for (int mb = first_mb; mb < mbs; ++mb)
             for (std::size_t k = 0; k < buckets.size(); ++k) {

@@ -520,6 +520,13 @@ TEST_CASE("Megatron's overlap-param-gather runs zero1's parameter all-gathers un
     CHECK(parse_framework("megatron@0.4").can_overlap_param_gather);
     CHECK(parse_framework("megatron").can_overlap_param_gather);
     CHECK_FALSE(parse_framework("megatron@2.5").can_overlap_param_gather);
+    // Buckets in backward order, first blocks 5, 3, 3, 0: forward order is k = 3, 2, 1, 0. Bucket 3
+    // (the first) is dispatched at its own block 0; each other when the one after it is waited for.
+    const std::vector<Bucket> buckets{{Bytes(1), 5}, {Bytes(1), 3}, {Bytes(1), 3}, {Bytes(1), 0}};
+    CHECK(param_gather_dispatch_block(buckets, 3) == 0);
+    CHECK(param_gather_dispatch_block(buckets, 2) == 0);
+    CHECK(param_gather_dispatch_block(buckets, 1) == 3);
+    CHECK(param_gather_dispatch_block(buckets, 0) == 3);
     Plan p;
     p.strategy = DataParallel::zero1;
     p.framework = "megatron";
