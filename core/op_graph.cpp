@@ -58,6 +58,7 @@ const char* to_string(Stream s) {
         case Stream::io: return "io";
         case Stream::cp_send: return "cp_send";
         case Stream::cp_recv: return "cp_recv";
+        case Stream::tp: return "tp";
     }
     return "?";
 }

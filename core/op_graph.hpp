@@ -45,9 +45,12 @@ enum class OpKind : std::uint8_t { compute, collective, send, recv, copy, alloc,
 /// device (device → host, NVMe), `copy_in` into it — as a GPU runs device-to-host and
 /// host-to-device DMA concurrently; host ↔ NVMe transfers on `io`, the host's asynchronous I/O
 /// queue (DeepSpeed's aio handle). Context parallelism's ring (strategies/context_parallel.hpp)
-/// sends on `cp_send` and receives on `cp_recv`, the queues of its own communicator.
-enum class Stream : std::uint8_t { compute, comm, p2p, copy, host, send_next, recv_next, send_prev, recv_prev, copy_in, io, cp_send, cp_recv };
-inline constexpr int kStreams = 13;
+/// sends on `cp_send` and receives on `cp_recv`, the queues of its own communicator. `tp` holds
+/// the tensor-parallel collectives a linear layer launches asynchronously (async_op=True) beside
+/// its GEMMs, on the tensor group's communicator, which the compute stream waits for
+/// (handle.wait()) before its next kernel.
+enum class Stream : std::uint8_t { compute, comm, p2p, copy, host, send_next, recv_next, send_prev, recv_prev, copy_in, io, cp_send, cp_recv, tp };
+inline constexpr int kStreams = 14;
 enum class Phase : std::uint8_t { none, fwd, bwd, bwd_input, bwd_weight, recompute, opt, comm };
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier };
 enum class Tier : std::uint8_t { device, host, nvme };

@@ -20,6 +20,9 @@ namespace smol::strategies {
 namespace {
 
 constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
+/// The tensor group's async collectives' communicator tag (tp_collectives); moe.hpp and
+/// context_parallel.cpp hold 1 to 3.
+constexpr int kAsyncTensorGroup = 4;
 
 bool is_layer(const Block& b) { return b.kind == Block::Kind::transformer || b.kind == Block::Kind::layer; }
 double cost(const Block& b) { return (b.fwd + b.bwd + b.recompute).count(); }
@@ -241,6 +244,59 @@ public:
         // stage's copy of a tied table with the head.
         accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation, tied_params_);
         fp8_cast_ = detail::intern_fp8_weight_recipes(g_, blocks_, l_.dtype);
+        make_backward_segments();
+    }
+
+    /// A block's backward split at its column-parallel linears (the QKV projection, the MLP's
+    /// up projection, the logits), whose backward overlaps the tensor group's collectives with its
+    /// GEMMs as Megatron's and Transformer Engine's linears run it
+    /// (LinearWithGradAccumulationAndAsyncCommunication.backward, megatron/core/tensor_parallel/
+    /// layers.py; transformer_engine/pytorch/module/layernorm_linear.py:773-791, 890-910,
+    /// 1126-1129 at d0067d0): without sp the data gradient's all-reduce is launched async before
+    /// the weight-gradient GEMM; with sp the input's re-gather before the data-gradient GEMM and the
+    /// data gradient's reduce-scatter before the weight gradient's, and the linear waits for them
+    /// at its end. Each window is that GEMM (the pair with sp); the segments between run as they
+    /// did, each row-parallel linear's gradient gather (sp) blocking before its segment. Blocks
+    /// whose windows do not match their collectives (the embedding's, cross- or latent attention,
+    /// MoE and context-parallel layers, LoRA's passes), and zero-bubble or FSDP plans, keep their
+    /// collectives blocking after the pass.
+    void make_backward_segments() {
+        bwd_segments_.assign(blocks_.size(), {});
+        if (l_.tp == 1 || split_ || fsdp_ || !training_.kernels.empty()) return;
+        const auto column = [](KernelName n) { return n == KernelName::qkv || n == KernelName::mlp_up || n == KernelName::logits; };
+        const auto row = [](KernelName n) { return n == KernelName::attn_proj || n == KernelName::mlp_down; };
+        for (const Block& b : blocks_) {
+            if (b.moe || b.cp || b.tp_collectives_fwd == 0 || b.tp_adapter_bwd > 0) continue;
+            const std::vector<Kernel> bwd = block_backward(b);
+            std::vector<std::pair<std::size_t, std::size_t>> windows;
+            for (std::size_t j = 0; j + 1 < bwd.size(); ++j) {
+                const Kernel &da = bwd[j], &db = bwd[j + 1];
+                if (da.op != KernelOp::gemm || da.weight || !column(da.name) || db.op != KernelOp::gemm || !db.weight || db.name != da.name)
+                    continue;
+                windows.emplace_back(sp_ ? j : j + 1, j + 2);
+                ++j;
+            }
+            if (windows.size() != static_cast<std::size_t>(b.tp_collectives_fwd)) continue;
+            BackwardSegments out;
+            std::size_t at = 0;
+            for (const auto& [from, to] : windows) {
+                if (from == at) break;   // nothing before a window to launch its collectives after
+                const std::span<const Kernel> before(bwd.data() + at, from - at);
+                out.recipes.push_back(g_.intern_recipe(before));
+                out.gather.push_back(std::any_of(before.begin(), before.end(), [&](const Kernel& k) {
+                    return k.op == KernelOp::gemm && row(k.name);
+                }));
+                out.recipes.push_back(g_.intern_recipe(std::span<const Kernel>(bwd.data() + from, to - from)));
+                out.gather.push_back(0);
+                at = to;
+            }
+            if (out.recipes.size() != 2 * windows.size()) continue;
+            if (at < bwd.size()) {
+                out.recipes.push_back(g_.intern_recipe(std::span<const Kernel>(bwd.data() + at, bwd.size() - at)));
+                out.gather.push_back(0);
+            }
+            bwd_segments_[static_cast<std::size_t>(b.index)] = std::move(out);
+        }
     }
 
     OpGraph build() {
@@ -412,32 +468,63 @@ private:
         return out;
     }
 
-    /// The tensor-parallel collectives after one block's pass, for every rank of the group.
-    void tp_collectives(const Block& blk, int d, int s, Phase phase, int mb, std::vector<OpId>& last) {
-        if (l_.tp == 1) return;
-        // Every block of every pass asks for its group: make each once.
+    /// The tensor group of replica slot d on stage s, made once.
+    const std::vector<int>& tensor_group(int d, int s) {
         if (tp_groups_.empty()) tp_groups_.resize(static_cast<std::size_t>(l_.pp) * static_cast<std::size_t>(l_.dp_cp()));
         std::vector<int>& group = tp_groups_[static_cast<std::size_t>(s) * static_cast<std::size_t>(l_.dp_cp()) + static_cast<std::size_t>(d)];
         if (group.empty()) group = tp_group(d, s);
-        // With FP8 linears, sequence parallelism's forward all-gathers move the FP8 copy of the
-        // norm's output, one byte an element (Transformer Engine quantizes before it gathers:
-        // gather_along_first_dim(ln_out, tp_group, quantizer=…), module/layernorm_linear.py:294-313
-        // at NVIDIA/TransformerEngine d0067d0); their reduce-scatters and backward stay 16-bit.
-        const bool fp8_gather = sp_ && blk.fp8_params > 0 && (phase == Phase::fwd || phase == Phase::recompute);
-        const Bytes gather_bytes = fp8_gather ? Bytes(blk.tp_bytes_per_collective.count() / dtype_bytes(l_.dtype))
-                                              : blk.tp_bytes_per_collective;
+        return group;
+    }
+
+    /// One tensor-parallel collective over the group of (d, s), on every rank of it. On the
+    /// compute stream it blocks; on Stream::tp it is launched async (async_op=True) after
+    /// `last[t]` and left in `async[t]` for the compute stream's next op to wait for (join_async).
+    /// PyTorch runs a group's async and blocking calls on its one NCCL stream; the blocking ones
+    /// sit here on the compute stream (which waits for them at once), so the async ones are their
+    /// own communicator (kAsyncTensorGroup), ordered apart.
+    void tensor_collective(CollectiveKind kind, Bytes bytes, int d, int s, Phase phase, int layer, int mb, int k,
+                           std::vector<OpId>& last, std::vector<std::vector<OpId>>* async = nullptr) {
+        const std::vector<int>& group = tensor_group(d, s);
+        const auto cid = g_.declare_collective(kind, group, bytes, -1, async ? kAsyncTensorGroup : 0);
+        for (int t = 0; t < emit_tp_; ++t) {
+            const OpId op = g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], async ? Stream::tp : Stream::compute,
+                                                 phase, layer, mb, k);
+            if (!async) {
+                last[static_cast<std::size_t>(t)] = op;
+                continue;
+            }
+            g_.depend(last[static_cast<std::size_t>(t)], op);
+            (*async)[static_cast<std::size_t>(t)].push_back(op);
+        }
+    }
+
+    /// Bytes of sequence parallelism's gather of a linear's input: with FP8 linears the FP8 copy
+    /// of the norm's output, one byte an element (Transformer Engine quantizes before it gathers:
+    /// gather_along_first_dim(ln_out, tp_group, quantizer=…), module/layernorm_linear.py:294-313,
+    /// and again for the weight gradient, :773-791, at NVIDIA/TransformerEngine d0067d0); the
+    /// reduce-scatters and the gradients' gathers stay 16-bit.
+    Bytes input_gather_bytes(const Block& blk) const {
+        return blk.fp8_params > 0 ? Bytes(blk.tp_bytes_per_collective.count() / dtype_bytes(l_.dtype)) : blk.tp_bytes_per_collective;
+    }
+
+    /// The tensor-parallel collectives after one block's pass, for every rank of the group, each
+    /// blocking: a linear pair's all-reduce, or with sp its all-gather and reduce-scatter (in
+    /// backward the gradient's gather and the data gradient's scatter). A backward whose block
+    /// has column-parallel windows (bwd_segments_) runs them async instead (backward_segments).
+    void tp_collectives(const Block& blk, int d, int s, Phase phase, int mb, std::vector<OpId>& last) {
+        if (l_.tp == 1) return;
+        const bool gathers_input = phase == Phase::fwd || phase == Phase::recompute;
         const int count = phase == Phase::recompute ? blk.tp_collectives_recompute : blk.tp_collectives_fwd;
         for (int k = 0; k < count; ++k) {
-            const CollectiveKind kinds[2] = {CollectiveKind::all_gather, CollectiveKind::reduce_scatter};
-            const int n = sp_ ? 2 : 1;
-            for (int j = 0; j < n; ++j) {
-                const auto cid = g_.declare_collective(sp_ ? kinds[j] : CollectiveKind::all_reduce, group,
-                                                       sp_ && j == 0 ? gather_bytes : blk.tp_bytes_per_collective);
-                for (int t = 0; t < emit_tp_; ++t)
-                    last[static_cast<std::size_t>(t)] =
-                        g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], Stream::compute, phase, blk.index, mb, k);
+            if (!sp_) {
+                tensor_collective(CollectiveKind::all_reduce, blk.tp_bytes_per_collective, d, s, phase, blk.index, mb, k, last);
+                continue;
             }
+            tensor_collective(CollectiveKind::all_gather, gathers_input ? input_gather_bytes(blk) : blk.tp_bytes_per_collective, d, s,
+                              phase, blk.index, mb, k, last);
+            tensor_collective(CollectiveKind::reduce_scatter, blk.tp_bytes_per_collective, d, s, phase, blk.index, mb, k, last);
         }
+        const std::vector<int>& group = tensor_group(d, s);
         // LoRA's tensor-parallel adapters (Block::tp_adapter_fwd, tp_adapter_bwd).
         // (A recompute redoes the adapters' only with the whole layer: full recompute.)
         const bool forward = phase == Phase::fwd || (phase == Phase::recompute && plan_.recompute == Recompute::full);
@@ -497,6 +584,16 @@ private:
             return wait_for.empty() ? kNoOp : wait_for[static_cast<std::size_t>(slot(t, d))];
         };
         std::vector<std::vector<OpId>> last(static_cast<std::size_t>(emit_dp_), std::vector<OpId>(static_cast<std::size_t>(l_.tp)));
+        // Per (replica slot, tensor rank): the tensor-parallel collectives a backward launched
+        // async (tp_collectives), which the compute stream's next op waits for.
+        std::vector<std::vector<std::vector<OpId>>> async;
+        if (l_.tp > 1) async.assign(static_cast<std::size_t>(emit_dp_), std::vector<std::vector<OpId>>(static_cast<std::size_t>(l_.tp)));
+        auto join_async = [&](int d, int t, OpId next) {
+            if (async.empty()) return;
+            auto& ops = async[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)];
+            for (const OpId op : ops) g_.depend(op, next);
+            ops.clear();
+        };
         if (fsdp_ && !fsdp_per_mb_ && st.pass == Pass::fwd && mb == 0) fsdp_gather(s, c, vs, wait_for);
         // --overlap-param-gather: this chunk's gathers, waited for in its first forward.
         ParamGathers* pg = nullptr;
@@ -555,6 +652,9 @@ private:
                         cp_.pass(blk, g, s, phase, mb, last);
                     else
                         for (int d = g; d < g + cp; ++d) compute(blk, d, s, phase, mb, recipe, last[static_cast<std::size_t>(d)]);
+                    for (int d = g; d < g + cp; ++d)
+                        for (int t = 0; t < emit_tp_; ++t)
+                            join_async(d, t, moe_.first_of(cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)])));
                     for (int d = g; d < g + cp; ++d) {
                         if (!first[static_cast<std::size_t>(d - g)]) continue;
                         for (int t = 0; t < emit_tp_; ++t)
@@ -565,6 +665,57 @@ private:
                 };
                 auto collectives = [&](Phase phase) {
                     for (int d = g; d < g + cp; ++d) tp_collectives(blk, d, s, phase, mb, last[static_cast<std::size_t>(d)]);
+                };
+                // A backward in segments (make_backward_segments): the row-parallel gradient
+                // gathers blocking, each window's collectives launched async before it and waited
+                // for by the compute stream's next op.
+                auto backward_segments = [&](const Block& b, const BackwardSegments& sg) {
+                    const int count = b.tp_collectives_fwd;
+                    for (int d = g; d < g + cp; ++d) {
+                        auto& mine = last[static_cast<std::size_t>(d)];
+                        auto& pending = async[static_cast<std::size_t>(d)];
+                        // A new op on the compute stream: the pass's first waits for its receive,
+                        // and each waits for the collectives launched before it.
+                        auto issued = [&]() {
+                            for (int t = 0; t < emit_tp_; ++t) {
+                                const OpId op = mine[static_cast<std::size_t>(t)];
+                                if (first[static_cast<std::size_t>(d - g)] && waiting(t, d) != kNoOp) g_.depend(waiting(t, d), op);
+                                join_async(d, t, op);
+                            }
+                            first[static_cast<std::size_t>(d - g)] = false;
+                        };
+                        for (std::size_t j = 0; j < sg.recipes.size(); ++j) {
+                            const bool window = j % 2 == 1;
+                            const int k = static_cast<int>(j / 2);
+                            if (window && k < count) {
+                                if (sp_) {
+                                    tensor_collective(CollectiveKind::all_gather, input_gather_bytes(b), d, s, Phase::bwd, b.index, mb, k,
+                                                      mine, &pending);
+                                    tensor_collective(CollectiveKind::reduce_scatter, b.tp_bytes_per_collective, d, s, Phase::bwd, b.index,
+                                                      mb, k, mine, &pending);
+                                } else {
+                                    tensor_collective(CollectiveKind::all_reduce, b.tp_bytes_per_collective, d, s, Phase::bwd, b.index, mb,
+                                                      k, mine, &pending);
+                                }
+                            } else if (sp_ && sg.gather[j]) {
+                                tensor_collective(CollectiveKind::all_gather, b.tp_bytes_per_collective, d, s, Phase::bwd, b.index, mb, k,
+                                                  mine);
+                                issued();
+                            }
+                            for (int t = 0; t < emit_tp_; ++t)
+                                mine[static_cast<std::size_t>(t)] =
+                                    g_.add_kernels(l_.rank(t, d, s), Phase::bwd, b.index, mb, sg.recipes[j], l_.dtype);
+                            if (window) {
+                                // The window runs beside its own collectives; only the pass's first op waits.
+                                for (int t = 0; t < emit_tp_; ++t)
+                                    if (first[static_cast<std::size_t>(d - g)] && waiting(t, d) != kNoOp)
+                                        g_.depend(waiting(t, d), mine[static_cast<std::size_t>(t)]);
+                                first[static_cast<std::size_t>(d - g)] = false;
+                            } else {
+                                issued();
+                            }
+                        }
+                    }
                 };
                 // FSDP per micro-batch: the op a unit's gather must precede, and its pass's last.
                 auto mark = [&](bool first_op) {
@@ -631,14 +782,28 @@ private:
                         }
                         // Zero-bubble schedules split backward into input and weight gradients.
                         const bool split = st.pass == Pass::bwd_input;
-                        run(split ? Phase::bwd_input : Phase::bwd, split ? rc.bwd_input : rc.bwd);
-                        if (rc.recompute < 0) mark(true);
-                        collectives(split ? Phase::bwd_input : Phase::bwd);
+                        const BackwardSegments& segments = bwd_segments_[static_cast<std::size_t>(i)];
+                        if (!split && !segments.recipes.empty()) {
+                            backward_segments(blk, segments);
+                        } else {
+                            run(split ? Phase::bwd_input : Phase::bwd, split ? rc.bwd_input : rc.bwd);
+                            if (rc.recompute < 0) mark(true);
+                            collectives(split ? Phase::bwd_input : Phase::bwd);
+                        }
                         // FSDP per micro-batch reduce-scatters each micro-batch's gradient (its
                         // shard's accumulation is not charged, as in build_sharded), unless it
                         // accumulates them unsharded under no_sync.
                         const bool accumulated = !fsdp_per_mb_ || plan_.fsdp_no_sync;
-                        if (!split && accumulated) accumulate(blk, g, s, mb, last);
+                        if (!split && accumulated) {
+                            // The accumulation follows the linear's wait for its async collectives.
+                            const auto prior = last;
+                            accumulate(blk, g, s, mb, last);
+                            for (int d = g; d < g + cp; ++d)
+                                for (int t = 0; t < emit_tp_; ++t)
+                                    if (last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)] !=
+                                        prior[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)])
+                                        join_async(d, t, last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]);
+                        }
                         if (!split) mark(false);
                         break;
                     }
@@ -657,8 +822,10 @@ private:
             for (int d = g; d < g + cp; ++d) {
                 auto& mine = last[static_cast<std::size_t>(d)];
                 if (st.pass == release)
-                    for (int t = 0; t < emit_tp_; ++t)
+                    for (int t = 0; t < emit_tp_; ++t) {
                         mine[static_cast<std::size_t>(t)] = g_.add_free(buffer(t, d), Stream::compute, c.first, mb);
+                        join_async(d, t, mine[static_cast<std::size_t>(t)]);   // the pass's gradient, sent on
+                    }
                 for (int t = 0; t < emit_tp_; ++t) {
                     last_out[static_cast<std::size_t>(slot(t, d))] = mine[static_cast<std::size_t>(t)];
                     final_compute_[static_cast<std::size_t>(l_.rank(t, d, s))] = mine[static_cast<std::size_t>(t)];
@@ -1350,6 +1517,14 @@ private:
     std::vector<std::pair<int, int>> deferred_syncs_;   // (device, virtual stage) reduced after backward
     std::vector<ParamGathers> param_gathers_;           // --overlap-param-gather: per virtual stage
     std::vector<std::vector<int>> tp_groups_;           // per (stage, replica): tp_group, made when first used
+    /// A block's backward in segments (make_backward_segments): recipes alternating between the
+    /// kernels before a column-parallel window and the window; `gather`: the segment holds a
+    /// row-parallel linear, whose gradient gather (sp) blocks before it. Empty: one pass.
+    struct BackwardSegments {
+        std::vector<std::int32_t> recipes;
+        std::vector<char> gather;
+    };
+    std::vector<BackwardSegments> bwd_segments_;        // by block index
 };
 
 }  // namespace

@@ -815,12 +815,13 @@ Estimate estimate(const Layout& l, const Plan& plan, const std::vector<Block>& b
     const double ranks = l.folded ? static_cast<double>(l.folded_tp ? 1 : l.tp) * l.pp * l.fold_width * l.cp : static_cast<double>(l.devices);
     const double stage_blocks = std::ceil(static_cast<double>(blocks.size()) / pp) + 2;
     // Per block and micro-batch: activation alloc, forward, backward, free; recompute; the
-    // zero-bubble schedule's split backward; tensor-parallel collectives (2 per pass, 4 with sp);
+    // zero-bubble schedule's split backward; tensor-parallel collectives (2 per pass, 4 with sp,
+    // and sp's 2 re-gathers in backward) with the backward's 4 extra segments around them;
     // ZeRO-3 / FSDP's per-block gathers and reduce-scatters with their buffers.
     double per_block = 4;
     if (plan.recompute != Recompute::none) per_block += 1;
     if (plan.schedule == Schedule::zb_h1) per_block += 1;
-    if (l.tp > 1) per_block += plan.sequence_parallel ? 8 : 4;
+    if (l.tp > 1) per_block += plan.sequence_parallel ? 14 : 8;
     // Context parallelism: each pass's cp ring steps (a kernel, a send and a receive each), the
     // recompute's too, and the segments around them (strategies/context_parallel.hpp).
     if (l.cp > 1) per_block += 9.0 * l.cp + 6;

@@ -40,7 +40,8 @@ bool high_priority(Stream s) {
         case Stream::send_prev:
         case Stream::recv_prev:
         case Stream::cp_send:
-        case Stream::cp_recv: return true;
+        case Stream::cp_recv:
+        case Stream::tp: return true;
         case Stream::compute:
         case Stream::copy:
         case Stream::copy_in:

@@ -9,6 +9,7 @@
 #include <set>
 #include <numeric>
 #include <map>
+#include <tuple>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -160,7 +161,7 @@ TEST_CASE("interleaved bubble is (p − 1)/(v·m) of the ideal time, ZB-H1's abo
     }
 }
 
-TEST_CASE("tensor-parallel traffic per layer and micro-batch is 8·b·s·h·(t − 1)/t elements per device",
+TEST_CASE("tensor-parallel traffic per layer and micro-batch is 8·b·s·h·(t − 1)/t elements per device, 10 with sp",
           "[strategies][tp]") {
     const int t = GENERATE(2, 4, 8);
     const bool sp = GENERATE(false, true);
@@ -175,22 +176,78 @@ TEST_CASE("tensor-parallel traffic per layer and micro-batch is 8·b·s·h·(t �
     const Built b = build(m, c, plan);
     const double bsh = 2.0 * 1024 * 1024;
     double bytes = 0;
-    int ops = 0;
+    std::map<std::tuple<Phase, CollectiveKind, Stream>, int> ops;
     const int layer = 5;  // a transformer layer (block 0 is the embedding)
     for (const Op& op : b.graph.ops()) {
         if (op.kind != OpKind::collective || op.rank != 0 || op.layer != layer || op.microbatch != 1) continue;
         const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
         CHECK(b.graph.communicators()[static_cast<std::size_t>(col.communicator)].size() == static_cast<std::size_t>(t));
-        CHECK(col.kind == (sp ? (ops % 2 == 0 ? CollectiveKind::all_gather : CollectiveKind::reduce_scatter)
-                              : CollectiveKind::all_reduce));
         bytes += ring_bytes(col.kind, static_cast<double>(op.bytes), t);
-        ++ops;
+        ++ops[{op.phase, col.kind, op.stream}];
     }
-    CHECK(ops == (sp ? 8 : 4));
-    CHECK(bytes == Approx(8 * bsh * (t - 1) / t * 2));  // 2 bytes per bf16 element
-    // Tensor-parallel collectives block the compute stream, as Megatron runs them.
-    for (const Op& op : b.graph.ops())
-        if (op.kind == OpKind::collective && op.layer == layer) CHECK(op.stream == Stream::compute);
+    // Megatron's f and g operators (Shoeybi et al. 2019, Fig. 3): an all-reduce after attention
+    // and after the MLP in forward, and one for each column-parallel linear's input gradient in
+    // backward, launched before the weight gradient (async_grad_allreduce). With sp (Korthikanti
+    // et al. 2022 §4.2.2) each forward all-reduce is an all-gather and a reduce-scatter; backward
+    // gathers each row-parallel linear's gradient (blocking), and each column-parallel linear
+    // re-gathers its input and reduce-scatters its input gradient, both async.
+    using Key = std::tuple<Phase, CollectiveKind, Stream>;
+    const std::map<Key, int> expected =
+        sp ? std::map<Key, int>{{{Phase::fwd, CollectiveKind::all_gather, Stream::compute}, 2},
+                                {{Phase::fwd, CollectiveKind::reduce_scatter, Stream::compute}, 2},
+                                {{Phase::bwd, CollectiveKind::all_gather, Stream::compute}, 2},
+                                {{Phase::bwd, CollectiveKind::all_gather, Stream::tp}, 2},
+                                {{Phase::bwd, CollectiveKind::reduce_scatter, Stream::tp}, 2}}
+           : std::map<Key, int>{{{Phase::fwd, CollectiveKind::all_reduce, Stream::compute}, 2},
+                                {{Phase::bwd, CollectiveKind::all_reduce, Stream::tp}, 2}};
+    CHECK(ops == expected);
+    CHECK(bytes == Approx((sp ? 10 : 8) * bsh * (t - 1) / t * 2));  // 2 bytes per bf16 element
+}
+
+TEST_CASE("a column-parallel linear's backward collectives run beside its weight gradient, and the next kernels wait for them",
+          "[strategies][tp]") {
+    const bool sp = GENERATE(false, true);
+    INFO((sp ? "with sp" : "without sp"));
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").first_devices(2);
+    Plan plan;
+    plan.tp = 2;
+    plan.sequence_parallel = sp;
+    const Built b = build(m, c, plan);
+    const Timeline tl = sim::simulate(b.graph, c);
+    const int layer = 5;
+    // Rank 0's backward of the layer, in program order: compute segments and collectives.
+    std::vector<OpId> compute, async;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.rank != 0 || op.layer != layer || op.phase != Phase::bwd) continue;
+        if (op.kind == OpKind::compute) compute.push_back(id);
+        if (op.kind == OpKind::collective && op.stream == Stream::tp) async.push_back(id);
+    }
+    // Five segments: before the MLP's up projection's window, the window, up to the QKV
+    // projection's window, that window, the rest.
+    REQUIRE(compute.size() == 5);
+    REQUIRE(async.size() == (sp ? 4u : 2u));
+    auto holds = [&](OpId id, KernelName name, bool weight) {
+        for (const Kernel& k : b.graph.kernels_of(id))
+            if (k.op == KernelOp::gemm && k.name == name && k.weight == weight) return true;
+        return false;
+    };
+    const KernelName windows[2] = {KernelName::mlp_up, KernelName::qkv};
+    for (int w = 0; w < 2; ++w) {
+        const OpId window = compute[static_cast<std::size_t>(1 + 2 * w)], next = compute[static_cast<std::size_t>(2 + 2 * w)];
+        const OpId before = compute[static_cast<std::size_t>(2 * w)];
+        CHECK(holds(window, windows[w], true));            // the weight gradient
+        CHECK(holds(window, windows[w], false) == sp);     // and with sp the data gradient
+        CHECK(holds(before, windows[w], false) == !sp);    // else it comes before
+        for (std::size_t k = 0; k < async.size() / 2; ++k) {
+            const OpId a = async[static_cast<std::size_t>(w) * async.size() / 2 + k];
+            // Launched after the segment before the window, beside it, and waited for by the next.
+            CHECK(tl.start[a] >= tl.end[before]);
+            CHECK(tl.start[a] < tl.end[window]);
+            CHECK(tl.start[next] >= tl.end[a]);
+        }
+    }
 }
 
 TEST_CASE("activation memory per layer matches Korthikanti et al. 2022 (eager) and FlashAttention (flash)",
