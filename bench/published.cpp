@@ -656,9 +656,10 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
                     "attention is flash attention (the default on H100), whose backward recomputes the scores",
                     "NeMo overlaps the gradient reduce-scatter with backward (overlap_grad_sync: --overlap-grad-reduce), the "
                     "parameter all-gather with forward (overlap_param_sync: --overlap-param-gather), both in buckets of "
-                    "bucket_cap_mb 220 (--bucket-mb 220), and tensor-parallel communication (ub_tp_comm_overlap: the "
-                    "simulator blocks on tensor-parallel collectives); the recipe of dgxc-benchmarking v25.02, whose "
-                    "table the rows are (nemo_megatron/gpt3_175b_hydra.yaml:140-142 at 8f5cbb3)"});
+                    "bucket_cap_mb 220 (--bucket-mb 220), and tensor-parallel communication with GEMMs through Transformer "
+                    "Engine's userbuffers (ub_tp_comm_overlap: --tp-comm-overlap, at TE's default settings rather than the "
+                    "recipe's ub_tp_comm_overlap_cfg); the recipe of dgxc-benchmarking v25.02, whose table the rows are "
+                    "(nemo_megatron/gpt3_175b_hydra.yaml:119, 140-142 at 8f5cbb3)"});
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--schedule", "interleaved", "--virtual-stages", std::to_string(vp), "--sp",
@@ -666,7 +667,13 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
               "--recompute", "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     if (dp * cp > 1) m.args.insert(m.args.end() - 1, "--overlap-param-gather");
-    if (cp > 1) m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
+    if (cp > 1) {
+        m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
+        m.notes.push_back("the recipe's userbuffers overlap (ub_tp_comm_overlap, llama3.1/llama3.1_70b.yaml:129) is not "
+                          "modelled with context parallelism: its tensor-parallel collectives block in forward");
+    } else {
+        m.args.insert(m.args.end() - 1, "--tp-comm-overlap");
+    }
     if (const auto fp8 = fp8_recipe(row)) {
         m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
         m.notes.push_back("FP8 as the recipe runs it (fp8_hybrid): the linear layers' GEMMs in FP8 through Transformer "
@@ -699,14 +706,18 @@ struct NemoModel {
     /// (b1a59070), 175b_fp8_performance.yaml:152 (1e46ac6c), llama2_70b.yaml:157 and
     /// llama3_8b.yaml:153 at the 24.07 tag.
     int bucket_cap_mb = 0;
+    /// The recipe's ub_tp_comm_overlap (Transformer Engine's userbuffers: --tp-comm-overlap), at
+    /// the same versions: 175b_fp8_performance.yaml:129 and llama2_70b.yaml:136 true,
+    /// 20b_fp8_performance.yaml:136 and llama3_8b.yaml:136 false (5B runs tp 1).
+    bool ub_tp_comm_overlap = false;
 };
 const NemoModel* nemo_model(const std::string& name) {
     static const NemoModel models[] = {
-        {"GPT3-5B", "gpt3/5b_fp8_performance.yaml", false, 24, 4096, 32, 32, 16384, 50257, "selective", false, 400},
-        {"GPT3-20B", "gpt3/20b_fp8_performance.yaml", false, 44, 6144, 48, 48, 24576, 50257, "selective", false, 220},
-        {"GPT3-175B", "gpt3/175b_fp8_performance.yaml", false, 96, 12288, 96, 96, 49152, 50257, "selective", false, 100},
-        {"Llama2-70B", "llama/llama2_70b.yaml", true, 80, 8192, 64, 8, 28672, 32000, "none", false, 125},
-        {"Llama3-8B", "llama/llama3_8b.yaml", true, 32, 4096, 32, 8, 14336, 128256, "none", true, 125},
+        {"GPT3-5B", "gpt3/5b_fp8_performance.yaml", false, 24, 4096, 32, 32, 16384, 50257, "selective", false, 400, false},
+        {"GPT3-20B", "gpt3/20b_fp8_performance.yaml", false, 44, 6144, 48, 48, 24576, 50257, "selective", false, 220, false},
+        {"GPT3-175B", "gpt3/175b_fp8_performance.yaml", false, 96, 12288, 96, 96, 49152, 50257, "selective", false, 100, true},
+        {"Llama2-70B", "llama/llama2_70b.yaml", true, 80, 8192, 64, 8, 28672, 32000, "none", false, 125, true},
+        {"Llama3-8B", "llama/llama3_8b.yaml", true, 32, 4096, 32, 8, 14336, 128256, "none", true, 125, false},
     };
     for (const NemoModel& m : models)
         if (name == m.name) return &m;
@@ -745,9 +756,7 @@ Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
                "FP8 as the recipe runs it: Transformer Engine, fp8_hybrid with delayed scaling (amax history 1024)",
                "NeMo overlaps the gradient reduce-scatter (overlap_grad_sync: --overlap-grad-reduce) and the parameter "
                "all-gather (overlap_param_sync: --overlap-param-gather) in buckets of bucket_cap_mb " +
-                   std::to_string(nm->bucket_cap_mb) + " (--bucket-mb), as Megatron's distributed optimizer runs them, "
-                   "and (ub_tp_comm_overlap) tensor-parallel communication: the simulator blocks on tensor-parallel "
-                   "collectives"};
+                   std::to_string(nm->bucket_cap_mb) + " (--bucket-mb), as Megatron's distributed optimizer runs them"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", std::to_string(gpus / 8),
               "--tp", std::to_string(tp), "--pp", std::to_string(pp), "--dp", std::to_string(dp), "--strategy", "zero1",
               "--framework", "megatron", "--overlap-grad-reduce", "--bucket-mb", std::to_string(nm->bucket_cap_mb),
@@ -755,6 +764,12 @@ Mapping map_nemo_performance(const Row& given, const std::string& model_dir) {
               "--dtype", "bf16", "--json"};
     if (dp * cp > 1) m.args.insert(m.args.end() - 1, "--overlap-param-gather");
     if (tp > 1) m.args.insert(m.args.end() - 1, "--sp");
+    if (tp > 1 && nm->ub_tp_comm_overlap) {
+        m.args.insert(m.args.end() - 1, "--tp-comm-overlap");
+        m.notes.push_back("the recipe's ub_tp_comm_overlap: tensor-parallel communication beside the GEMMs through Transformer "
+                          "Engine's userbuffers (--tp-comm-overlap), at TE's default settings rather than the recipe's "
+                          "ub_tp_comm_overlap_cfg");
+    }
     if (pp > 1)
         m.args.insert(m.args.end() - 1, {"--schedule", vp > 1 ? "interleaved" : "1f1b"});
     if (vp > 1) m.args.insert(m.args.end() - 1, {"--virtual-stages", std::to_string(vp)});

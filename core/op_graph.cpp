@@ -255,13 +255,15 @@ OpId OpGraph::add_kernels(int rank, Phase phase, int layer, int microbatch, std:
 }
 
 std::int32_t OpGraph::declare_collective(CollectiveKind kind, const std::vector<int>& communicator,
-                                        Bytes bytes_per_rank, int root, int group) {
+                                        Bytes bytes_per_rank, int root, int group, int sms) {
     if (bytes_per_rank < Bytes(0)) fail_graph(std::string(to_string(kind)) + " of negative size");
     const std::int32_t comm = intern_communicator(communicator, group);   // checks a new communicator's ranks
     if ((kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce) &&
         std::find(communicator.begin(), communicator.end(), root) == communicator.end())
         fail_graph(std::string(to_string(kind)) + " root " + std::to_string(root) + " is not in " + list_ranks(communicator));
-    collectives_.push_back({kind, comm, bytes_per_rank.count(), root, static_cast<std::uint32_t>(member_ops_.size())});
+    if (sms < -1 || sms > 32767) fail_graph(std::string(to_string(kind)) + " holding " + std::to_string(sms) + " SMs");
+    collectives_.push_back({kind, comm, bytes_per_rank.count(), root, static_cast<std::uint32_t>(member_ops_.size()),
+                            static_cast<std::int16_t>(sms)});
     member_ops_.resize(member_ops_.size() + communicator.size(), kNone);
     return static_cast<std::int32_t>(collectives_.size() - 1);
 }

@@ -90,6 +90,9 @@ struct Collective {
     std::int64_t bytes;          // per rank: the buffer each rank contributes / receives
     std::int32_t root = -1;      // broadcast / reduce: the root rank
     std::uint32_t members;       // offset of its member ops in the graph's member table
+    /// The SMs its kernels hold on each member while it runs, where they are not NCCL's
+    /// (Transformer Engine's userbuffers: 0 on the copy engines); -1: NCCL's thread blocks.
+    std::int16_t sms = -1;
 };
 
 struct P2P {
@@ -149,8 +152,9 @@ public:
     /// `group` tells apart process groups with the same members (Megatron builds separate
     /// expert-parallel and data-parallel groups even when they hold the same ranks): each
     /// (members, group) is its own communicator, with its own order of collectives.
+    /// `sms` (Collective::sms): the SMs it holds where its kernels are not NCCL's.
     std::int32_t declare_collective(CollectiveKind kind, const std::vector<int>& communicator, Bytes bytes_per_rank,
-                                    int root = -1, int group = 0);
+                                    int root = -1, int group = 0, int sms = -1);
     OpId add_collective_op(std::int32_t collective, int rank, Stream stream, Phase phase, int layer = -1,
                            int microbatch = -1, int index = -1);
     /// Declares a collective and adds one op per member of `communicator` (ranks, in ring order),

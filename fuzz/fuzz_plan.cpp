@@ -142,6 +142,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (in.ConsumeBool()) p.vocab_multiple = in.ConsumeIntegralInRange(-1, 70'000);
         // Megatron's --overlap-param-gather (exhausted input: off).
         p.overlap_param_gather = in.ConsumeBool();
+        // Megatron's --tp-comm-overlap, Transformer Engine's userbuffers (exhausted input: off).
+        p.tp_comm_overlap = in.ConsumeBool();
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

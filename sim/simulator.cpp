@@ -388,8 +388,9 @@ private:
                 const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
                 if (++arrived_[static_cast<std::size_t>(op.ref)] == needed_[static_cast<std::size_t>(op.ref)]) {
                     const Plan* plan = collective_plan(c, members);
-                    collective_blocks_[static_cast<std::size_t>(op.ref)] = plan->thread_blocks;
-                    for (std::uint32_t i : live_members(c.communicator)) comm_changed(members[i], +1, plan->thread_blocks);
+                    const int blocks = c.sms >= 0 ? c.sms : plan->thread_blocks;   // not NCCL's: its own SMs
+                    collective_blocks_[static_cast<std::size_t>(op.ref)] = static_cast<std::uint16_t>(blocks);
+                    for (std::uint32_t i : live_members(c.communicator)) comm_changed(members[i], +1, blocks);
                     begin(plan, id);
                 }
                 break;

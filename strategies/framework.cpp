@@ -122,6 +122,10 @@ const std::vector<Row>& rows() {
             // "Overlap all-gather in distributed optimizer", between package_info.py's MINOR = 4
             // of 304b3f7f8a and MINOR = 5 of 918d415624).
             f.can_overlap_param_gather = true;
+            // and --tp-comm-overlap, Transformer Engine's userbuffers (ModelParallelConfig's
+            // tp_comm_overlap: in megatron/core/model_parallel_config.py at core_v0.4.0, not at
+            // core_v0.3.0).
+            f.can_tp_comm_overlap = true;
             f.version = "0.7";
             t.push_back({FrameworkName::megatron, {0, 4}, f});
             // Core 0.8 adds --cross-entropy-loss-fusion (7b4a6d76c9, core/fusions/fused_cross_entropy.py).

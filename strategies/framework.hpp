@@ -75,6 +75,9 @@ struct Framework {
     /// (Megatron core's --overlap-param-gather, 0.4 on).
     bool can_overlap_param_gather = false;
     bool overlap_param_gather = false;
+    /// Transformer Engine's userbuffers overlap of every tensor-parallel collective with the GEMM
+    /// beside it (Megatron core's --tp-comm-overlap, 0.4 on; strategies/model_parallel.cpp).
+    bool can_tp_comm_overlap = false;
     // Pipeline point-to-point: sends and receives of one schedule step posted together
     // (torch.distributed.batch_isend_irecv), one NCCL stream per peer pair; overlap_p2p waits for
     // a receive only right before its use (Megatron's --overlap-p2p-comm).

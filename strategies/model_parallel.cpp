@@ -23,6 +23,12 @@ constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
 /// The tensor group's async collectives' communicator tag (tp_collectives); moe.hpp and
 /// context_parallel.cpp hold 1 to 3.
 constexpr int kAsyncTensorGroup = 4;
+/// Transformer Engine's userbuffers defaults (transformer_engine/pytorch/module/base.py:375-395,
+/// get_default_config, at d0067d0): the pipelined and bulk overlaps' communication kernels run on
+/// num_sm 16 SMs, the pipelined reduce-scatter in num_splits 4 (ring exchange: the copy engines).
+constexpr int kUbBulkSms = 16;
+constexpr int kUbPipelineSms = 16;
+constexpr int kUbPipelineSplits = 4;
 
 bool is_layer(const Block& b) { return b.kind == Block::Kind::transformer || b.kind == Block::Kind::layer; }
 double cost(const Block& b) { return (b.fwd + b.bwd + b.recompute).count(); }
@@ -244,58 +250,99 @@ public:
         // stage's copy of a tied table with the head.
         accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation, tied_params_);
         fp8_cast_ = detail::intern_fp8_weight_recipes(g_, blocks_, l_.dtype);
-        make_backward_segments();
+        make_segments();
     }
 
-    /// A block's backward split at its column-parallel linears (the QKV projection, the MLP's
-    /// up projection, the logits), whose backward overlaps the tensor group's collectives with its
-    /// GEMMs as Megatron's and Transformer Engine's linears run it
+    /// A block's passes split at its linears' GEMMs, where the tensor group's collectives run
+    /// beside them as the frameworks run them.
+    ///
+    /// Backward, always (tp > 1): Megatron's and Transformer Engine's column-parallel linears (the
+    /// QKV projection, the MLP's up projection, the logits)
     /// (LinearWithGradAccumulationAndAsyncCommunication.backward, megatron/core/tensor_parallel/
     /// layers.py; transformer_engine/pytorch/module/layernorm_linear.py:773-791, 890-910,
     /// 1126-1129 at d0067d0): without sp the data gradient's all-reduce is launched async before
-    /// the weight-gradient GEMM; with sp the input's re-gather before the data-gradient GEMM and the
-    /// data gradient's reduce-scatter before the weight gradient's, and the linear waits for them
-    /// at its end. Each window is that GEMM (the pair with sp); the segments between run as they
-    /// did, each row-parallel linear's gradient gather (sp) blocking before its segment. Blocks
-    /// whose windows do not match their collectives (the embedding's, cross- or latent attention,
-    /// MoE and context-parallel layers, LoRA's passes), and zero-bubble or FSDP plans, keep their
-    /// collectives blocking after the pass.
-    void make_backward_segments() {
+    /// the weight-gradient GEMM; with sp the input's re-gather before the data-gradient GEMM and
+    /// the data gradient's reduce-scatter before the weight gradient's, and the linear waits for
+    /// them at its end. Each window is that GEMM (the pair with sp); each row-parallel linear's
+    /// gradient gather (sp) blocks before its segment.
+    ///
+    /// With --tp-comm-overlap, Transformer Engine's userbuffers as initialize_ub sets them up by
+    /// default (module/base.py:349-395): the forward's input gathers before the QKV and up
+    /// projections and the backward's gradient gathers before the output and down projections'
+    /// data gradients by ring exchange, chunk by chunk beside the GEMM, on the copy engines
+    /// (use_ce; no SMs); the forward's reduce-scatters after the output and down projections
+    /// pipelined with the GEMM in num_splits 4, the last split's after it, on 16 SMs; the
+    /// backward's column-parallel pairs in bulk beside the GEMMs, on 16 SMs.
+    ///
+    /// Blocks whose windows do not match their collectives (the embedding's, cross- or latent
+    /// attention, MoE and context-parallel layers, LoRA's passes), and zero-bubble or FSDP plans,
+    /// keep their collectives blocking after the pass.
+    void make_segments() {
         bwd_segments_.assign(blocks_.size(), {});
+        fwd_segments_.assign(blocks_.size(), {});
         if (l_.tp == 1 || split_ || fsdp_ || !training_.kernels.empty()) return;
+        const bool ub = plan_.tp_comm_overlap;
         const auto column = [](KernelName n) { return n == KernelName::qkv || n == KernelName::mlp_up || n == KernelName::logits; };
         const auto row = [](KernelName n) { return n == KernelName::attn_proj || n == KernelName::mlp_down; };
+        struct Cut {
+            std::size_t from, to;
+            Window window;
+        };
+        // Segments of `kernels` around `cuts` (in order); none when a window would start its
+        // pass or follow another at once (nothing to launch its collectives after).
+        const auto split = [&](std::span<const Kernel> kernels, const std::vector<Cut>& cuts) {
+            Segments out;
+            std::size_t at = 0;
+            int columns = 0, rows = 0;
+            for (const Cut& c : cuts) {
+                if (c.from == at) return Segments{};
+                const std::span<const Kernel> before = kernels.subspan(at, c.from - at);
+                const bool gathers = sp_ && !ub && c.window == Window::column_backward &&
+                                     std::any_of(before.begin(), before.end(), [&](const Kernel& k) { return k.op == KernelOp::gemm && row(k.name); });
+                const int pair = c.window == Window::row_forward || c.window == Window::row_backward ? rows++ : columns++;
+                out.recipes.push_back(g_.intern_recipe(before));
+                out.parts.push_back({gathers ? Window::gather_before : Window::none, pair});
+                out.recipes.push_back(g_.intern_recipe(kernels.subspan(c.from, c.to - c.from)));
+                out.parts.push_back({c.window, pair});
+                at = c.to;
+            }
+            if (at < kernels.size()) {
+                out.recipes.push_back(g_.intern_recipe(kernels.subspan(at)));
+                out.parts.push_back({Window::none, 0});
+            }
+            return out;
+        };
+        // Each block's windows must be its collectives: one column-parallel linear per pair, and
+        // with userbuffers one row-parallel linear per pair (none in the head's).
+        const auto matches = [](const std::vector<Cut>& cuts, int count, bool rows_too) {
+            int columns = 0, rows = 0;
+            for (const Cut& c : cuts) (c.window == Window::row_forward || c.window == Window::row_backward ? rows : columns)++;
+            return columns == count && (!rows_too || rows == count || (rows == 0 && count == 1));
+        };
         for (const Block& b : blocks_) {
             if (b.moe || b.cp || b.tp_collectives_fwd == 0 || b.tp_adapter_bwd > 0) continue;
             const std::vector<Kernel> bwd = block_backward(b);
-            std::vector<std::pair<std::size_t, std::size_t>> windows;
+            std::vector<Cut> cuts;
             for (std::size_t j = 0; j + 1 < bwd.size(); ++j) {
                 const Kernel &da = bwd[j], &db = bwd[j + 1];
-                if (da.op != KernelOp::gemm || da.weight || !column(da.name) || db.op != KernelOp::gemm || !db.weight || db.name != da.name)
-                    continue;
-                windows.emplace_back(sp_ ? j : j + 1, j + 2);
-                ++j;
+                if (da.op != KernelOp::gemm || da.weight || db.op != KernelOp::gemm || !db.weight || db.name != da.name) continue;
+                if (column(da.name)) {
+                    cuts.push_back({sp_ ? j : j + 1, j + 2, Window::column_backward});
+                    ++j;
+                } else if (ub && row(da.name)) {
+                    cuts.push_back({j, j + 1, Window::row_backward});
+                }
             }
-            if (windows.size() != static_cast<std::size_t>(b.tp_collectives_fwd)) continue;
-            BackwardSegments out;
-            std::size_t at = 0;
-            for (const auto& [from, to] : windows) {
-                if (from == at) break;   // nothing before a window to launch its collectives after
-                const std::span<const Kernel> before(bwd.data() + at, from - at);
-                out.recipes.push_back(g_.intern_recipe(before));
-                out.gather.push_back(std::any_of(before.begin(), before.end(), [&](const Kernel& k) {
-                    return k.op == KernelOp::gemm && row(k.name);
-                }));
-                out.recipes.push_back(g_.intern_recipe(std::span<const Kernel>(bwd.data() + from, to - from)));
-                out.gather.push_back(0);
-                at = to;
+            if (matches(cuts, b.tp_collectives_fwd, ub)) bwd_segments_[static_cast<std::size_t>(b.index)] = split(bwd, cuts);
+            if (!ub) continue;
+            cuts.clear();
+            for (std::size_t j = 0; j < b.fwd_kernels.size(); ++j) {
+                const Kernel& k = b.fwd_kernels[j];
+                if (k.op != KernelOp::gemm || !k.weight) continue;
+                if (column(k.name)) cuts.push_back({j, j + 1, Window::column_forward});
+                if (row(k.name)) cuts.push_back({j, j + 1, Window::row_forward});
             }
-            if (out.recipes.size() != 2 * windows.size()) continue;
-            if (at < bwd.size()) {
-                out.recipes.push_back(g_.intern_recipe(std::span<const Kernel>(bwd.data() + at, bwd.size() - at)));
-                out.gather.push_back(0);
-            }
-            bwd_segments_[static_cast<std::size_t>(b.index)] = std::move(out);
+            if (matches(cuts, b.tp_collectives_fwd, true)) fwd_segments_[static_cast<std::size_t>(b.index)] = split(b.fwd_kernels, cuts);
         }
     }
 
@@ -482,10 +529,12 @@ private:
     /// PyTorch runs a group's async and blocking calls on its one NCCL stream; the blocking ones
     /// sit here on the compute stream (which waits for them at once), so the async ones are their
     /// own communicator (kAsyncTensorGroup), ordered apart.
+    /// `sms`: the SMs its kernels hold, where they are not NCCL's (Transformer Engine's
+    /// userbuffers); -1: NCCL's choice.
     void tensor_collective(CollectiveKind kind, Bytes bytes, int d, int s, Phase phase, int layer, int mb, int k,
-                           std::vector<OpId>& last, std::vector<std::vector<OpId>>* async = nullptr) {
+                           std::vector<OpId>& last, std::vector<std::vector<OpId>>* async = nullptr, int sms = -1) {
         const std::vector<int>& group = tensor_group(d, s);
-        const auto cid = g_.declare_collective(kind, group, bytes, -1, async ? kAsyncTensorGroup : 0);
+        const auto cid = g_.declare_collective(kind, group, bytes, -1, async ? kAsyncTensorGroup : 0, sms);
         for (int t = 0; t < emit_tp_; ++t) {
             const OpId op = g_.add_collective_op(cid, group[static_cast<std::size_t>(t)], async ? Stream::tp : Stream::compute,
                                                  phase, layer, mb, k);
@@ -502,7 +551,8 @@ private:
     /// of the norm's output, one byte an element (Transformer Engine quantizes before it gathers:
     /// gather_along_first_dim(ln_out, tp_group, quantizer=…), module/layernorm_linear.py:294-313,
     /// and again for the weight gradient, :773-791, at NVIDIA/TransformerEngine d0067d0); the
-    /// reduce-scatters and the gradients' gathers stay 16-bit.
+    /// reduce-scatters stay 16-bit, and the gradients' gathers too but through userbuffers
+    /// (row_backward).
     Bytes input_gather_bytes(const Block& blk) const {
         return blk.fp8_params > 0 ? Bytes(blk.tp_bytes_per_collective.count() / dtype_bytes(l_.dtype)) : blk.tp_bytes_per_collective;
     }
@@ -510,7 +560,7 @@ private:
     /// The tensor-parallel collectives after one block's pass, for every rank of the group, each
     /// blocking: a linear pair's all-reduce, or with sp its all-gather and reduce-scatter (in
     /// backward the gradient's gather and the data gradient's scatter). A backward whose block
-    /// has column-parallel windows (bwd_segments_) runs them async instead (backward_segments).
+    /// has windows (make_segments) runs them beside its GEMMs instead.
     void tp_collectives(const Block& blk, int d, int s, Phase phase, int mb, std::vector<OpId>& last) {
         if (l_.tp == 1) return;
         const bool gathers_input = phase == Phase::fwd || phase == Phase::recompute;
@@ -666,53 +716,66 @@ private:
                 auto collectives = [&](Phase phase) {
                     for (int d = g; d < g + cp; ++d) tp_collectives(blk, d, s, phase, mb, last[static_cast<std::size_t>(d)]);
                 };
-                // A backward in segments (make_backward_segments): the row-parallel gradient
-                // gathers blocking, each window's collectives launched async before it and waited
-                // for by the compute stream's next op.
-                auto backward_segments = [&](const Block& b, const BackwardSegments& sg) {
-                    const int count = b.tp_collectives_fwd;
+                // A pass in segments (make_segments): each window's collectives launched async
+                // on the tensor group's queue before it and waited for by the compute stream's
+                // next op; sp's blocking gradient gathers before their segments; Transformer
+                // Engine's pipelined reduce-scatter's last split after its window. `firsts`, when
+                // given, gets each rank's first op of the pass.
+                auto segmented = [&](const Block& b, Phase phase, const Segments& sg, std::vector<std::vector<OpId>>* firsts = nullptr) {
+                    const Bytes full = b.tp_bytes_per_collective;
+                    const Bytes head(full.count() * (kUbPipelineSplits - 1) / kUbPipelineSplits);
                     for (int d = g; d < g + cp; ++d) {
                         auto& mine = last[static_cast<std::size_t>(d)];
                         auto& pending = async[static_cast<std::size_t>(d)];
+                        bool opened = false;
                         // A new op on the compute stream: the pass's first waits for its receive,
-                        // and each waits for the collectives launched before it.
-                        auto issued = [&]() {
+                        // and each but a window waits for the collectives launched before it.
+                        auto issued = [&](bool window) {
                             for (int t = 0; t < emit_tp_; ++t) {
                                 const OpId op = mine[static_cast<std::size_t>(t)];
                                 if (first[static_cast<std::size_t>(d - g)] && waiting(t, d) != kNoOp) g_.depend(waiting(t, d), op);
-                                join_async(d, t, op);
+                                if (!window) join_async(d, t, op);
+                                if (firsts && !opened) (*firsts)[static_cast<std::size_t>(d - g)][static_cast<std::size_t>(t)] = op;
                             }
                             first[static_cast<std::size_t>(d - g)] = false;
+                            opened = true;
+                        };
+                        auto launch = [&](CollectiveKind kind, Bytes bytes, int k, int sms) {
+                            tensor_collective(kind, bytes, d, s, phase, b.index, mb, k, mine, &pending, sms);
                         };
                         for (std::size_t j = 0; j < sg.recipes.size(); ++j) {
-                            const bool window = j % 2 == 1;
-                            const int k = static_cast<int>(j / 2);
-                            if (window && k < count) {
-                                if (sp_) {
-                                    tensor_collective(CollectiveKind::all_gather, input_gather_bytes(b), d, s, Phase::bwd, b.index, mb, k,
-                                                      mine, &pending);
-                                    tensor_collective(CollectiveKind::reduce_scatter, b.tp_bytes_per_collective, d, s, Phase::bwd, b.index,
-                                                      mb, k, mine, &pending);
-                                } else {
-                                    tensor_collective(CollectiveKind::all_reduce, b.tp_bytes_per_collective, d, s, Phase::bwd, b.index, mb,
-                                                      k, mine, &pending);
-                                }
-                            } else if (sp_ && sg.gather[j]) {
-                                tensor_collective(CollectiveKind::all_gather, b.tp_bytes_per_collective, d, s, Phase::bwd, b.index, mb, k,
-                                                  mine);
-                                issued();
+                            const Segments::Part& part = sg.parts[j];
+                            const int k = part.pair;
+                            switch (part.window) {
+                                case Window::none: break;
+                                case Window::gather_before:
+                                    tensor_collective(CollectiveKind::all_gather, full, d, s, phase, b.index, mb, k, mine);
+                                    issued(false);
+                                    break;
+                                case Window::column_backward:
+                                    if (!sp_) {
+                                        launch(CollectiveKind::all_reduce, full, k, -1);
+                                        break;
+                                    }
+                                    launch(CollectiveKind::all_gather, input_gather_bytes(b), k, plan_.tp_comm_overlap ? kUbBulkSms : -1);
+                                    launch(CollectiveKind::reduce_scatter, full, k, plan_.tp_comm_overlap ? kUbBulkSms : -1);
+                                    break;
+                                case Window::row_backward:
+                                    // With FP8, userbuffers gather the gradient's FP8 copy too
+                                    // (fp8_buf: layers_all_gather_overlap, module/base.py:335-344).
+                                    launch(CollectiveKind::all_gather, input_gather_bytes(b), k, 0);
+                                    break;
+                                case Window::column_forward: launch(CollectiveKind::all_gather, input_gather_bytes(b), k, 0); break;
+                                case Window::row_forward: launch(CollectiveKind::reduce_scatter, head, k, kUbPipelineSms); break;
                             }
                             for (int t = 0; t < emit_tp_; ++t)
-                                mine[static_cast<std::size_t>(t)] =
-                                    g_.add_kernels(l_.rank(t, d, s), Phase::bwd, b.index, mb, sg.recipes[j], l_.dtype);
-                            if (window) {
-                                // The window runs beside its own collectives; only the pass's first op waits.
-                                for (int t = 0; t < emit_tp_; ++t)
-                                    if (first[static_cast<std::size_t>(d - g)] && waiting(t, d) != kNoOp)
-                                        g_.depend(waiting(t, d), mine[static_cast<std::size_t>(t)]);
-                                first[static_cast<std::size_t>(d - g)] = false;
-                            } else {
-                                issued();
+                                mine[static_cast<std::size_t>(t)] = g_.add_kernels(l_.rank(t, d, s), phase, b.index, mb, sg.recipes[j], l_.dtype);
+                            issued(part.window != Window::none && part.window != Window::gather_before);
+                            if (part.window == Window::row_forward) {
+                                // The last split's reduce-scatter, after the GEMM's last split.
+                                tensor_collective(CollectiveKind::reduce_scatter, full - head, d, s, phase, b.index, mb, k, mine, nullptr,
+                                                  kUbPipelineSms);
+                                issued(false);
                             }
                         }
                     }
@@ -742,10 +805,19 @@ private:
                         std::vector<OpId> casts;   // the weight casts, which read the parameters first
                         for (int d = g; d < g + cp && cast; ++d)
                             for (int t = 0; t < emit_tp_; ++t) casts.push_back(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]);
-                        run(Phase::fwd, rc.fwd);
+                        const Segments& segments = fwd_segments_[static_cast<std::size_t>(i)];
+                        std::vector<std::vector<OpId>> firsts;   // the segmented pass's first op per rank
+                        if (!segments.recipes.empty()) {
+                            firsts.assign(static_cast<std::size_t>(cp), std::vector<OpId>(static_cast<std::size_t>(emit_tp_), kNoOp));
+                            segmented(blk, Phase::fwd, segments, &firsts);
+                        } else {
+                            run(Phase::fwd, rc.fwd);
+                        }
                         for (std::size_t w = 0; w < waits.size(); ++w) {
                             const int d = g + static_cast<int>(w) / emit_tp_, t = static_cast<int>(w) % emit_tp_;
-                            const OpId first_op = cast ? casts[w] : cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]);
+                            const OpId first_op = cast ? casts[w]
+                                                  : !firsts.empty() ? firsts[static_cast<std::size_t>(d - g)][static_cast<std::size_t>(t)]
+                                                                    : cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]);
                             for (const OpId gather : waits[w]) g_.depend(gather, first_op);
                         }
                         mark(true);
@@ -755,7 +827,7 @@ private:
                                 for (int t = 0; t < emit_tp_; ++t)
                                     g_.depend(fsdp_ag_[static_cast<std::size_t>(i)][static_cast<std::size_t>(slot(t, d))],
                                               cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)]));
-                        collectives(Phase::fwd);
+                        if (segments.recipes.empty()) collectives(Phase::fwd);
                         mark(false);
                         break;
                     }
@@ -782,9 +854,9 @@ private:
                         }
                         // Zero-bubble schedules split backward into input and weight gradients.
                         const bool split = st.pass == Pass::bwd_input;
-                        const BackwardSegments& segments = bwd_segments_[static_cast<std::size_t>(i)];
+                        const Segments& segments = bwd_segments_[static_cast<std::size_t>(i)];
                         if (!split && !segments.recipes.empty()) {
-                            backward_segments(blk, segments);
+                            segmented(blk, Phase::bwd, segments);
                         } else {
                             run(split ? Phase::bwd_input : Phase::bwd, split ? rc.bwd_input : rc.bwd);
                             if (rc.recompute < 0) mark(true);
@@ -1517,14 +1589,22 @@ private:
     std::vector<std::pair<int, int>> deferred_syncs_;   // (device, virtual stage) reduced after backward
     std::vector<ParamGathers> param_gathers_;           // --overlap-param-gather: per virtual stage
     std::vector<std::vector<int>> tp_groups_;           // per (stage, replica): tp_group, made when first used
-    /// A block's backward in segments (make_backward_segments): recipes alternating between the
-    /// kernels before a column-parallel window and the window; `gather`: the segment holds a
-    /// row-parallel linear, whose gradient gather (sp) blocks before it. Empty: one pass.
-    struct BackwardSegments {
+    /// Where a segment of a pass stands (make_segments): `none` runs on its own;
+    /// `gather_before` after a blocking gather of the gradient (a row-parallel linear's, sp);
+    /// the others are windows whose collectives run beside them: a column-parallel linear's
+    /// backward pair (all-reduce, or re-gather and reduce-scatter with sp), and with userbuffers
+    /// a row-parallel linear's gradient gather, a column-parallel linear's input gather, a
+    /// row-parallel linear's pipelined reduce-scatter.
+    enum class Window : std::uint8_t { none, gather_before, column_backward, row_backward, column_forward, row_forward };
+    struct Segments {
+        struct Part {
+            Window window;
+            int pair;   // the linear pair the collectives belong to (their op index)
+        };
         std::vector<std::int32_t> recipes;
-        std::vector<char> gather;
+        std::vector<Part> parts;
     };
-    std::vector<BackwardSegments> bwd_segments_;        // by block index
+    std::vector<Segments> bwd_segments_, fwd_segments_;   // by block index; empty: one op per pass
 };
 
 }  // namespace

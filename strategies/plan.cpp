@@ -924,6 +924,42 @@ void resolve_buckets(const Plan& plan, Layout& l) {
     l.first_bucket = megatron ? l.bucket : std::min(l.bucket, Bytes::mib(plan.first_bucket_mb.value_or(1)));
 }
 
+/// --tp-comm-overlap: Transformer Engine's userbuffers, as Megatron core runs them
+/// (strategies/model_parallel.cpp make_segments), where the graph models them.
+void check_tp_comm_overlap(const Model& model, const topo::Cluster& cluster, const Plan& plan, const Layout& l) {
+    const ErrorContext where{"", "", "--tp-comm-overlap"};
+    if (l.tp == 1) fail_input("overlaps the tensor group's collectives with its GEMMs, and with --tp 1 there are none", where);
+    if (!plan.sequence_parallel)
+        fail_input("needs --sp: Megatron asserts 'Tensor parallel communication/GEMM overlap can happen only when sequence "
+                   "parallelism is enabled' (megatron/training/arguments.py)",
+                   where);
+    if (!l.framework.can_tp_comm_overlap)
+        fail_input(describe(l.framework) + " has no tensor-parallel communication overlap (Megatron core 0.4 and later, "
+                   "--framework megatron, runs Transformer Engine's userbuffers)",
+                   where);
+    if (cluster.group_of(0).device.is_cpu)
+        fail_input("is Transformer Engine's, on GPUs; " + cluster.name + " computes on CPUs", where);
+    const int last = std::min(l.tp, cluster.num_devices()) - 1;
+    if (cluster.device(0).node != cluster.device(last).node)
+        fail_input("Transformer Engine's userbuffers exchange through CUDA IPC among one node's GPUs, and a tensor group of " +
+                       std::to_string(l.tp) + " spans nodes of " + cluster.name,
+                   where);
+    const bool moe = model.is_transformer() && model.shape().is_moe();
+    if (l.cp > 1 || moe)
+        fail_input(std::string("is not modelled with ") + (moe ? "a mixture of experts" : "context parallelism") +
+                       " yet: those layers' tensor-parallel collectives sit in the token dispatcher and the ring; leave "
+                       "--tp-comm-overlap out",
+                   where);
+    if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
+        fail_input("is Megatron's, with its data parallelism (--strategy ddp or zero1), not --strategy " +
+                       std::string(to_string(plan.strategy)),
+                   where);
+    if (plan.schedule == Schedule::zb_h1 || plan.finetune.kind != FineTuneKind::full)
+        fail_input(std::string("is not modelled with ") + (plan.finetune.kind != FineTuneKind::full ? "LoRA" : "--schedule zb-h1") +
+                       "; leave --tp-comm-overlap out",
+                   where);
+}
+
 /// Hogwild! (Niu et al. 2011) is a shared-memory method: every worker writes the one parameter
 /// store without locks, so the workers must be processes of one node, and the simulator must
 /// model that node's DRAM as one resource the updates share (a node with a PCIe root: the host
@@ -1246,6 +1282,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        where);
         l.framework.overlap_param_gather = true;
     }
+    if (plan.tp_comm_overlap) check_tp_comm_overlap(model, cluster, plan, l);
     resolve_buckets(plan, l);
     // Attention. GPUs run FlashAttention-2 from Ampere on (flash-attn's README, "FlashAttention-2
     // currently supports Ampere, Ada, or Hopper GPUs"); CPUs run PyTorch's own flash kernel

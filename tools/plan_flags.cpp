@@ -141,6 +141,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "Megatron's, with --strategy zero1 (its distributed optimizer): the updated parameters all-gathered "
                  "bucket by bucket under the next forward, each bucket waited for by the first layer using it, instead "
                  "of after the optimizer step");
+    app.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
+                 "Megatron's, with --sp: Transformer Engine's userbuffers run every tensor-parallel collective beside "
+                 "the GEMM that produces or consumes it (ring exchange, pipelined reduce-scatter, bulk overlap), instead of "
+                 "blocking in forward and beside the column-parallel GEMMs only in backward");
     app.add_flag("--overlap-cpu-optimizer-d2h-h2d", f.overlap_cpu_optimizer,
                  "Megatron's, with --offload cpu under tensor, pipeline, context or expert parallelism: the offloaded "
                  "step's copies and CPU steps pipelined (Megatron: parameter by parameter; modelled block by block)");
@@ -507,6 +511,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.overlap_grad_reduce = f.overlap_grad_reduce;
     p.overlap_p2p_comm = f.overlap_p2p_comm;
     p.overlap_param_gather = f.overlap_param_gather;
+    p.tp_comm_overlap = f.tp_comm_overlap;
     p.overlap_cpu_optimizer_d2h_h2d = f.overlap_cpu_optimizer;
     p.optimizer_offload_fraction = f.optimizer_offload_fraction;
     p.zero_quantized_weights = f.zero_quantized_weights;

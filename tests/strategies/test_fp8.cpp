@@ -190,5 +190,15 @@ TEST_CASE("FP8 with sequence parallelism: the forward all-gathers move the FP8 c
     // FP8 (layernorm_linear.py:773-791).
     CHECK(fp8.at({CollectiveKind::all_gather, Phase::bwd}) == std::set<std::int64_t>{sbh / 2, sbh});
     CHECK(bf16.at({CollectiveKind::all_gather, Phase::bwd}) == std::set<std::int64_t>{sbh});
+    // Through userbuffers (--tp-comm-overlap) every all-gather moves FP8 (fp8_buf for
+    // layers_all_gather_overlap, module/base.py:335-344), the gradients' too; the forward's
+    // pipelined reduce-scatters stay 16-bit, in their 3/4 and 1/4 splits.
+    Plan ub = p;
+    ub.tp_comm_overlap = true;
+    const auto overlapped = bytes_of(ub);
+    CHECK(overlapped.at({CollectiveKind::all_gather, Phase::fwd}) == std::set<std::int64_t>{sbh / 2});
+    CHECK(overlapped.at({CollectiveKind::all_gather, Phase::bwd}) == std::set<std::int64_t>{sbh / 2});
+    CHECK(overlapped.at({CollectiveKind::reduce_scatter, Phase::fwd}) == std::set<std::int64_t>{sbh / 4, sbh * 3 / 4});
+    CHECK(overlapped.at({CollectiveKind::reduce_scatter, Phase::bwd}) == std::set<std::int64_t>{sbh});
     CHECK(fp8.at({CollectiveKind::reduce_scatter, Phase::bwd}) == std::set<std::int64_t>{sbh});
 }

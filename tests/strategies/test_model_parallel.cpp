@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "sim/sim_fixtures.hpp"
@@ -82,7 +83,8 @@ double ring_bytes(CollectiveKind k, double s, int t) {
 }
 
 int run_cli(const std::string& args, std::string& err) {
-    const std::string log = "test_model_parallel.stderr";
+    // One file per process: ctest runs this file's test cases side by side.
+    const std::string log = "test_model_parallel." + std::to_string(getpid()) + ".stderr";
     const std::string cmd = std::string(SMOLCLUSTER_BIN) + " simulate " + args + " > /dev/null 2> " + log;
     const int status = std::system(cmd.c_str());
     std::ifstream in(log);
@@ -248,6 +250,82 @@ TEST_CASE("a column-parallel linear's backward collectives run beside its weight
             CHECK(tl.start[next] >= tl.end[a]);
         }
     }
+}
+
+TEST_CASE("Megatron's tp-comm-overlap runs every tensor-parallel collective beside its GEMM as Transformer Engine's userbuffers do",
+          "[strategies][tp]") {
+    const Model m = model_preset("gpt2-medium");   // h 1024, s 1024
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(4);
+    Plan plan;
+    plan.tp = 4;
+    plan.sequence_parallel = true;
+    plan.framework = "megatron";
+    const Built blocking = build(m, c, plan);
+    plan.tp_comm_overlap = true;
+    const Built b = build(m, c, plan);
+    const Timeline tl = sim::simulate(b.graph, c), before = sim::simulate(blocking.graph, c);
+    const int layer = 5;
+    const std::int64_t sbh = 1024 * 1024 * 2;   // one sample's b·s·h in bf16
+    for (const Phase phase : {Phase::fwd, Phase::bwd}) {
+        INFO(to_string(phase));
+        std::vector<OpId> compute;
+        std::map<std::tuple<CollectiveKind, Stream, std::int64_t, int>, int> collectives;   // kind, stream, bytes, SMs
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.rank != 0 || op.layer != layer || op.phase != phase) continue;
+            if (op.kind == OpKind::compute) compute.push_back(id);
+            if (op.kind != OpKind::collective) continue;
+            const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+            ++collectives[{col.kind, op.stream, col.bytes, col.sms}];
+        }
+        // Four windows (the QKV, output, up and down projections' GEMMs) and the segments around them.
+        CHECK(compute.size() == 9);
+        using Key = std::tuple<CollectiveKind, Stream, std::int64_t, int>;
+        // TE's defaults (module/base.py get_default_config): ring exchange on the copy engines
+        // (0 SMs); the pipelined reduce-scatter in 4 splits, the last after its GEMM, and the bulk
+        // overlaps on 16 SMs.
+        const std::map<Key, int> expected =
+            phase == Phase::fwd ? std::map<Key, int>{{{CollectiveKind::all_gather, Stream::tp, sbh, 0}, 2},
+                                                     {{CollectiveKind::reduce_scatter, Stream::tp, sbh * 3 / 4, 16}, 2},
+                                                     {{CollectiveKind::reduce_scatter, Stream::compute, sbh / 4, 16}, 2}}
+                                : std::map<Key, int>{{{CollectiveKind::all_gather, Stream::tp, sbh, 0}, 2},
+                                                     {{CollectiveKind::all_gather, Stream::tp, sbh, 16}, 2},
+                                                     {{CollectiveKind::reduce_scatter, Stream::tp, sbh, 16}, 2}};
+        CHECK(collectives == expected);
+    }
+    // Every forward collective launched async runs beside a compute op of its layer (here each
+    // is shorter than its GEMM; in backward the bulk reduce-scatter waits for the re-gather on
+    // the same queue and may outlast the window), and the step is shorter than with the blocking
+    // forward.
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.rank != 0 || op.kind != OpKind::collective || op.stream != Stream::tp || op.phase != Phase::fwd) continue;
+        bool beside = false;
+        for (OpId f = 0; f < b.graph.size(); ++f) {
+            const Op& u = b.graph.op(f);
+            if (u.rank == 0 && u.kind == OpKind::compute && u.layer == op.layer && u.microbatch == op.microbatch &&
+                tl.start[f] < tl.end[id] && tl.start[id] < tl.end[f])
+                beside = true;
+        }
+        CHECK(beside);
+    }
+    CHECK(tl.makespan < before.makespan);
+}
+
+TEST_CASE("Megatron's tp-comm-overlap is refused where Megatron refuses it or the graph does not model it", "[strategies][tp][cli]") {
+    std::string err;
+    const std::string base = "--model gpt2-medium --cluster dgx-h100 --framework megatron ";
+    CHECK(run_cli(base + "--tp 4 --tp-comm-overlap", err) == 2);
+    CHECK_THAT(err, Catch::Contains("--tp-comm-overlap") && Catch::Contains("needs --sp"));
+    CHECK(run_cli(base + "--tp-comm-overlap", err) == 2);
+    CHECK_THAT(err, Catch::Contains("with --tp 1 there are none"));
+    CHECK(run_cli("--model gpt2-medium --cluster dgx-h100 --framework megatron@0.3 --tp 4 --sp --tp-comm-overlap", err) == 2);
+    CHECK_THAT(err, Catch::Contains("Megatron core 0.4"));
+    CHECK(run_cli(base + "--nodes 2 --tp 16 --sp --tp-comm-overlap", err) == 2);
+    CHECK_THAT(err, Catch::Contains("spans nodes"));
+    CHECK(run_cli(base + "--tp 2 --cp 2 --sp --tp-comm-overlap", err) == 2);
+    CHECK_THAT(err, Catch::Contains("context parallelism"));
+    CHECK(run_cli(base + "--tp 4 --sp --tp-comm-overlap", err) == 0);
 }
 
 TEST_CASE("activation memory per layer matches Korthikanti et al. 2022 (eager) and FlashAttention (flash)",
