@@ -479,8 +479,8 @@ private:
         } else {
             // Track it: its rate changes whenever communication starts or stops on the rank.
             tracked_[id] = 1;
-            Running run{id, static_cast<double>(d.count_ps()), engine_.now(), bound, slowdown(op.rank, bound), Time()};
-            run.end = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
+            Running run{id, static_cast<double>(d.count_ps()), engine_.now(), bound, slowdown(op.rank, bound), Time(), Time()};
+            run.end = run.wake = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
             running_[static_cast<std::size_t>(op.rank)].push_back(run);
             engine_.schedule(run.end, op_done, id);
         }
@@ -560,7 +560,11 @@ private:
         Time updated;
         double bound;          // sm_bound_share of the op
         double factor;
-        Time end;              // the scheduled completion; other events for the op are stale
+        Time end;              // its completion at the current rate
+        /// The earliest completion event still wanted, at or before `end`: a slowdown moves `end`
+        /// later without a new event (the one at `wake` re-arms at `end` when it fires), a
+        /// speed-up earlier than `wake` schedules one. Other events for the op are stale.
+        Time wake;
     };
 
     /// How much slower an op runs on `rank` now: the device's comm_slowdown while any transfer
@@ -602,16 +606,26 @@ private:
             run.updated = engine_.now();
             run.factor = factor;
             run.end = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
-            engine_.schedule(run.end, op_done, run.op);
+            if (run.end < run.wake) {
+                run.wake = run.end;
+                engine_.schedule(run.end, op_done, run.op);
+            }
         }
     }
 
-    /// True when the event at `t` is a tracked op's current completion (not a stale one).
+    /// True when the event at `t` is a tracked op's current completion; at its `wake` before
+    /// that, re-arms at `end` (Running::wake); else a stale event.
     bool finish_running(int rank, OpId op, Time t) {
         auto& v = running_[static_cast<std::size_t>(rank)];
         for (std::size_t i = 0; i < v.size(); ++i)
             if (v[i].op == op) {
-                if (v[i].end != t) return false;
+                if (v[i].end != t) {
+                    if (t == v[i].wake) {
+                        v[i].wake = v[i].end;
+                        engine_.schedule(v[i].end, op_done, op);
+                    }
+                    return false;
+                }
                 v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
                 return true;
             }

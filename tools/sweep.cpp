@@ -307,9 +307,11 @@ const Dimension kDimensions[] = {
              }
          return out;
      }},
-    {"sp", [](const Context&, const Plan& p, const Layout&) {
+    {"sp", [](const Context& c, const Plan& p, const Layout&) {
          if (p.tp == 1) return std::vector<Plan>{p};
-         return vary(p, &Plan::sequence_parallel, {false, true});
+         std::vector<Plan> out = vary(p, &Plan::sequence_parallel, {false, true});
+         out.back().tp_comm_overlap = c.options.tp_comm_overlap;   // with sp only, as Megatron asserts
+         return out;
      }},
 };
 
@@ -324,7 +326,8 @@ struct Candidate {
 /// that cannot run it (resolve refuses naming the flag) runs as its framework does, the flag
 /// cleared in `p`. --overlap-grad-reduce: a plan that overlaps already or cannot (ZeRO-3's
 /// buckets, PyTorch DDP; "no effect here"). --overlap-param-gather: a plan without Megatron's
-/// distributed optimizer, on one data-parallel rank or with experts. --make-vocab-size-divisible-by: a plan off Megatron,
+/// distributed optimizer, on one data-parallel rank or with experts. --tp-comm-overlap: a plan off
+/// Megatron core, or with context parallelism or experts. --make-vocab-size-divisible-by: a plan off Megatron,
 /// which trains the model's vocabulary as it is.
 Layout resolve_lenient(const Context& c, Plan& p) {
     for (;;) {
@@ -336,6 +339,8 @@ Layout resolve_lenient(const Context& c, Plan& p) {
                 p.overlap_grad_reduce = false;
             else if (p.overlap_param_gather && flag == "--overlap-param-gather")
                 p.overlap_param_gather = false;
+            else if (p.tp_comm_overlap && flag == "--tp-comm-overlap")
+                p.tp_comm_overlap = false;
             else if (p.vocab_multiple && flag == "--make-vocab-size-divisible-by")
                 p.vocab_multiple.reset();
             else

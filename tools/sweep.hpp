@@ -103,6 +103,10 @@ struct SweepOptions {
     /// --overlap-param-gather: every zero1 plan on Megatron core (its distributed optimizer, more
     /// than one data-parallel rank, no experts) gathers its parameters under the forward.
     bool overlap_param_gather = false;
+    /// --tp-comm-overlap: every plan with sequence parallelism on Megatron core 0.4 or later runs
+    /// its tensor-parallel collectives through Transformer Engine's userbuffers, where the graph
+    /// models them (not with --cp or experts).
+    bool tp_comm_overlap = false;
     /// --make-vocab-size-divisible-by: every plan on Megatron or Megatron-DeepSpeed pads the
     /// vocabulary to a multiple of this × tp; plans on PyTorch and DeepSpeed train the model's
     /// vocabulary. Unset: each framework's.

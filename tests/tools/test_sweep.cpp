@@ -1175,14 +1175,65 @@ TEST_CASE("sweep --overlap-param-gather: Megatron's zero1 plans gather under the
     std::ifstream in(out);
     std::string header, line;
     std::getline(in, header);
-    CHECK(header.substr(header.rfind(',') + 1) == "overlap_param_gather");
+    // The two last columns: overlap_param_gather, then tp_comm_overlap.
+    const std::string before_last = header.substr(0, header.rfind(','));
+    CHECK(before_last.substr(before_last.rfind(',') + 1) == "overlap_param_gather");
     int zero1_rows = 0;
     while (std::getline(in, line)) {
         if (line.find(",ranked,") == std::string::npos) continue;
         const bool zero1 = line.find(",zero1,") != std::string::npos;
-        CHECK(line.substr(line.rfind(',') + 1) == (zero1 ? "true" : "false"));   // tp 1 on 8 GPUs: dp 8
+        const std::string head = line.substr(0, line.rfind(','));
+        CHECK(head.substr(head.rfind(',') + 1) == (zero1 ? "true" : "false"));   // tp 1 on 8 GPUs: dp 8
         zero1_rows += zero1;
     }
     CHECK(zero1_rows > 0);
+    fs::remove(out);
+}
+
+TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron core run userbuffers, the others as they do",
+          "[tools][sweep][framework]") {
+    SweepOptions o;
+    o.global_batch = 16;
+    o.space.tp = {1, 2};
+    o.space.pp = {1};
+    o.space.micro_batch = {2};
+    o.frameworks = {"megatron"};
+    o.tp_comm_overlap = true;
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    const SweepResult r = sweep(m, c, o);
+    int overlapped = 0;
+    for (const PlanResult& p : r.plans) {
+        if (p.status == PlanStatus::pruned) continue;
+        REQUIRE(p.result);
+        // Megatron asserts sequence parallelism (and tp > 1 for it).
+        CHECK(p.plan.tp_comm_overlap == p.plan.sequence_parallel);
+        if (p.plan.tp_comm_overlap) ++overlapped;
+        CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
+    }
+    CHECK(overlapped > 0);
+    // The CSV's last column says it per plan, the summary once.
+    const fs::path out = fs::temp_directory_path() / ("smol-sweep-tp-overlap-" + std::to_string(::getpid()) + ".csv");
+    const Result ok = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "16", "--tp", "2", "--pp",
+                           "1", "--micro-batch", "2", "--framework", "megatron", "--tp-comm-overlap", "--quiet", "--csv",
+                           out.string(), "--force"});
+    REQUIRE(ok.code == 0);
+    CHECK_THAT(ok.out, Catch::Contains("tp-comm-overlap"));
+    std::ifstream in(out);
+    std::string header, line;
+    std::getline(in, header);
+    CHECK(header.substr(header.rfind(',') + 1) == "tp_comm_overlap");
+    int rows = 0;
+    while (std::getline(in, line)) {
+        if (line.find(",ranked,") == std::string::npos) continue;
+        // The sp column (the 20th) and the last agree.
+        std::vector<std::string> cells;
+        std::stringstream ss(line);
+        for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+        REQUIRE(cells.size() > 20);
+        CHECK(cells.back() == cells[19]);
+        ++rows;
+    }
+    CHECK(rows > 0);
     fs::remove(out);
 }
