@@ -294,15 +294,18 @@ TEST_CASE("the backend follows the cluster's devices, --backend and --tf32 are c
 }
 
 TEST_CASE("sweep under mpirun splits the plans over the ranks and prints what one process prints", "[exec][cli]") {
-    // gpt2-small on one dgx-a100, --tp 1,2 --pp 1,2: the same --json file, byte for byte, and the
-    // same table from rank 0 alone; analytic with --refine, the refinement split over 3 ranks.
+    // gpt2-small on one dgx-a100, --tp 1,2 --pp 1,2 at micro-batch 2 (a hundred-odd plans: four
+    // sweeps must finish within the test's time under the sanitizers): the same --json file, byte
+    // for byte, and the same table from rank 0 alone; analytic with --refine, the refinement split
+    // over 3 ranks.
     const fs::path dir = fs::temp_directory_path() / ("smol-sweep-mpi-" + std::to_string(getpid()));
     fs::create_directories(dir);
     const auto read = [](const fs::path& p) {
         std::ifstream in(p, std::ios::binary);
         return std::string((std::istreambuf_iterator<char>(in)), {});
     };
-    const std::string base = bin + " sweep --model gpt2-small --cluster dgx-a100 --global-batch 16 --tp 1,2 --pp 1,2 --jobs 1";
+    const std::string base =
+        bin + " sweep --model gpt2-small --cluster dgx-a100 --global-batch 16 --tp 1,2 --pp 1,2 --micro-batch 2 --jobs 1";
     for (const auto& [extra, ranks] : {std::pair<std::string, int>{"", 2}, {" --network analytic --refine 7", 3}}) {
         const fs::path one = dir / "one.json", many = dir / "many.json";
         const Job single = shell(base + extra + " --json " + one.string() + " --force");
