@@ -241,6 +241,8 @@ public:
         for (OpId id = 0; id < g.size(); ++id) remaining_[id] = g.in_degree(id);
         arrived_.assign(g.collectives().size(), 0);
         collective_blocks_.assign(g.collectives().size(), 0);
+        collective_plan_.assign(g.collectives().size(), nullptr);
+        p2p_plan_.assign(g.p2ps().size(), nullptr);
         // A folded graph's mirror ranks arrive with their representatives.
         // Per communicator, the positions of its materialized members: only they arrive, start
         // and finish (a mirror has no ops, so nothing runs on it to slow down).
@@ -367,7 +369,11 @@ private:
         if (any_served_) release(id);
         if (options_.record_kernel_classes && graph_.op(id).kind == OpKind::compute) record_classes(id);
         for (OpId s : graph_.successors(id))
-            if (--remaining_[s] == 0) ready_.push_back(s);
+            if (--remaining_[s] == 0) {
+                ready_.push_back(s);
+                // start() reads it soon: the misses of a collective's members overlap.
+                __builtin_prefetch(&graph_.op(s));
+            }
     }
 
     void start(OpId id) {
@@ -384,10 +390,10 @@ private:
                 finish(id);
                 break;
             case OpKind::collective: {
-                const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
-                const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
                 if (++arrived_[static_cast<std::size_t>(op.ref)] == needed_[static_cast<std::size_t>(op.ref)]) {
-                    const Plan* plan = collective_plan(c, members);
+                    const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
+                    const auto& members = graph_.communicators()[static_cast<std::size_t>(c.communicator)];
+                    const Plan* plan = collective_plan(op.ref);
                     const int blocks = c.sms >= 0 ? c.sms : plan->thread_blocks;   // not NCCL's: its own SMs
                     collective_blocks_[static_cast<std::size_t>(op.ref)] = static_cast<std::uint16_t>(blocks);
                     for (std::uint32_t i : live_members(c.communicator)) comm_changed(members[i], +1, blocks);
@@ -408,7 +414,7 @@ private:
                         if (!admit(side)) break;
                         tl_.start[side] = engine_.now();   // the served side runs from its turn
                     }
-                    begin_p2p(p);
+                    begin_p2p(op.ref);
                 }
                 break;
             }
@@ -426,10 +432,11 @@ private:
         }
     }
 
-    void begin_p2p(const P2P& p) {
+    void begin_p2p(std::int32_t ref) {
+        const P2P& p = graph_.p2ps()[static_cast<std::size_t>(ref)];
         comm_changed(p.src, +1);
         comm_changed(p.dst, +1);
-        begin(p2p_plan(p), p.send);
+        begin(p2p_plan(ref), p.send);
     }
 
     // ---- streams served in arrival order (OpGraph::serve_in_arrival_order) ----------------------
@@ -479,10 +486,10 @@ private:
         } else {
             // Track it: its rate changes whenever communication starts or stops on the rank.
             tracked_[id] = 1;
-            Running run{id, static_cast<double>(d.count_ps()), engine_.now(), bound, slowdown(op.rank, bound), Time(), Time()};
-            run.end = run.wake = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
+            Running run{id, 0, static_cast<double>(d.count_ps()), engine_.now(), bound, slowdown(op.rank, bound), Time()};
+            run.end = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
+            run.event = engine_.schedule_movable(run.end, op_done, id);
             running_[static_cast<std::size_t>(op.rank)].push_back(run);
-            engine_.schedule(run.end, op_done, id);
         }
     }
 
@@ -556,15 +563,12 @@ private:
     /// 1/factor of its rate, factor = slowdown(rank, bound) as of `updated`.
     struct Running {
         OpId op;
+        std::uint32_t event;   // its completion event (movable: a new rate moves it to `end`)
         double remaining_ps;   // of unslowed work
         Time updated;
         double bound;          // sm_bound_share of the op
         double factor;
         Time end;              // its completion at the current rate
-        /// The earliest completion event still wanted, at or before `end`: a slowdown moves `end`
-        /// later without a new event (the one at `wake` re-arms at `end` when it fires), a
-        /// speed-up earlier than `wake` schedules one. Other events for the op are stale.
-        Time wake;
     };
 
     /// How much slower an op runs on `rank` now: the device's comm_slowdown while any transfer
@@ -605,31 +609,22 @@ private:
             run.remaining_ps = std::max(0.0, run.remaining_ps - elapsed / run.factor);
             run.updated = engine_.now();
             run.factor = factor;
-            run.end = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
-            if (run.end < run.wake) {
-                run.wake = run.end;
-                engine_.schedule(run.end, op_done, run.op);
-            }
+            const Time end = engine_.now() + ps_truncated(run.remaining_ps * run.factor);
+            if (end == run.end) continue;
+            run.end = end;
+            engine_.move(run.event, end);
         }
     }
 
-    /// True when the event at `t` is a tracked op's current completion; at its `wake` before
-    /// that, re-arms at `end` (Running::wake); else a stale event.
-    bool finish_running(int rank, OpId op, Time t) {
+    /// A tracked op ended: it no longer runs on `rank`.
+    void finish_running(int rank, OpId op) {
         auto& v = running_[static_cast<std::size_t>(rank)];
         for (std::size_t i = 0; i < v.size(); ++i)
             if (v[i].op == op) {
-                if (v[i].end != t) {
-                    if (t == v[i].wake) {
-                        v[i].wake = v[i].end;
-                        engine_.schedule(v[i].end, op_done, op);
-                    }
-                    return false;
-                }
                 v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
-                return true;
+                return;
             }
-        return false;
+        throw Error(ErrorKind::internal, "simulator: a tracked op ended but was not running");
     }
 
     // ---- transfers ------------------------------------------------------------------------------
@@ -684,8 +679,26 @@ private:
             active.erase(std::find(active.begin(), active.end(), t));
             share_cores(owner.rank);
         }
-        if (--tr.flows_left == 0)
-            engine_.schedule(engine_.now() + tr.plan->phases[tr.phase].latency, phase_end, t);
+        if (--tr.flows_left > 0) return;
+        const Time latency = tr.plan->phases[tr.phase].latency;
+        // An NCCL phase's latency is the plan's base, paid before it: the phase ends with its flows.
+        if (latency == Time::zero())
+            end_phase(t);
+        else
+            engine_.schedule(engine_.now() + latency, phase_end, t);
+    }
+
+    /// Transfer `t`'s phase ended: the next one starts, or the transfer is done.
+    void end_phase(std::uint32_t t) {
+        Transfer& tr = transfers_[t];
+        ++tr.phase;
+        if (tr.phase < tr.plan->phases.size()) {
+            start_phase(t);
+        } else {
+            const OpId owner = tr.owner;
+            free_transfers_.push_back(t);
+            transfer_done(owner);
+        }
     }
 
     void handle(const Event& e) {
@@ -693,7 +706,7 @@ private:
             case op_done: {
                 const Op& op = graph_.op(e.id);
                 if (op.kind == OpKind::compute) {
-                    if (tracked_[e.id] && !finish_running(op.rank, e.id, e.time)) break;
+                    if (tracked_[e.id]) finish_running(op.rank, e.id);
                     finish(e.id);
                 } else if (op.kind == OpKind::timer) {
                     finish(e.id);
@@ -702,18 +715,7 @@ private:
                 break;
             }
             case phase_start: start_phase(e.id); break;
-            case phase_end: {
-                Transfer& tr = transfers_[e.id];
-                ++tr.phase;
-                if (tr.phase < tr.plan->phases.size()) {
-                    start_phase(e.id);
-                } else {
-                    const OpId owner = tr.owner;
-                    free_transfers_.push_back(e.id);
-                    transfer_done(owner);
-                }
-                break;
-            }
+            case phase_end: end_phase(e.id); break;
             default: throw Error(ErrorKind::internal, "engine: unknown event kind");
         }
     }
@@ -744,12 +746,8 @@ private:
             starting_ = id;
             const Op& op = graph_.op(id);
             switch (op.kind) {
-                case OpKind::collective: {
-                    const Collective& c = graph_.collectives()[static_cast<std::size_t>(op.ref)];
-                    collective_plan(c, graph_.communicators()[static_cast<std::size_t>(c.communicator)]);
-                    break;
-                }
-                case OpKind::send: p2p_plan(graph_.p2ps()[static_cast<std::size_t>(op.ref)]); break;
+                case OpKind::collective: collective_plan(op.ref); break;
+                case OpKind::send: p2p_plan(op.ref); break;
                 case OpKind::copy: copy_plan(op); break;
                 case OpKind::compute:
                     if (op.on_host() && host_links(op.rank)) host_plan(id, op);
@@ -773,6 +771,16 @@ private:
         plans_.push_back(std::move(plan));
         plan_index_.emplace(key, &plans_.back());
         return &plans_.back();
+    }
+
+    /// Collective `ref`'s plan, looked up once per collective (its members' ops all ask).
+    const Plan* collective_plan(std::int32_t ref) {
+        const Plan*& plan = collective_plan_[static_cast<std::size_t>(ref)];
+        if (plan == nullptr) {
+            const Collective& c = graph_.collectives()[static_cast<std::size_t>(ref)];
+            plan = collective_plan(c, graph_.communicators()[static_cast<std::size_t>(c.communicator)]);
+        }
+        return plan;
     }
 
     const Plan* collective_plan(const Collective& c, const std::vector<int>& members) {
@@ -853,6 +861,13 @@ private:
         plan.analytic = ph.latency + bytes / topo_.route_bandwidth(a, b);
         plan.phases.push_back(std::move(ph));
         return remember(key, std::move(plan));
+    }
+
+    /// Send `ref`'s plan, looked up once per send.
+    const Plan* p2p_plan(std::int32_t ref) {
+        const Plan*& plan = p2p_plan_[static_cast<std::size_t>(ref)];
+        if (plan == nullptr) plan = p2p_plan(graph_.p2ps()[static_cast<std::size_t>(ref)]);
+        return plan;
     }
 
     const Plan* p2p_plan(const P2P& p) {
@@ -1040,6 +1055,8 @@ private:
     std::vector<std::uint8_t> tracked_;        // per op: its completion is tracked in running_
     std::vector<double> recipe_bound_;         // bound_share's cache; < 0: not priced yet
     std::vector<std::uint16_t> collective_blocks_;   // per collective: its thread blocks while it runs
+    std::vector<const Plan*> collective_plan_;       // per collective: its plan, once looked up
+    std::vector<const Plan*> p2p_plan_;              // per send: its plan, once looked up
     std::optional<MemoryModel> memory_;
     std::vector<HostCpu> host_;   // per node
     std::vector<double> speed_;   // per rank: Cluster::compute_speed
