@@ -733,91 +733,34 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         args.insert(args.end(), extra.begin(), extra.end());
         return cli(args);
     };
-    SECTION("FSDP's sharding without fsdp searched") {
-        const Result r = with({"--strategies", "zero1", "--fsdp-sharding", "hybrid"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--fsdp-sharding: has no effect here") != std::string::npos);
-    }
-    SECTION("ZeRO++ without zero3 searched") {
-        const Result r = with({"--strategies", "zero2,fsdp", "--zeropp"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--zeropp: has no effect here") != std::string::npos);
-    }
-    SECTION("MiCS without zero3 searched") {
-        const Result r = with({"--strategies", "zero2,fsdp", "--mics"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--mics: has no effect here") != std::string::npos);
-    }
-    SECTION("--refine without --network analytic, or below 0") {
-        Result r = with({"--refine", "3"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--refine: has no effect here") != std::string::npos);
-        r = with({"--network", "analytic", "--refine", "-1"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--refine must be at least 0") != std::string::npos);
-    }
-    SECTION("an expert-parallel size below 1") {
-        const Result r = with({"--ep", "1,0"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--ep values must be at least 1, found 0") != std::string::npos);
-    }
-    SECTION("objective") {
-        const Result r = with({"--objective", "speed"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--objective") != std::string::npos);
-    }
-    SECTION("attention") {
-        const Result r = with({"--attention", "fast"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--attention: expected flash or eager") != std::string::npos);
-    }
-    SECTION("fine-tuning and optimizer") {
-        const Result r = with({"--finetune", "lora:x"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--finetune") != std::string::npos);
-        const Result o = with({"--optimizer", "adamw8"});
-        CHECK(o.code == 2);
-        CHECK(o.err.find("--optimizer") != std::string::npos);
-    }
-    SECTION("headroom") {
-        const Result r = with({"--min-headroom", "1.5"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--min-headroom") != std::string::npos);
-    }
-    SECTION("max memory") {
-        const Result r = with({"--max-memory", "lots"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--max-memory") != std::string::npos);
-    }
-    SECTION("jobs") {
-        const Result r = with({"--jobs", "-1", "--tp", "1", "--pp", "1"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--jobs") != std::string::npos);
-    }
-    SECTION("strategy") {
-        const Result r = with({"--strategies", "ddp,zero4"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("zero4") != std::string::npos);
-    }
-    SECTION("dispatch overhead") {
-        const Result r = with({"--dispatch-overhead", "fast"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--dispatch-overhead") != std::string::npos);
-    }
-    SECTION("offload") {
-        const Result r = with({"--offload", "none,cpu"});
-        CHECK(r.code == 2);
-        CHECK(r.err.find("--offload") != std::string::npos);
-        const Result disk = with({"--offload", "disk"});
-        CHECK(disk.code == 2);
-        CHECK(disk.err.find("--offload") != std::string::npos);
+    // The flags added to `base`, and what the error must say.
+    const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
+        {{"--strategies", "zero1", "--fsdp-sharding", "hybrid"}, "--fsdp-sharding: has no effect here"},
+        {{"--strategies", "zero2,fsdp", "--zeropp"}, "--zeropp: has no effect here"},
+        {{"--strategies", "zero2,fsdp", "--mics"}, "--mics: has no effect here"},
+        {{"--refine", "3"}, "--refine: has no effect here"},
+        {{"--network", "analytic", "--refine", "-1"}, "--refine must be at least 0"},
+        {{"--ep", "1,0"}, "--ep values must be at least 1, found 0"},
+        {{"--objective", "speed"}, "--objective"},
+        {{"--attention", "fast"}, "--attention: expected flash or eager"},
+        {{"--finetune", "lora:x"}, "--finetune"},
+        {{"--optimizer", "adamw8"}, "--optimizer"},
+        {{"--min-headroom", "1.5"}, "--min-headroom"},
+        {{"--max-memory", "lots"}, "--max-memory"},
+        {{"--jobs", "-1", "--tp", "1", "--pp", "1"}, "--jobs"},
+        {{"--strategies", "ddp,zero4"}, "zero4"},
+        {{"--dispatch-overhead", "fast"}, "--dispatch-overhead"},
+        {{"--offload", "none,cpu"}, "--offload"},
+        {{"--offload", "disk"}, "--offload"},
         // Asked for, but no strategy searched can offload (there), or none to NVMe.
-        const Result ddp = with({"--strategies", "ddp,ring", "--offload", "cpu"});
-        CHECK(ddp.code == 2);
-        CHECK(ddp.err.find("--offload: no effect here") != std::string::npos);
-        const Result nvme = with({"--strategies", "zero2,fsdp", "--offload", "cpu,nvme"});
-        CHECK(nvme.code == 2);
-        CHECK(nvme.err.find("only zero3") != std::string::npos);
+        {{"--strategies", "ddp,ring", "--offload", "cpu"}, "--offload: no effect here"},
+        {{"--strategies", "zero2,fsdp", "--offload", "cpu,nvme"}, "only zero3"},
+    };
+    for (const auto& [extra, says] : refused) {
+        INFO(says);
+        const Result r = with(extra);
+        CHECK(r.code == 2);
+        CHECK(r.err.find(says) != std::string::npos);
     }
     SECTION("no plan fits: exit 3") {
         const Result r = with({"--max-memory", "1 MB", "--tp", "1", "--pp", "1"});
