@@ -49,19 +49,18 @@ inline bool earlier(const Event& a, const Event& b) { return key(a) < key(b); }
     place(hole, e);
 }
 
-void Engine::schedule(Time at, std::uint32_t kind, std::uint32_t id) {
+void Engine::push(Time at, std::uint32_t kind, std::uint32_t handle, std::uint32_t id) {
     if (at < now_)
         throw Error(ErrorKind::internal, "engine: event scheduled at " + to_string(at) + ", before now (" +
                                              to_string(now_) + ")");
-    Event e{at, seq_++, kind, 0, id};
+    if (kind > 0xff) throw Error(ErrorKind::internal, "engine: event kind " + std::to_string(kind) + " above 255");
     heap_.emplace_back();
-    sift_up(heap_.size() - 1, e);
+    sift_up(heap_.size() - 1, Event{at, seq_++, kind, handle, id});
 }
 
+void Engine::schedule(Time at, std::uint32_t kind, std::uint32_t id) { push(at, kind, 0, id); }
+
 std::uint32_t Engine::schedule_movable(Time at, std::uint32_t kind, std::uint32_t id) {
-    if (at < now_)
-        throw Error(ErrorKind::internal, "engine: event scheduled at " + to_string(at) + ", before now (" +
-                                             to_string(now_) + ")");
     std::uint32_t h;
     if (!free_handles_.empty()) {
         h = free_handles_.back();
@@ -71,9 +70,7 @@ std::uint32_t Engine::schedule_movable(Time at, std::uint32_t kind, std::uint32_
         if (h >= (1u << 24)) throw Error(ErrorKind::internal, "engine: more than 16 M movable events pending");
         where_.push_back(0);
     }
-    Event e{at, seq_++, kind, h, id};
-    heap_.emplace_back();
-    sift_up(heap_.size() - 1, e);
+    push(at, kind, h, id);
     return h;
 }
 

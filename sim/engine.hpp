@@ -49,6 +49,7 @@ public:
     void reserve(std::size_t n) { heap_.reserve(n); }
 
 private:
+    void push(Time at, std::uint32_t kind, std::uint32_t handle, std::uint32_t id);
     void sift_up(std::size_t hole, const Event& e);
     void sift_down(std::size_t hole, const Event& e);
     /// Puts `e` at heap position `at`, noting a movable event's place.

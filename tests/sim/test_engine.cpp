@@ -25,6 +25,7 @@ TEST_CASE("time never goes backwards", "[sim][engine]") {
     e.pop();
     SECTION("scheduling in the past") { CHECK_THROWS_AS(e.schedule(Time::us(4), 0, 0), Error); }
     SECTION("advancing to the past") { CHECK_THROWS_AS(e.advance_to(Time::us(1)), Error); }
+    SECTION("a kind beyond the event's 8 bits") { CHECK_THROWS_AS(e.schedule(Time::us(6), 256, 0), Error); }
 }
 
 TEST_CASE("a movable event runs at its last time, after those already there", "[sim][engine]") {
