@@ -6,6 +6,7 @@
 #include <bit>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -41,6 +42,44 @@ SweepResult gpt2_on_dgx(int jobs, sim::NetworkMode network = sim::NetworkMode::f
     o.jobs = jobs;
     o.network = network;
     return sweep(model_preset("gpt2-small"), topo::cluster_preset("dgx-a100"), o);
+}
+
+/// A sweep's CSV: the header's columns in order, and every plan's row as a map from column name to
+/// cell (RFC 4180: a quoted cell may hold commas and doubled quotes); `ranked`: only the plans
+/// ranked.
+std::pair<std::vector<std::string>, std::vector<std::map<std::string, std::string>>> read_csv(const fs::path& csv,
+                                                                                              bool ranked = true) {
+    const auto cells = [](const std::string& line) {
+        std::vector<std::string> out(1);
+        bool quoted = false;
+        for (std::size_t i = 0; i < line.size(); ++i) {
+            const char ch = line[i];
+            if (quoted && ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+                out.back() += '"';
+                ++i;
+            } else if (ch == '"') {
+                quoted = !quoted;
+            } else if (ch == ',' && !quoted) {
+                out.emplace_back();
+            } else {
+                out.back() += ch;
+            }
+        }
+        return out;
+    };
+    std::ifstream in(csv);
+    std::string line;
+    std::getline(in, line);
+    const std::vector<std::string> header = cells(line);
+    std::vector<std::map<std::string, std::string>> rows;
+    while (std::getline(in, line)) {
+        const std::vector<std::string> row = cells(line);
+        REQUIRE(row.size() == header.size());
+        std::map<std::string, std::string> named;
+        for (std::size_t i = 0; i < row.size(); ++i) named[header[i]] = row[i];
+        if (!ranked || named["status"] == "ranked") rows.push_back(std::move(named));
+    }
+    return {header, rows};
 }
 
 /// A simulated twin (ZeRO++, MiCS) of a sweep: named by `flags` in its description, its memory
@@ -690,21 +729,14 @@ TEST_CASE("smolcluster sweep prints the ranking and writes every plan to --csv a
     CHECK(plans == j["sweeps"][0]["candidates"].get<std::size_t>());
     CHECK(j["sweeps"][0]["plans"][0]["ep"] == 1);
     CHECK(j["sweeps"][0]["plans"][0].contains("fsdp_sharding"));
-    std::ifstream in(csv);
-    std::size_t lines = 0;
-    for (std::string line; std::getline(in, line);) {
-        if (lines == 0) CHECK(line.find(",strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,") != std::string::npos);
-        if (lines == 0) CHECK(line.find(",offload,compress,overlap_grad_reduce,framework,partition,") != std::string::npos);
-        if (lines > 0 && line.find(",ranked,") != std::string::npos) {
-            // A simulated plan names its framework's release: the 24th field (none before it quotes a comma).
-            std::stringstream fields(line);
-            std::string field;
-            for (int i = 0; i < 24; ++i) std::getline(fields, field, ',');
-            CHECK(field.find('@') != std::string::npos);
-        }
-        ++lines;
-    }
-    CHECK(lines == plans + 1);
+    const auto [header, rows] = read_csv(csv, false);
+    std::string columns;
+    for (const std::string& h : header) columns += "," + h;
+    CHECK(columns.find(",strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,") != std::string::npos);
+    CHECK(columns.find(",offload,compress,overlap_grad_reduce,framework,partition,") != std::string::npos);
+    CHECK(rows.size() == plans);
+    for (const auto& row : rows)   // a simulated plan names its framework's release
+        if (row.at("status") == "ranked") CHECK(row.at("framework").find('@') != std::string::npos);
 
     SECTION("an existing file is kept without --force") {
         const Result again = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "8",
@@ -1115,18 +1147,14 @@ TEST_CASE("sweep --overlap-param-gather: Megatron's zero1 plans gather under the
                            out.string(), "--force"});
     REQUIRE(ok.code == 0);
     CHECK_THAT(ok.out, Catch::Contains("framework megatron, overlap-param-gather"));
-    std::ifstream in(out);
-    std::string header, line;
-    std::getline(in, header);
+    const auto [header, rows] = read_csv(out);
     // The two last columns: overlap_param_gather, then tp_comm_overlap.
-    const std::string before_last = header.substr(0, header.rfind(','));
-    CHECK(before_last.substr(before_last.rfind(',') + 1) == "overlap_param_gather");
+    REQUIRE(header.size() > 2);
+    CHECK(header[header.size() - 2] == "overlap_param_gather");
     int zero1_rows = 0;
-    while (std::getline(in, line)) {
-        if (line.find(",ranked,") == std::string::npos) continue;
-        const bool zero1 = line.find(",zero1,") != std::string::npos;
-        const std::string head = line.substr(0, line.rfind(','));
-        CHECK(head.substr(head.rfind(',') + 1) == (zero1 ? "true" : "false"));   // tp 1 on 8 GPUs: dp 8
+    for (const auto& row : rows) {
+        const bool zero1 = row.at("strategy") == "zero1";
+        CHECK(row.at("overlap_param_gather") == (zero1 ? "true" : "false"));   // tp 1 on 8 GPUs: dp 8
         zero1_rows += zero1;
     }
     CHECK(zero1_rows > 0);
@@ -1162,21 +1190,9 @@ TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron 
                            out.string(), "--force"});
     REQUIRE(ok.code == 0);
     CHECK_THAT(ok.out, Catch::Contains("tp-comm-overlap"));
-    std::ifstream in(out);
-    std::string header, line;
-    std::getline(in, header);
-    CHECK(header.substr(header.rfind(',') + 1) == "tp_comm_overlap");
-    int rows = 0;
-    while (std::getline(in, line)) {
-        if (line.find(",ranked,") == std::string::npos) continue;
-        // The sp column (the 20th) and the last agree.
-        std::vector<std::string> cells;
-        std::stringstream ss(line);
-        for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
-        REQUIRE(cells.size() > 20);
-        CHECK(cells.back() == cells[19]);
-        ++rows;
-    }
-    CHECK(rows > 0);
+    const auto [header, rows] = read_csv(out);
+    CHECK(header.back() == "tp_comm_overlap");
+    for (const auto& row : rows) CHECK(row.at("tp_comm_overlap") == row.at("sp"));
+    CHECK(!rows.empty());
     fs::remove(out);
 }
