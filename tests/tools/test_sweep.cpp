@@ -104,6 +104,36 @@ std::pair<std::string, Json> sweep_cli(std::vector<std::string> args, const std:
     return {r.out, Json::parse(in)};
 }
 
+/// The plans of `r` that were simulated (not pruned), each checked to step as simulate steps it.
+std::vector<const PlanResult*> simulated_as_simulate(const Model& m, const topo::Cluster& c, const SweepResult& r) {
+    std::vector<const PlanResult*> out;
+    for (const PlanResult& p : r.plans) {
+        if (p.status == PlanStatus::pruned) continue;
+        REQUIRE(p.result);
+        CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
+        out.push_back(&p);
+    }
+    return out;
+}
+
+/// `smolcluster sweep ARGS --quiet --force --csv FILE` (a temporary file named after `name`):
+/// what it printed, and the CSV's header and ranked rows (read_csv).
+struct SweepCsv {
+    std::string out;
+    std::vector<std::string> header;
+    std::vector<std::map<std::string, std::string>> rows;
+};
+SweepCsv sweep_csv(std::vector<std::string> args, const std::string& name) {
+    const fs::path csv = fs::temp_directory_path() / ("smol-sweep-" + name + "-" + std::to_string(::getpid()) + ".csv");
+    args.insert(args.end(), {"--quiet", "--force", "--csv", csv.string()});
+    const Result r = cli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    auto [header, rows] = read_csv(csv);
+    fs::remove(csv);
+    return {r.out, std::move(header), std::move(rows)};
+}
+
 }  // namespace
 
 TEST_CASE("a sweep ranks the same plans the same way on one thread and on two", "[tools][sweep]") {
@@ -1129,36 +1159,29 @@ TEST_CASE("sweep --overlap-param-gather: Megatron's zero1 plans gather under the
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     const SweepResult r = sweep(m, c, o);
     int gathered = 0;
-    for (const PlanResult& p : r.plans) {
-        if (p.status == PlanStatus::pruned) continue;
-        REQUIRE(p.result);
+    for (const PlanResult* p : simulated_as_simulate(m, c, r)) {
         // zero1 (the distributed optimizer) on more than one data-parallel rank; tp 8 leaves one.
-        const bool zero1 = p.plan.strategy == strategies::DataParallel::zero1;
-        CHECK(p.plan.overlap_param_gather == (zero1 && p.layout.dp > 1));
-        CHECK(p.layout.framework.overlap_param_gather == p.plan.overlap_param_gather);
-        if (p.plan.overlap_param_gather) ++gathered;
-        CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
+        const bool zero1 = p->plan.strategy == strategies::DataParallel::zero1;
+        CHECK(p->plan.overlap_param_gather == (zero1 && p->layout.dp > 1));
+        CHECK(p->layout.framework.overlap_param_gather == p->plan.overlap_param_gather);
+        gathered += p->plan.overlap_param_gather;
     }
     CHECK(gathered > 0);
-    // The CSV's last column says it per plan, the summary once.
-    const fs::path out = fs::temp_directory_path() / ("smol-sweep-param-gather-" + std::to_string(::getpid()) + ".csv");
-    const Result ok = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--tp", "1", "--pp",
-                           "1", "--micro-batch", "2", "--framework", "megatron", "--overlap-param-gather", "--quiet", "--csv",
-                           out.string(), "--force"});
-    REQUIRE(ok.code == 0);
-    CHECK_THAT(ok.out, Catch::Contains("framework megatron, overlap-param-gather"));
-    const auto [header, rows] = read_csv(out);
+    // The CSV's last column but one says it per plan, the summary once.
+    const SweepCsv csv = sweep_csv({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--tp", "1",
+                                    "--pp", "1", "--micro-batch", "2", "--framework", "megatron", "--overlap-param-gather"},
+                                   "param-gather");
+    CHECK_THAT(csv.out, Catch::Contains("framework megatron, overlap-param-gather"));
     // The two last columns: overlap_param_gather, then tp_comm_overlap.
-    REQUIRE(header.size() > 2);
-    CHECK(header[header.size() - 2] == "overlap_param_gather");
+    REQUIRE(csv.header.size() > 2);
+    CHECK(csv.header[csv.header.size() - 2] == "overlap_param_gather");
     int zero1_rows = 0;
-    for (const auto& row : rows) {
+    for (const auto& row : csv.rows) {
         const bool zero1 = row.at("strategy") == "zero1";
         CHECK(row.at("overlap_param_gather") == (zero1 ? "true" : "false"));   // tp 1 on 8 GPUs: dp 8
         zero1_rows += zero1;
     }
     CHECK(zero1_rows > 0);
-    fs::remove(out);
 }
 
 TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron core run userbuffers, the others as they do",
@@ -1174,25 +1197,18 @@ TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron 
     const topo::Cluster c = topo::cluster_preset("dgx-h100");
     const SweepResult r = sweep(m, c, o);
     int overlapped = 0;
-    for (const PlanResult& p : r.plans) {
-        if (p.status == PlanStatus::pruned) continue;
-        REQUIRE(p.result);
+    for (const PlanResult* p : simulated_as_simulate(m, c, r)) {
         // Megatron asserts sequence parallelism (and tp > 1 for it).
-        CHECK(p.plan.tp_comm_overlap == p.plan.sequence_parallel);
-        if (p.plan.tp_comm_overlap) ++overlapped;
-        CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
+        CHECK(p->plan.tp_comm_overlap == p->plan.sequence_parallel);
+        overlapped += p->plan.tp_comm_overlap;
     }
     CHECK(overlapped > 0);
     // The CSV's last column says it per plan, the summary once.
-    const fs::path out = fs::temp_directory_path() / ("smol-sweep-tp-overlap-" + std::to_string(::getpid()) + ".csv");
-    const Result ok = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "16", "--tp", "2", "--pp",
-                           "1", "--micro-batch", "2", "--framework", "megatron", "--tp-comm-overlap", "--quiet", "--csv",
-                           out.string(), "--force"});
-    REQUIRE(ok.code == 0);
-    CHECK_THAT(ok.out, Catch::Contains("tp-comm-overlap"));
-    const auto [header, rows] = read_csv(out);
-    CHECK(header.back() == "tp_comm_overlap");
-    for (const auto& row : rows) CHECK(row.at("tp_comm_overlap") == row.at("sp"));
-    CHECK(!rows.empty());
-    fs::remove(out);
+    const SweepCsv csv = sweep_csv({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "16", "--tp", "2",
+                                    "--pp", "1", "--micro-batch", "2", "--framework", "megatron", "--tp-comm-overlap"},
+                                   "tp-overlap");
+    CHECK_THAT(csv.out, Catch::Contains("tp-comm-overlap"));
+    CHECK(csv.header.back() == "tp_comm_overlap");
+    for (const auto& row : csv.rows) CHECK(row.at("tp_comm_overlap") == row.at("sp"));
+    CHECK(!csv.rows.empty());
 }
