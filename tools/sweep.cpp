@@ -4,6 +4,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "core/error.hpp"
@@ -328,8 +329,8 @@ struct Candidate {
 /// buckets, PyTorch DDP; "no effect here"). --overlap-param-gather: a plan without Megatron's
 /// distributed optimizer, on one data-parallel rank or with experts. --tp-comm-overlap: a plan off
 /// Megatron core, or with context parallelism or experts. --make-vocab-size-divisible-by: a plan off Megatron,
-/// which trains the model's vocabulary as it is.
-Layout resolve_lenient(const Context& c, Plan& p) {
+/// which trains the model's vocabulary as it is. `cleared` keeps the first reason per flag.
+Layout resolve_lenient(const Context& c, Plan& p, std::map<std::string, std::string>& cleared) {
     for (;;) {
         try {
             return strategies::resolve(c.model, c.cluster, p);
@@ -345,7 +346,40 @@ Layout resolve_lenient(const Context& c, Plan& p) {
                 p.vocab_multiple.reset();
             else
                 throw;
+            cleared.emplace(flag, e.detail());
         }
+    }
+}
+
+/// A flag that every plan runs as its framework does (resolve_lenient cleared it from each, or
+/// none was offered it) has no effect on the sweep: refused naming the flag, as a sweep refuses
+/// --zeropp without zero3, not ignored. Checked only where some plan resolved: a space with none
+/// has its own report.
+void refuse_idle_flags(const Context& c, const std::vector<Candidate>& done, const std::map<std::string, std::string>& cleared) {
+    struct Asked {
+        bool asked;
+        bool Plan::*member;
+        const char* flag;
+        const char* unoffered;   // why no plan was offered it, when resolve cleared it from none
+    };
+    const Asked flags[] = {
+        {c.options.overlap_grad_reduce, &Plan::overlap_grad_reduce, "--overlap-grad-reduce", ""},
+        {c.options.overlap_param_gather, &Plan::overlap_param_gather, "--overlap-param-gather", ""},
+        {c.options.tp_comm_overlap, &Plan::tp_comm_overlap, "--tp-comm-overlap",
+         "it runs the tensor-parallel collectives of plans with sequence parallelism, and no plan searched has a --tp of 2 "
+         "or more"},
+    };
+    const auto resolved = [](const Candidate& k) { return k.layout.has_value(); };
+    if (std::none_of(done.begin(), done.end(), resolved)) return;
+    for (const Asked& a : flags) {
+        if (!a.asked) continue;
+        if (std::any_of(done.begin(), done.end(), [&](const Candidate& k) { return resolved(k) && k.plan.*a.member; }))
+            continue;
+        const auto found = cleared.find(a.flag);
+        std::string why = found == cleared.end() ? a.unoffered : found->second;
+        for (const std::string& said : {std::string(a.flag) + " has no effect here: ", std::string("has no effect here: ")})
+            if (why.starts_with(said)) why.erase(0, said.size());
+        fail_input("has no effect here: every plan searched runs as its framework does (" + why + ")", {"", "", a.flag});
     }
 }
 
@@ -371,6 +405,7 @@ std::vector<Candidate> enumerate(const Context& c) {
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;
     std::vector<Candidate> done, open{{base, Layout{}, "", ""}};
+    std::map<std::string, std::string> cleared;   // resolve_lenient's first reason per flag
     for (const Dimension& dim : kDimensions) {
         std::vector<Candidate> next;
         for (const Candidate& partial : open)
@@ -380,7 +415,7 @@ std::vector<Candidate> enumerate(const Context& c) {
                     continue;
                 }
                 try {
-                    Layout l = resolve_lenient(c, p);   // may clear p's overlap_grad_reduce, vocab_multiple
+                    Layout l = resolve_lenient(c, p, cleared);   // may clear p's overlap_grad_reduce, vocab_multiple
                     next.push_back({std::move(p), std::move(l), "", ""});
                 } catch (const Error& e) {
                     if (!is_input_error(e.kind())) throw;
@@ -390,6 +425,7 @@ std::vector<Candidate> enumerate(const Context& c) {
         open = std::move(next);
     }
     done.insert(done.end(), std::make_move_iterator(open.begin()), std::make_move_iterator(open.end()));
+    refuse_idle_flags(c, done, cleared);
     return done;
 }
 

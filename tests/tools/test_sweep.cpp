@@ -817,6 +817,11 @@ TEST_CASE("sweep refuses bad flags with exit 2, naming the flag", "[tools][sweep
         // Asked for, but no strategy searched can offload (there), or none to NVMe.
         {{"--strategies", "ddp,ring", "--offload", "cpu"}, "--offload: no effect here"},
         {{"--strategies", "zero2,fsdp", "--offload", "cpu,nvme"}, "only zero3"},
+        // Asked of every plan, but every plan searched runs as its framework does.
+        {{"--tp", "1", "--tp-comm-overlap"}, "--tp-comm-overlap: has no effect here: every plan searched runs as its framework does (it runs the tensor-parallel collectives of plans with sequence parallelism, and no plan searched has a --tp of 2"},
+        {{"--tp", "1,2", "--framework", "deepspeed", "--tp-comm-overlap"}, "has no tensor-parallel communication overlap"},
+        {{"--strategies", "ddp,zero2", "--overlap-param-gather"}, "--overlap-param-gather: has no effect here: every plan searched runs as its framework does (it overlaps the parameter all-gather of Megatron's distributed optimizer"},
+        {{"--strategies", "zero3", "--overlap-grad-reduce"}, "--overlap-grad-reduce: has no effect here"},
     };
     for (const auto& [extra, says] : refused) {
         INFO(says);
