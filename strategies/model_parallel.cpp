@@ -1,6 +1,7 @@
 #include "strategies/model_parallel.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -654,9 +655,7 @@ private:
                 const auto dispatch_chunk = [&](int chunk, bool after_receive) {
                     ParamGathers& q = param_gathers(schedule_.virtual_stage(s, chunk));
                     for (int d = 0; d < emit_dp_; ++d)
-                        for (int t = 0; t < emit_tp_; ++t)
-                            for (std::size_t k = q.buckets.size(); k-- > 0;)
-                                dispatch_param_gather(q, k, t, d, s, after_receive ? waiting(t, d) : kNoOp);
+                        for (int t = 0; t < emit_tp_; ++t) dispatch_param_gathers(q, t, d, s, after_receive ? waiting(t, d) : kNoOp);
                 };
                 if (st.chunk == 0) {
                     dispatch_chunk(0, false);
@@ -1196,45 +1195,71 @@ private:
     /// two chunks' buckets are all dispatched when the step's schedule starts, and chunk c + 1's
     /// when chunk c's first micro-batch comes up (its lookahead of pp-rank micro-batches left out:
     /// here once that forward's receive is done); the pre-hooks only wait (skip_next_bucket_dispatch).
+    /// The dense parameters and the experts' are two chains of buckets, each one bucket ahead on its
+    /// own (megatron/core/distributed/distributed_data_parallel.py:374-380 at d98e8a6: bucket_groups
+    /// and expert_parallel_bucket_groups), the experts' gathered over the expert-data-parallel groups.
     struct ParamGathers {
-        std::vector<Bucket> buckets;
-        std::vector<std::int32_t> cid;               // [bucket · tp + t], declared at first use
-        std::vector<std::vector<OpId>> op;           // [bucket][rank slot]
+        struct Chain {
+            std::vector<Bucket> buckets;
+            bool experts = false;
+            std::vector<std::int32_t> cid;               // [bucket · communicators + communicator], declared at first use
+            std::vector<std::vector<OpId>> op;           // [bucket][rank slot]
+        };
+        std::array<Chain, 2> chains;                     // the dense parameters', the experts'
     };
     /// The gathers of virtual stage vs, its buckets made on first use.
     ParamGathers& param_gathers(int vs) {
         if (param_gathers_.empty()) param_gathers_.resize(chunks_.size());
         ParamGathers& pg = param_gathers_[static_cast<std::size_t>(vs)];
-        if (pg.cid.empty()) {
-            pg.buckets = chunk_buckets(chunks_[static_cast<std::size_t>(vs)]);
-            pg.cid.assign(std::max<std::size_t>(1, pg.buckets.size() * static_cast<std::size_t>(l_.tp)), -1);
-            pg.op.assign(pg.buckets.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
+        if (pg.chains[0].cid.empty()) {
+            const Chunk& c = chunks_[static_cast<std::size_t>(vs)];
+            pg.chains[0].buckets = chunk_buckets(c);
+            pg.chains[1].buckets = moe_.expert_buckets(c.first, c.last, l_.bucket, sb_.grads);
+            pg.chains[1].experts = true;
+            for (ParamGathers::Chain& chain : pg.chains) {
+                const std::size_t communicators = static_cast<std::size_t>(l_.tp * (chain.experts ? l_.ep : 1));
+                chain.cid.assign(std::max<std::size_t>(1, chain.buckets.size() * communicators), -1);
+                chain.op.assign(chain.buckets.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
+            }
         }
         return pg;
     }
     /// The dispatched gathers block i's first op waits for on (t, d): the buckets whose first block it is.
     std::vector<OpId> param_gather_waits(const ParamGathers& pg, int i, int t, int d) const {
         std::vector<OpId> waits;
-        for (std::size_t k = pg.buckets.size(); k-- > 0;)
-            if (pg.buckets[k].ready_after_block == i) waits.push_back(pg.op[k][static_cast<std::size_t>(slot(t, d))]);
+        for (const ParamGathers::Chain& chain : pg.chains)
+            for (std::size_t k = chain.buckets.size(); k-- > 0;)
+                if (chain.buckets[k].ready_after_block == i) waits.push_back(chain.op[k][static_cast<std::size_t>(slot(t, d))]);
         return waits;
     }
-    /// Dispatches bucket k's gather on (t, d) of stage s after `after` (kNoOp: nothing).
-    void dispatch_param_gather(ParamGathers& pg, std::size_t k, int t, int d, int s, OpId after) {
-        std::int32_t& cid = pg.cid[k * static_cast<std::size_t>(l_.tp) + static_cast<std::size_t>(t)];
+    /// Dispatches bucket k of `chain` on (t, d) of stage s after `after` (kNoOp: nothing): over the
+    /// data-parallel group of (t, s), or the experts' over the expert-data-parallel group of d.
+    void dispatch_param_gather(ParamGathers::Chain& chain, std::size_t k, int t, int d, int s, OpId after) {
+        const int communicator = chain.experts ? t * l_.ep + d % l_.ep : t;
+        const std::size_t communicators = static_cast<std::size_t>(l_.tp * (chain.experts ? l_.ep : 1));
+        std::int32_t& cid = chain.cid[k * communicators + static_cast<std::size_t>(communicator)];
+        const Bytes params = Bytes(chain.buckets[k].bytes.count() / sb_.grads * sb_.params);
         if (cid < 0)
-            cid = g_.declare_collective(CollectiveKind::all_gather, dp_group(t, s),
-                                        Bytes(pg.buckets[k].bytes.count() / sb_.grads * sb_.params));
-        const OpId op = g_.add_collective_op(cid, l_.rank(t, d, s), Stream::comm, Phase::fwd, pg.buckets[k].ready_after_block,
+            cid = chain.experts ? g_.declare_collective(CollectiveKind::all_gather, expert_data_parallel_group(l_, t, d, s), params,
+                                                        -1, kExpertDataParallelGroup)
+                                : g_.declare_collective(CollectiveKind::all_gather, dp_group(t, s), params);
+        const OpId op = g_.add_collective_op(cid, l_.rank(t, d, s), Stream::comm, Phase::fwd, chain.buckets[k].ready_after_block,
                                              0, static_cast<int>(k));
         if (after != kNoOp) g_.depend(after, op);
-        pg.op[k][static_cast<std::size_t>(slot(t, d))] = op;
+        chain.op[k][static_cast<std::size_t>(slot(t, d))] = op;
+    }
+    /// Every gather of virtual stage vs on (t, d) of stage s, after `after`, in forward order
+    /// (the interleaved schedule's aligned dispatch).
+    void dispatch_param_gathers(ParamGathers& pg, int t, int d, int s, OpId after) {
+        for (ParamGathers::Chain& chain : pg.chains)
+            for (std::size_t k = chain.buckets.size(); k-- > 0;) dispatch_param_gather(chain, k, t, d, s, after);
     }
     /// Block i's pre-hook on (t, d): the gathers it dispatches after `before` (the compute up to the
     /// block), and those the block's first op must wait for.
     std::vector<OpId> param_gather_hook(ParamGathers& pg, int i, int t, int d, int s, OpId before) {
-        for (std::size_t k = pg.buckets.size(); k-- > 0;)   // forward order
-            if (param_gather_dispatch_block(pg.buckets, k) == i) dispatch_param_gather(pg, k, t, d, s, before);
+        for (ParamGathers::Chain& chain : pg.chains)
+            for (std::size_t k = chain.buckets.size(); k-- > 0;)   // forward order
+                if (param_gather_dispatch_block(chain.buckets, k) == i) dispatch_param_gather(chain, k, t, d, s, before);
         return param_gather_waits(pg, i, t, d);
     }
 
@@ -1537,7 +1562,7 @@ private:
                         }
                     }
                 }
-            if (zero1) moe_.gather_experts(s, sb_.params, sb_.grads, opt);
+            if (zero1 && !l_.framework.overlap_param_gather) moe_.gather_experts(s, sb_.params, sb_.grads, opt);
         }
     }
 

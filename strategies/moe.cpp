@@ -281,13 +281,18 @@ std::int64_t ExpertParallel::expert_params(int first, int last) const {
     return n;
 }
 
+std::vector<Bucket> ExpertParallel::expert_buckets(int first, int last, Bytes cap, int grad_bytes) const {
+    if (l_ == nullptr || l_->ep == 1 || l_->dp_cp() / l_->ep == 1) return {};   // one rank per expert: nothing to reduce
+    std::vector<Block> experts(blocks_->begin() + first, blocks_->begin() + last);
+    for (Block& b : experts) b.params = b.moe ? b.moe->expert_params : 0;
+    return make_buckets(experts, grad_bytes, cap, cap);
+}
+
 void ExpertParallel::grad_sync(int s, int first, int last, Bytes cap, int grad_bytes, bool zero1,
                                const std::vector<std::vector<OpId>>& grad_ready, std::vector<OpId>& last_comm) {
     const Layout& l = *l_;
-    if (l.ep == 1 || l.dp_cp() / l.ep == 1) return;  // one rank per expert: nothing to reduce
-    std::vector<Block> experts(blocks_->begin() + first, blocks_->begin() + last);
-    for (Block& b : experts) b.params = b.moe ? b.moe->expert_params : 0;
-    const std::vector<Bucket> buckets = make_buckets(experts, grad_bytes, cap, cap);
+    const std::vector<Bucket> buckets = expert_buckets(first, last, cap, grad_bytes);
+    if (buckets.empty()) return;
     for (int t = 0; t < l.tp; ++t)
         for (int e = 0; e < l.ep; ++e) {
             const std::vector<int> group = expert_data_parallel_group(l, t, e, s);

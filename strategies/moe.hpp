@@ -46,6 +46,7 @@
 
 #include "core/model.hpp"
 #include "core/op_graph.hpp"
+#include "strategies/data_parallel.hpp"
 #include "strategies/finetune.hpp"
 #include "strategies/plan.hpp"
 
@@ -93,13 +94,17 @@ public:
     std::vector<Block> dense_part(const std::vector<Block>& blocks, int first, int last) const;
     /// Expert parameters of blocks [first, last) on one rank (0 unless ep > 1).
     std::int64_t expert_params(int first, int last) const;
+    /// The expert gradients of blocks [first, last) in buckets of `cap` (Megatron's expert-parallel
+    /// buffers, bucketed as the dense ones); none unless ep > 1 and dp · cp / ep > 1 (one rank per
+    /// expert reduces nothing).
+    std::vector<Bucket> expert_buckets(int first, int last, Bytes cap, int grad_bytes) const;
     /// With ep > 1: the expert gradients of blocks [first, last) of stage s, in buckets of `cap`,
     /// all-reduced (zero1: reduce-scattered) over each expert-data-parallel group after the
     /// backward that completes them (`grad_ready[slot][block]`); `last_comm[rank]` follows.
     void grad_sync(int s, int first, int last, Bytes cap, int grad_bytes, bool zero1,
                    const std::vector<std::vector<OpId>>& grad_ready, std::vector<OpId>& last_comm);
-    /// zero1: all-gathers stage s's updated expert parameters over the expert-data-parallel
-    /// groups, after the optimizer op of each rank slot (`opt[slot]`).
+    /// zero1 without --overlap-param-gather: all-gathers stage s's updated expert parameters over
+    /// the expert-data-parallel groups, after the optimizer op of each rank slot (`opt[slot]`).
     void gather_experts(int s, int param_bytes, int grad_bytes, const std::vector<OpId>& opt);
 
 private:

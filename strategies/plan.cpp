@@ -1276,10 +1276,6 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                        where);
         if (l.dp_cp() == 1)
             fail_input("has no effect here: one data-parallel rank holds every parameter and gathers none", where);
-        if (model.is_transformer() && model.shape().is_moe())
-            fail_input("is not modelled for mixtures of experts yet: the experts' parameters are gathered over the "
-                       "expert-data-parallel groups after the step; leave --overlap-param-gather out",
-                       where);
         l.framework.overlap_param_gather = true;
     }
     if (plan.tp_comm_overlap) check_tp_comm_overlap(model, cluster, plan, l);

@@ -159,6 +159,84 @@ TEST_CASE("expert gradients are reduced over the expert-data-parallel group, the
     CHECK(reduced.size() == 2);
 }
 
+TEST_CASE("overlap-param-gather gathers the experts under the forward over their expert-data-parallel group",
+          "[strategies][moe][framework]") {
+    // Megatron's distributed optimizer with --overlap-param-gather: the experts' buckets are a
+    // chain of their own (distributed_data_parallel.py:374-380 at d98e8a6), gathered over the
+    // expert-data-parallel group in the forward's pre-hooks, as the dense ones over dp.
+    const Model m = small_moe();
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan plan;
+    plan.ep = 4;
+    plan.global_batch = 32;
+    plan.strategy = DataParallel::zero1;
+    plan.framework = "megatron";
+    plan.overlap_grad_reduce = true;
+    const std::int64_t h = 512, fe = 1024;
+    const std::int64_t experts_per_rank = 3 * (2 * 3 * h * fe);   // 3 MoE layers × 2 local experts
+    const auto dense_params = static_cast<std::int64_t>(dense_and_root(m).first);
+    struct Gathers {
+        std::map<std::size_t, std::int64_t> bytes;   // group size → bytes rank 0 all-gathers
+        std::set<Phase> phases;
+        std::set<std::vector<int>> expert_groups;
+        bool before_use = true;   // each forward gather ends before its layer's first forward op
+        Time step;
+    };
+    const auto gathers = [&](int pp) {
+        plan.pp = pp;
+        const tools::Simulation run = tools::simulate_plan(m, c, plan, {});
+        const OpGraph& g = run.built.graph;
+        Gathers out;
+        out.step = run.summary.iteration;
+        for (OpId id = 0; id < g.size(); ++id) {
+            const Op& op = g.op(id);
+            if (op.kind != OpKind::collective || op.rank != 0) continue;
+            const Collective& col = g.collectives()[static_cast<std::size_t>(op.ref)];
+            if (col.kind != CollectiveKind::all_gather || op.stream != Stream::comm) continue;
+            const std::vector<int>& group = g.communicators()[static_cast<std::size_t>(col.communicator)];
+            out.bytes[group.size()] += col.bytes;
+            out.phases.insert(op.phase);
+            if (group.size() == static_cast<std::size_t>(16 / pp / plan.ep)) out.expert_groups.insert(group);
+            if (op.phase != Phase::fwd) continue;
+            for (OpId f = 0; f < g.size(); ++f) {
+                const Op& u = g.op(f);
+                if (u.rank == 0 && u.kind == OpKind::compute && u.phase == Phase::fwd && u.microbatch == 0 &&
+                    u.layer == op.layer && run.timeline.start[f] < run.timeline.end[id])
+                    out.before_use = false;
+            }
+        }
+        return out;
+    };
+    for (const int pp : {1, 2}) {
+        INFO("pp " << pp);
+        plan.overlap_param_gather = false;
+        const Gathers after = gathers(pp);
+        plan.overlap_param_gather = true;
+        const Gathers under = gathers(pp);
+        // The same buckets, moved: 16-bit parameters, the dense ones over the 16 / pp ranks of rank
+        // 0's stage, the experts' (2 of 8 per rank) over its expert-data-parallel group of 16 / pp / ep
+        // ({d0, d4, d8, d12} at pp 1: ranks 0, 4, 8, 12).
+        CHECK(after.phases == std::set<Phase>{Phase::opt});
+        CHECK(under.phases == std::set<Phase>{Phase::fwd});
+        CHECK(under.bytes == after.bytes);
+        CHECK(under.bytes.size() == 2);
+        CHECK(under.expert_groups == std::set<std::vector<int>>{expert_data_parallel_group(resolve(m, c, plan), 0, 0, 0)});
+        if (pp == 1) {
+            CHECK(under.expert_groups == std::set<std::vector<int>>{{0, 4, 8, 12}});
+            CHECK(under.bytes.at(16) == 2 * dense_params);
+            CHECK(under.bytes.at(4) == 2 * experts_per_rank);
+        }
+        CHECK(under.before_use);
+    }
+    // Mixtral-8x7B's 47 B parameters, whose gathers after the step take longer than a layer's
+    // forward: under the forward they are hidden.
+    plan.pp = 2;
+    plan.overlap_param_gather = false;
+    const Time after = tools::simulate_plan(mixtral(), c, plan, {}).summary.iteration;
+    plan.overlap_param_gather = true;
+    CHECK(tools::simulate_plan(mixtral(), c, plan, {}).summary.iteration < after);
+}
+
 TEST_CASE("LoRA with expert parallelism trains each rank's experts' adapters, reduced over the expert-data-parallel group",
           "[strategies][moe][finetune]") {
     // The small MoE at rank 8 (PEFT's adapters, r·(in + out) a module; the routers frozen):
