@@ -883,7 +883,14 @@ Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
                                          ") are the B200 row's (pp 1)") +
                    "; gbs / (dp x mbs) = " + std::to_string(gbs / (dp * mbs)) + " micro-batches",
                "Megatron's distributed optimizer (Megatron-Bridge's default): zero1; flash attention, 1F1B",
+               "the recipe overlaps the gradient reduce-scatter with backward and the parameter all-gather with forward: "
+               "--overlap-grad-reduce --overlap-param-gather",
                "routing force-balanced: --expert-imbalance 1"};
+    // Both releases' gpt_oss_120b_pretrain_config overlap the distributed optimizer's communication
+    // (DistributedDataParallelConfig overlap_grad_reduce and overlap_param_gather True:
+    // src/megatron/bridge/recipes/gpt_oss/gpt_oss.py:284-291 at v0.2.0, :346-347 at c0b9a0003);
+    // the performance scripts leave them (configs/gpt_oss/gpt_oss_llm_pretrain.py sets only the
+    // gradient reduce to bf16, the router fusion and the forced balance).
     // The H100 recipe's recompute_modules ["layernorm", "moe_act"] take effect from the 26.02
     // scripts on, which set recompute_granularity "selective" with them (scripts/performance/utils/
     // overrides.py:142-144 at c0b9a0003); v0.2.0's set_recompute_overrides (utils/helpers.py:178-179)
@@ -894,7 +901,7 @@ Mapping map_megatron_bridge(const Row& row, const std::string& model_dir) {
     m.args = {"simulate", "--model", (fs::path(model_dir) / config->first).string(), "--cluster", "dgx-h100",
               "--nodes", std::to_string(gpus / 8), "--tp", std::to_string(tp), "--pp", std::to_string(pp),
               "--dp", std::to_string(dp), "--ep", std::to_string(ep), "--strategy", "zero1",
-              "--schedule", "1f1b", "--recompute", selective ? "selective" : "none", "--micro-batch", std::to_string(mbs),
+              "--overlap-grad-reduce", "--overlap-param-gather", "--schedule", "1f1b", "--recompute", selective ? "selective" : "none", "--micro-batch", std::to_string(mbs),
               "--global-batch", std::to_string(gbs), "--seq", std::to_string(seq), "--dtype", "bf16", "--json"};
     if (selective) m.args.insert(m.args.end() - 1, {"--recompute-modules", "moe_act,layernorm"});
     m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());

@@ -227,6 +227,9 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(v2, {"--recompute-modules", "moe_act,layernorm"}));
         CHECK(has_args(m, {"--recompute", "none"}));
         CHECK(measured_step_seconds(v2, 0) == Approx(1280.0 * 4096 / (5993.0 * 64)));
+        // Both releases' recipe overlaps the distributed optimizer's reduce-scatter and all-gather
+        // (gpt_oss.py: DistributedDataParallelConfig overlap_grad_reduce, overlap_param_gather).
+        for (const Mapping* x : {&m, &v2}) CHECK(has_args(*x, {"--strategy", "zero1", "--overlap-grad-reduce", "--overlap-param-gather"}));
     }
     SECTION("the vTrain samples of published.jsonl map like their CSV rows") {
         // P44 is line 45 of the CSV: 8,128,4,1024,16,20,1024,1,8,1,484.820972.
