@@ -117,7 +117,7 @@ bool ContextParallel::runs(const Block& b, Phase phase) const {
 }
 
 void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last,
-                           const AfterCore& hook) {
+                           const Hooks& hooks) {
     const Recipes& r = recipes_[static_cast<std::size_t>(b.index)];
     const int cp = l_->cp;
     const Bytes kv = b.cp->kv_bytes;
@@ -162,6 +162,7 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
                 const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, recipe, l_->dtype);
                 if (!wait.empty() && wait[at(c, t)] != OpGraph::kNoOp) g_->depend(wait[at(c, t)], op);
                 if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = op;
+                if (hooks.on_compute) hooks.on_compute(first + c, t, op);
                 tail(c, t) = op;
             }
     };
@@ -182,19 +183,32 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
             for (int c = 0; c < cp; ++c) {
                 const OpId op = g_->add_collective_op(id, rank(c, t), Stream::compute, phase, b.index, mb);
                 if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = op;
+                if (hooks.on_compute) hooks.on_compute(first + c, t, op);
                 tail(c, t) = op;
             }
         }
     };
-    // The layer's part after the core (its backward, in backward): `recipe`, or `hook`'s ops.
-    auto rest = [&](std::int32_t recipe) {
-        if (!hook || recipe < 0) return segment(recipe);
+    // A part of the layer's kernels: `recipe`, or `hook`'s ops; returns the first compute op
+    // per (slot, tensor rank) where the hook emitted it.
+    auto part = [&](const Part& hook, std::int32_t recipe) {
+        std::vector<OpId> out;
+        if (!hook || recipe < 0) {
+            segment(recipe);
+            return out;
+        }
+        out.assign(n, OpGraph::kNoOp);
         for (int c = 0; c < cp; ++c) {
             const std::vector<OpId> firsts = hook(first + c, last[static_cast<std::size_t>(first + c)]);
-            for (int t = 0; t < emit_tp_; ++t)
+            for (int t = 0; t < emit_tp_; ++t) {
+                out[at(c, t)] = firsts[static_cast<std::size_t>(t)];
                 if (latest_[at(c, t)].second == OpGraph::kNoOp) latest_[at(c, t)].second = firsts[static_cast<std::size_t>(t)];
+            }
         }
+        return out;
     };
+    // The layer's part after the core (its backward, in backward), and before it.
+    auto rest = [&](std::int32_t recipe) { part(hooks.after_core, recipe); };
+    auto head = [&](std::int32_t recipe) { part(hooks.before_core, recipe); };
     auto tails = [&] {
         std::vector<std::vector<OpId>> out(n);
         for (int c = 0; c < cp; ++c)
@@ -224,13 +238,13 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
             before = forward ? qkv : out;   // backward: dO before the core, dQ, dK, dV after
             after = forward ? out : qkv;
         }
-        forward ? segment(before_core) : rest(before_core);
+        forward ? head(before_core) : rest(before_core);
         for (const auto& [kind, bytes] : before) group_collective(kind, bytes);
         for (int i = 0; i < b.cp->steps; ++i) steps(core_step, {});
         for (const auto& [kind, bytes] : after) group_collective(kind, bytes);
-        forward ? rest(after_core) : segment(after_core);
+        forward ? rest(after_core) : head(after_core);
     } else if (forward) {
-        segment(before_core);                         // norm, QKV projection: K and V ready
+        head(before_core);                            // norm, QKV projection: K and V ready
         std::vector<OpId> held;                       // the receive of the block each rank holds (none: its own)
         for (int i = 0; i < cp; ++i) {
             std::vector<OpId> next;
@@ -264,16 +278,21 @@ void ContextParallel::pass(const Block& b, int first, int s, Phase phase, int mb
         }
         // The last receive, under the last step, brings each rank its finished dK and dV, which
         // the QKV projection's backward needs (:2718-2727).
-        for (int c = 0; c < cp; ++c)
-            for (int t = 0; t < emit_tp_; ++t) {
-                if (after_core < 0) {
-                    tail(c, t) = held[at(c, t)];   // a pass whose QKV backward is empty still ends with it
-                    continue;
+        if (hooks.before_core && after_core >= 0) {
+            const std::vector<OpId> firsts = part(hooks.before_core, after_core);
+            for (std::size_t k = 0; k < n; ++k) g_->depend(held[k], firsts[k]);
+        } else {
+            for (int c = 0; c < cp; ++c)
+                for (int t = 0; t < emit_tp_; ++t) {
+                    if (after_core < 0) {
+                        tail(c, t) = held[at(c, t)];   // a pass whose QKV backward is empty still ends with it
+                        continue;
+                    }
+                    const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, after_core, l_->dtype);
+                    g_->depend(held[at(c, t)], op);
+                    tail(c, t) = op;
                 }
-                const OpId op = g_->add_kernels(rank(c, t), phase, b.index, mb, after_core, l_->dtype);
-                g_->depend(held[at(c, t)], op);
-                tail(c, t) = op;
-            }
+        }
     }
     for (int c = 0; c < cp; ++c)
         for (int t = 0; t < emit_tp_; ++t) latest_[at(c, t)].first = tail(c, t);

@@ -66,15 +66,27 @@ public:
     /// A layer's pass this class emits: forward, backward (whole or input gradients), and the
     /// recompute, of a block with a ContextPass.
     bool runs(const Block& b, Phase phase) const;
-    /// What runs after the attention core of a layer on slot d, in place of the rest of its
-    /// kernels (forward) or of their backward (backward, before the ring): an MoE layer's
-    /// experts with their all-to-alls (ExpertParallel). Appends to `last` (per tensor rank) and
-    /// returns the first op it emitted on each tensor rank.
-    using AfterCore = std::function<std::vector<OpId>(int d, std::vector<OpId>& last)>;
+    /// What runs on slot d in place of a part of a layer's kernels: appends to `last` (per
+    /// tensor rank) and returns the first compute op it emitted on each tensor rank.
+    using Part = std::function<std::vector<OpId>(int d, std::vector<OpId>& last)>;
+    /// What the builder puts in place of the layer's own kernels around the core.
+    struct Hooks {
+        /// After the attention core (forward), or its backward before the ring (backward): an MoE
+        /// layer's experts with their all-to-alls (ExpertParallel), or the kernels in segments
+        /// beside their tensor-parallel collectives (model_parallel.cpp make_segments).
+        Part after_core;
+        /// Before the core (forward), or its backward after the ring (backward, whose first op
+        /// waits for the ring's last receive): the kernels in segments.
+        Part before_core;
+        /// Called with every op the pass puts on rank (d, t)'s compute stream itself (the core's
+        /// steps, the collective variants' collectives): the collectives the builder launched
+        /// async before it are waited for there.
+        std::function<void(int d, int t, OpId op)> on_compute;
+    };
     /// Emits one pass on every slot of the group whose first slot is `first` (a multiple of cp) of
     /// stage s; `last[slot][t]` holds each rank's latest op and becomes the pass's last.
     void pass(const Block& b, int first, int s, Phase phase, int mb, std::vector<std::vector<OpId>>& last,
-              const AfterCore& hook = {});
+              const Hooks& hooks = {});
     /// The first op of the latest pass on the rank whose last op is `op` (`op` itself when it
     /// ends no pass): what a receive the pass waits for must come before.
     OpId first_of(OpId op) const;

@@ -275,9 +275,15 @@ public:
     /// pipelined with the GEMM in num_splits 4, the last split's after it, on 16 SMs; the
     /// backward's column-parallel pairs in bulk beside the GEMMs, on 16 SMs.
     ///
+    /// A context-parallel layer is cut the same way on each side of its ring, as ContextParallel
+    /// cuts its kernels (the part before the core, the core's steps, the part after): its
+    /// segments run around the ring (Segments::core, ContextParallel::Hooks), as Megatron's
+    /// linears run the same code on either side of Transformer Engine's context-parallel
+    /// attention.
+    ///
     /// Blocks whose windows do not match their collectives (the embedding's, cross- or latent
-    /// attention, MoE and context-parallel layers, LoRA's passes), and zero-bubble or FSDP plans,
-    /// keep their collectives blocking after the pass.
+    /// attention, MoE layers, LoRA's passes), and zero-bubble or FSDP plans, keep their
+    /// collectives blocking after the pass.
     void make_segments() {
         bwd_segments_.assign(blocks_.size(), {});
         fwd_segments_.assign(blocks_.size(), {});
@@ -285,44 +291,12 @@ public:
         const bool ub = plan_.tp_comm_overlap;
         const auto column = [](KernelName n) { return n == KernelName::qkv || n == KernelName::mlp_up || n == KernelName::logits; };
         const auto row = [](KernelName n) { return n == KernelName::attn_proj || n == KernelName::mlp_down; };
+        const auto is_row = [](Window w) { return w == Window::row_forward || w == Window::row_backward; };
         struct Cut {
             std::size_t from, to;
             Window window;
         };
-        // Segments of `kernels` around `cuts` (in order); none when a window would start its
-        // pass or follow another at once (nothing to launch its collectives after).
-        const auto split = [&](std::span<const Kernel> kernels, const std::vector<Cut>& cuts) {
-            Segments out;
-            std::size_t at = 0;
-            int columns = 0, rows = 0;
-            for (const Cut& c : cuts) {
-                if (c.from == at) return Segments{};
-                const std::span<const Kernel> before = kernels.subspan(at, c.from - at);
-                const bool gathers = sp_ && !ub && c.window == Window::column_backward &&
-                                     std::any_of(before.begin(), before.end(), [&](const Kernel& k) { return k.op == KernelOp::gemm && row(k.name); });
-                const int pair = c.window == Window::row_forward || c.window == Window::row_backward ? rows++ : columns++;
-                out.recipes.push_back(g_.intern_recipe(before));
-                out.parts.push_back({gathers ? Window::gather_before : Window::none, pair});
-                out.recipes.push_back(g_.intern_recipe(kernels.subspan(c.from, c.to - c.from)));
-                out.parts.push_back({c.window, pair});
-                at = c.to;
-            }
-            if (at < kernels.size()) {
-                out.recipes.push_back(g_.intern_recipe(kernels.subspan(at)));
-                out.parts.push_back({Window::none, 0});
-            }
-            return out;
-        };
-        // Each block's windows must be its collectives: one column-parallel linear per pair, and
-        // with userbuffers one row-parallel linear per pair (none in the head's).
-        const auto matches = [](const std::vector<Cut>& cuts, int count, bool rows_too) {
-            int columns = 0, rows = 0;
-            for (const Cut& c : cuts) (c.window == Window::row_forward || c.window == Window::row_backward ? rows : columns)++;
-            return columns == count && (!rows_too || rows == count || (rows == 0 && count == 1));
-        };
-        for (const Block& b : blocks_) {
-            if (b.moe || b.cp || b.tp_collectives_fwd == 0 || b.tp_adapter_bwd > 0) continue;
-            const std::vector<Kernel> bwd = block_backward(b);
+        const auto backward_cuts = [&](std::span<const Kernel> bwd) {
             std::vector<Cut> cuts;
             for (std::size_t j = 0; j + 1 < bwd.size(); ++j) {
                 const Kernel &da = bwd[j], &db = bwd[j + 1];
@@ -334,16 +308,90 @@ public:
                     cuts.push_back({j, j + 1, Window::row_backward});
                 }
             }
-            if (matches(cuts, b.tp_collectives_fwd, ub)) bwd_segments_[static_cast<std::size_t>(b.index)] = split(bwd, cuts);
-            if (!ub) continue;
-            cuts.clear();
-            for (std::size_t j = 0; j < b.fwd_kernels.size(); ++j) {
-                const Kernel& k = b.fwd_kernels[j];
+            return cuts;
+        };
+        const auto forward_cuts = [&](std::span<const Kernel> fwd) {
+            std::vector<Cut> cuts;
+            for (std::size_t j = 0; j < fwd.size(); ++j) {
+                const Kernel& k = fwd[j];
                 if (k.op != KernelOp::gemm || !k.weight) continue;
                 if (column(k.name)) cuts.push_back({j, j + 1, Window::column_forward});
                 if (row(k.name)) cuts.push_back({j, j + 1, Window::row_forward});
             }
-            if (matches(cuts, b.tp_collectives_fwd, true)) fwd_segments_[static_cast<std::size_t>(b.index)] = split(b.fwd_kernels, cuts);
+            return cuts;
+        };
+        // Appends to `out` the segments of `kernels` around `cuts` (in order), numbering the
+        // pairs on from `columns` and `rows`; false when a window would start the pass (`opens`)
+        // or follow another at once: nothing to launch its collectives after. In backward with
+        // sp, a segment that holds a row-parallel linear's backward gathers its gradient first.
+        const auto split = [&](std::span<const Kernel> kernels, const std::vector<Cut>& cuts, bool backward, bool opens,
+                               int& columns, int& rows, Segments& out) {
+            const auto gathers = [&](std::span<const Kernel> part) {
+                return backward && sp_ && !ub &&
+                       std::any_of(part.begin(), part.end(), [&](const Kernel& k) { return k.op == KernelOp::gemm && row(k.name); });
+            };
+            std::size_t at = 0;
+            for (const Cut& c : cuts) {
+                if (c.from == at && (opens || at > 0)) return false;
+                const int pair = is_row(c.window) ? rows++ : columns++;
+                if (c.from > at) {
+                    const std::span<const Kernel> before = kernels.subspan(at, c.from - at);
+                    out.recipes.push_back(g_.intern_recipe(before));
+                    out.parts.push_back({gathers(before) ? Window::gather_before : Window::none, pair});
+                }
+                out.recipes.push_back(g_.intern_recipe(kernels.subspan(c.from, c.to - c.from)));
+                out.parts.push_back({c.window, pair});
+                at = c.to;
+            }
+            if (at < kernels.size()) {
+                const std::span<const Kernel> rest = kernels.subspan(at);
+                out.recipes.push_back(g_.intern_recipe(rest));
+                // A row-parallel linear's gradient gather before it: the next column pair's.
+                out.parts.push_back({gathers(rest) ? Window::gather_before : Window::none, gathers(rest) ? columns : 0});
+            }
+            return true;
+        };
+        // Each block's windows must be its collectives: one column-parallel linear per pair, and
+        // with userbuffers one row-parallel linear per pair (none in the head's).
+        const auto matches = [&](const std::vector<Cut>& cuts, int count, bool rows_too) {
+            int columns = 0, rows = 0;
+            for (const Cut& c : cuts) (is_row(c.window) ? rows : columns)++;
+            return columns == count && (!rows_too || rows == count || (rows == 0 && count == 1));
+        };
+        // A pass whose kernels are `first` then `second` (a context-parallel layer's, around its
+        // ring: `core` set), or `first` alone.
+        const auto segments = [&](std::span<const Kernel> first, std::span<const Kernel> second, bool core, bool backward,
+                                  int count) {
+            const auto cuts_of = [&](std::span<const Kernel> k) { return backward ? backward_cuts(k) : forward_cuts(k); };
+            const std::vector<Cut> a = cuts_of(first), b = cuts_of(second);
+            std::vector<Cut> all = a;
+            all.insert(all.end(), b.begin(), b.end());
+            Segments out;
+            if (!matches(all, count, !backward || ub)) return out;
+            int columns = 0, rows = 0;
+            bool ok = split(first, a, backward, true, columns, rows, out);
+            if (core) out.core = static_cast<int>(out.recipes.size());
+            ok = ok && split(second, b, backward, false, columns, rows, out);
+            return ok ? out : Segments{};
+        };
+        for (const Block& b : blocks_) {
+            if (b.moe || b.tp_collectives_fwd == 0 || b.tp_adapter_bwd > 0) continue;
+            const auto i = static_cast<std::size_t>(b.index);
+            const std::span<const Kernel> fwd(b.fwd_kernels);
+            if (b.cp && l_.cp > 1) {
+                // Around the ring, as ContextParallel cuts them: the kernels before the core and
+                // after it (its backward: the part after first, then the part before).
+                const ContextPass& c = *b.cp;
+                const std::span<const Kernel> pre = fwd.subspan(0, static_cast<std::size_t>(c.core_at));
+                const std::span<const Kernel> post = fwd.subspan(static_cast<std::size_t>(c.core_end(c.core_at)));
+                const std::vector<Kernel> bwd_post = backward_kernels(post), bwd_pre = backward_kernels(pre);
+                bwd_segments_[i] = segments(bwd_post, bwd_pre, true, true, b.tp_collectives_fwd);
+                if (ub) fwd_segments_[i] = segments(pre, post, true, false, b.tp_collectives_fwd);
+                continue;
+            }
+            const std::vector<Kernel> bwd = block_backward(b);
+            bwd_segments_[i] = segments(bwd, {}, false, true, b.tp_collectives_fwd);
+            if (ub) fwd_segments_[i] = segments(fwd, {}, false, false, b.tp_collectives_fwd);
         }
     }
 
@@ -689,18 +737,21 @@ private:
                 const Block& blk = blocks_[static_cast<std::size_t>(i)];
                 const detail::BlockRecipes& rc = recipes_[static_cast<std::size_t>(i)];
                 auto run = [&](Phase phase, std::int32_t recipe) {
-                    if (cp_.runs(blk, phase) && moe_.runs(blk, phase))
+                    if (cp_.runs(blk, phase) && moe_.runs(blk, phase)) {
                         // The ring up to the attention core's end, then the experts' all-to-alls.
-                        cp_.pass(blk, g, s, phase, mb, last, [&](int d, std::vector<OpId>& tail) {
+                        ContextParallel::Hooks experts;
+                        experts.after_core = [&](int d, std::vector<OpId>& tail) {
                             moe_.pass(blk, d, s, phase, mb, tail);
                             std::vector<OpId> firsts;
                             for (const OpId op : tail) firsts.push_back(moe_.first_of(op));
                             return firsts;
-                        });
-                    else if (cp_.runs(blk, phase))
+                        };
+                        cp_.pass(blk, g, s, phase, mb, last, experts);
+                    } else if (cp_.runs(blk, phase)) {
                         cp_.pass(blk, g, s, phase, mb, last);
-                    else
+                    } else {
                         for (int d = g; d < g + cp; ++d) compute(blk, d, s, phase, mb, recipe, last[static_cast<std::size_t>(d)]);
+                    }
                     for (int d = g; d < g + cp; ++d)
                         for (int t = 0; t < emit_tp_; ++t)
                             join_async(d, t, moe_.first_of(cp_.first_of(last[static_cast<std::size_t>(d)][static_cast<std::size_t>(t)])));
@@ -718,65 +769,91 @@ private:
                 // A pass in segments (make_segments): each window's collectives launched async
                 // on the tensor group's queue before it and waited for by the compute stream's
                 // next op; sp's blocking gradient gathers before their segments; Transformer
-                // Engine's pipelined reduce-scatter's last split after its window. `firsts`, when
-                // given, gets each rank's first op of the pass.
-                auto segmented = [&](const Block& b, Phase phase, const Segments& sg, std::vector<std::vector<OpId>>* firsts = nullptr) {
+                // Engine's pipelined reduce-scatter's last split after its window. Segments
+                // [from, to) of `sg` on slot d; returns each tensor rank's first compute op.
+                auto segmented_on = [&](int d, const Block& b, Phase phase, const Segments& sg, std::size_t from, std::size_t to) {
                     const Bytes full = b.tp_bytes_per_collective;
                     const Bytes head(full.count() * (kUbPipelineSplits - 1) / kUbPipelineSplits);
-                    for (int d = g; d < g + cp; ++d) {
-                        auto& mine = last[static_cast<std::size_t>(d)];
-                        auto& pending = async[static_cast<std::size_t>(d)];
-                        bool opened = false;
-                        // A new op on the compute stream: the pass's first waits for its receive,
-                        // and each but a window waits for the collectives launched before it.
-                        auto issued = [&](bool window) {
-                            for (int t = 0; t < emit_tp_; ++t) {
-                                const OpId op = mine[static_cast<std::size_t>(t)];
-                                if (first[static_cast<std::size_t>(d - g)] && waiting(t, d) != kNoOp) g_.depend(waiting(t, d), op);
-                                if (!window) join_async(d, t, op);
-                                if (firsts && !opened) (*firsts)[static_cast<std::size_t>(d - g)][static_cast<std::size_t>(t)] = op;
-                            }
-                            first[static_cast<std::size_t>(d - g)] = false;
-                            opened = true;
-                        };
-                        auto launch = [&](CollectiveKind kind, Bytes bytes, int k, int sms) {
-                            tensor_collective(kind, bytes, d, s, phase, b.index, mb, k, mine, &pending, sms);
-                        };
-                        for (std::size_t j = 0; j < sg.recipes.size(); ++j) {
-                            const Segments::Part& part = sg.parts[j];
-                            const int k = part.pair;
-                            switch (part.window) {
-                                case Window::none: break;
-                                case Window::gather_before:
-                                    tensor_collective(CollectiveKind::all_gather, full, d, s, phase, b.index, mb, k, mine);
-                                    issued(false);
-                                    break;
-                                case Window::column_backward:
-                                    if (!sp_) {
-                                        launch(CollectiveKind::all_reduce, full, k, -1);
-                                        break;
-                                    }
-                                    launch(CollectiveKind::all_gather, input_gather_bytes(b), k, plan_.tp_comm_overlap ? kUbBulkSms : -1);
-                                    launch(CollectiveKind::reduce_scatter, full, k, plan_.tp_comm_overlap ? kUbBulkSms : -1);
-                                    break;
-                                case Window::row_backward:
-                                    // With FP8, userbuffers gather the gradient's FP8 copy too
-                                    // (fp8_buf: layers_all_gather_overlap, module/base.py:335-344).
-                                    launch(CollectiveKind::all_gather, input_gather_bytes(b), k, 0);
-                                    break;
-                                case Window::column_forward: launch(CollectiveKind::all_gather, input_gather_bytes(b), k, 0); break;
-                                case Window::row_forward: launch(CollectiveKind::reduce_scatter, head, k, kUbPipelineSms); break;
-                            }
-                            for (int t = 0; t < emit_tp_; ++t)
-                                mine[static_cast<std::size_t>(t)] = g_.add_kernels(l_.rank(t, d, s), phase, b.index, mb, sg.recipes[j], l_.dtype);
-                            issued(part.window != Window::none && part.window != Window::gather_before);
-                            if (part.window == Window::row_forward) {
-                                // The last split's reduce-scatter, after the GEMM's last split.
-                                tensor_collective(CollectiveKind::reduce_scatter, full - head, d, s, phase, b.index, mb, k, mine, nullptr,
-                                                  kUbPipelineSms);
-                                issued(false);
-                            }
+                    auto& mine = last[static_cast<std::size_t>(d)];
+                    auto& pending = async[static_cast<std::size_t>(d)];
+                    std::vector<OpId> firsts(static_cast<std::size_t>(emit_tp_), kNoOp);
+                    bool opened = false;
+                    // A new op on the compute stream: the pass's first waits for its receive,
+                    // and each but a window waits for the collectives launched before it.
+                    auto issued = [&](bool window) {
+                        for (int t = 0; t < emit_tp_; ++t) {
+                            const OpId op = mine[static_cast<std::size_t>(t)];
+                            if (first[static_cast<std::size_t>(d - g)] && waiting(t, d) != kNoOp) g_.depend(waiting(t, d), op);
+                            if (!window) join_async(d, t, op);
+                            if (!opened) firsts[static_cast<std::size_t>(t)] = op;
                         }
+                        first[static_cast<std::size_t>(d - g)] = false;
+                        opened = true;
+                    };
+                    auto launch = [&](CollectiveKind kind, Bytes bytes, int k, int sms) {
+                        tensor_collective(kind, bytes, d, s, phase, b.index, mb, k, mine, &pending, sms);
+                    };
+                    for (std::size_t j = from; j < to; ++j) {
+                        const Segments::Part& part = sg.parts[j];
+                        const int k = part.pair;
+                        switch (part.window) {
+                            case Window::none: break;
+                            case Window::gather_before:
+                                tensor_collective(CollectiveKind::all_gather, full, d, s, phase, b.index, mb, k, mine);
+                                issued(false);
+                                break;
+                            case Window::column_backward:
+                                if (!sp_) {
+                                    launch(CollectiveKind::all_reduce, full, k, -1);
+                                    break;
+                                }
+                                launch(CollectiveKind::all_gather, input_gather_bytes(b), k, plan_.tp_comm_overlap ? kUbBulkSms : -1);
+                                launch(CollectiveKind::reduce_scatter, full, k, plan_.tp_comm_overlap ? kUbBulkSms : -1);
+                                break;
+                            case Window::row_backward:
+                                // With FP8, userbuffers gather the gradient's FP8 copy too
+                                // (fp8_buf: layers_all_gather_overlap, module/base.py:335-344).
+                                launch(CollectiveKind::all_gather, input_gather_bytes(b), k, 0);
+                                break;
+                            case Window::column_forward: launch(CollectiveKind::all_gather, input_gather_bytes(b), k, 0); break;
+                            case Window::row_forward: launch(CollectiveKind::reduce_scatter, head, k, kUbPipelineSms); break;
+                        }
+                        for (int t = 0; t < emit_tp_; ++t)
+                            mine[static_cast<std::size_t>(t)] = g_.add_kernels(l_.rank(t, d, s), phase, b.index, mb, sg.recipes[j], l_.dtype);
+                        issued(part.window != Window::none && part.window != Window::gather_before);
+                        if (part.window == Window::row_forward) {
+                            // The last split's reduce-scatter, after the GEMM's last split.
+                            tensor_collective(CollectiveKind::reduce_scatter, full - head, d, s, phase, b.index, mb, k, mine, nullptr,
+                                              kUbPipelineSms);
+                            issued(false);
+                        }
+                    }
+                    return firsts;
+                };
+                // The whole pass in segments on every slot; `firsts`, when given, gets each rank's
+                // first op of the pass. A context-parallel layer's segments go around its ring
+                // (ContextParallel::Hooks): those before Segments::core in this pass's order, then
+                // the ring, then the rest; the ring's own compute ops wait for the collectives
+                // launched before them.
+                auto segmented = [&](const Block& b, Phase phase, const Segments& sg, std::vector<std::vector<OpId>>* firsts = nullptr) {
+                    if (sg.core >= 0) {
+                        const auto at = static_cast<std::size_t>(sg.core);
+                        const bool forward = phase == Phase::fwd;
+                        ContextParallel::Part before = [&](int d, std::vector<OpId>&) { return segmented_on(d, b, phase, sg, 0, at); };
+                        ContextParallel::Part after = [&](int d, std::vector<OpId>&) {
+                            return segmented_on(d, b, phase, sg, at, sg.recipes.size());
+                        };
+                        ContextParallel::Hooks hooks;
+                        // Backward runs the forward's part after the core first.
+                        hooks.before_core = forward ? before : after;
+                        hooks.after_core = forward ? after : before;
+                        hooks.on_compute = [&](int d, int t, OpId op) { join_async(d, t, op); };
+                        cp_.pass(b, g, s, phase, mb, last, hooks);
+                        return;
+                    }
+                    for (int d = g; d < g + cp; ++d) {
+                        const std::vector<OpId> f = segmented_on(d, b, phase, sg, 0, sg.recipes.size());
+                        if (firsts) (*firsts)[static_cast<std::size_t>(d - g)] = f;
                     }
                 };
                 // FSDP per micro-batch: the op a unit's gather must precede, and its pass's last.
@@ -807,8 +884,10 @@ private:
                         const Segments& segments = fwd_segments_[static_cast<std::size_t>(i)];
                         std::vector<std::vector<OpId>> firsts;   // the segmented pass's first op per rank
                         if (!segments.recipes.empty()) {
-                            firsts.assign(static_cast<std::size_t>(cp), std::vector<OpId>(static_cast<std::size_t>(emit_tp_), kNoOp));
-                            segmented(blk, Phase::fwd, segments, &firsts);
+                            // Context-parallel segments: the pass's first op is ContextParallel's to say.
+                            if (segments.core < 0)
+                                firsts.assign(static_cast<std::size_t>(cp), std::vector<OpId>(static_cast<std::size_t>(emit_tp_), kNoOp));
+                            segmented(blk, Phase::fwd, segments, segments.core < 0 ? &firsts : nullptr);
                         } else {
                             run(Phase::fwd, rc.fwd);
                         }
@@ -1628,6 +1707,9 @@ private:
         };
         std::vector<std::int32_t> recipes;
         std::vector<Part> parts;
+        /// A context-parallel layer's: the segments before its ring in this pass's order (those of
+        /// the kernels before the core in forward, after it in backward); -1: not cut at a core.
+        int core = -1;
     };
     std::vector<Segments> bwd_segments_, fwd_segments_;   // by block index; empty: one op per pass
 };

@@ -944,11 +944,9 @@ void check_tp_comm_overlap(const Model& model, const topo::Cluster& cluster, con
         fail_input("Transformer Engine's userbuffers exchange through CUDA IPC among one node's GPUs, and a tensor group of " +
                        std::to_string(l.tp) + " spans nodes of " + cluster.name,
                    where);
-    const bool moe = model.is_transformer() && model.shape().is_moe();
-    if (l.cp > 1 || moe)
-        fail_input(std::string("is not modelled with ") + (moe ? "a mixture of experts" : "context parallelism") +
-                       " yet: those layers' tensor-parallel collectives sit in the token dispatcher and the ring; leave "
-                       "--tp-comm-overlap out",
+    if (model.is_transformer() && model.shape().is_moe())
+        fail_input("is not modelled with a mixture of experts yet: its layers' tensor-parallel collectives sit in the token "
+                   "dispatcher; leave --tp-comm-overlap out",
                    where);
     if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
         fail_input("is Megatron's, with its data parallelism (--strategy ddp or zero1), not --strategy " +

@@ -312,6 +312,96 @@ TEST_CASE("Megatron's tp-comm-overlap runs every tensor-parallel collective besi
     CHECK(tl.makespan < before.makespan);
 }
 
+TEST_CASE("a context-parallel layer's tensor-parallel collectives run around its ring as without context parallelism",
+          "[strategies][tp][cp]") {
+    // Megatron's linears are the same on either side of Transformer Engine's context-parallel
+    // attention: the layer's collectives are those of the traffic test above (Megatron's f and g,
+    // the backward's column-parallel pairs async beside their GEMMs), on each rank's 1 / cp of the
+    // sequence; with --tp-comm-overlap those of the userbuffers test.
+    const bool ub = GENERATE(false, true);
+    const bool sp = ub || GENERATE(false, true);
+    const int tp = 2, cp = 2;
+    INFO((ub ? "userbuffers" : sp ? "sp" : "no sp"));
+    const Model m = model_preset("gpt2-medium");   // h 1024, s 1024: 512 tokens a rank
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(tp * cp);
+    Plan plan;
+    plan.tp = tp;
+    plan.cp = cp;
+    plan.sequence_parallel = sp;
+    plan.framework = "megatron";
+    const Built blocking = build(m, c, plan);
+    plan.tp_comm_overlap = ub;
+    const Built b = build(m, c, plan);
+    REQUIRE(b.layout.cp == cp);
+    const Timeline tl = sim::simulate(b.graph, c);
+    const int layer = 5;
+    const std::int64_t sbh = 512 * 1024 * 2;   // b·(s / cp)·h in bf16
+    using Key = std::tuple<Phase, CollectiveKind, Stream, std::int64_t>;
+    std::map<Key, int> ops;
+    std::vector<OpId> async;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.kind != OpKind::collective || op.rank != 0 || op.layer != layer || op.microbatch != 0) continue;
+        const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+        const std::vector<int>& group = b.graph.communicators()[static_cast<std::size_t>(col.communicator)];
+        if (group != std::vector<int>{0, 1}) continue;   // the tensor group (the ring's are sends)
+        ++ops[{op.phase, col.kind, op.stream, col.bytes}];
+        if (op.stream == Stream::tp) async.push_back(id);
+    }
+    const std::map<Key, int> expected =
+        ub   ? std::map<Key, int>{{{Phase::fwd, CollectiveKind::all_gather, Stream::tp, sbh}, 2},
+                                  {{Phase::fwd, CollectiveKind::reduce_scatter, Stream::tp, sbh * 3 / 4}, 2},
+                                  {{Phase::fwd, CollectiveKind::reduce_scatter, Stream::compute, sbh / 4}, 2},
+                                  {{Phase::bwd, CollectiveKind::all_gather, Stream::tp, sbh}, 4},
+                                  {{Phase::bwd, CollectiveKind::reduce_scatter, Stream::tp, sbh}, 2}}
+        : sp ? std::map<Key, int>{{{Phase::fwd, CollectiveKind::all_gather, Stream::compute, sbh}, 2},
+                                  {{Phase::fwd, CollectiveKind::reduce_scatter, Stream::compute, sbh}, 2},
+                                  {{Phase::bwd, CollectiveKind::all_gather, Stream::compute, sbh}, 2},
+                                  {{Phase::bwd, CollectiveKind::all_gather, Stream::tp, sbh}, 2},
+                                  {{Phase::bwd, CollectiveKind::reduce_scatter, Stream::tp, sbh}, 2}}
+             : std::map<Key, int>{{{Phase::fwd, CollectiveKind::all_reduce, Stream::compute, sbh}, 2},
+                                  {{Phase::bwd, CollectiveKind::all_reduce, Stream::tp, sbh}, 2}};
+    CHECK(ops == expected);
+    // Each async collective runs beside a compute op of its layer (launched before it, not after
+    // the pass) and a later compute op of the layer waits for it.
+    REQUIRE(!async.empty());
+    for (const OpId a : async) {
+        const Op& op = b.graph.op(a);
+        bool beside = false, waited = false;
+        for (OpId f = 0; f < b.graph.size(); ++f) {
+            const Op& u = b.graph.op(f);
+            if (u.rank != 0 || u.kind != OpKind::compute || u.layer != layer || u.microbatch != 0 || u.phase != op.phase) continue;
+            beside |= tl.start[f] < tl.end[a] && tl.start[a] < tl.end[f];
+            waited |= tl.start[f] >= tl.end[a];
+        }
+        CHECK(beside);
+        CHECK(waited);
+    }
+    // The QKV projection's backward needs the ring's last receive, each rank's own dK and dV
+    // (context_parallel.py:2718-2727), and the ring's steps need K and V from the projection.
+    Time received = Time::zero(), qkv_backward = Time::max(), qkv_forward = Time::zero(), first_step = Time::max();
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.rank != 0 || op.layer != layer || op.microbatch != 0) continue;
+        if (op.kind == OpKind::recv && op.phase == Phase::bwd) received = std::max(received, tl.end[id]);
+        if (op.kind != OpKind::compute) continue;
+        bool qkv = false, core = false;
+        for (const Kernel& k : b.graph.kernels_of(id)) {
+            qkv |= k.op == KernelOp::gemm && k.name == KernelName::qkv;
+            core |= k.op == KernelOp::flash;
+        }
+        if (qkv && op.phase == Phase::bwd) qkv_backward = std::min(qkv_backward, tl.start[id]);
+        if (qkv && op.phase == Phase::fwd) qkv_forward = std::max(qkv_forward, tl.end[id]);
+        if (core && op.phase == Phase::fwd) first_step = std::min(first_step, tl.start[id]);
+    }
+    CHECK(received > Time::zero());
+    CHECK(qkv_backward >= received);
+    CHECK(first_step >= qkv_forward);
+    // Beside their GEMMs, not blocking: the step is shorter than with every collective blocking
+    // after its pass (the userbuffers' forward against the plan without them).
+    if (ub) CHECK(tl.makespan < sim::simulate(blocking.graph, c).makespan);
+}
+
 TEST_CASE("Megatron's tp-comm-overlap is refused where Megatron refuses it or the graph does not model it", "[strategies][tp][cli]") {
     std::string err;
     const std::string base = "--model gpt2-medium --cluster dgx-h100 --framework megatron ";
@@ -323,9 +413,12 @@ TEST_CASE("Megatron's tp-comm-overlap is refused where Megatron refuses it or th
     CHECK_THAT(err, Catch::Contains("Megatron core 0.4"));
     CHECK(run_cli(base + "--nodes 2 --tp 16 --sp --tp-comm-overlap", err) == 2);
     CHECK_THAT(err, Catch::Contains("spans nodes"));
-    CHECK(run_cli(base + "--tp 2 --cp 2 --sp --tp-comm-overlap", err) == 2);
-    CHECK_THAT(err, Catch::Contains("context parallelism"));
+    CHECK(run_cli("--model " + std::string(SMOL_TEST_DATA) + "/hf/Mixtral-8x7B-v0.1.json --cluster dgx-h100 --nodes 2 "
+                  "--framework megatron --tp 2 --ep 8 --sp --strategy zero1 --seq 1024 --tp-comm-overlap",
+                  err) == 2);
+    CHECK_THAT(err, Catch::Contains("--tp-comm-overlap") && Catch::Contains("mixture of experts"));
     CHECK(run_cli(base + "--tp 4 --sp --tp-comm-overlap", err) == 0);
+    CHECK(run_cli(base + "--tp 2 --cp 2 --sp --tp-comm-overlap", err) == 0);
 }
 
 TEST_CASE("activation memory per layer matches Korthikanti et al. 2022 (eager) and FlashAttention (flash)",
