@@ -669,11 +669,10 @@ Mapping map_dgxc_benchmarking(const Row& given, const std::string& model_dir) {
     if (dp * cp > 1) m.args.insert(m.args.end() - 1, "--overlap-param-gather");
     if (cp > 1) {
         m.args.insert(m.args.end() - 1, {"--cp", std::to_string(cp)});
-        m.notes.push_back("the recipe's userbuffers overlap (ub_tp_comm_overlap, llama3.1/llama3.1_70b.yaml:129) is not "
-                          "modelled with context parallelism: its tensor-parallel collectives block in forward");
-    } else {
-        m.args.insert(m.args.end() - 1, "--tp-comm-overlap");
+        m.notes.push_back("the Llama recipe sets the userbuffers overlap too (ub_tp_comm_overlap, llama3.1/llama3.1_70b.yaml:129), "
+                          "its linears' collectives beside their GEMMs on either side of the ring");
     }
+    m.args.insert(m.args.end() - 1, "--tp-comm-overlap");
     if (const auto fp8 = fp8_recipe(row)) {
         m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
         m.notes.push_back("FP8 as the recipe runs it (fp8_hybrid): the linear layers' GEMMs in FP8 through Transformer "
@@ -799,7 +798,12 @@ const char* const kMegatronBridgeNote =
 /// 512, micro-batch 1, no recompute, the distributed optimizer, sequence parallelism; FP8 current
 /// scaling). Llama 3.1 405B's 126 layers on 64 virtual stages: Megatron counts the embedding and
 /// the loss as a layer each (account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split),
-/// so the first and last chunks hold one layer, every other chunk two.
+/// so the first and last chunks hold one layer, every other chunk two. The recipe's
+/// CommOverlapConfig(tp_comm_overlap=True) (src/megatron/bridge/recipes/llama/llama3.py:415-418 at
+/// v0.2.0) turns on the userbuffers, and with dp > 1 the distributed optimizer's overlaps in buckets
+/// of 128 · 1024 · 1024 parameters (training/comm_overlap.py:539-546 _get_optimizer_overlap_cfgs);
+/// the scripts move the parameter all-gathers under the optimizer step where dp, pp and vp exceed 1
+/// (scripts/performance/utils/helpers.py:267-270), which the simulator does not model.
 Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir, Mapping m) {
     Row row = given;
     const Json& d = row.data;
@@ -829,10 +833,15 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
     m.notes = {"settings from Megatron-Bridge's LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V1 (no recompute, the distributed "
                "optimizer, sequence parallelism); the embedding and the loss each count as a layer of the pipeline split",
                "FP8 current scaling: --fp8 tensorwise",
-               "context parallelism as Megatron runs it: Transformer Engine's ring attention (p2p)"};
+               "context parallelism as Megatron runs it: Transformer Engine's ring attention (p2p)",
+               "the recipe's CommOverlapConfig: Transformer Engine's userbuffers (tp_comm_overlap: --tp-comm-overlap, at TE's "
+               "default settings rather than userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192), the gradient "
+               "reduce-scatter overlapped in buckets of 128 Mi parameters (--overlap-grad-reduce --bucket-mb 256); its "
+               "parameter all-gathers under the optimizer step (overlap_param_gather_with_optimizer_step, which the "
+               "scripts set with dp, pp and vp above 1) are not modelled: they run after the step"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", std::to_string(gpus / 8),
               "--tp", std::to_string(tp), "--pp", std::to_string(pp), "--dp", std::to_string(dp), "--cp", std::to_string(cp),
-              "--sp", "--strategy", "zero1", "--overlap-grad-reduce", "--schedule", "interleaved",
+              "--sp", "--strategy", "zero1", "--overlap-grad-reduce", "--bucket-mb", "256", "--tp-comm-overlap", "--schedule", "interleaved",
               "--virtual-stages", std::to_string(vp), "--stage-layers", stages, "--recompute", "none",
               "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());

@@ -145,6 +145,7 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(m, {"--cluster", "dgx-h100", "--nodes", "8", "--tp", "4", "--pp", "4", "--dp", "2", "--schedule",
                            "interleaved", "--virtual-stages", "5", "--sp"}));
         CHECK(has_args(m, {"--cp", "2"}));
+        CHECK(has_args(m, {"--tp-comm-overlap"}));   // llama3.1_70b.yaml:129 ub_tp_comm_overlap
         CHECK(model_file_name(*m.model) == "llama-l80-h8192-a64-kv8-f28672-v128256-s8192.json");
         CHECK(measured_step_seconds(m, 0) == Approx(14.72));
     }
@@ -187,6 +188,8 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(m, {"--tp", "8", "--pp", "8", "--dp", "8", "--cp", "2", "--sp"}));
         CHECK(has_args(m, {"--schedule", "interleaved", "--virtual-stages", "8"}));
         CHECK(has_args(m, {"--fp8", "tensorwise"}));
+        // CommOverlapConfig(tp_comm_overlap=True) and, with dp > 1, buckets of 128 Mi bf16 gradients.
+        CHECK(has_args(m, {"--overlap-grad-reduce", "--bucket-mb", "256", "--tp-comm-overlap"}));
         // The embedding and the loss count as layers: 128 over 64 chunks, one layer on the first and the last.
         const auto at = std::find(m.args.begin(), m.args.end(), "--stage-layers");
         REQUIRE(at != m.args.end());
