@@ -802,8 +802,8 @@ const char* const kMegatronBridgeNote =
 /// CommOverlapConfig(tp_comm_overlap=True) (src/megatron/bridge/recipes/llama/llama3.py:415-418 at
 /// v0.2.0) turns on the userbuffers, and with dp > 1 the distributed optimizer's overlaps in buckets
 /// of 128 · 1024 · 1024 parameters (training/comm_overlap.py:539-546 _get_optimizer_overlap_cfgs);
-/// the scripts move the parameter all-gathers under the optimizer step where dp, pp and vp exceed 1
-/// (scripts/performance/utils/helpers.py:267-270), which the simulator does not model.
+/// the scripts move the first chunk's parameter all-gathers under the optimizer step where dp, pp
+/// and vp exceed 1 (scripts/performance/utils/helpers.py:267-270).
 Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir, Mapping m) {
     Row row = given;
     const Json& d = row.data;
@@ -836,12 +836,14 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
                "context parallelism as Megatron runs it: Transformer Engine's ring attention (p2p)",
                "the recipe's CommOverlapConfig: Transformer Engine's userbuffers (tp_comm_overlap: --tp-comm-overlap, at TE's "
                "default settings rather than userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192), the gradient "
-               "reduce-scatter overlapped in buckets of 128 Mi parameters (--overlap-grad-reduce --bucket-mb 256); its "
-               "parameter all-gathers under the optimizer step (overlap_param_gather_with_optimizer_step, which the "
-               "scripts set with dp, pp and vp above 1) are not modelled: they run after the step"};
+               "reduce-scatter overlapped in buckets of 128 Mi parameters (--overlap-grad-reduce --bucket-mb 256), the "
+               "parameter all-gathers aligned in the forward (--overlap-param-gather) but the first chunk's, which go out "
+               "under the optimizer step (overlap_param_gather_with_optimizer_step, which the scripts set with dp, pp and "
+               "vp above 1: --overlap-param-gather-with-optimizer-step)"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", std::to_string(gpus / 8),
               "--tp", std::to_string(tp), "--pp", std::to_string(pp), "--dp", std::to_string(dp), "--cp", std::to_string(cp),
-              "--sp", "--strategy", "zero1", "--overlap-grad-reduce", "--bucket-mb", "256", "--tp-comm-overlap", "--schedule", "interleaved",
+              "--sp", "--strategy", "zero1", "--overlap-grad-reduce", "--bucket-mb", "256", "--overlap-param-gather",
+              "--overlap-param-gather-with-optimizer-step", "--tp-comm-overlap", "--schedule", "interleaved",
               "--virtual-stages", std::to_string(vp), "--stage-layers", stages, "--recompute", "none",
               "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());

@@ -130,8 +130,14 @@ const std::vector<Row>& rows() {
             t.push_back({FrameworkName::megatron, {0, 4}, f});
             // Core 0.8 adds --cross-entropy-loss-fusion (7b4a6d76c9, core/fusions/fused_cross_entropy.py).
             f.cross_entropy_fusion_native = true;
-            f.version = "0.11";
+            f.version = "0.8";
             t.push_back({FrameworkName::megatron, {0, 8}, f});
+            // Core 0.9 adds --overlap-param-gather-with-optimizer-step (NVIDIA/Megatron-LM
+            // 4e3840535b of 2024-08-23, "Overlap param all-gather with optimizer step"; in
+            // megatron/training/arguments.py at core_v0.9.0, not at core_v0.8.0).
+            f.can_overlap_param_gather_with_optimizer_step = true;
+            f.version = "0.11";
+            t.push_back({FrameworkName::megatron, {0, 9}, f});
             // Core 0.12 adds --optimizer-cpu-offload (NVIDIA/Megatron-LM 60007c93d3 of 2025-02-14,
             // "Optimizer CPU offload support": megatron/core/optimizer/cpu_offloading/
             // hybrid_optimizer.py; first in core_v0.12.0), --recompute-modules (3b141a2471 of

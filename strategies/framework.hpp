@@ -75,6 +75,11 @@ struct Framework {
     /// (Megatron core's --overlap-param-gather, 0.4 on).
     bool can_overlap_param_gather = false;
     bool overlap_param_gather = false;
+    /// Under the interleaved schedule, the first model chunk's gathers dispatched right after its
+    /// own optimizer step, under the other chunks' (Megatron core's
+    /// --overlap-param-gather-with-optimizer-step, 0.9 on).
+    bool can_overlap_param_gather_with_optimizer_step = false;
+    bool overlap_param_gather_with_optimizer_step = false;
     /// Transformer Engine's userbuffers overlap of every tensor-parallel collective with the GEMM
     /// beside it (Megatron core's --tp-comm-overlap, 0.4 on; strategies/model_parallel.cpp).
     bool can_tp_comm_overlap = false;

@@ -697,8 +697,11 @@ private:
         // --overlap-param-gather: this chunk's gathers, waited for in its first forward.
         ParamGathers* pg = nullptr;
         const bool aligned = schedule_.chunks > 1;   // Megatron's --align-param-gather (ParamGathers)
+        // --overlap-param-gather-with-optimizer-step: the first chunk's were dispatched after its
+        // optimizer step (emit_optimizer), which the forward of the next step follows.
+        const bool with_step = l_.framework.overlap_param_gather_with_optimizer_step;
         if (l_.framework.overlap_param_gather && st.pass == Pass::fwd && mb == 0 && l_.dp_cp() > 1) {
-            pg = &param_gathers(vs);
+            if (!with_step || st.chunk > 0) pg = &param_gathers(vs);
             if (aligned) {
                 const auto dispatch_chunk = [&](int chunk, bool after_receive) {
                     ParamGathers& q = param_gathers(schedule_.virtual_stage(s, chunk));
@@ -706,7 +709,7 @@ private:
                         for (int t = 0; t < emit_tp_; ++t) dispatch_param_gathers(q, t, d, s, after_receive ? waiting(t, d) : kNoOp);
                 };
                 if (st.chunk == 0) {
-                    dispatch_chunk(0, false);
+                    if (!with_step) dispatch_chunk(0, false);
                     dispatch_chunk(1, false);
                 } else if (st.chunk + 1 < schedule_.chunks) {
                     dispatch_chunk(st.chunk + 1, true);
@@ -1313,7 +1316,8 @@ private:
     }
     /// Dispatches bucket k of `chain` on (t, d) of stage s after `after` (kNoOp: nothing): over the
     /// data-parallel group of (t, s), or the experts' over the expert-data-parallel group of d.
-    void dispatch_param_gather(ParamGathers::Chain& chain, std::size_t k, int t, int d, int s, OpId after) {
+    void dispatch_param_gather(ParamGathers::Chain& chain, std::size_t k, int t, int d, int s, OpId after,
+                               Phase phase = Phase::fwd) {
         const int communicator = chain.experts ? t * l_.ep + d % l_.ep : t;
         const std::size_t communicators = static_cast<std::size_t>(l_.tp * (chain.experts ? l_.ep : 1));
         std::int32_t& cid = chain.cid[k * communicators + static_cast<std::size_t>(communicator)];
@@ -1322,16 +1326,16 @@ private:
             cid = chain.experts ? g_.declare_collective(CollectiveKind::all_gather, expert_data_parallel_group(l_, t, d, s), params,
                                                         -1, kExpertDataParallelGroup)
                                 : g_.declare_collective(CollectiveKind::all_gather, dp_group(t, s), params);
-        const OpId op = g_.add_collective_op(cid, l_.rank(t, d, s), Stream::comm, Phase::fwd, chain.buckets[k].ready_after_block,
+        const OpId op = g_.add_collective_op(cid, l_.rank(t, d, s), Stream::comm, phase, chain.buckets[k].ready_after_block,
                                              0, static_cast<int>(k));
         if (after != kNoOp) g_.depend(after, op);
         chain.op[k][static_cast<std::size_t>(slot(t, d))] = op;
     }
     /// Every gather of virtual stage vs on (t, d) of stage s, after `after`, in forward order
     /// (the interleaved schedule's aligned dispatch).
-    void dispatch_param_gathers(ParamGathers& pg, int t, int d, int s, OpId after) {
+    void dispatch_param_gathers(ParamGathers& pg, int t, int d, int s, OpId after, Phase phase = Phase::fwd) {
         for (ParamGathers::Chain& chain : pg.chains)
-            for (std::size_t k = chain.buckets.size(); k-- > 0;) dispatch_param_gather(chain, k, t, d, s, after);
+            for (std::size_t k = chain.buckets.size(); k-- > 0;) dispatch_param_gather(chain, k, t, d, s, after, phase);
     }
     /// Block i's pre-hook on (t, d): the gathers it dispatches after `before` (the compute up to the
     /// block), and those the block's first op must wait for.
@@ -1622,6 +1626,20 @@ private:
                     // gradient collective (the comm stream keeps those in order).
                     // FSDP offloaded: PyTorch's optimizer steps the host shard once its last gradient
                     // shard is there; the next step's gathers copy it in.
+                    if (l_.framework.overlap_param_gather_with_optimizer_step && l_.dp_cp() > 1) {
+                        // Megatron's chained optimizer steps the first model chunk's shard alone,
+                        // then dispatches that chunk's all-gathers, which run under the other
+                        // chunks' step (megatron/core/optimizer/optimizer.py:1668-1675, __init__.py:1062-1068
+                        // at d98e8a6); the next step's first forward waits for them.
+                        const int first_vs = schedule_.virtual_stage(s, 0);
+                        const Chunk& k = chunks_[static_cast<std::size_t>(first_vs)];
+                        const std::int64_t first = zero1_shard(k.params, moe_.expert_params(k.first, k.last), l_);
+                        const OpId stepped = add_optimizer_steps(g_, l_, StepRunner::device, {r}, first, {}, false, {after}).front();
+                        dispatch_param_gathers(param_gathers(first_vs), t, d, s, stepped, Phase::opt);
+                        opt[static_cast<std::size_t>(slot(t, d))] =
+                            add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard - first, {}, false, {stepped}).front();
+                        continue;
+                    }
                     opt[static_cast<std::size_t>(slot(t, d))] =
                         offload_        ? offloaded_step(r, s, shard, after)
                         : fsdp_offload_ ? add_optimizer_steps(g_, l_, StepRunner::torch_cpu, {r}, shard, {}, false,

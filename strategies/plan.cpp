@@ -1276,6 +1276,23 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             fail_input("has no effect here: one data-parallel rank holds every parameter and gathers none", where);
         l.framework.overlap_param_gather = true;
     }
+    if (plan.overlap_param_gather_with_optimizer_step) {
+        // Megatron's asserts (megatron/training/arguments.py:1066-1073 at d98e8a6).
+        const ErrorContext where{"", "", "--overlap-param-gather-with-optimizer-step"};
+        if (!plan.overlap_param_gather)
+            fail_input("needs --overlap-param-gather: Megatron asserts 'Must use --overlap-param-gather-with-optimizer-step "
+                       "with --overlap-param-gather'",
+                       where);
+        if (!l.framework.can_overlap_param_gather_with_optimizer_step)
+            fail_input(describe(l.framework) + " does not have it (Megatron core 0.9 and later, --framework megatron)", where);
+        if (plan.schedule != Schedule::interleaved || l.pp < 2 || plan.virtual_stages < 2)
+            fail_input("needs the interleaved schedule (--pp 2 or more, --schedule interleaved): Megatron asserts "
+                       "'--overlap-param-gather-with-optimizer-step only supported with interleaved pipeline parallelism'",
+                       where);
+        if (plan.offload != Offload::none || plan.offload_optimizer != Offload::none)
+            fail_input("is not modelled with the optimizer on the CPU (--optimizer-cpu-offload); leave one of them out", where);
+        l.framework.overlap_param_gather_with_optimizer_step = true;
+    }
     if (plan.tp_comm_overlap) check_tp_comm_overlap(model, cluster, plan, l);
     resolve_buckets(plan, l);
     // Attention. GPUs run FlashAttention-2 from Ampere on (flash-attn's README, "FlashAttention-2

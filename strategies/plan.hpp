@@ -152,6 +152,7 @@ struct Plan {
     bool overlap_grad_reduce = false; // Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm
     bool overlap_p2p_comm = false;    // Megatron's --overlap-p2p-comm
     bool overlap_param_gather = false; // Megatron's --overlap-param-gather (zero1: its distributed optimizer)
+    bool overlap_param_gather_with_optimizer_step = false;   // Megatron's, under the interleaved schedule
     bool tp_comm_overlap = false;      // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers)
     /// Megatron's --overlap-cpu-optimizer-d2h-h2d, with its --optimizer-cpu-offload: the step's
     /// copies out, CPU steps and copies back pipelined parameter by parameter.

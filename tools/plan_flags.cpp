@@ -141,6 +141,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "Megatron's, with --strategy zero1 (its distributed optimizer): the updated parameters all-gathered "
                  "bucket by bucket under the next forward, each bucket waited for by the first layer using it, instead "
                  "of after the optimizer step");
+    app.add_flag("--overlap-param-gather-with-optimizer-step", f.overlap_param_gather_with_optimizer_step,
+                 "Megatron's, with --overlap-param-gather under --schedule interleaved: the first model chunk's "
+                 "all-gathers dispatched right after its own optimizer step, under the other chunks' steps, instead of "
+                 "in the next forward");
     app.add_flag("--tp-comm-overlap", f.tp_comm_overlap,
                  "Megatron's, with --sp: Transformer Engine's userbuffers run every tensor-parallel collective beside "
                  "the GEMM that produces or consumes it (ring exchange, pipelined reduce-scatter, bulk overlap), instead of "
@@ -511,6 +515,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.overlap_grad_reduce = f.overlap_grad_reduce;
     p.overlap_p2p_comm = f.overlap_p2p_comm;
     p.overlap_param_gather = f.overlap_param_gather;
+    p.overlap_param_gather_with_optimizer_step = f.overlap_param_gather_with_optimizer_step;
     p.tp_comm_overlap = f.tp_comm_overlap;
     p.overlap_cpu_optimizer_d2h_h2d = f.overlap_cpu_optimizer;
     p.optimizer_offload_fraction = f.optimizer_offload_fraction;

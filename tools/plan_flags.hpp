@@ -58,7 +58,7 @@ struct PlanFlags {
     std::string framework;
     std::string dispatch_overhead;       // --dispatch-overhead "20 us"; empty: the framework's
     bool overlap_grad_reduce = false, overlap_p2p_comm = false, overlap_cpu_optimizer = false, overlap_param_gather = false,
-         tp_comm_overlap = false;
+         overlap_param_gather_with_optimizer_step = false, tp_comm_overlap = false;
     std::optional<double> optimizer_offload_fraction;
     bool zero_quantized_weights = false, zero_quantized_gradients = false, zeropp_loco = false;
     std::optional<int> zero_hpz_partition_size;

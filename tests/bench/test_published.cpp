@@ -188,8 +188,10 @@ TEST_CASE("the published rows map to the plans their sources describe", "[bench]
         CHECK(has_args(m, {"--tp", "8", "--pp", "8", "--dp", "8", "--cp", "2", "--sp"}));
         CHECK(has_args(m, {"--schedule", "interleaved", "--virtual-stages", "8"}));
         CHECK(has_args(m, {"--fp8", "tensorwise"}));
-        // CommOverlapConfig(tp_comm_overlap=True) and, with dp > 1, buckets of 128 Mi bf16 gradients.
-        CHECK(has_args(m, {"--overlap-grad-reduce", "--bucket-mb", "256", "--tp-comm-overlap"}));
+        // CommOverlapConfig(tp_comm_overlap=True) and, with dp > 1, its optimizer overlaps in buckets
+        // of 128 Mi bf16 gradients; the scripts' overlap of the first chunk's gathers with the step.
+        CHECK(has_args(m, {"--overlap-grad-reduce", "--bucket-mb", "256", "--overlap-param-gather",
+                           "--overlap-param-gather-with-optimizer-step", "--tp-comm-overlap"}));
         // The embedding and the loss count as layers: 128 over 64 chunks, one layer on the first and the last.
         const auto at = std::find(m.args.begin(), m.args.end(), "--stage-layers");
         REQUIRE(at != m.args.end());

@@ -568,6 +568,54 @@ TEST_CASE("Megatron's overlap-param-gather runs zero1's parameter all-gathers un
         CHECK(aligned.in_forward);
         CHECK(aligned.before_use);
         CHECK(aligned.first_start == Time::zero());
+        // --overlap-param-gather-with-optimizer-step: the first chunk's gathers go out right after
+        // its own optimizer step, beside the second chunk's (Megatron's chained optimizer); the
+        // second chunk's stay in the forward, dispatched as the schedule starts.
+        p.overlap_param_gather_with_optimizer_step = true;
+        const Model m = model_preset("gpt2-medium");
+        const topo::Cluster c = topo::cluster_preset("dgx-a100");
+        const Built b = build(m, c, p);
+        const Timeline tl = sim::simulate(b.graph, c);
+        const int rank = 4;   // stage 1: chunks 0 and 1 hold virtual stages 1 and 3
+        std::vector<OpId> steps, in_step, in_forward;
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.rank != rank) continue;
+            if (op.kind == OpKind::compute && op.phase == Phase::opt) steps.push_back(id);
+            if (op.kind == OpKind::collective && op.stream == Stream::comm &&
+                b.graph.collectives()[static_cast<std::size_t>(op.ref)].kind == CollectiveKind::all_gather)
+                (op.phase == Phase::opt ? in_step : in_forward).push_back(id);
+        }
+        REQUIRE(steps.size() == 2);   // the first chunk's shard, then the rest
+        CHECK(in_step.size() + in_forward.size() == static_cast<std::size_t>(aligned.gathers));
+        REQUIRE(!in_step.empty());
+        REQUIRE(!in_forward.empty());
+        const Layout l = resolve(m, c, p);
+        for (const OpId a : in_step) {
+            CHECK(tl.start[a] >= tl.end[steps[0]]);   // after the first chunk's step
+            CHECK(tl.start[a] < tl.end[steps[1]]);    // beside the rest of the step
+        }
+        // Both steps together update the rank's ZeRO-1 shard, as the single step without the flag
+        // does, the first chunk's part first.
+        const auto stepped = [&](const Built& x, const std::vector<OpId>& ops) {   // parameters each op steps, summed
+            std::int64_t n = 0;
+            for (const OpId id : ops) {
+                std::int64_t most = 0;
+                for (const Kernel& k : x.graph.kernels_of(id)) most = std::max(most, k.elements);
+                n += most;
+            }
+            return n;
+        };
+        p.overlap_param_gather_with_optimizer_step = false;
+        const Built one = build(m, c, p);
+        std::vector<OpId> single;
+        for (OpId id = 0; id < one.graph.size(); ++id)
+            if (one.graph.op(id).rank == rank && one.graph.op(id).kind == OpKind::compute && one.graph.op(id).phase == Phase::opt)
+                single.push_back(id);
+        REQUIRE(single.size() == 1);
+        CHECK(stepped(b, steps) == stepped(one, single));
+        CHECK(stepped(b, {steps[0]}) > 0);
+        CHECK(l.framework.overlap_param_gather_with_optimizer_step);
     }
     SECTION("plans it cannot run are refused, naming the flag") {
         const Model m = model_preset("gpt2-medium");
@@ -584,6 +632,21 @@ TEST_CASE("Megatron's overlap-param-gather runs zero1's parameter all-gathers un
         p.framework = "megatron";
         p.tp = 8;   // all of the node's 8 GPUs: dp 1
         CHECK_THAT(test::bad_input_message([&] { resolve(m, c, p); }), Catch::Contains("one data-parallel rank"));
+        // --overlap-param-gather-with-optimizer-step: Megatron's asserts, and core 0.9 on.
+        p.tp = 2;
+        p.pp = 2;
+        p.global_batch = 8;
+        p.overlap_param_gather_with_optimizer_step = true;
+        const auto with_step = [&] { return test::bad_input_message([&] { resolve(m, c, p); }); };
+        CHECK_THAT(with_step(), Catch::Contains("--overlap-param-gather-with-optimizer-step") && Catch::Contains("interleaved"));
+        p.schedule = Schedule::interleaved;
+        p.virtual_stages = 2;
+        CHECK_NOTHROW(resolve(m, c, p));
+        p.framework = "megatron@0.8";
+        CHECK_THAT(with_step(), Catch::Contains("core 0.9"));
+        p.framework = "megatron";
+        p.overlap_param_gather = false;
+        CHECK_THAT(with_step(), Catch::Contains("needs --overlap-param-gather"));
     }
 }
 
