@@ -144,6 +144,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.overlap_param_gather = in.ConsumeBool();
         // Megatron's --tp-comm-overlap, Transformer Engine's userbuffers (exhausted input: off).
         p.tp_comm_overlap = in.ConsumeBool();
+        // Megatron's --overlap-param-gather-with-optimizer-step (exhausted input: off).
+        p.overlap_param_gather_with_optimizer_step = in.ConsumeBool();
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.
