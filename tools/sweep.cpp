@@ -328,7 +328,7 @@ struct Candidate {
 /// cleared in `p`. --overlap-grad-reduce: a plan that overlaps already or cannot (ZeRO-3's
 /// buckets, PyTorch DDP; "no effect here"). --overlap-param-gather: a plan without Megatron's
 /// distributed optimizer, or on one data-parallel rank. --tp-comm-overlap: a plan off
-/// Megatron core, or with context parallelism or experts. --make-vocab-size-divisible-by: a plan off Megatron,
+/// Megatron core, or with experts. --make-vocab-size-divisible-by: a plan off Megatron,
 /// which trains the model's vocabulary as it is. `cleared` keeps the first reason per flag.
 Layout resolve_lenient(const Context& c, Plan& p, std::map<std::string, std::string>& cleared) {
     for (;;) {
