@@ -700,19 +700,27 @@ private:
         // --overlap-param-gather-with-optimizer-step: the first chunk's were dispatched after its
         // optimizer step (emit_optimizer), which the forward of the next step follows.
         const bool with_step = l_.framework.overlap_param_gather_with_optimizer_step;
-        if (l_.framework.overlap_param_gather && st.pass == Pass::fwd && mb == 0 && l_.dp_cp() > 1) {
-            if (!with_step || st.chunk > 0) pg = &param_gathers(vs);
+        if (l_.framework.overlap_param_gather && st.pass == Pass::fwd && l_.dp_cp() > 1) {
+            if (mb == 0 && (!with_step || st.chunk > 0)) pg = &param_gathers(vs);
             if (aligned) {
                 const auto dispatch_chunk = [&](int chunk, bool after_receive) {
                     ParamGathers& q = param_gathers(schedule_.virtual_stage(s, chunk));
                     for (int d = 0; d < emit_dp_; ++d)
                         for (int t = 0; t < emit_tp_; ++t) dispatch_param_gathers(q, t, d, s, after_receive ? waiting(t, d) : kNoOp);
                 };
-                if (st.chunk == 0) {
+                // This forward's virtual micro-batch (the schedule's k: strategies/schedule.cpp).
+                const int k = forwards_[static_cast<std::size_t>(s)]++;
+                if (k == 0) {
                     if (!with_step) dispatch_chunk(0, false);
                     dispatch_chunk(1, false);
-                } else if (st.chunk + 1 < schedule_.chunks) {
-                    dispatch_chunk(st.chunk + 1, true);
+                }
+                // Chunk c + 1's when the forward pp-rank ahead is chunk c's first micro-batch, so
+                // that every stage dispatches it at about the same time (forward_step_helper_preprocess,
+                // megatron/core/pipeline_parallel/schedules.py:1341-1353 at d98e8a6).
+                const int ahead = k + s, group = l_.pp * schedule_.chunks;
+                if (ahead < std::min(group, l_.microbatches * schedule_.chunks) && ahead % l_.pp == 0) {
+                    const int next = ahead / l_.pp + 1;
+                    if (next > 1 && next < schedule_.chunks) dispatch_chunk(next, true);
                 }
             }
         }
@@ -1275,8 +1283,8 @@ private:
     /// Under the interleaved schedule Megatron aligns the gathers instead (--align-param-gather, its
     /// default there; megatron/core/pipeline_parallel/schedules.py:1219-1221, 1341-1353): the first
     /// two chunks' buckets are all dispatched when the step's schedule starts, and chunk c + 1's
-    /// when chunk c's first micro-batch comes up (its lookahead of pp-rank micro-batches left out:
-    /// here once that forward's receive is done); the pre-hooks only wait (skip_next_bucket_dispatch).
+    /// pp-rank forwards before chunk c's first micro-batch (once that forward's receive is done),
+    /// aligned across the stages; the pre-hooks only wait (skip_next_bucket_dispatch).
     /// The dense parameters and the experts' are two chains of buckets, each one bucket ahead on its
     /// own (megatron/core/distributed/distributed_data_parallel.py:374-380 at d98e8a6: bucket_groups
     /// and expert_parallel_bucket_groups), the experts' gathered over the expert-data-parallel groups.
@@ -1424,6 +1432,7 @@ private:
         grad_ready_.assign(static_cast<std::size_t>(groups()), std::vector<OpId>(blocks_.size(), kNoOp));
         gathers_.assign(static_cast<std::size_t>(l_.pp), {});
         param_gathers_.clear();
+        forwards_.assign(static_cast<std::size_t>(l_.pp), 0);
         if (fsdp_) {
             fsdp_ag_.assign(blocks_.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
             for (auto* v : {&fsdp_unsharded_, &fsdp_grad_})
@@ -1710,6 +1719,7 @@ private:
     std::vector<OpId> final_compute_;                   // per rank: its latest compute-stream op
     std::vector<std::pair<int, int>> deferred_syncs_;   // (device, virtual stage) reduced after backward
     std::vector<ParamGathers> param_gathers_;           // --overlap-param-gather: per virtual stage
+    std::vector<int> forwards_;                         // per device: the forwards emitted so far (aligned gathers)
     std::vector<std::vector<int>> tp_groups_;           // per (stage, replica): tp_group, made when first used
     /// Where a segment of a pass stands (make_segments): `none` runs on its own;
     /// `gather_before` after a blocking gather of the gradient (a row-parallel linear's, sp);

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/json.hpp"
@@ -616,6 +617,38 @@ TEST_CASE("Megatron's overlap-param-gather runs zero1's parameter all-gathers un
         CHECK(stepped(b, steps) == stepped(one, single));
         CHECK(stepped(b, {steps[0]}) > 0);
         CHECK(l.framework.overlap_param_gather_with_optimizer_step);
+    }
+    SECTION("interleaved: chunk c + 1's gathers go out pp-rank forwards before chunk c's first micro-batch") {
+        // Megatron's forward_step_helper_preprocess (schedules.py:1341-1353): at virtual
+        // micro-batch k, pipeline rank r dispatches the chunk after the one whose first micro-batch
+        // is virtual micro-batch k + r. pp 2, 4 chunks, 4 micro-batches: stage 0 dispatches chunks
+        // 2 and 3 at its forwards 2 and 4 (chunks 1 and 2, micro-batch 0), stage 1 at its forwards 1
+        // and 3 (chunks 0 and 1, micro-batch 1), each once that forward's activation is received.
+        p.tp = 2;
+        p.pp = 2;
+        p.global_batch = 8;
+        p.schedule = Schedule::interleaved;
+        p.virtual_stages = 4;
+        p.overlap_param_gather = true;
+        const Model m = model_preset("gpt2-medium");
+        const topo::Cluster c = topo::cluster_preset("dgx-a100");
+        const Built b = build(m, c, p);
+        for (const int rank : {0, 4}) {
+            INFO("rank " << rank);
+            std::set<int> waited;   // the micro-batches of the receives the gathers wait for
+            int after_receive = 0;
+            for (OpId id = 0; id < b.graph.size(); ++id) {
+                const Op& op = b.graph.op(id);
+                if (op.rank != rank || op.kind != OpKind::collective || op.phase != Phase::fwd || op.stream != Stream::comm) continue;
+                for (const OpId before : b.graph.predecessors(id))
+                    if (b.graph.op(before).kind == OpKind::recv) {
+                        waited.insert(b.graph.op(before).microbatch);
+                        ++after_receive;
+                    }
+            }
+            CHECK(after_receive > 0);
+            CHECK(waited == std::set<int>{rank == 0 ? 0 : 1});
+        }
     }
     SECTION("plans it cannot run are refused, naming the flag") {
         const Model m = model_preset("gpt2-medium");
