@@ -1292,23 +1292,26 @@ private:
         struct Chain {
             std::vector<Bucket> buckets;
             bool experts = false;
+            std::size_t communicators = 1;               // tp, or tp · ep for the experts' groups
             std::vector<std::int32_t> cid;               // [bucket · communicators + communicator], declared at first use
             std::vector<std::vector<OpId>> op;           // [bucket][rank slot]
         };
         std::array<Chain, 2> chains;                     // the dense parameters', the experts'
+        bool made = false;
     };
     /// The gathers of virtual stage vs, its buckets made on first use.
     ParamGathers& param_gathers(int vs) {
         if (param_gathers_.empty()) param_gathers_.resize(chunks_.size());
         ParamGathers& pg = param_gathers_[static_cast<std::size_t>(vs)];
-        if (pg.chains[0].cid.empty()) {
+        if (!pg.made) {
+            pg.made = true;
             const Chunk& c = chunks_[static_cast<std::size_t>(vs)];
             pg.chains[0].buckets = chunk_buckets(c);
             pg.chains[1].buckets = moe_.expert_buckets(c.first, c.last, l_.bucket, sb_.grads);
             pg.chains[1].experts = true;
             for (ParamGathers::Chain& chain : pg.chains) {
-                const std::size_t communicators = static_cast<std::size_t>(l_.tp * (chain.experts ? l_.ep : 1));
-                chain.cid.assign(std::max<std::size_t>(1, chain.buckets.size() * communicators), -1);
+                chain.communicators = static_cast<std::size_t>(l_.tp * (chain.experts ? l_.ep : 1));
+                chain.cid.assign(chain.buckets.size() * chain.communicators, -1);
                 chain.op.assign(chain.buckets.size(), std::vector<OpId>(static_cast<std::size_t>(groups()), kNoOp));
             }
         }
@@ -1327,8 +1330,7 @@ private:
     void dispatch_param_gather(ParamGathers::Chain& chain, std::size_t k, int t, int d, int s, OpId after,
                                Phase phase = Phase::fwd) {
         const int communicator = chain.experts ? t * l_.ep + d % l_.ep : t;
-        const std::size_t communicators = static_cast<std::size_t>(l_.tp * (chain.experts ? l_.ep : 1));
-        std::int32_t& cid = chain.cid[k * communicators + static_cast<std::size_t>(communicator)];
+        std::int32_t& cid = chain.cid[k * chain.communicators + static_cast<std::size_t>(communicator)];
         const Bytes params = Bytes(chain.buckets[k].bytes.count() / sb_.grads * sb_.params);
         if (cid < 0)
             cid = chain.experts ? g_.declare_collective(CollectiveKind::all_gather, expert_data_parallel_group(l_, t, d, s), params,
