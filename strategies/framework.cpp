@@ -146,6 +146,7 @@ const std::vector<Row>& rows() {
             // (0f60adbd30 of 2025-03-08, first in core_v0.12.0).
             f.optimizer_cpu_offload = true;
             f.cross_entropy_fusion_te = true;
+            f.megatron_fsdp = true;
             f.recompute_modules.bits = static_cast<std::uint8_t>(
                 static_cast<unsigned>(RecomputeModule::core_attn) | static_cast<unsigned>(RecomputeModule::mlp) |
                 static_cast<unsigned>(RecomputeModule::moe_act) | static_cast<unsigned>(RecomputeModule::layernorm) |

@@ -167,6 +167,9 @@ struct Framework {
     /// all_to_all_loco_quant_reduce): DeepSpeed 0.16.2 and later (PR #6730, 1b58ba5ec of
     /// 2024-12-11, first in the v0.16.2 tag).
     bool loco = false;
+    /// Has Megatron-FSDP (--strategy fsdp): Megatron core's own fully sharded data parallelism
+    /// (--use-custom-fsdp from core 0.12, --use-megatron-fsdp from 0.14; strategies/fsdp.hpp).
+    bool megatron_fsdp = false;
     /// The modules its selective recompute can checkpoint (Megatron core's --recompute-modules,
     /// core/model.hpp RecomputeModule): the attention core alone elsewhere and before core 0.12.
     RecomputeModules recompute_modules;

@@ -926,6 +926,54 @@ void resolve_buckets(const Plan& plan, Layout& l) {
 
 /// --tp-comm-overlap: Transformer Engine's userbuffers, as Megatron core runs them
 /// (strategies/model_parallel.cpp make_segments), where the graph models them.
+/// --strategy fsdp under --framework megatron: Megatron-FSDP (core 0.12's custom FSDP, renamed in
+/// 0.14; NVIDIA/Megatron-LM d98e8a6 megatron/core/distributed/fsdp/src/megatron_fsdp/) with
+/// --data-parallel-sharding-strategy optim_grads_params, its ZeRO-3. Each TransformerLayer is a
+/// unit whose parameters are all-gathered before its forward with the next unit prefetched, released
+/// after it (megatron_fsdp.py:977-1001 _post_forward), gathered again before its backward with the
+/// previous unit prefetched ahead of this one's reduce-scatter (docs/runtime_schedule.md: "AG_{i-1}
+/// needs to be prefetched before DO_i and RS_i"), and its gradients reduce-scattered after every
+/// backward (megatron_fsdp.py:757-776: grad_reduce_every_bprop); the embedding, final norm and head
+/// are no unit and keep their parameters after forward. That is PyTorch FSDP's FULL_SHARD with
+/// forward prefetch, BACKWARD_PRE and no no_sync (strategies/fsdp.hpp), which the FSDP engine runs;
+/// what is PyTorch's alone is refused here.
+void check_megatron_fsdp(const Plan& plan, const Layout& l) {
+    if (plan.strategy != DataParallel::fsdp || l.framework.name != FrameworkName::megatron) return;
+    const std::string what = "Megatron-FSDP (--strategy fsdp under " + describe(l.framework) + ")";
+    if (plan.fsdp_sharding != FsdpSharding::full)
+        fail_input(what + " is modelled with --data-parallel-sharding-strategy optim_grads_params, --fsdp-sharding full; "
+                       "its no_shard, optim and optim_grads are Megatron's DDP, zero1 (the distributed optimizer) and a "
+                       "ZeRO-2 not modelled here, and its hybrid sharding reduces across the outer group only in the last "
+                       "micro-batch, unlike FSDP's HYBRID_SHARD",
+                   {"", "", "--fsdp-sharding"});
+    if (plan.fsdp_backward_prefetch != FsdpBackwardPrefetch::pre)
+        fail_input(what + " always gathers the previous unit before this unit's gradient reduce-scatter (BACKWARD_PRE; "
+                       "megatron/core/distributed/fsdp/src/docs/runtime_schedule.md); --fsdp-backward-prefetch is "
+                       "PyTorch FSDP's",
+                   {"", "", "--fsdp-backward-prefetch"});
+    if (plan.fsdp_no_sync)
+        fail_input(what + " reduce-scatters gradients after every backward when it shards them (megatron_fsdp.py "
+                       "_process_post_backward_gradients: grad_reduce_every_bprop; its no_sync has no effect there)",
+                   {"", "", "--fsdp-no-sync"});
+    if (plan.overlap_grad_reduce || plan.overlap_param_gather)
+        fail_input("has no effect here: " + what + " overlaps both whenever it shards parameters "
+                       "(megatron_fsdp.py:328-333 sets overlap_param_gather and overlap_grad_reduce)",
+                   {"", "", plan.overlap_grad_reduce ? "--overlap-grad-reduce" : "--overlap-param-gather"});
+    if (l.pp > 1 || plan.ep > 1)
+        fail_input(what + " is modelled with data, tensor and context parallelism; with " +
+                       (l.pp > 1 ? "pipeline stages (--pp)" : "expert parallelism (--ep)") +
+                       " it is not (fsdp there is PyTorch FSDP2's, as torchtitan runs it)",
+                   {"", "", l.pp > 1 ? "--pp" : "--ep"});
+    if (plan.offload != Offload::none || plan.offload_params != Offload::none || plan.offload_optimizer != Offload::none)
+        fail_input(what + " keeps model states on the device here (FSDP's CPU offload is PyTorch's; Megatron offloads "
+                       "the distributed optimizer with --strategy zero1 --offload cpu)",
+                   {"", "", "--offload"});
+    if (plan.finetune.kind != FineTuneKind::full)
+        fail_input(what + " is modelled for full training; --finetune " + to_string(plan.finetune) +
+                       " with fsdp is PyTorch's (--framework pytorch)",
+                   {"", "", "--finetune"});
+}
+
 void check_tp_comm_overlap(const Model& model, const topo::Cluster& cluster, const Plan& plan, const Layout& l) {
     const ErrorContext where{"", "", "--tp-comm-overlap"};
     if (l.tp == 1) fail_input("overlaps the tensor group's collectives with its GEMMs, and with --tp 1 there are none", where);
@@ -950,7 +998,8 @@ void check_tp_comm_overlap(const Model& model, const topo::Cluster& cluster, con
                    where);
     if (plan.strategy != DataParallel::ddp && plan.strategy != DataParallel::zero1)
         fail_input("is Megatron's, with its data parallelism (--strategy ddp or zero1), not --strategy " +
-                       std::string(to_string(plan.strategy)),
+                       std::string(to_string(plan.strategy)) +
+                       (plan.strategy == DataParallel::fsdp ? " (Megatron-FSDP's layers are modelled without userbuffers)" : ""),
                    where);
     if (plan.schedule == Schedule::zb_h1 || plan.finetune.kind != FineTuneKind::full)
         fail_input(std::string("is not modelled with ") + (plan.finetune.kind != FineTuneKind::full ? "LoRA" : "--schedule zb-h1") +
@@ -1204,8 +1253,8 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
             case DataParallel::ring:
             case DataParallel::ps:
             case DataParallel::ps_async:
-            case DataParallel::fsdp:
             case DataParallel::hybrid_cnn: ok = f == FrameworkName::pytorch; break;
+            case DataParallel::fsdp: ok = f == FrameworkName::pytorch || l.framework.megatron_fsdp; break;
             case DataParallel::zero1: ok = f != FrameworkName::pytorch; break;
             case DataParallel::zero2:
             case DataParallel::zero3: ok = deepspeed_engine(f); break;
@@ -1216,9 +1265,13 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                            (plan.strategy == DataParallel::zero1 ? "; zero1 runs on deepspeed, megatron (its distributed "
                                                                    "optimizer) or megatron-deepspeed"
                             : zero ? "; ZeRO stages 2 and 3 are DeepSpeed's (deepspeed, megatron-deepspeed)"
-                                   : "; leave --framework out (it is pytorch)"),
+                            : plan.strategy == DataParallel::fsdp
+                                ? "; fsdp is PyTorch's (leave --framework out), or Megatron-FSDP from Megatron core 0.12 on "
+                                  "(--framework megatron; NVIDIA/Megatron-LM d165a8548b, 'MCore Customized FSDP')"
+                                : "; leave --framework out (it is pytorch)"),
                        {"", "", "--framework"});
     }
+    check_megatron_fsdp(plan, l);
     {
         const auto& o = plan.framework_overrides;
         if (o.overlap_comm) l.framework.overlap_comm = *o.overlap_comm;

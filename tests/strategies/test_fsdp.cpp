@@ -775,3 +775,89 @@ TEST_CASE("FSDP under no_sync holds every unit's gradient unsharded and reduce-s
     };
     CHECK(accumulations(held) - accumulations(sync) == 3 * units);
 }
+
+TEST_CASE("Megatron-FSDP gathers and reduce-scatters every unit in every micro-batch, as FULL_SHARD without no_sync",
+          "[strategies][fsdp][megatron]") {
+    // Megatron-FSDP with optim_grads_params (NVIDIA/Megatron-LM d98e8a6 megatron/core/distributed/
+    // fsdp/src/megatron_fsdp/megatron_fsdp.py): each layer gathered before its forward and again
+    // before its backward, the embedding and head (no unit) kept from their forward, and every
+    // unit's gradients reduce-scattered after each backward (grad_reduce_every_bprop). Per
+    // micro-batch a rank sends (Ψ + (Ψ − root) + Ψ)·(n − 1)/n elements at 2 bytes, Ψ with
+    // Megatron's vocabulary padding (50,257 rows to 50,304).
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    const double padded = 50304.0 - 50257.0;
+    const double psi = static_cast<double>(m.parameters()) + padded * 768, n = 8, micro_batches = 4;
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.framework = "megatron";
+    p.global_batch = 32;   // 4 micro-batches of 1 on each of 8 replicas
+    p.fold = false;
+    const Built b = build(m, c, p);
+    CHECK(b.layout.framework.name == FrameworkName::megatron);
+    const double root = root_params(m, b.layout, p);
+    CHECK(test::collective_bytes_sent(b.graph, 3) ==
+          Approx(micro_batches * (3 * psi - root) * (n - 1) / n * 2).epsilon(1e-9));
+    // The same collectives as PyTorch FSDP's FULL_SHARD, which Megatron-FSDP's schedule is; the
+    // kernels between them are Megatron's (its vocabulary padded to a multiple of 128: 50,304).
+    Plan torch = p;
+    torch.framework.clear();
+    const Built t = build(m, c, torch);
+    CHECK(t.layout.framework.name == FrameworkName::pytorch);
+    CHECK(test::collective_bytes_sent(b.graph, 3) - test::collective_bytes_sent(t.graph, 3) ==
+          Approx(micro_batches * 2 * padded * 768 * (n - 1) / n * 2).epsilon(1e-9));
+}
+
+TEST_CASE("Megatron-FSDP runs Transformer Engine's FP8 linears, which PyTorch's FSDP has no path for",
+          "[strategies][fsdp][megatron][fp8]") {
+    const Model m = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.global_batch = 16;
+    p.seq = 4096;
+    p.fp8 = Fp8Recipe::tensorwise;
+    CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("--fp8 is modelled as Megatron core runs it"));
+    p.framework = "megatron";
+    const double fp8 = test::dp_run(m, c, p).summary.iteration.to_seconds();
+    p.fp8 = Fp8Recipe::none;
+    const double bf16 = test::dp_run(m, c, p).summary.iteration.to_seconds();
+    CHECK(fp8 < bf16);
+}
+
+TEST_CASE("impossible Megatron-FSDP plans say why", "[strategies][fsdp][megatron][plan]") {
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100").with_nodes(2);
+    Plan p;
+    p.strategy = DataParallel::fsdp;
+    p.framework = "megatron";
+    p.global_batch = 32;
+    SECTION("before core 0.12") {
+        p.framework = "megatron@0.11";
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("Megatron-FSDP from Megatron core 0.12 on"));
+    }
+    SECTION("another sharding") {
+        p.fsdp_sharding = FsdpSharding::hybrid;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("optim_grads_params, --fsdp-sharding full"));
+    }
+    SECTION("PyTorch's backward prefetch") {
+        p.fsdp_backward_prefetch = FsdpBackwardPrefetch::none;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("always gathers the previous unit"));
+    }
+    SECTION("no_sync") {
+        p.fsdp_no_sync = true;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("grad_reduce_every_bprop"));
+    }
+    SECTION("the overlap flags") {
+        p.overlap_grad_reduce = true;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("overlaps both whenever it shards parameters"));
+    }
+    SECTION("pipeline stages") {
+        p.pp = 2;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("with pipeline stages (--pp) it is not"));
+    }
+    SECTION("offload") {
+        p.offload = Offload::cpu;
+        CHECK_THROWS_WITH(build(m, c, p), Catch::Contains("keeps model states on the device"));
+    }
+}

@@ -1101,16 +1101,18 @@ TEST_CASE("sweep --framework tries every plan on each framework, pruning the str
         simulated[p.plan.framework].insert(s);
         const bool deepspeed = p.plan.framework == "deepspeed@0.5";
         CHECK(p.layout.framework.name == (deepspeed ? strategies::FrameworkName::deepspeed : strategies::FrameworkName::megatron));
-        // Every plan overlaps its gradient reduction; ZeRO-3 does already, so its flag is cleared.
-        CHECK(p.plan.overlap_grad_reduce == (p.plan.strategy != strategies::DataParallel::zero3));
+        // Every plan overlaps its gradient reduction; ZeRO-3 and Megatron-FSDP do already, so
+        // their flag is cleared.
+        CHECK(p.plan.overlap_grad_reduce ==
+              (p.plan.strategy != strategies::DataParallel::zero3 && p.plan.strategy != strategies::DataParallel::fsdp));
         CHECK(p.result->iteration == tools::simulate_plan(m, c, p.plan, {}).summary.iteration);
     }
-    // DeepSpeed runs DDP and its ZeRO stages, Megatron DDP and its distributed optimizer (zero1);
-    // Horovod's ring and PyTorch's FSDP are neither's.
+    // DeepSpeed runs DDP and its ZeRO stages, Megatron DDP, its distributed optimizer (zero1) and
+    // Megatron-FSDP; Horovod's ring is neither's, nor PyTorch's FSDP DeepSpeed's.
     CHECK(simulated["deepspeed@0.5"] == std::set<std::string>{"ddp", "zero1", "zero2", "zero3"});
-    CHECK(simulated["megatron"] == std::set<std::string>{"ddp", "zero1"});
+    CHECK(simulated["megatron"] == std::set<std::string>{"ddp", "zero1", "fsdp"});
     CHECK(pruned_by_framework["deepspeed@0.5"] == std::set<std::string>{"fsdp", "ring"});
-    CHECK(pruned_by_framework["megatron"] == std::set<std::string>{"fsdp", "ring", "zero2", "zero3"});
+    CHECK(pruned_by_framework["megatron"] == std::set<std::string>{"ring", "zero2", "zero3"});
     // --json says per plan whether it overlaps.
     const fs::path out = fs::temp_directory_path() / ("smol-sweep-framework-" + std::to_string(::getpid()) + ".json");
     const Result ok = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-a100", "--global-batch", "16", "--tp", "1", "--pp",
@@ -1203,8 +1205,8 @@ TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron 
     const SweepResult r = sweep(m, c, o);
     int overlapped = 0;
     for (const PlanResult* p : simulated_as_simulate(m, c, r)) {
-        // Megatron asserts sequence parallelism (and tp > 1 for it).
-        CHECK(p->plan.tp_comm_overlap == p->plan.sequence_parallel);
+        // Megatron asserts sequence parallelism (and tp > 1 for it); Megatron-FSDP runs without.
+        CHECK(p->plan.tp_comm_overlap == (p->plan.sequence_parallel && p->plan.strategy != strategies::DataParallel::fsdp));
         overlapped += p->plan.tp_comm_overlap;
     }
     CHECK(overlapped > 0);
@@ -1214,6 +1216,7 @@ TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron 
                                    "tp-overlap");
     CHECK_THAT(csv.out, Catch::Contains("tp-comm-overlap"));
     CHECK(csv.header.back() == "tp_comm_overlap");
-    for (const auto& row : csv.rows) CHECK(row.at("tp_comm_overlap") == row.at("sp"));
+    for (const auto& row : csv.rows)
+        CHECK(row.at("tp_comm_overlap") == (row.at("strategy") == "fsdp" ? std::string("false") : row.at("sp")));
     CHECK(!csv.rows.empty());
 }
