@@ -315,6 +315,10 @@ struct Workload {
     /// FP8 linear layers (Transformer Engine): their GEMMs in FP8, each input cast first, and the
     /// inputs they keep for backward kept in FP8 (core/transformer.cpp).
     Fp8Recipe fp8 = Fp8Recipe::none;
+    /// With fp8, the first and the last this many transformer layers stay in the 16-bit dtype
+    /// (Megatron core's --first-last-layers-bf16 with --num-layers-at-start-in-bf16 and
+    /// --num-layers-at-end-in-bf16; megatron/core/fp8_utils.py is_first_last_bf16_layer).
+    int fp8_bf16_first = 0, fp8_bf16_last = 0;
     int ep = 1;                    // expert parallelism: each rank holds experts / ep routed experts
     /// Tokens the busiest expert receives over the mean (≥ 1; 1: balanced routing). Every rank
     /// waits for the busiest at the combine all-to-all, so each rank's experts are priced (and

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "core/error.hpp"
 
@@ -1152,15 +1153,21 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     out.push_back(embedding_block(m, d));
     // Layers of one variant have the same block but for its index: build each variant once
     // (a sweep builds GPT-3's 96 layers for every plan it resolves, bounds and simulates).
-    std::vector<std::pair<LayerVariant, std::size_t>> built;   // a variant and where its block is in `out`
+    // The layers Megatron keeps in 16 bits under FP8 (Workload::fp8_bf16_first, fp8_bf16_last) are
+    // built without it.
+    Dims d16 = d;
+    d16.fp8 = Fp8Recipe::none;
+    std::vector<std::tuple<LayerVariant, bool, std::size_t>> built;   // a variant, in 16 bits, where its block is in `out`
     for (int i = 0; i < m.layers; ++i) {
         const LayerVariant v = layer_variant(m, i, static_cast<int>(d.seq));
-        const auto same = std::find_if(built.begin(), built.end(), [&](const auto& b) { return b.first == v; });
+        const bool bf16 = d.fp8 != Fp8Recipe::none && (i < w.fp8_bf16_first || i >= m.layers - w.fp8_bf16_last);
+        const auto same = std::find_if(built.begin(), built.end(),
+                                       [&](const auto& b) { return std::get<0>(b) == v && std::get<1>(b) == bf16; });
         if (same == built.end()) {
-            built.emplace_back(v, out.size());
-            out.push_back(layer_block(m, d, w, i));
+            built.emplace_back(v, bf16, out.size());
+            out.push_back(layer_block(m, bf16 ? d16 : d, w, i));
         } else {
-            out.push_back(out[same->second]);
+            out.push_back(out[std::get<2>(*same)]);
             out.back().index = i + 1;
         }
     }

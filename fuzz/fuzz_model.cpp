@@ -27,6 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (m.is_transformer()) {   // and its linear layers in FP8 (Transformer Engine's casts and copies)
                 w.fp8 = Fp8Recipe::tensorwise;
                 (void)m.blocks(w);
+                w.fp8_bf16_first = w.fp8_bf16_last = 1;   // and its first and last layers in 16 bits
+                (void)m.blocks(w);
             }
         }
     } catch (const Error&) {

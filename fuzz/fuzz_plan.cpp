@@ -146,6 +146,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.tp_comm_overlap = in.ConsumeBool();
         // Megatron's --overlap-param-gather-with-optimizer-step (exhausted input: off).
         p.overlap_param_gather_with_optimizer_step = in.ConsumeBool();
+        // Megatron's --first-last-layers-bf16 and its counts, in range and out (exhausted input: off).
+        p.first_last_layers_bf16 = in.ConsumeBool();
+        if (in.ConsumeBool()) p.num_layers_at_start_in_bf16 = in.ConsumeIntegralInRange(-1, 40);
+        if (in.ConsumeBool()) p.num_layers_at_end_in_bf16 = in.ConsumeIntegralInRange(-1, 40);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

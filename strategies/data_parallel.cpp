@@ -71,6 +71,8 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.loss = layout.framework.loss;
     w.vocab_multiple = layout.framework.vocab_multiple;
     w.fp8 = layout.fp8;
+    w.fp8_bf16_first = layout.fp8_bf16_first;
+    w.fp8_bf16_last = layout.fp8_bf16_last;
     w.ep = layout.ep;
     w.expert_imbalance = plan.expert_imbalance;
     w.capacity_factor = plan.capacity_factor;

@@ -147,6 +147,7 @@ const std::vector<Row>& rows() {
             f.optimizer_cpu_offload = true;
             f.cross_entropy_fusion_te = true;
             f.megatron_fsdp = true;
+            f.fp8_first_last_bf16 = true;
             f.recompute_modules.bits = static_cast<std::uint8_t>(
                 static_cast<unsigned>(RecomputeModule::core_attn) | static_cast<unsigned>(RecomputeModule::mlp) |
                 static_cast<unsigned>(RecomputeModule::moe_act) | static_cast<unsigned>(RecomputeModule::layernorm) |

@@ -380,6 +380,38 @@ void resolve_fp8(const Model& model, const topo::Cluster& cluster, const Plan& p
     l.fp8 = plan.fp8;
 }
 
+/// --first-last-layers-bf16 and its counts, as Megatron core checks them (NVIDIA/Megatron-LM
+/// d98e8a6 megatron/core/transformer/transformer_config.py:1527-1555): under FP8, not with delayed
+/// scaling, each count between 0 and the layers of a pipeline stage.
+void resolve_fp8_bf16_layers(const Model& model, const Plan& plan, Layout& l) {
+    if (!plan.first_last_layers_bf16) {
+        if (plan.num_layers_at_start_in_bf16 || plan.num_layers_at_end_in_bf16)
+            fail_input("has no effect without --first-last-layers-bf16, which it counts the layers of",
+                       {"", "", plan.num_layers_at_start_in_bf16 ? "--num-layers-at-start-in-bf16" : "--num-layers-at-end-in-bf16"});
+        return;
+    }
+    const ErrorContext at{"", "", "--first-last-layers-bf16"};
+    if (l.fp8 == Fp8Recipe::none)
+        fail_input("has no effect without --fp8: it keeps the first and last layers of an FP8 run in 16 bits", at);
+    if (!l.framework.fp8_first_last_bf16)
+        fail_input(describe(l.framework) + " has no --first-last-layers-bf16 (Megatron core 0.12 and later)", at);
+    if (l.fp8 == Fp8Recipe::delayed)
+        fail_input("Megatron refuses it with delayed scaling (transformer_config.py: \"Delayed scaling does not support "
+                   "first / last layer in BF16.\"); give --fp8 tensorwise",
+                   at);
+    const int per_stage = model.shape().layers / l.pp;
+    const auto count = [&](const std::optional<int>& n, const char* flag) {
+        const int v = n.value_or(1);
+        if (v < 0 || v > per_stage)
+            fail_input("must be between 0 and the layers of a pipeline stage (" + std::to_string(per_stage) + "), found " +
+                           std::to_string(v),
+                       {"", "", flag});
+        return v;
+    };
+    l.fp8_bf16_first = count(plan.num_layers_at_start_in_bf16, "--num-layers-at-start-in-bf16");
+    l.fp8_bf16_last = count(plan.num_layers_at_end_in_bf16, "--num-layers-at-end-in-bf16");
+}
+
 /// Megatron core's fused cross-entropy (--cross-entropy-fusion) where the framework has it: the
 /// head's loss kernels become the fused function's (Layout::framework.loss).
 void resolve_cross_entropy_fusion(const Model& model, const Plan& plan, Layout& l) {
@@ -1413,6 +1445,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
                                {"", "", "--attention-backend"});
     }
     resolve_fp8(model, cluster, plan, l);
+    resolve_fp8_bf16_layers(model, plan, l);
     resolve_recompute_modules(model, plan, l);
     resolve_cross_entropy_fusion(model, plan, l);
     resolve_vocab_multiple(model, plan, l);

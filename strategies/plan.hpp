@@ -202,6 +202,11 @@ struct Plan {
     /// their GEMMs at the devices' FP8 rate, the casts before them, FP8 copies of their weights
     /// and inputs. none: every GEMM in the training dtype.
     Fp8Recipe fp8 = Fp8Recipe::none;
+    /// Megatron core's --first-last-layers-bf16 (core 0.12 on): with fp8, the first
+    /// num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16 transformer layers (1 each
+    /// unless given) stay in the 16-bit dtype.
+    bool first_last_layers_bf16 = false;
+    std::optional<int> num_layers_at_start_in_bf16, num_layers_at_end_in_bf16;
     /// Megatron core's fused cross-entropy (--cross-entropy-fusion): the loss's kernels as
     /// Megatron's fused function or Transformer Engine's run them (core/transformer.cpp
     /// loss_forward_kernels); none: the unfused vocab-parallel loss.
@@ -267,6 +272,7 @@ struct Layout {
     /// --attention-backend says.
     AttentionBackend attention_backend = AttentionBackend::flash;
     Fp8Recipe fp8 = Fp8Recipe::none;  // Plan::fp8, checked against the framework, dtype and devices
+    int fp8_bf16_first = 0, fp8_bf16_last = 0;   // Plan::first_last_layers_bf16's layers, checked
     /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating
     /// the plan costs in memory, known before either starts.
     std::int64_t estimated_ops = 0;

@@ -196,6 +196,13 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--fp8", f.fp8,
                    "delayed or tensorwise: the linear layers' GEMMs in FP8 as Transformer Engine runs them under Megatron "
                    "core (--fp8-format hybrid with that --fp8-recipe), on GPUs with FP8 tensor cores (H100, H200)");
+    app.add_flag("--first-last-layers-bf16", f.first_last_layers_bf16,
+                 "Megatron core's (0.12 on): with --fp8 tensorwise, keep the first and the last transformer layers in "
+                 "the 16-bit dtype (--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16: 1 each by default)");
+    app.add_option("--num-layers-at-start-in-bf16", f.num_layers_at_start_in_bf16,
+                   "with --first-last-layers-bf16: how many first layers stay in 16 bits (default 1)");
+    app.add_option("--num-layers-at-end-in-bf16", f.num_layers_at_end_in_bf16,
+                   "with --first-last-layers-bf16: how many last layers stay in 16 bits (default 1)");
     app.add_option("--cross-entropy-fusion", f.cross_entropy_fusion,
                    "native or te: the loss as Megatron core's --cross-entropy-loss-fusion runs it, its own compiled "
                    "kernels (core 0.8 on) or Transformer Engine's (--cross-entropy-fusion-impl te, core 0.12 to 0.18); "
@@ -547,6 +554,9 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
         p.attention_backend = parse_attention_backend(f.attention_backend, "--attention-backend");
     if (!f.cp_comm.empty()) p.cp_comm = parse_cp_comm(f.cp_comm, flag("--cp-comm"));
     if (!f.fp8.empty()) p.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
+    p.first_last_layers_bf16 = f.first_last_layers_bf16;
+    p.num_layers_at_start_in_bf16 = f.num_layers_at_start_in_bf16;
+    p.num_layers_at_end_in_bf16 = f.num_layers_at_end_in_bf16;
     if (!f.cross_entropy_fusion.empty()) p.cross_entropy_fusion = strategies::parse_cross_entropy_fusion(f.cross_entropy_fusion);
     p.vocab_multiple = f.vocab_multiple;
     if (!f.deepspeed_config.empty()) apply_deepspeed_config(f, p);

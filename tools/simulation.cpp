@@ -144,6 +144,8 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     if (l.attention == Attention::flash) info.attention_backend = to_string(l.attention_backend);
     info.dtype = to_string(l.dtype);
     info.fp8 = to_string(l.fp8);
+    info.fp8_bf16_first = l.fp8_bf16_first;
+    info.fp8_bf16_last = l.fp8_bf16_last;
     info.cross_entropy_fusion = strategies::to_string(plan.cross_entropy_fusion);
     info.compression = strategies::to_string(plan.compress);
     info.finetune = strategies::to_string(plan.finetune);

@@ -345,7 +345,13 @@ void print_table(std::ostream& out, const Summary& s) {
         << (i.cp > 1 ? " · cp " + std::to_string(i.cp) + (i.cp_comm == "p2p" ? "" : " (" + i.cp_comm + ")") : std::string()) << " · dp " << i.dp << (i.ep > 1 ? " (ep " + std::to_string(i.ep) + ")" : "") << ", global batch " << i.global_batch << " = "
         << i.dp << " × " << i.microbatches << " × " << i.micro_batch
         << (i.sequence ? ", seq " + std::to_string(i.seq) : std::string()) << ", " << i.dtype
-        << (i.fp8 == "none" ? "" : " with FP8 linears (" + i.fp8 + " scaling)")
+        << (i.fp8 == "none" ? ""
+                            : " with FP8 linears (" + i.fp8 + " scaling" +
+                                  (i.fp8_bf16_first + i.fp8_bf16_last > 0
+                                       ? "; the first " + std::to_string(i.fp8_bf16_first) + " and last " +
+                                             std::to_string(i.fp8_bf16_last) + " layers in " + i.dtype
+                                       : std::string()) +
+                                  ")")
         << (i.cross_entropy_fusion == "none" ? "" : ", " + i.cross_entropy_fusion + " fused cross-entropy")
         << (i.optimizer == "adam" ? "" : ", " + i.optimizer)
         << (i.attention.empty() ? "" : ", " + i.attention + " attention" + (i.attention_backend == "fused"    ? " (cuDNN)"

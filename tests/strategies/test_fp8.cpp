@@ -202,3 +202,72 @@ TEST_CASE("FP8 with sequence parallelism: the forward all-gathers move the FP8 c
     CHECK(overlapped.at({CollectiveKind::reduce_scatter, Phase::bwd}) == std::set<std::int64_t>{sbh});
     CHECK(fp8.at({CollectiveKind::reduce_scatter, Phase::bwd}) == std::set<std::int64_t>{sbh});
 }
+
+TEST_CASE("FP8 with --first-last-layers-bf16 keeps the first and last layers' GEMMs in 16 bits, as Megatron core does",
+          "[strategies][fp8]") {
+    // megatron/core/fp8_utils.py is_first_last_bf16_layer: layer_no < num_layers_at_start_in_bf16
+    // or layer_no >= num_layers − num_layers_at_end_in_bf16 runs without FP8.
+    const Model m = model_preset("gpt2-medium");   // 24 layers
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    Plan p = fp8_plan(Fp8Recipe::tensorwise);
+    p.first_last_layers_bf16 = true;
+    const auto sixteen_bit = [&](const Plan& plan) {
+        std::set<int> layers;   // transformer layers, 0-based, whose block has no FP8 weights
+        const Layout l = resolve(m, c, plan);
+        for (const Block& b : strategies::detail::replica_blocks(m, l, plan))
+            if (b.kind == Block::Kind::transformer && b.fp8_params == 0) layers.insert(b.index - 1);
+        return layers;
+    };
+    CHECK(sixteen_bit(p) == std::set<int>{0, 23});
+    p.num_layers_at_start_in_bf16 = 2;
+    p.num_layers_at_end_in_bf16 = 0;
+    CHECK(sixteen_bit(p) == std::set<int>{0, 1});
+    // Where the GEMMs set the step (GPT-3 175B's layer shape, 4 layers, tp 8, as above), one with
+    // its first and last layers in 16 bits lies between the all-FP8 and the all-16-bit ones.
+    const std::string text = R"({"kind": "transformer", "name": "gpt3-4l", "layers": 4, "hidden": 12288, "heads": 96,
+        "kv_heads": 96, "ffn_hidden": 49152, "vocab": 50257, "seq": 2048, "norm": "layernorm", "positions": "learned",
+        "biases": true, "gated_mlp": false, "tied_embeddings": true})";
+    const Json doc = parse_json_text(text, "gpt3-4l.json");
+    const Model big = model_from_json(JsonView(doc, "gpt3-4l.json"), "gpt3-4l");
+    Plan all8 = fp8_plan(Fp8Recipe::tensorwise);
+    all8.tp = 8;
+    all8.sequence_parallel = true;
+    Plan all16 = all8, mixed = all8;
+    all16.fp8 = Fp8Recipe::none;
+    mixed.first_last_layers_bf16 = true;
+    const double t8 = tools::simulate_plan(big, c, all8).summary.iteration.to_seconds();
+    const double t16 = tools::simulate_plan(big, c, all16).summary.iteration.to_seconds();
+    const double t_mixed = tools::simulate_plan(big, c, mixed).summary.iteration.to_seconds();
+    CHECK(t8 < t_mixed);
+    CHECK(t_mixed < t16);
+}
+
+TEST_CASE("FP8 with --first-last-layers-bf16 says why where Megatron refuses it", "[strategies][fp8][plan]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    Plan p = fp8_plan(Fp8Recipe::tensorwise);
+    p.first_last_layers_bf16 = true;
+    SECTION("delayed scaling") {
+        p.fp8 = Fp8Recipe::delayed;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("Delayed scaling does not support first / last layer in BF16"));
+    }
+    SECTION("without FP8") {
+        p.fp8 = Fp8Recipe::none;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("has no effect without --fp8"));
+    }
+    SECTION("before core 0.12") {
+        p.framework = "megatron@0.11";
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("megatron@0.11 has no --first-last-layers-bf16"));
+    }
+    SECTION("more layers than a pipeline stage holds") {
+        p.pp = 2;
+        p.global_batch = 16;
+        p.num_layers_at_end_in_bf16 = 13;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("between 0 and the layers of a pipeline stage (12), found 13"));
+    }
+    SECTION("a count without the flag") {
+        p.first_last_layers_bf16 = false;
+        p.num_layers_at_start_in_bf16 = 2;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("has no effect without --first-last-layers-bf16"));
+    }
+}

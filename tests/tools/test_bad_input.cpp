@@ -485,6 +485,15 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         REQUIRE(ok.code == 0);
         CHECK(Json::parse(ok.out)["fp8"] == "tensorwise");
         CHECK(Json::parse(cli(h100({"--framework", "megatron", "--json"})).out)["fp8"].is_null());
+        // Megatron core's --first-last-layers-bf16 and its counts reach the plan from the command line.
+        refused(h100({"--framework", "megatron", "--first-last-layers-bf16"}), {"--first-last-layers-bf16", "without --fp8"});
+        refused(h100({"--framework", "megatron", "--fp8", "tensorwise", "--num-layers-at-end-in-bf16", "2"}),
+                {"--num-layers-at-end-in-bf16", "without --first-last-layers-bf16"});
+        refused(h100({"--framework", "megatron", "--fp8", "tensorwise", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "13"}),
+                {"--num-layers-at-start-in-bf16", "(12), found 13"});
+        const Result mixed = cli(h100({"--framework", "megatron", "--fp8", "tensorwise", "--first-last-layers-bf16", "--json"}));
+        REQUIRE(mixed.code == 0);
+        CHECK(Json::parse(mixed.out)["iteration_time_s"] != Json::parse(ok.out)["iteration_time_s"]);
     }
     SECTION("--cross-entropy-fusion: native or te, on the Megatron core releases that have them") {
         const auto llama = [](std::initializer_list<std::string> extra) { return simulate(extra, "llama3-8b", "dgx-h100"); };
