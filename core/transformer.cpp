@@ -1154,20 +1154,23 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     // Layers of one variant have the same block but for its index: build each variant once
     // (a sweep builds GPT-3's 96 layers for every plan it resolves, bounds and simulates).
     // The layers Megatron keeps in 16 bits under FP8 (Workload::fp8_bf16_first, fp8_bf16_last) are
-    // built without it.
-    Dims d16 = d;
-    d16.fp8 = Fp8Recipe::none;
-    std::vector<std::tuple<LayerVariant, bool, std::size_t>> built;   // a variant, in 16 bits, where its block is in `out`
+    // built without it, and those past the first recompute_layers under full recompute without it.
+    std::vector<std::tuple<LayerVariant, bool, bool, std::size_t>> built;   // a variant, in 16 bits, kept, where its block is
     for (int i = 0; i < m.layers; ++i) {
         const LayerVariant v = layer_variant(m, i, static_cast<int>(d.seq));
         const bool bf16 = d.fp8 != Fp8Recipe::none && (i < w.fp8_bf16_first || i >= m.layers - w.fp8_bf16_last);
-        const auto same = std::find_if(built.begin(), built.end(),
-                                       [&](const auto& b) { return std::get<0>(b) == v && std::get<1>(b) == bf16; });
+        const bool kept = d.recompute == Recompute::full && w.recompute_layers >= 0 && i >= w.recompute_layers;
+        const auto same = std::find_if(built.begin(), built.end(), [&](const auto& b) {
+            return std::get<0>(b) == v && std::get<1>(b) == bf16 && std::get<2>(b) == kept;
+        });
         if (same == built.end()) {
-            built.emplace_back(v, bf16, out.size());
-            out.push_back(layer_block(m, bf16 ? d16 : d, w, i));
+            built.emplace_back(v, bf16, kept, out.size());
+            Dims dl = d;
+            if (bf16) dl.fp8 = Fp8Recipe::none;
+            if (kept) dl.recompute = Recompute::none;
+            out.push_back(layer_block(m, dl, w, i));
         } else {
-            out.push_back(out[std::get<2>(*same)]);
+            out.push_back(out[std::get<3>(*same)]);
             out.back().index = i + 1;
         }
     }

@@ -150,6 +150,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.first_last_layers_bf16 = in.ConsumeBool();
         if (in.ConsumeBool()) p.num_layers_at_start_in_bf16 = in.ConsumeIntegralInRange(-1, 40);
         if (in.ConsumeBool()) p.num_layers_at_end_in_bf16 = in.ConsumeIntegralInRange(-1, 40);
+        // Megatron's --recompute-method and --recompute-num-layers (exhausted input: unset).
+        if (in.ConsumeBool()) p.recompute_method = in.ConsumeBool() ? RecomputeMethod::block : RecomputeMethod::uniform;
+        if (in.ConsumeBool()) p.recompute_num_layers = in.ConsumeIntegralInRange(-1, 40);
 
         const Layout l = resolve(model, cluster, p);
         // Thousands of executions a minute: build and simulate only the small plans.

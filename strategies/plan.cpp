@@ -92,6 +92,13 @@ const char* to_string(FsdpBackwardPrefetch p) {
     return "?";
 }
 
+const char* to_string(RecomputeMethod m) { return m == RecomputeMethod::block ? "block" : "uniform"; }
+
+RecomputeMethod parse_recompute_method(const std::string& text) {
+    static const RecomputeMethod all[] = {RecomputeMethod::uniform, RecomputeMethod::block};
+    return parse_name(text, all, "--recompute-method");
+}
+
 FsdpBackwardPrefetch parse_fsdp_backward_prefetch(const std::string& text) {
     static const FsdpBackwardPrefetch all[] = {FsdpBackwardPrefetch::pre, FsdpBackwardPrefetch::post, FsdpBackwardPrefetch::none};
     return parse_name(text, all, "--fsdp-backward-prefetch");
@@ -512,6 +519,49 @@ std::vector<RecomputeModules> recompute_module_tiers(const Model& model, const F
 }
 
 namespace {
+
+/// --recompute-method and --recompute-num-layers as Megatron reads them (megatron/training/
+/// arguments.py: both with --recompute-granularity full; NVIDIA/Megatron-LM d98e8a6
+/// megatron/core/transformer/transformer_block.py _checkpointed_forward): uniform recomputes
+/// every layer (in groups of N, each from the group's input), block the first N layers of each
+/// pipeline chunk and no other. Modelled: uniform in groups of one (what --recompute full is) and
+/// block without pipeline stages, where the chunk is the whole model.
+void resolve_recompute_method(const Model& model, const Plan& plan, Layout& l) {
+    if (!plan.recompute_method && !plan.recompute_num_layers) return;
+    const char* flag = plan.recompute_method ? "--recompute-method" : "--recompute-num-layers";
+    if (plan.recompute != Recompute::full)
+        fail_input(std::string("is Megatron's, with --recompute-granularity full: give --recompute full, not ") +
+                       to_string(plan.recompute),
+                   {"", "", flag});
+    if (l.framework.name != FrameworkName::megatron && l.framework.name != FrameworkName::megatron_deepspeed)
+        fail_input("is Megatron's (--framework megatron or megatron-deepspeed); " + describe(l.framework) +
+                       " recomputes every layer under --recompute full",
+                   {"", "", flag});
+    if (!plan.recompute_method)
+        fail_input("needs --recompute-method (uniform or block), as Megatron does", {"", "", "--recompute-num-layers"});
+    const int n = plan.recompute_num_layers.value_or(1);
+    const ErrorContext at{"", "", "--recompute-num-layers"};
+    if (*plan.recompute_method == RecomputeMethod::uniform) {
+        if (n != 1)
+            fail_input("with --recompute-method uniform is modelled for groups of one layer, each recomputed from its own "
+                           "input (the FLOPs of any group size; a group of " + std::to_string(n) +
+                           " keeps fewer checkpoints and holds its layers' activations while it recomputes, not modelled)",
+                       at);
+        return;
+    }
+    if (l.pp > 1)
+        fail_input("--recompute-method block recomputes the first layers of each pipeline chunk; it is modelled without "
+                       "pipeline stages (--pp 1), where the chunk is the model",
+                   {"", "", "--recompute-method"});
+    if (!model.is_transformer())
+        fail_input("--recompute-method block picks transformer layers to recompute; " + model.name() +
+                       " is a layer list (CNN / MLP)",
+                   {"", "", "--recompute-method"});
+    const int layers = model.shape().layers;
+    if (n < 0 || n > layers)
+        fail_input("must be between 0 and the model's " + std::to_string(layers) + " layers, found " + std::to_string(n), at);
+    l.recompute_layers = n;
+}
 
 /// --recompute-modules against the recompute level, the framework, the model and the plan. Its
 /// default (core_attn) is what --recompute selective means everywhere; the other modules are
@@ -1447,6 +1497,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     resolve_fp8(model, cluster, plan, l);
     resolve_fp8_bf16_layers(model, plan, l);
     resolve_recompute_modules(model, plan, l);
+    resolve_recompute_method(model, plan, l);
     resolve_cross_entropy_fusion(model, plan, l);
     resolve_vocab_multiple(model, plan, l);
     resolve_training(model, cluster, plan, l);

@@ -50,6 +50,12 @@ FsdpSharding parse_fsdp_sharding(const std::string& text);
 enum class FsdpBackwardPrefetch { pre, post, none };
 const char* to_string(FsdpBackwardPrefetch p);
 FsdpBackwardPrefetch parse_fsdp_backward_prefetch(const std::string& text);
+/// Megatron's --recompute-method under --recompute full: uniform (every layer recomputed, each
+/// from its own input: what --recompute full is alone) or block (only the first
+/// --recompute-num-layers layers; the others keep their activations).
+enum class RecomputeMethod { uniform, block };
+const char* to_string(RecomputeMethod m);
+RecomputeMethod parse_recompute_method(const std::string& text);
 
 /// How layers are cut into pipeline stages (--partition): `equal` layers per stage, as Megatron
 /// does (it requires the layers to divide); `balanced` by FLOPs, embedding and head included;
@@ -102,6 +108,10 @@ struct Plan {
     Recompute recompute = Recompute::none;
     /// What selective recompute redoes (--recompute-modules, Megatron core's; default core_attn).
     RecomputeModules recompute_modules;
+    /// Megatron's --recompute-method and --recompute-num-layers with --recompute full (unset:
+    /// uniform, 1: every layer).
+    std::optional<RecomputeMethod> recompute_method;
+    std::optional<int> recompute_num_layers;
     Offload offload = Offload::none;            // --offload: every state the strategy can move (see resolve)
     Offload offload_params = Offload::none;     // --offload-params (zero3)
     Offload offload_optimizer = Offload::none;  // --offload-optimizer (zero1-3)
@@ -273,6 +283,7 @@ struct Layout {
     AttentionBackend attention_backend = AttentionBackend::flash;
     Fp8Recipe fp8 = Fp8Recipe::none;  // Plan::fp8, checked against the framework, dtype and devices
     int fp8_bf16_first = 0, fp8_bf16_last = 0;   // Plan::first_last_layers_bf16's layers, checked
+    int recompute_layers = -1;   // full recompute: the first this many layers (block method); -1: all
     /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating
     /// the plan costs in memory, known before either starts.
     std::int64_t estimated_ops = 0;

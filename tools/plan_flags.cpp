@@ -59,6 +59,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                    "different device kinds)");
     app.add_flag("--sp", f.sp, "sequence parallelism (with --tp)");
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
+    app.add_option("--recompute-method", f.recompute_method,
+                   "with --recompute full, Megatron's: uniform (every layer; the default) or block (only the first "
+                   "--recompute-num-layers layers, the others keep their activations; without pipeline stages)");
+    app.add_option("--recompute-num-layers", f.recompute_num_layers,
+                   "with --recompute-method: Megatron's layer count (block: how many first layers recompute; uniform: 1)");
     app.add_option("--recompute-modules", f.recompute_modules,
                    "with --recompute selective: what it redoes, Megatron core's --recompute-modules: core_attn (the "
                    "default), mlp, moe_act, layernorm, mla_up_proj, moe, shared_experts, comma-separated");
@@ -271,6 +276,7 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
     if (plan.recompute == Recompute::selective && !(plan.recompute_modules == RecomputeModules{}))
         p += " (" + to_string(plan.recompute_modules) + ")";
+    if (l.recompute_layers >= 0) p += " (the first " + std::to_string(l.recompute_layers) + " layers)";
     if (plan.sequence_parallel) p += ", sp";
     if (l.fp8 != Fp8Recipe::none) p += std::string(", fp8 ") + to_string(l.fp8);
     if (plan.cross_entropy_fusion != strategies::CrossEntropyFusion::none)
@@ -493,6 +499,8 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     p.sequence_parallel = f.sp;
     p.recompute = parse_recompute(f.recompute, flag("--recompute"));
     if (f.recompute_modules) p.recompute_modules = parse_recompute_modules(*f.recompute_modules, flag("--recompute-modules"));
+    if (f.recompute_method) p.recompute_method = strategies::parse_recompute_method(*f.recompute_method);
+    p.recompute_num_layers = f.recompute_num_layers;
     p.offload = strategies::parse_offload(f.offload);
     p.offload_params = strategies::parse_offload(f.offload_params, "--offload-params");
     p.offload_optimizer = strategies::parse_offload(f.offload_optimizer, "--offload-optimizer");

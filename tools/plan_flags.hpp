@@ -45,6 +45,8 @@ struct PlanFlags {
     int micro_batch = 1;
     std::optional<int> seq;              // unset: the model's
     std::optional<std::string> recompute_modules;   // unset: core_attn
+    std::optional<std::string> recompute_method;    // --recompute-method; unset: uniform
+    std::optional<int> recompute_num_layers;        // --recompute-num-layers; unset: 1
     std::string dtype;
     std::optional<double> bucket_mb, first_bucket_mb;   // unset: the framework's
     int ps_servers = 1, staleness = 4;

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/json.hpp"
+#include "strategies/data_parallel.hpp"
 #include "strategies/plan.hpp"
 #include "test_support.hpp"
 #include "tools/simulation.hpp"
@@ -228,4 +229,82 @@ TEST_CASE("recompute modules: moe under context parallelism: the ring for the co
     const tools::Simulation b = tools::simulate_plan(m, c, plan("core_attn,moe"));
     CHECK(b.summary.iteration > a.summary.iteration);
     CHECK(b.summary.peak_memory < a.summary.peak_memory);
+}
+
+TEST_CASE("recompute method block: the first N layers recompute in full, the others keep their activations",
+          "[strategies][recompute]") {
+    // Megatron's --recompute-method block --recompute-num-layers N (transformer_block.py
+    // _checkpointed_forward: "checkpoint the input activation of only a set number of individual
+    // Transformer layers and skip the rest"): a layer recomputes exactly as under full recompute,
+    // or exactly as without.
+    const Model m = model_preset("gpt2-medium");   // 24 layers
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.framework = "megatron";
+    p.strategy = DataParallel::zero1;
+    p.global_batch = 16;
+    const auto blocks = [&](const Plan& plan) { return strategies::detail::replica_blocks(m, resolve(m, c, plan), plan); };
+    Plan none = p, full = p, block = p, uniform = p;
+    full.recompute = block.recompute = uniform.recompute = Recompute::full;
+    block.recompute_method = RecomputeMethod::block;
+    block.recompute_num_layers = 5;
+    uniform.recompute_method = RecomputeMethod::uniform;
+    const std::vector<Block> b_none = blocks(none), b_full = blocks(full), b_block = blocks(block), b_uniform = blocks(uniform);
+    REQUIRE(b_block.size() == b_full.size());
+    int recomputed = 0;
+    for (std::size_t i = 0; i < b_block.size(); ++i) {
+        const Block& b = b_block[i];
+        const Block& like = b.kind == Block::Kind::transformer && b.index <= 5 ? b_full[i] : b_none[i];
+        CHECK(b.recompute == like.recompute);
+        CHECK(b.activations == like.activations);
+        CHECK(b_uniform[i].recompute == b_full[i].recompute);   // uniform in groups of one: --recompute full
+        recomputed += b.recompute > Flops{} ? 1 : 0;
+    }
+    CHECK(recomputed == 5);
+    // So a step sits between the two, in time and in memory.
+    const auto run = [&](const Plan& plan) { return tools::simulate_plan(m, c, plan).summary; };
+    const auto s_none = run(none), s_full = run(full), s_block = run(block);
+    CHECK(s_none.iteration < s_block.iteration);
+    CHECK(s_block.iteration < s_full.iteration);
+    CHECK(s_full.peak_memory < s_block.peak_memory);
+    CHECK(s_block.peak_memory < s_none.peak_memory);
+}
+
+TEST_CASE("recompute method: what Megatron refuses or smolcluster does not model says why", "[strategies][recompute][plan]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.framework = "megatron";
+    p.strategy = DataParallel::zero1;
+    p.global_batch = 16;
+    p.recompute = Recompute::full;
+    p.recompute_method = RecomputeMethod::block;
+    SECTION("without full recompute") {
+        p.recompute = Recompute::selective;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("give --recompute full, not selective"));
+    }
+    SECTION("a count without a method") {
+        p.recompute_method.reset();
+        p.recompute_num_layers = 4;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("needs --recompute-method"));
+    }
+    SECTION("uniform groups of more than one layer") {
+        p.recompute_method = RecomputeMethod::uniform;
+        p.recompute_num_layers = 2;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("a group of 2 keeps fewer checkpoints"));
+    }
+    SECTION("more layers than the model has") {
+        p.recompute_num_layers = 25;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("between 0 and the model's 24 layers, found 25"));
+    }
+    SECTION("pipeline stages") {
+        p.pp = 2;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("modelled without pipeline stages"));
+    }
+    SECTION("PyTorch") {
+        p.framework = "pytorch";
+        p.strategy = DataParallel::ddp;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("is Megatron's"));
+    }
+    SECTION("an unknown method") { CHECK_THROWS_WITH(parse_recompute_method("blocks"), Contains("did you mean 'block'")); }
 }

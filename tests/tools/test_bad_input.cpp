@@ -495,6 +495,23 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         REQUIRE(mixed.code == 0);
         CHECK(Json::parse(mixed.out)["iteration_time_s"] != Json::parse(ok.out)["iteration_time_s"]);
     }
+    SECTION("--recompute-method and --recompute-num-layers: Megatron's, with --recompute full") {
+        const auto gpt = [](std::initializer_list<std::string> extra) {
+            std::vector<std::string> args{"--framework", "megatron", "--strategy", "zero1", "--recompute", "full"};
+            args.insert(args.end(), extra);
+            std::vector<std::string> out{"simulate", "--model", "gpt2-medium", "--cluster", "dgx-a100"};
+            out.insert(out.end(), args.begin(), args.end());
+            return out;
+        };
+        refused(gpt({"--recompute-method", "blok"}), {"--recompute-method", "uniform", "block", "'blok'"});
+        refused(gpt({"--recompute-num-layers", "4"}), {"--recompute-num-layers", "needs --recompute-method"});
+        std::vector<std::string> block = gpt({"--recompute-method", "block", "--recompute-num-layers", "6", "--json"});
+        const Result some = cli(block);
+        REQUIRE(some.code == 0);
+        const Result all = cli(gpt({"--json"}));
+        REQUIRE(all.code == 0);
+        CHECK(Json::parse(some.out)["iteration_time_s"].get<double>() < Json::parse(all.out)["iteration_time_s"].get<double>());
+    }
     SECTION("--cross-entropy-fusion: native or te, on the Megatron core releases that have them") {
         const auto llama = [](std::initializer_list<std::string> extra) { return simulate(extra, "llama3-8b", "dgx-h100"); };
         refused(llama({"--framework", "megatron", "--cross-entropy-fusion", "fused"}), {"--cross-entropy-fusion", "native", "te", "'fused'"});
