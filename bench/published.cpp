@@ -790,6 +790,53 @@ const std::vector<std::string> kMegatronBridgeFramework = {"--framework", "megat
 const char* const kMegatronBridgeNote =
     "Megatron core 0.16 with the scripts' fused cross-entropy (Transformer Engine's: cross_entropy_fusion_impl te)";
 
+/// Megatron-Bridge's Llama 3 8B on one DGX H100 in FP8 current scaling with Megatron-FSDP (25.11:
+/// the v0.2.1 scripts). The shape is the model's (meta-llama/Meta-Llama-3-8B config.json: 32 ×
+/// 4,096, 32 heads, 8 key-value heads, FFN 14,336, vocabulary 128,256, a multiple of 128 already);
+/// the recipe's settings: LLAMA3_8B_H100_FP8_CS_BASE_CONFIG (scripts/performance/configs/llama3/
+/// workload_base_configs.py:231-235: cp 1, recompute_num_layers 5, which set_recompute_overrides
+/// runs as granularity full, method block: utils/helpers.py:175-178), BASE_LLAMA3_8B_CONFIG's global
+/// batch 128 at micro-batch 1, the row's FSDP = 1 as set_megatron_fsdp_overrides sets it
+/// (helpers.py:116-125: optim_grads_params), and get_precision_config("fp8_cs") (helpers.py:35-41):
+/// bf16_with_fp8_current_scaling_mixed with its first and last layers' BF16 turned off.
+Mapping map_megatron_bridge_llama3_8b_fsdp(const Row& row, const std::string& model_dir, Mapping m) {
+    if (!m.gaps.empty()) return finish(std::move(m));
+    const Json& d = row.data;
+    const Json& par = member_or_null(d, "par");
+    const std::int64_t gpus = required_integer(row, member_or_null(d, "hw"), "gpus", "/hw");
+    const std::int64_t tp = required_integer(row, par, "tp", "/par"), pp = required_integer(row, par, "pp", "/par");
+    const std::int64_t cp = context_parallel(row, par);
+    const std::int64_t gbs = required_integer(row, d, "gbs", ""), mbs = required_integer(row, d, "mbs", "");
+    if (tp != 1 || pp != 1 || cp != 1 || gpus != 8)
+        fail_input("Megatron-Bridge's H100 Llama 3 8B FSDP recipe: tp, pp and cp 1 on 8 GPUs",
+                   "tp " + std::to_string(tp) + ", pp " + std::to_string(pp) + ", cp " + std::to_string(cp) + " on " +
+                       std::to_string(gpus),
+                   at(row, "/par"));
+    ModelShape s;
+    s.llama = true;
+    s.layers = 32, s.hidden = 4096, s.heads = 32, s.kv_heads = 8, s.ffn_hidden = 14336, s.vocab = 128256;
+    s.seq = static_cast<int>(required_integer(row, member_or_null(d, "model"), "seq", "/model"));
+    m.model = s;
+    m.gpus = gpus;
+    m.global_batch = gbs;
+    m.seq = s.seq;
+    m.notes = {"Megatron-FSDP (FSDP = 1) as the scripts' set_megatron_fsdp_overrides runs it: optim_grads_params, "
+               "--strategy fsdp --framework megatron",
+               "the recipe's recompute_num_layers 5: the first 5 layers recomputed in full (--recompute full "
+               "--recompute-method block --recompute-num-layers 5)",
+               "FP8 current scaling: --fp8 tensorwise, every layer in FP8 (the scripts turn the recipe's first and last "
+               "BF16 layers off)",
+               "not modelled: the recipe's fp8_param_gather (FSDP's gathers priced at 16 bits, not FP8) and NCCL user "
+               "buffers (nccl_ub)"};
+    m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", "1",
+              "--strategy", "fsdp", "--recompute", "full", "--recompute-method", "block", "--recompute-num-layers", "5",
+              "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
+    m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());
+    m.notes.push_back(kMegatronBridgeNote);
+    if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
+    return finish(std::move(m));
+}
+
 /// NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (25.11, DGX-H100): FP8 rows are gaps;
 /// P20 is GPT-OSS-120B, a mixture of experts, in BF16 with expert parallelism, routing
 /// force-balanced (Megatron's --moe-router-force-load-balancing: --expert-imbalance 1, the default).
@@ -808,11 +855,12 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
     Row row = given;
     const Json& d = row.data;
     const Json& par = member_or_null(d, "par");
-    if (contains(text_of(par, "shard"), "fsdp"))
-        add_gap(m, "no mapping yet", "Megatron-FSDP (" + text_of(par, "shard") +
-                                         "): Megatron core's fully sharded data parallelism is not modelled (fsdp is PyTorch's)");
-    if (text_of(member_or_null(d, "model"), "name") != "Llama3.1-405B")
-        add_gap(m, "no mapping yet", "only this source's Llama 3.1 405B and mixture-of-experts recipes are extracted");
+    const std::string name = text_of(member_or_null(d, "model"), "name");
+    const bool fsdp = contains(text_of(par, "shard"), "fsdp=1");
+    if (name == "Llama3-8B" && fsdp) return map_megatron_bridge_llama3_8b_fsdp(row, model_dir, std::move(m));
+    if (name != "Llama3.1-405B")
+        add_gap(m, "no mapping yet", "only this source's Llama 3 8B (Megatron-FSDP), Llama 3.1 405B and mixture-of-experts "
+                                     "recipes are extracted");
     if (!m.gaps.empty()) return finish(std::move(m));
     const auto [gpus, tp, pp, dp, cp, vp, gbs, mbs] = row_layout(row, /*vp_required=*/true);
     // Llama 3.1 405B (meta-llama/Llama-3.1-405B config.json): 126 × 16,384, 128 heads, 8 key-value heads.
