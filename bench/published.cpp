@@ -880,7 +880,9 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
     m.seq = s.seq;
     m.notes = {"settings from Megatron-Bridge's LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V1 (no recompute, the distributed "
                "optimizer, sequence parallelism); the embedding and the loss each count as a layer of the pipeline split",
-               "FP8 current scaling: --fp8 tensorwise",
+               "FP8 current scaling: --fp8 tensorwise, every layer in FP8 (the scripts' get_precision_config turns the "
+               "recipe's first and last BF16 layers off); its fp8_param_gather not modelled (the distributed optimizer's "
+               "parameter all-gathers priced at 16 bits, not FP8)",
                "context parallelism as Megatron runs it: Transformer Engine's ring attention (p2p)",
                "the recipe's CommOverlapConfig: Transformer Engine's userbuffers (tp_comm_overlap: --tp-comm-overlap, at TE's "
                "default settings rather than userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192), the gradient "
