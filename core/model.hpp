@@ -319,10 +319,10 @@ struct Workload {
     /// (Megatron core's --first-last-layers-bf16 with --num-layers-at-start-in-bf16 and
     /// --num-layers-at-end-in-bf16; megatron/core/fp8_utils.py is_first_last_bf16_layer).
     int fp8_bf16_first = 0, fp8_bf16_last = 0;
-    /// With Recompute::full, how many of the first transformer layers recompute (Megatron's
-    /// --recompute-method block --recompute-num-layers N); the others keep their activations.
-    /// -1: every layer.
-    int recompute_layers = -1;
+    /// With Recompute::full, whether each transformer layer recomputes (Megatron's
+    /// --recompute-method block: the first N layers of each pipeline chunk); the others keep their
+    /// activations. Empty: every layer.
+    std::vector<bool> recomputed_layers;
     int ep = 1;                    // expert parallelism: each rank holds experts / ep routed experts
     /// Tokens the busiest expert receives over the mean (≥ 1; 1: balanced routing). Every rank
     /// waits for the busiest at the combine all-to-all, so each rank's experts are priced (and

@@ -1154,12 +1154,13 @@ std::vector<Block> transformer_blocks(const std::string& name, const Transformer
     // Layers of one variant have the same block but for its index: build each variant once
     // (a sweep builds GPT-3's 96 layers for every plan it resolves, bounds and simulates).
     // The layers Megatron keeps in 16 bits under FP8 (Workload::fp8_bf16_first, fp8_bf16_last) are
-    // built without it, and those past the first recompute_layers under full recompute without it.
+    // built without it, and those Workload::recomputed_layers leaves out under full recompute without it.
     std::vector<std::tuple<LayerVariant, bool, bool, std::size_t>> built;   // a variant, in 16 bits, kept, where its block is
     for (int i = 0; i < m.layers; ++i) {
         const LayerVariant v = layer_variant(m, i, static_cast<int>(d.seq));
         const bool bf16 = d.fp8 != Fp8Recipe::none && (i < w.fp8_bf16_first || i >= m.layers - w.fp8_bf16_last);
-        const bool kept = d.recompute == Recompute::full && w.recompute_layers >= 0 && i >= w.recompute_layers;
+        const bool kept = d.recompute == Recompute::full && !w.recomputed_layers.empty() &&
+                          !w.recomputed_layers[static_cast<std::size_t>(i)];
         const auto same = std::find_if(built.begin(), built.end(), [&](const auto& b) {
             return std::get<0>(b) == v && std::get<1>(b) == bf16 && std::get<2>(b) == kept;
         });

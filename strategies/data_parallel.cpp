@@ -73,7 +73,7 @@ std::vector<Block> replica_blocks(const Model& model, const Layout& layout, cons
     w.fp8 = layout.fp8;
     w.fp8_bf16_first = layout.fp8_bf16_first;
     w.fp8_bf16_last = layout.fp8_bf16_last;
-    w.recompute_layers = layout.recompute_layers;
+    w.recomputed_layers = layout.recomputed_layers;
     w.ep = layout.ep;
     w.expert_imbalance = plan.expert_imbalance;
     w.capacity_factor = plan.capacity_factor;

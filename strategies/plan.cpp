@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -524,8 +525,10 @@ namespace {
 /// arguments.py: both with --recompute-granularity full; NVIDIA/Megatron-LM d98e8a6
 /// megatron/core/transformer/transformer_block.py _checkpointed_forward): uniform recomputes
 /// every layer (in groups of N, each from the group's input), block the first N layers of each
-/// pipeline chunk and no other. Modelled: uniform in groups of one (what --recompute full is) and
-/// block without pipeline stages, where the chunk is the whole model.
+/// pipeline chunk and no other (megatron/core/recompute.py:167-181, per TransformerBlock, a
+/// virtual stage's layers). Modelled: uniform in groups of one (what --recompute full is) and
+/// block where the chunks are known before the layers are priced: Megatron's equal partition or
+/// --stage-layers.
 void resolve_recompute_method(const Model& model, const Plan& plan, Layout& l) {
     if (!plan.recompute_method && !plan.recompute_num_layers) return;
     const char* flag = plan.recompute_method ? "--recompute-method" : "--recompute-num-layers";
@@ -549,18 +552,38 @@ void resolve_recompute_method(const Model& model, const Plan& plan, Layout& l) {
                        at);
         return;
     }
-    if (l.pp > 1)
-        fail_input("--recompute-method block recomputes the first layers of each pipeline chunk; it is modelled without "
-                       "pipeline stages (--pp 1), where the chunk is the model",
-                   {"", "", "--recompute-method"});
     if (!model.is_transformer())
         fail_input("--recompute-method block picks transformer layers to recompute; " + model.name() +
                        " is a layer list (CNN / MLP)",
                    {"", "", "--recompute-method"});
     const int layers = model.shape().layers;
-    if (n < 0 || n > layers)
-        fail_input("must be between 0 and the model's " + std::to_string(layers) + " layers, found " + std::to_string(n), at);
-    l.recompute_layers = n;
+    // The chunks in layer order (Megatron's virtual stage v of stage s is chunk v·pp + s).
+    std::vector<int> chunks = plan.stage_layers;
+    if (chunks.empty()) {
+        if (plan.partition && *plan.partition != Partition::equal)
+            fail_input("--recompute-method block recomputes the first layers of each pipeline chunk, which --partition " +
+                           std::string(to_string(*plan.partition)) + " cuts by the layers' costs, recompute included; give "
+                           "the chunks with --stage-layers, or Megatron's equal partition",
+                       {"", "", "--recompute-method"});
+        const int n_chunks = l.pp * (plan.schedule == Schedule::interleaved ? std::max(1, plan.virtual_stages) : 1);
+        if (n_chunks < 1 || layers % n_chunks != 0) return;   // the partition refuses the plan, saying why
+        chunks.assign(static_cast<std::size_t>(n_chunks), layers / n_chunks);
+    }
+    if (std::accumulate(chunks.begin(), chunks.end(), 0LL) != layers ||
+        std::any_of(chunks.begin(), chunks.end(), [](int c) { return c < 0; }))
+        return;   // --stage-layers refuses it, saying why
+    const int widest = *std::max_element(chunks.begin(), chunks.end());
+    if (n < 0 || n > widest)
+        fail_input("must be between 0 and the layers of a pipeline chunk (" + std::to_string(widest) + "), found " +
+                       std::to_string(n),
+                   at);
+    l.recomputed_layers.assign(static_cast<std::size_t>(layers), false);
+    int first = 0;
+    for (const int size : chunks) {
+        for (int i = 0; i < std::min(n, size); ++i) l.recomputed_layers[static_cast<std::size_t>(first + i)] = true;
+        first += size;
+    }
+    l.recompute_block_layers = n;
 }
 
 /// --recompute-modules against the recompute level, the framework, the model and the plan. Its

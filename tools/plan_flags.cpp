@@ -61,7 +61,7 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_option("--recompute", f.recompute, "activation recompute: none, selective, full")->capture_default_str();
     app.add_option("--recompute-method", f.recompute_method,
                    "with --recompute full, Megatron's: uniform (every layer; the default) or block (only the first "
-                   "--recompute-num-layers layers, the others keep their activations; without pipeline stages)");
+                   "--recompute-num-layers layers of each pipeline chunk, the others keep their activations)");
     app.add_option("--recompute-num-layers", f.recompute_num_layers,
                    "with --recompute-method: Megatron's layer count (block: how many first layers recompute; uniform: 1)");
     app.add_option("--recompute-modules", f.recompute_modules,
@@ -276,7 +276,8 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
     if (plan.recompute == Recompute::selective && !(plan.recompute_modules == RecomputeModules{}))
         p += " (" + to_string(plan.recompute_modules) + ")";
-    if (l.recompute_layers >= 0) p += " (the first " + std::to_string(l.recompute_layers) + " layers)";
+    if (l.recompute_block_layers >= 0)
+        p += " (the first " + std::to_string(l.recompute_block_layers) + (l.pp > 1 ? " layers of each chunk)" : " layers)");
     if (plan.sequence_parallel) p += ", sp";
     if (l.fp8 != Fp8Recipe::none) p += std::string(", fp8 ") + to_string(l.fp8);
     if (plan.cross_entropy_fusion != strategies::CrossEntropyFusion::none)

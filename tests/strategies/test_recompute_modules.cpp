@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 
 #include "core/error.hpp"
 #include "core/json.hpp"
@@ -295,11 +296,19 @@ TEST_CASE("recompute method: what Megatron refuses or smolcluster does not model
     }
     SECTION("more layers than the model has") {
         p.recompute_num_layers = 25;
-        CHECK_THROWS_WITH(resolve(m, c, p), Contains("between 0 and the model's 24 layers, found 25"));
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("between 0 and the layers of a pipeline chunk (24), found 25"));
     }
-    SECTION("pipeline stages") {
+    SECTION("chunks cut by cost") {
         p.pp = 2;
-        CHECK_THROWS_WITH(resolve(m, c, p), Contains("modelled without pipeline stages"));
+        p.partition = Partition::balanced;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("give the chunks with --stage-layers"));
+    }
+    SECTION("more layers than a chunk holds") {
+        p.pp = 2;
+        p.schedule = Schedule::interleaved;
+        p.virtual_stages = 2;
+        p.recompute_num_layers = 7;
+        CHECK_THROWS_WITH(resolve(m, c, p), Contains("the layers of a pipeline chunk (6), found 7"));
     }
     SECTION("PyTorch") {
         p.framework = "pytorch";
@@ -307,4 +316,44 @@ TEST_CASE("recompute method: what Megatron refuses or smolcluster does not model
         CHECK_THROWS_WITH(resolve(m, c, p), Contains("is Megatron's"));
     }
     SECTION("an unknown method") { CHECK_THROWS_WITH(parse_recompute_method("blocks"), Contains("did you mean 'block'")); }
+}
+
+TEST_CASE("recompute method block under pipeline stages: the first N layers of each chunk, as Megatron's TransformerBlock",
+          "[strategies][recompute]") {
+    // megatron/core/recompute.py:167-181 runs per TransformerBlock, one virtual stage's layers:
+    // virtual stage v of pipeline stage s holds chunk v·pp + s of the layers in order.
+    const Model m = model_preset("gpt2-medium");   // 24 layers
+    const topo::Cluster c = topo::cluster_preset("dgx-a100");
+    Plan p;
+    p.framework = "megatron";
+    p.strategy = DataParallel::zero1;
+    p.global_batch = 16;
+    p.pp = 2;
+    p.recompute = Recompute::full;
+    p.recompute_method = RecomputeMethod::block;
+    p.recompute_num_layers = 2;
+    const auto recomputed = [&](const Plan& plan) {
+        std::set<int> layers;   // 0-based transformer layers that recompute
+        for (const Block& b : strategies::detail::replica_blocks(m, resolve(m, c, plan), plan))
+            if (b.kind == Block::Kind::transformer && b.recompute > Flops{}) layers.insert(b.index - 1);
+        return layers;
+    };
+    CHECK(recomputed(p) == std::set<int>{0, 1, 12, 13});   // 1F1B: two chunks of 12
+    Plan interleaved = p;
+    interleaved.schedule = Schedule::interleaved;
+    interleaved.virtual_stages = 2;
+    CHECK(recomputed(interleaved) == std::set<int>{0, 1, 6, 7, 12, 13, 18, 19});   // four chunks of 6
+    Plan cut = p;
+    cut.stage_layers = {10, 14};
+    CHECK(recomputed(cut) == std::set<int>{0, 1, 10, 11});
+    // The pipeline step sits between no recompute and full recompute.
+    Plan none = p, full = p;
+    none.recompute = Recompute::none;
+    none.recompute_method.reset();
+    none.recompute_num_layers.reset();
+    full.recompute_method.reset();
+    full.recompute_num_layers.reset();
+    const auto step = [&](const Plan& plan) { return tools::simulate_plan(m, c, plan).summary.iteration; };
+    CHECK(step(none) < step(p));
+    CHECK(step(p) < step(full));
 }
