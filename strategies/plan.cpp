@@ -523,7 +523,7 @@ namespace {
 
 /// --recompute-method and --recompute-num-layers as Megatron reads them (megatron/training/
 /// arguments.py: both with --recompute-granularity full; NVIDIA/Megatron-LM d98e8a6
-/// megatron/core/transformer/transformer_block.py _checkpointed_forward): uniform recomputes
+/// megatron/core/recompute.py checkpointed_forward): uniform recomputes
 /// every layer (in groups of N, each from the group's input), block the first N layers of each
 /// pipeline chunk and no other (megatron/core/recompute.py:167-181, per TransformerBlock, a
 /// virtual stage's layers). Modelled: uniform in groups of one (what --recompute full is) and

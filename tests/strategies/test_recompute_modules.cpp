@@ -234,9 +234,9 @@ TEST_CASE("recompute modules: moe under context parallelism: the ring for the co
 
 TEST_CASE("recompute method block: the first N layers recompute in full, the others keep their activations",
           "[strategies][recompute]") {
-    // Megatron's --recompute-method block --recompute-num-layers N (transformer_block.py
-    // _checkpointed_forward: "checkpoint the input activation of only a set number of individual
-    // Transformer layers and skip the rest"): a layer recomputes exactly as under full recompute,
+    // Megatron's --recompute-method block --recompute-num-layers N (megatron/core/recompute.py
+    // checkpointed_forward: "Checkpoint the input activation of only a set number of individual
+    // layers and skip the rest"): a layer recomputes exactly as under full recompute,
     // or exactly as without.
     const Model m = model_preset("gpt2-medium");   // 24 layers
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
