@@ -583,7 +583,6 @@ void resolve_recompute_method(const Model& model, const Plan& plan, Layout& l) {
         for (int i = 0; i < std::min(n, size); ++i) l.recomputed_layers[static_cast<std::size_t>(first + i)] = true;
         first += size;
     }
-    l.recompute_block_layers = n;
 }
 
 /// --recompute-modules against the recompute level, the framework, the model and the plan. Its

@@ -285,7 +285,6 @@ struct Layout {
     int fp8_bf16_first = 0, fp8_bf16_last = 0;   // Plan::first_last_layers_bf16's layers, checked
     /// Full recompute's layers under Megatron's block method (Workload::recomputed_layers); empty: all.
     std::vector<bool> recomputed_layers;
-    int recompute_block_layers = -1;   // its --recompute-num-layers (-1: not the block method)
     /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating
     /// the plan costs in memory, known before either starts.
     std::int64_t estimated_ops = 0;

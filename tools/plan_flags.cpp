@@ -276,8 +276,9 @@ std::vector<std::pair<std::string, std::string>> run_metadata(const std::string&
     if (plan.recompute != Recompute::none) p += std::string(", recompute ") + to_string(plan.recompute);
     if (plan.recompute == Recompute::selective && !(plan.recompute_modules == RecomputeModules{}))
         p += " (" + to_string(plan.recompute_modules) + ")";
-    if (l.recompute_block_layers >= 0)
-        p += " (the first " + std::to_string(l.recompute_block_layers) + (l.pp > 1 ? " layers of each chunk)" : " layers)");
+    if (!l.recomputed_layers.empty())   // the block method's (resolve_recompute_method)
+        p += " (the first " + std::to_string(plan.recompute_num_layers.value_or(1)) +
+             (l.pp > 1 ? " layers of each chunk)" : " layers)");
     if (plan.sequence_parallel) p += ", sp";
     if (l.fp8 != Fp8Recipe::none) p += std::string(", fp8 ") + to_string(l.fp8);
     if (plan.cross_entropy_fusion != strategies::CrossEntropyFusion::none)

@@ -27,6 +27,16 @@ Plan fp8_plan(Fp8Recipe r = Fp8Recipe::delayed) {
     return p;
 }
 
+/// GPT-3 175B's layer shape in 4 layers (a JSON model): GEMM-bound on one DGX H100 at tp 8, and
+/// quick to simulate.
+Model gpt3_four_layers() {
+    const std::string text = R"({"kind": "transformer", "name": "gpt3-4l", "layers": 4, "hidden": 12288, "heads": 96,
+        "kv_heads": 96, "ffn_hidden": 49152, "vocab": 50257, "seq": 2048, "norm": "layernorm", "positions": "learned",
+        "biases": true, "gated_mlp": false, "tied_embeddings": true})";
+    const Json doc = parse_json_text(text, "gpt3-4l.json");
+    return model_from_json(JsonView(doc, "gpt3-4l.json"), "gpt3-4l");
+}
+
 /// Whether `id` runs only casts to FP8 (a weight cast: its own op).
 bool weight_cast(const Built& b, OpId id) {
     const auto kernels = b.graph.kernels_of(id);
@@ -136,12 +146,7 @@ TEST_CASE("an FP8 step of a GEMM-bound plan is faster, by less than the peaks' r
     p.recompute = Recompute::full;
     Plan bf16 = p;
     bf16.fp8 = Fp8Recipe::none;
-    // A few layers keep the test quick: the model's own shape through a JSON of 4 layers.
-    const std::string text = R"({"kind": "transformer", "name": "gpt3-4l", "layers": 4, "hidden": 12288, "heads": 96,
-        "kv_heads": 96, "ffn_hidden": 49152, "vocab": 50257, "seq": 2048, "norm": "layernorm", "positions": "learned",
-        "biases": true, "gated_mlp": false, "tied_embeddings": true})";
-    const Json doc = parse_json_text(text, "gpt3-4l.json");
-    const Model small = model_from_json(JsonView(doc, "gpt3-4l.json"), "gpt3-4l");
+    const Model small = gpt3_four_layers();
     const double fp8 = tools::simulate_plan(small, c, p).summary.iteration.to_seconds();
     const double plain = tools::simulate_plan(small, c, bf16).summary.iteration.to_seconds();
     CHECK(fp8 < plain);
@@ -224,11 +229,7 @@ TEST_CASE("FP8 with --first-last-layers-bf16 keeps the first and last layers' GE
     CHECK(sixteen_bit(p) == std::set<int>{0, 1});
     // Where the GEMMs set the step (GPT-3 175B's layer shape, 4 layers, tp 8, as above), one with
     // its first and last layers in 16 bits lies between the all-FP8 and the all-16-bit ones.
-    const std::string text = R"({"kind": "transformer", "name": "gpt3-4l", "layers": 4, "hidden": 12288, "heads": 96,
-        "kv_heads": 96, "ffn_hidden": 49152, "vocab": 50257, "seq": 2048, "norm": "layernorm", "positions": "learned",
-        "biases": true, "gated_mlp": false, "tied_embeddings": true})";
-    const Json doc = parse_json_text(text, "gpt3-4l.json");
-    const Model big = model_from_json(JsonView(doc, "gpt3-4l.json"), "gpt3-4l");
+    const Model big = gpt3_four_layers();
     Plan all8 = fp8_plan(Fp8Recipe::tensorwise);
     all8.tp = 8;
     all8.sequence_parallel = true;

@@ -23,6 +23,20 @@ namespace {
 
 Model from_text(const std::string& text) { return test::model_from_text(text); }
 
+/// Megatron's distributed optimizer on GPT-2 medium (24 layers), global batch 16, on one DGX A100:
+/// the block-recompute tests' plan, with --recompute full --recompute-method block when `block`.
+Plan megatron_zero1(bool block) {
+    Plan p;
+    p.framework = "megatron";
+    p.strategy = DataParallel::zero1;
+    p.global_batch = 16;
+    if (block) {
+        p.recompute = Recompute::full;
+        p.recompute_method = RecomputeMethod::block;
+    }
+    return p;
+}
+
 /// Two layers, the first dense, the second MoE (8 experts, top 2).
 Model small_moe() {
     return from_text(R"({"kind": "transformer", "name": "small-moe", "layers": 2, "hidden": 256, "heads": 4,
@@ -240,10 +254,7 @@ TEST_CASE("recompute method block: the first N layers recompute in full, the oth
     // or exactly as without.
     const Model m = model_preset("gpt2-medium");   // 24 layers
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
-    Plan p;
-    p.framework = "megatron";
-    p.strategy = DataParallel::zero1;
-    p.global_batch = 16;
+    const Plan p = megatron_zero1(false);
     const auto blocks = [&](const Plan& plan) { return strategies::detail::replica_blocks(m, resolve(m, c, plan), plan); };
     Plan none = p, full = p, block = p, uniform = p;
     full.recompute = block.recompute = uniform.recompute = Recompute::full;
@@ -274,12 +285,7 @@ TEST_CASE("recompute method block: the first N layers recompute in full, the oth
 TEST_CASE("recompute method: what Megatron refuses or smolcluster does not model says why", "[strategies][recompute][plan]") {
     const Model m = model_preset("gpt2-medium");
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
-    Plan p;
-    p.framework = "megatron";
-    p.strategy = DataParallel::zero1;
-    p.global_batch = 16;
-    p.recompute = Recompute::full;
-    p.recompute_method = RecomputeMethod::block;
+    Plan p = megatron_zero1(true);
     SECTION("without full recompute") {
         p.recompute = Recompute::selective;
         CHECK_THROWS_WITH(resolve(m, c, p), Contains("give --recompute full, not selective"));
@@ -324,13 +330,8 @@ TEST_CASE("recompute method block under pipeline stages: the first N layers of e
     // virtual stage v of pipeline stage s holds chunk v·pp + s of the layers in order.
     const Model m = model_preset("gpt2-medium");   // 24 layers
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
-    Plan p;
-    p.framework = "megatron";
-    p.strategy = DataParallel::zero1;
-    p.global_batch = 16;
+    Plan p = megatron_zero1(true);
     p.pp = 2;
-    p.recompute = Recompute::full;
-    p.recompute_method = RecomputeMethod::block;
     p.recompute_num_layers = 2;
     const auto recomputed = [&](const Plan& plan) {
         std::set<int> layers;   // 0-based transformer layers that recompute
