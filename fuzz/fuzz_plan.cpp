@@ -150,6 +150,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         p.first_last_layers_bf16 = in.ConsumeBool();
         if (in.ConsumeBool()) p.num_layers_at_start_in_bf16 = in.ConsumeIntegralInRange(-1, 40);
         if (in.ConsumeBool()) p.num_layers_at_end_in_bf16 = in.ConsumeIntegralInRange(-1, 40);
+        // Megatron's --fp8-param-gather (exhausted input: off).
+        p.fp8_param_gather = in.ConsumeBool();
         // Megatron's --recompute-method and --recompute-num-layers (exhausted input: unset).
         if (in.ConsumeBool()) p.recompute_method = in.ConsumeBool() ? RecomputeMethod::block : RecomputeMethod::uniform;
         if (in.ConsumeBool()) p.recompute_num_layers = in.ConsumeIntegralInRange(-1, 40);

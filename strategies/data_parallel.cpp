@@ -52,6 +52,30 @@ std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_byte
     return out;
 }
 
+std::vector<Bucket> make_fp8_param_buckets(const std::vector<Block>& blocks, int grad_bytes_per_param, Bytes cap) {
+    std::vector<Block> fp8 = blocks;
+    std::int64_t rest = 0;
+    int first_rest = -1;   // the first block, in forward order, with a parameter not in FP8
+    for (Block& b : fp8) {
+        const std::int64_t other = b.params - b.fp8_params;
+        if (other > 0 && first_rest < 0) first_rest = b.index;
+        rest += other;
+        b.params = b.fp8_params;
+    }
+    std::vector<Bucket> out = make_buckets(fp8, grad_bytes_per_param, cap, cap);
+    if (out.empty()) return make_buckets(blocks, grad_bytes_per_param, cap, cap);
+    for (Bucket& b : out) b.fp8 = b.bytes.count() / grad_bytes_per_param;
+    Bucket& start = out.back();
+    start.bytes += Bytes(checked_mul(rest, grad_bytes_per_param, "bytes of a gradient bucket"));
+    if (first_rest >= 0) start.ready_after_block = std::min(start.ready_after_block, first_rest);
+    return out;
+}
+
+Bytes gathered_bytes(const Bucket& b, int grad_bytes_per_param, int param_bytes) {
+    const std::int64_t params = b.bytes.count() / grad_bytes_per_param;
+    return Bytes((params - b.fp8) * param_bytes + b.fp8);
+}
+
 namespace detail {
 
 std::vector<Block> replica_blocks(const Model& model, const Layout& layout, const Plan& plan) {
@@ -166,14 +190,36 @@ std::vector<BlockRecipes> intern_block_recipes(OpGraph& g, const std::vector<Blo
     return out;
 }
 
-std::vector<std::int32_t> intern_fp8_weight_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype) {
+std::vector<std::int32_t> intern_fp8_weight_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
+                                                    bool fp8_params) {
     std::vector<std::int32_t> out(blocks.size(), -1);
     for (const Block& b : blocks) {
         // The block's recipe is its FP8 GEMMs' (fp8_params counts their weights).
         const auto fp8 = std::find_if(b.fwd_kernels.begin(), b.fwd_kernels.end(), [](const Kernel& k) { return k.fp8 != Fp8Recipe::none; });
         if (b.fp8_params == 0 || fp8 == b.fwd_kernels.end()) continue;
-        out[static_cast<std::size_t>(b.index)] = g.intern_recipe(quantize_kernels(b.fp8_params, dtype_bytes(dtype), true, fp8->fp8));
+        if (fp8_params) {
+            const Kernel t = stream_kernel(KernelName::quantize, KernelClass::elementwise,
+                                           checked_mul(b.fp8_params, 2, "bytes of FP8 weight transposes"));
+            out[static_cast<std::size_t>(b.index)] = g.intern_recipe({&t, 1});
+        } else {
+            out[static_cast<std::size_t>(b.index)] = g.intern_recipe(quantize_kernels(b.fp8_params, dtype_bytes(dtype), true, fp8->fp8));
+        }
     }
+    return out;
+}
+
+std::int64_t fp8_weight_tensors(const std::vector<Block>& blocks, int first, int last) {
+    std::int64_t n = 0;
+    for (int i = first; i < last; ++i)
+        for (const Kernel& k : blocks[static_cast<std::size_t>(i)].fwd_kernels) n += k.fp8 != Fp8Recipe::none && k.weight ? k.batch : 0;
+    return n;
+}
+
+std::vector<Kernel> fp8_master_cast_kernels(std::int64_t fp8, DType dtype, Fp8Recipe recipe) {
+    const int b = dtype_bytes(dtype);
+    std::vector<Kernel> out{stream_kernel(KernelName::cast, KernelClass::elementwise,
+                                          checked_mul(fp8, 4 + b, "bytes of the FP8 master weights' cast"))};
+    for (const Kernel& k : quantize_kernels(fp8, b, false, recipe)) out.push_back(k);
     return out;
 }
 
@@ -230,7 +276,7 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
                   const std::function<void(int, const Block&, OpId)>& after_bwd,
                   const std::vector<BlockKernels>* trained, bool activations_to_host,
                   std::optional<GradAccumulation> accumulation,
-                  const std::function<void(int, const Block&, Phase)>& after_pass) {
+                  const std::function<void(int, const Block&, Phase)>& after_pass, bool fp8_params) {
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
@@ -239,8 +285,8 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
     const std::vector<std::int32_t> accumulate =
         accumulation && !(trained && !trained->empty()) ? intern_accumulation_recipes(g, blocks, dtype, *accumulation)
                                                         : std::vector<std::int32_t>(blocks.size(), -1);
-    const std::vector<std::int32_t> fp8_cast = intern_fp8_weight_recipes(g, blocks, dtype);
-    if (const Bytes w = fp8_weight_bytes(blocks, 0, static_cast<int>(blocks.size())); w > Bytes(0))
+    const std::vector<std::int32_t> fp8_cast = intern_fp8_weight_recipes(g, blocks, dtype, fp8_params);
+    if (const Bytes w = fp8_weight_bytes(blocks, 0, static_cast<int>(blocks.size())); w > Bytes(0) && !fp8_params)
         alloc_state(g, rank, w, BufferLabel::parameters);
     for (int mb = 0; mb < microbatches; ++mb) {
         std::vector<std::int32_t> act(blocks.size()), host(blocks.size(), -1);

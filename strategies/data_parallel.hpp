@@ -39,8 +39,19 @@ StateBytes state_bytes(DType dtype);
 struct Bucket {
     Bytes bytes;
     int ready_after_block;  // backward of this block fills the bucket
+    std::int64_t fp8 = 0;   // of its parameters, those kept in FP8 (--fp8-param-gather)
 };
 std::vector<Bucket> make_buckets(const std::vector<Block>& blocks, int grad_bytes_per_param, Bytes cap, Bytes first_cap);
+/// The buckets of Megatron's DDP when the FP8 layers' weights are FP8 tensors (--fp8-param-gather):
+/// those weights fill a buffer of their own (its parameter dtype uint8,
+/// megatron/core/distributed/distributed_data_parallel.py _allocate_buffers_for_parameters), cut
+/// into buckets of `cap` from the model's end, and every other parameter (norms, biases, the
+/// embedding and the head) joins the last of them, the model's start (partition_buckets' case 3,
+/// param_and_grad_buffer.py:1680-1690 at NVIDIA/Megatron-LM d98e8a6). Without an FP8 weight it is
+/// make_buckets.
+std::vector<Bucket> make_fp8_param_buckets(const std::vector<Block>& blocks, int grad_bytes_per_param, Bytes cap);
+/// What bucket b's parameter all-gather moves: `param_bytes` per parameter, one per FP8 one.
+Bytes gathered_bytes(const Bucket& b, int grad_bytes_per_param, int param_bytes);
 /// Megatron's --overlap-param-gather over make_buckets' buckets: the block at whose forward
 /// pre-hook bucket k's parameter all-gather is dispatched. The first bucket in forward order (the
 /// last one made) at its own first block; every other when the bucket after it (k + 1, forward
@@ -91,10 +102,26 @@ std::vector<std::int32_t> intern_accumulation_recipes(OpGraph& g, const std::vec
 /// Transformer Engine casts a linear layer's weight to FP8 with its transpose when the step's
 /// first micro-batch runs it (is_first_microbatch; the copies are reused until the step's end),
 /// one cast of every FP8 weight of the block here (TE's one per weight: the same traffic).
-std::vector<std::int32_t> intern_fp8_weight_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype);
+/// With `fp8_params` (--fp8-param-gather) the weights are FP8 already and the recipe is their
+/// transposes, which Transformer Engine builds after the all-gather for Hopper's FP8 GEMMs
+/// (post_all_gather_processing → Float8Tensor._create_transpose, transformer_engine/pytorch/
+/// tensor/utils.py:1404-1428 at NVIDIA/TransformerEngine d0067d0; Megatron calls it when a
+/// bucket's gather finishes, param_and_grad_buffer.py:337-343): one byte read, one written.
+std::vector<std::int32_t> intern_fp8_weight_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
+                                                    bool fp8_params = false);
 /// The FP8 weight copies of blocks [first, last): 2 bytes per FP8 parameter (row-wise and
-/// transposed), held for the whole step.
+/// transposed), held for the whole step. Under --fp8-param-gather there are none: the FP8 weight
+/// and its transpose take the 16-bit weight's two bytes.
 Bytes fp8_weight_bytes(const std::vector<Block>& blocks, int first, int last);
+/// The FP8 weight tensors of blocks [first, last) (each FP8 GEMM with a weight operand): the
+/// amaxes --fp8-param-gather reduces after the optimizer step, one fp32 each.
+std::int64_t fp8_weight_tensors(const std::vector<Block>& blocks, int first, int last);
+/// --fp8-param-gather after the optimizer step, over a shard of `fp8` FP8 weights: the fp32 main
+/// weights cast to the 16-bit dtype first "to keep numerical consistency", then to FP8 into the
+/// model's weights (megatron/core/fp8_utils.py quantize_param_shard → Transformer Engine's
+/// cast_master_weights_to_fp8; utils.py:286-290, :371-463 delayed, :466-590 current scaling,
+/// whose amax is a reduction over the shard before the cast).
+std::vector<Kernel> fp8_master_cast_kernels(std::int64_t fp8, DType dtype, Fp8Recipe recipe);
 /// Whether micro-batch `mb` (0-based) of a step runs the accumulation pass: every later one under
 /// autograd (the first hands its gradient over), every one under Megatron's main_grad hook,
 /// none when fused.
@@ -155,7 +182,7 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
                   const std::function<void(int, const Block&, OpId)>& after_bwd = {},
                   const std::vector<BlockKernels>* trained = nullptr, bool activations_to_host = false,
                   std::optional<GradAccumulation> accumulation = std::nullopt,
-                  const std::function<void(int, const Block&, Phase)>& after_pass = {});
+                  const std::function<void(int, const Block&, Phase)>& after_pass = {}, bool fp8_params = false);
 
 /// How a ZeRO stage's gradient reductions are timed (DeepSpeed's overlap_comm; Megatron's
 /// distributed optimizer): on the comm stream as backward fills each bucket, on the compute

@@ -136,6 +136,9 @@ const std::vector<Row>& rows() {
             // 4e3840535b of 2024-08-23, "Overlap param all-gather with optimizer step"; in
             // megatron/training/arguments.py at core_v0.9.0, not at core_v0.8.0).
             f.can_overlap_param_gather_with_optimizer_step = true;
+            // and --fp8-param-gather (DistributedDataParallelConfig.fp8_param_gather; in
+            // megatron/training/arguments.py at core_v0.9.0, not at core_v0.8.0).
+            f.fp8_param_gather = true;
             f.version = "0.11";
             t.push_back({FrameworkName::megatron, {0, 9}, f});
             // Core 0.12 adds --optimizer-cpu-offload (NVIDIA/Megatron-LM 60007c93d3 of 2025-02-14,

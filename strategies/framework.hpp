@@ -143,6 +143,9 @@ struct Framework {
     /// Keeps the first and last layers in 16 bits under FP8 when asked (--first-last-layers-bf16):
     /// Megatron core 0.12 and later (transformer_config.py first_last_layers_bf16, not at core_v0.11.0).
     bool fp8_first_last_bf16 = false;
+    /// Keeps FP8 weights in FP8 and gathers them so when asked (--fp8-param-gather): Megatron core
+    /// 0.9 and later (megatron/training/arguments.py at core_v0.9.0, not at core_v0.8.0).
+    bool fp8_param_gather = false;
     /// Megatron core's fused cross-entropy (--cross-entropy-fusion): native from core 0.8
     /// (NVIDIA/Megatron-LM 7b4a6d76c9 of 2024-06-14, first in core_r0.8.0), te from core 0.12
     /// (0f60adbd30 of 2025-03-08, first in core_v0.12.0) until core 0.19 refused it

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <tuple>
 
@@ -250,7 +251,7 @@ public:
         // the step: accumulated as the framework does (Framework::grad_accumulation), the last
         // stage's copy of a tied table with the head.
         accumulate_ = detail::intern_accumulation_recipes(g_, blocks_, l_.dtype, l_.framework.grad_accumulation, tied_params_);
-        fp8_cast_ = detail::intern_fp8_weight_recipes(g_, blocks_, l_.dtype);
+        fp8_cast_ = detail::intern_fp8_weight_recipes(g_, blocks_, l_.dtype, l_.fp8_param_gather);
         make_segments();
     }
 
@@ -437,7 +438,7 @@ public:
                     if (opt - host_opt > 0)
                         g_.add_alloc(g_.add_buffer(r, Tier::device, Bytes(opt - host_opt), BufferLabel::optimizer_state),
                                      Stream::compute);
-                    if (const Bytes w = device_fp8_weight_bytes(s); w > Bytes(0))
+                    if (const Bytes w = device_fp8_weight_bytes(s); w > Bytes(0) && !l_.fp8_param_gather)
                         g_.add_alloc(g_.add_buffer(r, Tier::device, w, BufferLabel::parameters), Stream::compute);
                     if (const Bytes w = device_frozen_bytes(s); w > Bytes(0))
                         g_.add_alloc(g_.add_buffer(r, Tier::device, w, BufferLabel::parameters), Stream::compute);
@@ -508,11 +509,12 @@ private:
     /// The FP8 weight copies of device s's chunks (detail::fp8_weight_bytes).
     Bytes device_fp8_weight_bytes(int s) const {
         Bytes b;
-        for (int c = 0; c < schedule_.chunks; ++c) {
-            const Chunk& k = chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))];
-            b += detail::fp8_weight_bytes(blocks_, k.first, k.last);
-        }
+        for (int c = 0; c < schedule_.chunks; ++c) b += chunk_fp8_weight_bytes(schedule_.virtual_stage(s, c));
         return b;
+    }
+    Bytes chunk_fp8_weight_bytes(int vs) const {
+        const Chunk& k = chunks_[static_cast<std::size_t>(vs)];
+        return detail::fp8_weight_bytes(blocks_, k.first, k.last);
     }
     /// The frozen weights device s holds (LoRA / QLoRA; 0 in full training), its copy of a tied
     /// table included.
@@ -1274,7 +1276,9 @@ private:
     /// The gradient buckets of one chunk's dense parameters, in reverse block order (as backward
     /// fills them); zero1 gathers its parameters in the same buckets.
     std::vector<Bucket> chunk_buckets(const Chunk& c) const {
-        return make_buckets(moe_.dense_part(blocks_, c.first, c.last), sb_.grads, l_.bucket, l_.first_bucket);
+        const std::vector<Block> dense = moe_.dense_part(blocks_, c.first, c.last);
+        return l_.fp8_param_gather ? make_fp8_param_buckets(dense, sb_.grads, l_.bucket)
+                                   : make_buckets(dense, sb_.grads, l_.bucket, l_.first_bucket);
     }
 
     /// Megatron's --overlap-param-gather in a chunk's first forward: block i's pre-hook dispatches
@@ -1331,7 +1335,7 @@ private:
                                Phase phase = Phase::fwd) {
         const int communicator = chain.experts ? t * l_.ep + d % l_.ep : t;
         std::int32_t& cid = chain.cid[k * chain.communicators + static_cast<std::size_t>(communicator)];
-        const Bytes params = Bytes(chain.buckets[k].bytes.count() / sb_.grads * sb_.params);
+        const Bytes params = gathered_bytes(chain.buckets[k], sb_.grads, sb_.params);
         if (cid < 0)
             cid = chain.experts ? g_.declare_collective(CollectiveKind::all_gather, expert_data_parallel_group(l_, t, d, s), params,
                                                         -1, kExpertDataParallelGroup)
@@ -1376,7 +1380,7 @@ private:
                               op);
                     last_comm_[static_cast<std::size_t>(group[static_cast<std::size_t>(d)])] = op;
                 }
-                if (zero1 && t == 0) gathers_[static_cast<std::size_t>(s)].push_back(buckets[k].bytes);
+                if (zero1 && t == 0) gathers_[static_cast<std::size_t>(s)].push_back(buckets[k]);
             }
         }
         moe_.grad_sync(s, c.first, c.last, cap, sb_.grads, zero1, grad_ready_, last_comm_);
@@ -1645,25 +1649,29 @@ private:
                         const int first_vs = schedule_.virtual_stage(s, 0);
                         const Chunk& k = chunks_[static_cast<std::size_t>(first_vs)];
                         const std::int64_t first = zero1_shard(k.params, moe_.expert_params(k.first, k.last), l_);
-                        const OpId stepped = add_optimizer_steps(g_, l_, StepRunner::device, {r}, first, {}, false, {after}).front();
+                        std::vector<int> rest;
+                        for (int c = 1; c < schedule_.chunks; ++c) rest.push_back(schedule_.virtual_stage(s, c));
+                        const OpId stepped =
+                            cast_fp8_params(t, s, {first_vs}, add_optimizer_steps(g_, l_, StepRunner::device, {r}, first, {}, false, {after}).front());
                         dispatch_param_gathers(param_gathers(first_vs), t, d, s, stepped, Phase::opt);
-                        opt[static_cast<std::size_t>(slot(t, d))] =
-                            add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard - first, {}, false, {stepped}).front();
+                        opt[static_cast<std::size_t>(slot(t, d))] = cast_fp8_params(
+                            t, s, rest, add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard - first, {}, false, {stepped}).front());
                         continue;
                     }
+                    std::vector<int> chunks;
+                    for (int c = 0; c < schedule_.chunks; ++c) chunks.push_back(schedule_.virtual_stage(s, c));
                     opt[static_cast<std::size_t>(slot(t, d))] =
                         offload_        ? offloaded_step(r, s, shard, after)
                         : fsdp_offload_ ? add_optimizer_steps(g_, l_, StepRunner::torch_cpu, {r}, shard, {}, false,
                                                               {fsdp_out_[static_cast<std::size_t>(r)]}).front()
-                                        : add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {}, false, {after}).front();
+                                        : cast_fp8_params(t, s, chunks,
+                                                          add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard, {}, false, {after}).front());
                 }
             if (zero1 && l_.dp_cp() > 1 && !l_.framework.overlap_param_gather)   // else in the forward (ParamGathers)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const std::vector<int> group = dp_group(t, s);
-                    for (Bytes b : gathers_[static_cast<std::size_t>(s)]) {
-                        // Each bucket's parameters (sb.params bytes per gradient's sb.grads).
-                        const Bytes params = Bytes(b.count() / sb_.grads * sb_.params);
-                        const auto cid = g_.declare_collective(CollectiveKind::all_gather, group, params);
+                    for (const Bucket& b : gathers_[static_cast<std::size_t>(s)]) {
+                        const auto cid = g_.declare_collective(CollectiveKind::all_gather, group, gathered_bytes(b, sb_.grads, sb_.params));
                         for (int d = 0; d < emit_dp_; ++d) {
                             const OpId op = g_.add_collective_op(cid, group[static_cast<std::size_t>(d)], Stream::comm, Phase::opt);
                             g_.depend(opt[static_cast<std::size_t>(slot(t, d))], op);
@@ -1672,6 +1680,33 @@ private:
                 }
             if (zero1 && !l_.framework.overlap_param_gather) moe_.gather_experts(s, sb_.params, sb_.grads, opt);
         }
+    }
+
+    /// --fp8-param-gather after rank (t, ·, s)'s optimizer step `stepped` over the shard of virtual
+    /// stages `vs`: its FP8 weights cast from the fp32 ones (detail::fp8_master_cast_kernels), then
+    /// their amaxes all-reduced over the data-parallel group, one fp32 per weight tensor (Megatron's
+    /// _copy_main_params_to_model_params → quantize_param_shard, per chained optimizer). Returns
+    /// what the gathers follow: `stepped` without the flag.
+    OpId cast_fp8_params(int t, int s, const std::vector<int>& vs, OpId stepped) {
+        if (!l_.fp8_param_gather || vs.empty()) return stepped;
+        const int r = g_.op(stepped).rank;
+        Bytes fp8;
+        std::int64_t tensors = 0;
+        for (int v : vs) {
+            fp8 += chunk_fp8_weight_bytes(v);
+            const Chunk& k = chunks_[static_cast<std::size_t>(v)];
+            tensors += detail::fp8_weight_tensors(blocks_, k.first, k.last);
+        }
+        const std::int32_t recipe =
+            g_.intern_recipe(detail::fp8_master_cast_kernels(zero1_shard(fp8.count() / 2, 0, l_), l_.dtype, l_.fp8));
+        const OpId cast = g_.add_kernels(r, Phase::opt, -1, -1, recipe, l_.dtype);
+        g_.depend(stepped, cast);
+        if (l_.dp_cp() == 1) return cast;
+        std::int32_t& cid = amax_cid_[{s, t, vs.front()}];
+        if (cid == 0) cid = g_.declare_collective(CollectiveKind::all_reduce, dp_group(t, s), Bytes(tensors * 4)) + 1;
+        const OpId amax = g_.add_collective_op(cid - 1, r, Stream::comm, Phase::opt);
+        g_.depend(cast, amax);
+        return amax;
     }
 
     const Model& model_;
@@ -1716,7 +1751,8 @@ private:
     Training training_;              // LoRA / QLoRA's passes and frozen weights (full: empty)
     std::vector<std::vector<std::int32_t>> act_;        // per virtual stage: buffer per (micro-batch, rank slot)
     std::vector<std::vector<OpId>> grad_ready_;         // per rank slot of the current stage: per block
-    std::vector<std::vector<Bytes>> gathers_;           // zero1: per device, the buckets to all-gather
+    std::vector<std::vector<Bucket>> gathers_;          // zero1: per device, the buckets to all-gather
+    std::map<std::tuple<int, int, int>, std::int32_t> amax_cid_;   // --fp8-param-gather: (stage, tensor rank, chunk) → cid + 1
     std::vector<OpId> last_comm_;                       // per rank: its last gradient collective
     std::vector<OpId> final_compute_;                   // per rank: its latest compute-stream op
     std::vector<std::pair<int, int>> deferred_syncs_;   // (device, virtual stage) reduced after backward

@@ -420,6 +420,39 @@ void resolve_fp8_bf16_layers(const Model& model, const Plan& plan, Layout& l) {
     l.fp8_bf16_last = count(plan.num_layers_at_end_in_bf16, "--num-layers-at-end-in-bf16");
 }
 
+/// --fp8-param-gather as Megatron core allows it (NVIDIA/Megatron-LM d98e8a6
+/// megatron/training/arguments.py:1095-1097: the distributed optimizer, torch FSDP2 or Megatron-FSDP;
+/// :1889-1892: with --optimizer-cpu-offload only under delayed scaling), of what is modelled here:
+/// zero1 under FP8, dense layers, the optimizer on the device.
+void resolve_fp8_param_gather(const Model& model, const Plan& plan, Layout& l) {
+    if (!plan.fp8_param_gather) return;
+    const ErrorContext at{"", "", "--fp8-param-gather"};
+    if (l.fp8 == Fp8Recipe::none)
+        fail_input("has no effect without --fp8: it keeps the FP8 layers' weights in FP8 and gathers them so", at);
+    if (!l.framework.fp8_param_gather)
+        fail_input(describe(l.framework) + " has no --fp8-param-gather (Megatron core 0.9 and later)", at);
+    if (plan.strategy == DataParallel::fsdp)
+        fail_input("with Megatron-FSDP (--strategy fsdp) is not modelled yet: its units would gather FP8 weights and "
+                   "build their transposes after every gather; use --strategy zero1 (the distributed optimizer)",
+                   at);
+    if (plan.strategy != DataParallel::zero1)
+        fail_input(std::string("Megatron asserts \"--fp8-param-gather only supported with distributed optimizer, torch "
+                               "fsdp2, megatron fsdp, or inference mode\" (megatron/training/arguments.py); give --strategy "
+                               "zero1, not ") +
+                       to_string(plan.strategy),
+                   at);
+    if (model.is_transformer() && model.shape().is_moe())
+        fail_input("is not modelled with a mixture of experts yet (the experts' grouped weights and their own "
+                   "expert-data-parallel gathers); leave it out",
+                   at);
+    if (l.optimizer_offload != Offload::none)
+        fail_input("with the optimizer on the host is not modelled (Megatron allows it under --fp8 delayed only, "
+                   "arguments.py: \"When `--fp8-param-gather` is enabled, the optimizer cpu offload must be used in "
+                   "conjunction with `--fp8-recipe delayed`\"); leave out one of them",
+                   at);
+    l.fp8_param_gather = true;
+}
+
 /// Megatron core's fused cross-entropy (--cross-entropy-fusion) where the framework has it: the
 /// head's loss kernels become the fused function's (Layout::framework.loss).
 void resolve_cross_entropy_fusion(const Model& model, const Plan& plan, Layout& l) {
@@ -1523,6 +1556,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     resolve_cross_entropy_fusion(model, plan, l);
     resolve_vocab_multiple(model, plan, l);
     resolve_training(model, cluster, plan, l);
+    resolve_fp8_param_gather(model, plan, l);   // after the offload is known
     resolve_zeropp(cluster, plan, l);
     resolve_mics(cluster, plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths

@@ -216,6 +216,10 @@ struct Plan {
     /// num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16 transformer layers (1 each
     /// unless given) stay in the 16-bit dtype.
     bool first_last_layers_bf16 = false;
+    /// Megatron core's --fp8-param-gather (core 0.9 on), with the distributed optimizer (zero1):
+    /// the FP8 linear layers' weights are kept in FP8 (no 16-bit copy), the optimizer step casts its
+    /// fp32 shard to FP8, and the all-gather moves one byte per FP8 weight.
+    bool fp8_param_gather = false;
     std::optional<int> num_layers_at_start_in_bf16, num_layers_at_end_in_bf16;
     /// Megatron core's fused cross-entropy (--cross-entropy-fusion): the loss's kernels as
     /// Megatron's fused function or Transformer Engine's run them (core/transformer.cpp
@@ -283,6 +287,7 @@ struct Layout {
     AttentionBackend attention_backend = AttentionBackend::flash;
     Fp8Recipe fp8 = Fp8Recipe::none;  // Plan::fp8, checked against the framework, dtype and devices
     int fp8_bf16_first = 0, fp8_bf16_last = 0;   // Plan::first_last_layers_bf16's layers, checked
+    bool fp8_param_gather = false;   // Plan::fp8_param_gather, checked (zero1 under Megatron core with --fp8)
     /// Full recompute's layers under Megatron's block method (Workload::recomputed_layers); empty: all.
     std::vector<bool> recomputed_layers;
     /// An upper estimate of the ops build() emits (estimated_ops): what building and simulating

@@ -121,7 +121,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     const Framework& fw = layout.framework;
     const bool ipg = deepspeed_engine(fw.name);
     const Bytes cap = ipg ? reduce_bucket_cap(fw, params, sb.grads) : layout.bucket;
-    const std::vector<Bucket> buckets = make_buckets(blocks, sb.grads, cap, cap);
+    const std::vector<Bucket> buckets =
+        layout.fp8_param_gather ? make_fp8_param_buckets(blocks, sb.grads, cap) : make_buckets(blocks, sb.grads, cap, cap);
     const int last_block = static_cast<int>(blocks.size()) - 1;
     // ZeRO-Offload (stage_1_and_2.py with offload_optimizer): the optimizer state, the fp32
     // gradient partition and the step on the host (strategies/offload.hpp).
@@ -198,9 +199,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     const bool gather_in_forward = fw.overlap_param_gather && n > 1;
     std::vector<std::vector<OpId>> forward_gathers(gather_in_forward ? buckets.size() : 0);   // [bucket][slot]
     for (std::size_t k = forward_gathers.size(); k-- > 0;)
-        forward_gathers[k] = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather,
-                                               Bytes(buckets[k].bytes.count() / sb.grads * sb.params), Stream::comm, Phase::fwd,
-                                               buckets[k].ready_after_block, 0, static_cast<int>(k));
+        forward_gathers[k] = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, gathered_bytes(buckets[k], sb.grads, sb.params),
+                                               Stream::comm, Phase::fwd, buckets[k].ready_after_block, 0, static_cast<int>(k));
     for (std::size_t d = 0; d < emit; ++d) {
         const int r = replicas[d];
         if (!offload) {
@@ -306,7 +306,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels,
                                     layout.activation_offload,
                                     stage == 1 ? std::optional(layout.framework.grad_accumulation) : std::nullopt,
-                                    tp_collectives.hook(static_cast<int>(d))));
+                                    tp_collectives.hook(static_cast<int>(d)), layout.fp8_param_gather));
     }
 
     for (std::size_t k = 0; k < forward_gathers.size(); ++k) {
@@ -395,6 +395,23 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         // refused with tensor parallelism).
         opt = add_optimizer_steps(g, layout, StepRunner::device, replicas, mine, layer_params(blocks, n), n > 1 && tp == 1, after,
                                   comm);
+        // --fp8-param-gather: the shard's FP8 weights cast from the fp32 ones, then their amaxes
+        // reduced over the group (one fp32 per weight tensor), before the gathers.
+        if (layout.fp8_param_gather) {
+            const int last = static_cast<int>(blocks.size());
+            const std::int64_t fp8 = shard(fp8_weight_bytes(blocks, 0, last).count() / 2, n);
+            const std::int32_t recipe = g.intern_recipe(fp8_master_cast_kernels(fp8, layout.dtype, layout.fp8));
+            for (std::size_t d = 0; d < emit; ++d) {
+                const OpId cast = g.add_kernels(replicas[d], Phase::opt, -1, -1, recipe, layout.dtype);
+                g.depend(opt[d], cast);
+                opt[d] = cast;
+            }
+            if (n > 1) {
+                const auto amax = over_tensor_ranks(g, layout, ts, CollectiveKind::all_reduce,
+                                                    Bytes(fp8_weight_tensors(blocks, 0, last) * 4), comm, Phase::opt, -1, -1, -1);
+                for (std::size_t d = 0; d < emit; ++d) g.depend(opt[d], amax[d]), opt[d] = amax[d];
+            }
+        }
     } else {
         if (!layout.delayed_update)
             host_step = add_optimizer_steps(g, layout, StepRunner::deepspeed_cpu, replicas, mine, layer_params(blocks, n),
@@ -409,9 +426,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
     // with Megatron's --overlap-param-gather: forward_gathers).
     if (n > 1 && !gather_in_forward)
         for (std::size_t k = 0; k < buckets.size(); ++k) {
-            const Bytes bytes = Bytes(buckets[k].bytes.count() / sb.grads * sb.params);
-            const auto ops = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, bytes, comm, Phase::opt, -1, -1,
-                                               static_cast<int>(k));
+            const auto ops = over_tensor_ranks(g, layout, ts, CollectiveKind::all_gather, gathered_bytes(buckets[k], sb.grads, sb.params),
+                                               comm, Phase::opt, -1, -1, static_cast<int>(k));
             for (std::size_t d = 0; d < emit; ++d) g.depend(opt[d], ops[d]);
         }
     fold_replicas(g, layout);

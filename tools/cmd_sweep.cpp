@@ -53,7 +53,7 @@ struct SweepFlags {
     std::string max_memory;
     std::string dispatch_overhead;
     std::vector<std::string> frameworks;
-    bool overlap_grad_reduce = false, overlap_param_gather = false, tp_comm_overlap = false;
+    bool overlap_grad_reduce = false, overlap_param_gather = false, tp_comm_overlap = false, fp8_param_gather = false;
     std::optional<int> vocab_multiple;
     std::string profile;
     std::string slow;
@@ -119,7 +119,7 @@ void print_sweep(std::ostream& out, const Model& model, const NodeSweep& n, cons
         << (o.attention_backend ? std::string(", attention backend ") + to_string(*o.attention_backend) : std::string())
         << (o.frameworks.empty() ? std::string() : (o.frameworks.size() == 1 ? ", framework " : ", frameworks ") + join(o.frameworks))
         << (o.overlap_grad_reduce ? ", overlap-grad-reduce" : "") << (o.overlap_param_gather ? ", overlap-param-gather" : "")
-        << (o.tp_comm_overlap ? ", tp-comm-overlap" : "")
+        << (o.tp_comm_overlap ? ", tp-comm-overlap" : "") << (o.fp8_param_gather ? ", fp8-param-gather" : "")
         << (o.vocab_multiple ? ", vocabulary padded to a multiple of " + std::to_string(*o.vocab_multiple) + " × tp on Megatron"
                              : std::string())
         << ", objective " << to_string(o.objective) << ", " << sim::to_string(o.network) << " network\n";
@@ -349,6 +349,7 @@ Json plan_json(const Model& model, const SweepResult& r, const PlanResult& p, st
            {"overlap_grad_reduce", p.plan.overlap_grad_reduce},
            {"overlap_param_gather", p.plan.overlap_param_gather},
            {"tp_comm_overlap", p.plan.tp_comm_overlap},
+           {"fp8_param_gather", p.plan.fp8_param_gather},
            {"partition", p.plan.partition ? Json(strategies::to_string(*p.plan.partition)) : Json(nullptr)},
            {"device_order", r.orders[static_cast<std::size_t>(p.order)].name},
            {"status", to_string(p.status)},
@@ -393,7 +394,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
     out << "model,cluster,nodes,devices,index,rank,strategy,fsdp_sharding,tp,pp,cp,cp_comm,ep,dp,schedule,virtual_stages,micro_batch,microbatches,"
            "recompute,sp,offload,compress,overlap_grad_reduce,framework,partition,device_order,status,network,iteration_time_s,samples_per_s,tokens_per_s,mfu,peak_memory_bytes,min_headroom,"
            "bubble_fraction,exposed_comm_s,memory_lower_bound_bytes,screen_iteration_time_s,reason,zeropp,mics,recompute_modules,"
-           "overlap_param_gather,tp_comm_overlap\n";
+           "overlap_param_gather,tp_comm_overlap,fp8_param_gather\n";
     auto quoted = [](const std::string& s) {
         std::string q = "\"";
         for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -430,7 +431,7 @@ std::string csv_text(const Model& model, const std::vector<NodeSweep>& sweeps) {
                 << quoted(zeropp_flags(p.plan)) << ','
                 << (p.plan.zero_mics_shard_size > 0 ? std::to_string(p.plan.zero_mics_shard_size) : "") << ','
                 << quoted(recompute_modules_of(p.plan)) << ',' << (p.plan.overlap_param_gather ? "true" : "false") << ','
-                << (p.plan.tp_comm_overlap ? "true" : "false") << '\n';
+                << (p.plan.tp_comm_overlap ? "true" : "false") << ',' << (p.plan.fp8_param_gather ? "true" : "false") << '\n';
         }
     }
     return out.str();
@@ -446,6 +447,7 @@ std::string json_text(const Model& model, const SweepOptions& o, const SweepFlag
     if (o.overlap_grad_reduce) j["overlap_grad_reduce"] = true;
     if (o.overlap_param_gather) j["overlap_param_gather"] = true;
     if (o.tp_comm_overlap) j["tp_comm_overlap"] = true;
+    if (o.fp8_param_gather) j["fp8_param_gather"] = true;
     if (o.vocab_multiple) j["make_vocab_size_divisible_by"] = *o.vocab_multiple;
     if (!f.slow.empty()) j["slow"] = f.slow;
     if (f.jitter > 0) {
@@ -571,6 +573,10 @@ int run_sweep(const SweepFlags& f, const Io& io, exec::Session* session) {
     o.overlap_grad_reduce = f.overlap_grad_reduce;
     o.overlap_param_gather = f.overlap_param_gather;
     o.tp_comm_overlap = f.tp_comm_overlap;
+    o.fp8_param_gather = f.fp8_param_gather;
+    if (o.fp8_param_gather && o.fp8 == Fp8Recipe::none)
+        fail_input("has no effect without --fp8: it keeps the FP8 layers' weights in FP8 and gathers them so",
+                   flag("--fp8-param-gather"));
     if (f.vocab_multiple) {
         // What resolve would refuse of every plan alike is refused here; a plan off Megatron
         // trains the model's vocabulary (sweep.cpp resolve_lenient).
@@ -795,6 +801,10 @@ Command add_sweep(CLI::App& parent) {
                   "every plan with sequence parallelism on Megatron core runs its tensor-parallel collectives through "
                   "Transformer Engine's userbuffers (Megatron's --tp-comm-overlap); other plans run as they do (each "
                   "plan's tp_comm_overlap in --csv and --json)");
+    app->add_flag("--fp8-param-gather", f->fp8_param_gather,
+                  "with --fp8, every zero1 plan on Megatron core keeps its FP8 weights in FP8 and all-gathers them so "
+                  "(Megatron's --fp8-param-gather); other plans run as they do (each plan's fp8_param_gather in --csv and "
+                  "--json)");
     app->add_option("--make-vocab-size-divisible-by", f->vocab_multiple,
                     "every plan on Megatron or Megatron-DeepSpeed pads the vocabulary to a multiple of N × tp (default: "
                     "128, Megatron's); plans on PyTorch and DeepSpeed train the model's vocabulary");

@@ -204,6 +204,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
     app.add_flag("--first-last-layers-bf16", f.first_last_layers_bf16,
                  "Megatron core's (0.12 on): with --fp8 tensorwise, keep the first and the last transformer layers in "
                  "the 16-bit dtype (--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16: 1 each by default)");
+    app.add_flag("--fp8-param-gather", f.fp8_param_gather,
+                 "Megatron core's (0.9 on): with --fp8 and --strategy zero1, keep the FP8 layers' weights in FP8 (no "
+                 "16-bit copy), cast the optimizer's fp32 shard to FP8 after the step and all-gather one byte per weight");
     app.add_option("--num-layers-at-start-in-bf16", f.num_layers_at_start_in_bf16,
                    "with --first-last-layers-bf16: how many first layers stay in 16 bits (default 1)");
     app.add_option("--num-layers-at-end-in-bf16", f.num_layers_at_end_in_bf16,
@@ -565,6 +568,7 @@ strategies::Plan resolve_plan(const PlanFlags& f) {
     if (!f.cp_comm.empty()) p.cp_comm = parse_cp_comm(f.cp_comm, flag("--cp-comm"));
     if (!f.fp8.empty()) p.fp8 = parse_fp8_recipe(f.fp8, flag("--fp8"));
     p.first_last_layers_bf16 = f.first_last_layers_bf16;
+    p.fp8_param_gather = f.fp8_param_gather;
     p.num_layers_at_start_in_bf16 = f.num_layers_at_start_in_bf16;
     p.num_layers_at_end_in_bf16 = f.num_layers_at_end_in_bf16;
     if (!f.cross_entropy_fusion.empty()) p.cross_entropy_fusion = strategies::parse_cross_entropy_fusion(f.cross_entropy_fusion);

@@ -79,6 +79,7 @@ struct PlanFlags {
     std::string attention_backend;       // empty: the framework's (cuDNN under Megatron core on Hopper)
     std::string fp8;                     // empty: no FP8; delayed or tensorwise (--fp8)
     bool first_last_layers_bf16 = false;   // --first-last-layers-bf16
+    bool fp8_param_gather = false;         // --fp8-param-gather
     std::optional<int> num_layers_at_start_in_bf16, num_layers_at_end_in_bf16;
     std::string cross_entropy_fusion;    // empty: none; native or te (--cross-entropy-fusion)
     std::optional<int> vocab_multiple;   // --make-vocab-size-divisible-by; unset: the framework's

@@ -146,6 +146,7 @@ traces::StepInfo step_info(const Model& model, const topo::Cluster& cluster, con
     info.fp8 = to_string(l.fp8);
     info.fp8_bf16_first = l.fp8_bf16_first;
     info.fp8_bf16_last = l.fp8_bf16_last;
+    info.fp8_param_gather = l.fp8_param_gather;
     info.cross_entropy_fusion = strategies::to_string(plan.cross_entropy_fusion);
     info.compression = strategies::to_string(plan.compress);
     info.finetune = strategies::to_string(plan.finetune);

@@ -327,7 +327,8 @@ struct Candidate {
 /// that cannot run it (resolve refuses naming the flag) runs as its framework does, the flag
 /// cleared in `p`. --overlap-grad-reduce: a plan that overlaps already or cannot (ZeRO-3's
 /// buckets, PyTorch DDP; "no effect here"). --overlap-param-gather: a plan without Megatron's
-/// distributed optimizer, or on one data-parallel rank. --tp-comm-overlap: a plan off
+/// distributed optimizer, or on one data-parallel rank. --fp8-param-gather: a plan without it, with
+/// experts or its optimizer offloaded. --tp-comm-overlap: a plan off
 /// Megatron core, or with experts. --make-vocab-size-divisible-by: a plan off Megatron,
 /// which trains the model's vocabulary as it is. `cleared` keeps the first reason per flag.
 Layout resolve_lenient(const Context& c, Plan& p, std::map<std::string, std::string>& cleared) {
@@ -342,6 +343,8 @@ Layout resolve_lenient(const Context& c, Plan& p, std::map<std::string, std::str
                 p.overlap_param_gather = false;
             else if (p.tp_comm_overlap && flag == "--tp-comm-overlap")
                 p.tp_comm_overlap = false;
+            else if (p.fp8_param_gather && flag == "--fp8-param-gather")
+                p.fp8_param_gather = false;
             else if (p.vocab_multiple && flag == "--make-vocab-size-divisible-by")
                 p.vocab_multiple.reset();
             else
@@ -368,6 +371,7 @@ void refuse_idle_flags(const Context& c, const std::vector<Candidate>& done, con
         {c.options.tp_comm_overlap, &Plan::tp_comm_overlap, "--tp-comm-overlap",
          "it runs the tensor-parallel collectives of plans with sequence parallelism, and no plan searched has a --tp of 2 "
          "or more"},
+        {c.options.fp8_param_gather, &Plan::fp8_param_gather, "--fp8-param-gather", ""},
     };
     const auto resolved = [](const Candidate& k) { return k.layout.has_value(); };
     if (std::none_of(done.begin(), done.end(), resolved)) return;
@@ -401,6 +405,7 @@ std::vector<Candidate> enumerate(const Context& c) {
         base.framework = "megatron";
     base.overlap_grad_reduce = c.options.overlap_grad_reduce;
     base.overlap_param_gather = c.options.overlap_param_gather;
+    base.fp8_param_gather = c.options.fp8_param_gather;
     base.vocab_multiple = c.options.vocab_multiple;
     base.fold = c.options.fold;
     base.framework_overrides.dispatch_per_kernel = c.options.dispatch;

@@ -351,7 +351,7 @@ void print_table(std::ostream& out, const Summary& s) {
                                        ? "; the first " + std::to_string(i.fp8_bf16_first) + " and last " +
                                              std::to_string(i.fp8_bf16_last) + " layers in " + i.dtype
                                        : std::string()) +
-                                  ")")
+                                  (i.fp8_param_gather ? "; weights kept and gathered in FP8" : "") + ")")
         << (i.cross_entropy_fusion == "none" ? "" : ", " + i.cross_entropy_fusion + " fused cross-entropy")
         << (i.optimizer == "adam" ? "" : ", " + i.optimizer)
         << (i.attention.empty() ? "" : ", " + i.attention + " attention" + (i.attention_backend == "fused"    ? " (cuDNN)"

@@ -44,6 +44,7 @@ struct StepInfo {
     std::string dtype;
     std::string fp8 = "none";           // --fp8: "none", "delayed", "tensorwise"
     int fp8_bf16_first = 0, fp8_bf16_last = 0;   // --first-last-layers-bf16's layers, kept in 16 bits
+    bool fp8_param_gather = false;               // --fp8-param-gather
     std::string cross_entropy_fusion = "none";   // --cross-entropy-fusion: "none", "native", "te"
     /// Rows of the vocab-parallel embedding and head, padded (Megatron's --make-vocab-size-divisible-by);
     /// 0 for layer lists.

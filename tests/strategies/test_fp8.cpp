@@ -272,3 +272,154 @@ TEST_CASE("FP8 with --first-last-layers-bf16 says why where Megatron refuses it"
         CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("has no effect without --first-last-layers-bf16"));
     }
 }
+
+TEST_CASE("FP8 parameters (--fp8-param-gather) are bucketed on their own from the model's end with every other parameter in the last",
+          "[strategies][fp8]") {
+    // Megatron's DDP with FP8 weights: a uint8 buffer of its own, and partition_buckets' case 3
+    // (param_and_grad_buffer.py:1680-1690) merges the 16-bit buffer's buckets into the last FP8 one.
+    std::vector<Block> blocks(5);
+    const std::int64_t params[] = {100, 110, 110, 110, 10}, fp8[] = {0, 100, 100, 100, 0};   // embedding, 3 layers, head
+    for (int i = 0; i < 5; ++i) {
+        blocks[static_cast<std::size_t>(i)].index = i;
+        blocks[static_cast<std::size_t>(i)].params = params[i];
+        blocks[static_cast<std::size_t>(i)].fp8_params = fp8[i];
+    }
+    // 150 parameters a bucket (fp32 gradients): layer 3's 100 and half of layer 2's, then the rest
+    // of layer 2 and layer 1; the 140 others (embedding, biases, head) join the second.
+    const std::vector<Bucket> b = make_fp8_param_buckets(blocks, 4, Bytes(600));
+    REQUIRE(b.size() == 2);
+    CHECK(b[0].bytes == Bytes(600));
+    CHECK(b[0].ready_after_block == 2);
+    CHECK(b[0].fp8 == 150);
+    CHECK(b[1].bytes == Bytes((150 + 140) * 4));
+    CHECK(b[1].ready_after_block == 0);   // the embedding's gradient comes last
+    CHECK(b[1].fp8 == 150);
+    // Gathered: 2 bytes per 16-bit parameter, 1 per FP8 one.
+    CHECK(gathered_bytes(b[0], 4, 2) == Bytes(150));
+    CHECK(gathered_bytes(b[1], 4, 2) == Bytes(140 * 2 + 150));
+    // Without an FP8 weight there is no FP8 buffer: the plain buckets.
+    for (Block& x : blocks) x.fp8_params = 0;
+    const std::vector<Bucket> plain = make_fp8_param_buckets(blocks, 4, Bytes(600));
+    const std::vector<Bucket> expected = make_buckets(blocks, 4, Bytes(600), Bytes(600));
+    REQUIRE(plain.size() == expected.size());
+    for (std::size_t k = 0; k < plain.size(); ++k) {
+        CHECK(plain[k].bytes == expected[k].bytes);
+        CHECK(plain[k].fp8 == 0);
+    }
+}
+
+TEST_CASE("FP8 parameters (--fp8-param-gather) are gathered at a byte with no 16-bit copy and the shard cast after the step",
+          "[strategies][fp8]") {
+    const Model gpt = model_preset("gpt2-medium");   // 24 layers of hidden 1,024
+    // Its FP8 weights by hand: QKV 3h², projection h², the MLP's 4h² and 4h² a layer.
+    const std::int64_t fp8_weights = 24 * 12 * std::int64_t{1024} * 1024;
+    for (int pp : {1, 2}) {
+        INFO("pp " << pp);
+        const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(2 * pp);   // dp 2
+        Plan p = fp8_plan();
+        p.strategy = DataParallel::zero1;
+        p.pp = pp;
+        p.global_batch = 8;
+        Plan kept = p;
+        p.fp8_param_gather = true;
+        const Built b = build(gpt, c, p), plain = build(gpt, c, kept);
+        Plan sixteen = kept;
+        sixteen.fp8 = Fp8Recipe::none;
+        const Built bf16 = build(gpt, c, sixteen);
+        auto totals = [](const Built& x, CollectiveKind kind) {
+            std::int64_t n = 0;
+            for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
+            return n;
+        };
+        // Every FP8 weight is gathered in one byte instead of two; the gradients are reduced as before.
+        CHECK(totals(plain, CollectiveKind::all_gather) - totals(b, CollectiveKind::all_gather) == fp8_weights);
+        CHECK(totals(plain, CollectiveKind::reduce_scatter) == totals(b, CollectiveKind::reduce_scatter));
+        // The parameters take what a 16-bit run's do (the FP8 weight and its transpose in the 16-bit
+        // weight's two bytes): no FP8 copies beside them.
+        auto parameter_bytes = [](const Built& x) {
+            std::int64_t n = 0;
+            for (const Buffer& buf : x.graph.buffers())
+                if (buf.rank == 0 && buf.label == static_cast<std::int32_t>(BufferLabel::parameters)) n += buf.bytes;
+            return n;
+        };
+        CHECK(parameter_bytes(b) == parameter_bytes(bf16));
+        CHECK(parameter_bytes(plain) > parameter_bytes(b));
+        // Rank 0's forward at micro-batch 0 builds each FP8 weight's transpose (a byte read, a byte
+        // written) instead of casting the 16-bit weight; after the step it casts its shard, fp32 to
+        // 16 bits (6 bytes) then to FP8 (3), and all-reduces one amax per FP8 weight tensor (4 per
+        // layer) over the group.
+        std::int64_t transposed = 0, cast = 0, quantized = 0, amax = 0, amaxes = 0;
+        for (OpId id = 0; id < b.graph.size(); ++id) {
+            const Op& op = b.graph.op(id);
+            if (op.rank != 0) continue;
+            if (op.kind == OpKind::collective && op.phase == Phase::opt) {
+                const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+                if (col.kind == CollectiveKind::all_reduce) amax += col.bytes, ++amaxes;
+            }
+            if (op.kind != OpKind::compute) continue;
+            for (const Kernel& k : b.graph.kernels_of(id)) {
+                if (k.name == KernelName::quantize && op.phase == Phase::fwd && weight_cast(b, id)) transposed += k.bytes;
+                if (k.name == KernelName::quantize && op.phase == Phase::opt) quantized += k.bytes;
+                if (k.name == KernelName::cast && op.phase == Phase::opt) cast += k.bytes;
+            }
+        }
+        const std::int64_t rank0_fp8 = fp8_weights / pp, shard = (rank0_fp8 + 1) / 2;
+        CHECK(transposed == 2 * rank0_fp8);
+        CHECK(cast == 6 * shard);
+        CHECK(quantized == 3 * shard);
+        CHECK(amaxes == 1);
+        CHECK(amax == 4 * (4 * 24 / pp));
+    }
+}
+
+TEST_CASE("FP8 parameters (--fp8-param-gather) fit what the 16-bit copies did not and their halved gathers shorten an exposed step",
+          "[strategies][fp8]") {
+    // Llama 3 8B at 8,192 tokens, zero1 on two DGX H100s, FP8 tensorwise.
+    const Model llama = model_preset("llama3-8b");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").with_nodes(2);
+    Plan p = fp8_plan(Fp8Recipe::tensorwise);
+    p.strategy = DataParallel::zero1;
+    p.seq = 8192;
+    p.global_batch = 64;
+    Plan gathered = p;
+    gathered.fp8_param_gather = true;
+    // tp 1: 8 B parameters' FP8 copies (2 bytes each) are what takes it past 80 GB.
+    const auto one = tools::simulate_plan(llama, c, p), one_gathered = tools::simulate_plan(llama, c, gathered);
+    CHECK_FALSE(one.summary.fits());
+    CHECK(one_gathered.summary.fits());
+    // tp 2: the gathers after the step cross the nodes; at a byte per FP8 weight they end sooner.
+    p.tp = gathered.tp = 2;
+    const double before = tools::simulate_plan(llama, c, p).summary.iteration.to_seconds();
+    const double after = tools::simulate_plan(llama, c, gathered).summary.iteration.to_seconds();
+    CHECK(after < before);
+}
+
+TEST_CASE("FP8 parameters (--fp8-param-gather) say why where Megatron refuses them or where they are not modelled",
+          "[strategies][fp8][plan]") {
+    const Model m = model_preset("gpt2-medium");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    Plan p = fp8_plan();
+    p.strategy = DataParallel::zero1;
+    p.fp8_param_gather = true;
+    CHECK(resolve(m, c, p).fp8_param_gather);
+    SECTION("without FP8") {
+        p.fp8 = Fp8Recipe::none;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("has no effect without --fp8"));
+    }
+    SECTION("before core 0.9") {
+        p.framework = "megatron@0.8";
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("megatron@0.8 has no --fp8-param-gather"));
+    }
+    SECTION("without the distributed optimizer") {
+        p.strategy = DataParallel::ddp;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("only supported with distributed optimizer") && Catch::Contains("not ddp"));
+    }
+    SECTION("Megatron-FSDP, not modelled yet") {
+        p.strategy = DataParallel::fsdp;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("Megatron-FSDP") && Catch::Contains("not modelled yet"));
+    }
+    SECTION("the optimizer on the host") {
+        p.offload = Offload::cpu;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("optimizer on the host is not modelled"));
+    }
+}

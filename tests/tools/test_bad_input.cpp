@@ -491,6 +491,15 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
                 {"--num-layers-at-end-in-bf16", "without --first-last-layers-bf16"});
         refused(h100({"--framework", "megatron", "--fp8", "tensorwise", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "13"}),
                 {"--num-layers-at-start-in-bf16", "(12), found 13"});
+        // --fp8-param-gather: with FP8 and the distributed optimizer, it reaches the plan.
+        refused(h100({"--framework", "megatron", "--strategy", "zero1", "--fp8-param-gather"}), {"--fp8-param-gather", "without --fp8"});
+        refused(h100({"--framework", "megatron", "--fp8", "delayed", "--fp8-param-gather"}), {"--fp8-param-gather", "not ddp"});
+        const Result zero1 = cli(h100({"--framework", "megatron", "--fp8", "delayed", "--strategy", "zero1", "--json"}));
+        const Result fp8_params =
+            cli(h100({"--framework", "megatron", "--fp8", "delayed", "--strategy", "zero1", "--fp8-param-gather", "--json"}));
+        REQUIRE(zero1.code == 0);
+        REQUIRE(fp8_params.code == 0);
+        CHECK(Json::parse(fp8_params.out)["peak_memory_bytes"] != Json::parse(zero1.out)["peak_memory_bytes"]);
         const Result mixed = cli(h100({"--framework", "megatron", "--fp8", "tensorwise", "--first-last-layers-bf16", "--json"}));
         REQUIRE(mixed.code == 0);
         CHECK(Json::parse(mixed.out)["iteration_time_s"] != Json::parse(ok.out)["iteration_time_s"]);

@@ -1179,9 +1179,9 @@ TEST_CASE("sweep --overlap-param-gather: Megatron's zero1 plans gather under the
                                     "--pp", "1", "--micro-batch", "2", "--framework", "megatron", "--overlap-param-gather"},
                                    "param-gather");
     CHECK_THAT(csv.out, Catch::Contains("framework megatron, overlap-param-gather"));
-    // The two last columns: overlap_param_gather, then tp_comm_overlap.
-    REQUIRE(csv.header.size() > 2);
-    CHECK(csv.header[csv.header.size() - 2] == "overlap_param_gather");
+    // The three last columns: overlap_param_gather, tp_comm_overlap, fp8_param_gather.
+    REQUIRE(csv.header.size() > 3);
+    CHECK(csv.header[csv.header.size() - 3] == "overlap_param_gather");
     int zero1_rows = 0;
     for (const auto& row : csv.rows) {
         const bool zero1 = row.at("strategy") == "zero1";
@@ -1189,6 +1189,42 @@ TEST_CASE("sweep --overlap-param-gather: Megatron's zero1 plans gather under the
         zero1_rows += zero1;
     }
     CHECK(zero1_rows > 0);
+}
+
+TEST_CASE("sweep --fp8-param-gather: Megatron's zero1 FP8 plans keep their weights in FP8 and the others run as they do",
+          "[tools][sweep][framework]") {
+    SweepOptions o;
+    o.global_batch = 16;
+    o.space.tp = {1, 2};
+    o.space.pp = {1};
+    o.space.micro_batch = {2};
+    o.frameworks = {"megatron"};
+    o.fp8 = Fp8Recipe::tensorwise;
+    o.fp8_param_gather = true;
+    const Model m = model_preset("gpt2-small");
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");
+    const SweepResult r = sweep(m, c, o);
+    int kept = 0;
+    for (const PlanResult* p : simulated_as_simulate(m, c, r)) {
+        // The distributed optimizer alone (Megatron's assert); Megatron-FSDP's is not modelled.
+        CHECK(p->plan.fp8_param_gather == (p->plan.strategy == strategies::DataParallel::zero1));
+        CHECK(p->layout.fp8_param_gather == p->plan.fp8_param_gather);
+        kept += p->plan.fp8_param_gather;
+    }
+    CHECK(kept > 0);
+    // The CSV's last column says it per plan, the summary once; without --fp8 the flag is refused.
+    const SweepCsv csv = sweep_csv({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "16", "--tp", "1",
+                                    "--pp", "1", "--micro-batch", "2", "--framework", "megatron", "--fp8", "tensorwise",
+                                    "--fp8-param-gather"},
+                                   "fp8-params");
+    CHECK_THAT(csv.out, Catch::Contains("fp8-param-gather"));
+    CHECK(csv.header.back() == "fp8_param_gather");
+    for (const auto& row : csv.rows) CHECK(row.at("fp8_param_gather") == (row.at("strategy") == "zero1" ? "true" : "false"));
+    CHECK(!csv.rows.empty());
+    const Result plain = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "16", "--framework",
+                              "megatron", "--fp8-param-gather"});
+    CHECK(plain.code == 2);
+    CHECK_THAT(plain.err, Catch::Contains("--fp8-param-gather") && Catch::Contains("without --fp8"));
 }
 
 TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron core run userbuffers, the others as they do",
@@ -1210,12 +1246,12 @@ TEST_CASE("sweep --tp-comm-overlap: plans with sequence parallelism on Megatron 
         overlapped += p->plan.tp_comm_overlap;
     }
     CHECK(overlapped > 0);
-    // The CSV's last column says it per plan, the summary once.
+    // The CSV's last column but one says it per plan, the summary once.
     const SweepCsv csv = sweep_csv({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "16", "--tp", "2",
                                     "--pp", "1", "--micro-batch", "2", "--framework", "megatron", "--tp-comm-overlap"},
                                    "tp-overlap");
     CHECK_THAT(csv.out, Catch::Contains("tp-comm-overlap"));
-    CHECK(csv.header.back() == "tp_comm_overlap");
+    CHECK(csv.header[csv.header.size() - 2] == "tp_comm_overlap");
     for (const auto& row : csv.rows)
         CHECK(row.at("tp_comm_overlap") == (row.at("strategy") == "fsdp" ? std::string("false") : row.at("sp")));
     CHECK(!csv.rows.empty());
