@@ -276,17 +276,19 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
                   const std::function<void(int, const Block&, OpId)>& after_bwd,
                   const std::vector<BlockKernels>* trained, bool activations_to_host,
                   std::optional<GradAccumulation> accumulation,
-                  const std::function<void(int, const Block&, Phase)>& after_pass, bool fp8_params) {
+                  const std::function<void(int, const Block&, Phase)>& after_pass, Fp8Weights fp8_weights) {
     Passes p;
     p.fwd.assign(static_cast<std::size_t>(microbatches), std::vector<OpId>(blocks.size()));
     p.bwd = p.fwd;
     p.bwd_first = p.fwd;
+    p.fwd_first = p.fwd;
     const std::vector<BlockRecipes> recipes = intern_block_recipes(g, blocks, trained);
     const std::vector<std::int32_t> accumulate =
         accumulation && !(trained && !trained->empty()) ? intern_accumulation_recipes(g, blocks, dtype, *accumulation)
                                                         : std::vector<std::int32_t>(blocks.size(), -1);
-    const std::vector<std::int32_t> fp8_cast = intern_fp8_weight_recipes(g, blocks, dtype, fp8_params);
-    if (const Bytes w = fp8_weight_bytes(blocks, 0, static_cast<int>(blocks.size())); w > Bytes(0) && !fp8_params)
+    const bool copies = fp8_weights == Fp8Weights::copies, per_pass = fp8_weights == Fp8Weights::gathered_per_pass;
+    const std::vector<std::int32_t> fp8_cast = intern_fp8_weight_recipes(g, blocks, dtype, !copies);
+    if (const Bytes w = fp8_weight_bytes(blocks, 0, static_cast<int>(blocks.size())); w > Bytes(0) && copies)
         alloc_state(g, rank, w, BufferLabel::parameters);
     for (int mb = 0; mb < microbatches; ++mb) {
         std::vector<std::int32_t> act(blocks.size()), host(blocks.size(), -1);
@@ -294,8 +296,11 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
         for (const Block& b : blocks) {
             act[b.index] = g.add_buffer(rank, Tier::device, b.activations, BufferLabel::activations);
             g.add_alloc(act[b.index], Stream::compute, b.index, mb);
-            if (mb == 0 && fp8_cast[b.index] >= 0) g.add_kernels(rank, Phase::fwd, b.index, mb, fp8_cast[b.index], dtype);
+            const OpId cast = mb == 0 && fp8_cast[b.index] >= 0 && !per_pass
+                                  ? g.add_kernels(rank, Phase::fwd, b.index, mb, fp8_cast[b.index], dtype)
+                                  : OpGraph::kNoOp;
             p.fwd[mb][b.index] = g.add_kernels(rank, Phase::fwd, b.index, mb, recipes[b.index].fwd, dtype);
+            p.fwd_first[mb][b.index] = cast != OpGraph::kNoOp ? cast : p.fwd[mb][b.index];
             if (after_pass) after_pass(mb, b, Phase::fwd);
             if (out != OpGraph::kNoOp) g.depend(out, p.fwd[mb][b.index]);
             out = OpGraph::kNoOp;
@@ -320,8 +325,10 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
                 g.add_free(host[b.index], Stream::copy_in, b.index, mb);
             }
             OpId first = OpGraph::kNoOp;
+            if (per_pass && fp8_cast[b.index] >= 0) first = g.add_kernels(rank, Phase::bwd, b.index, mb, fp8_cast[b.index], dtype);
             if (recipes[b.index].recompute >= 0) {
-                first = g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
+                const OpId re = g.add_kernels(rank, Phase::recompute, b.index, mb, recipes[b.index].recompute, dtype);
+                if (first == OpGraph::kNoOp) first = re;
                 if (after_pass) after_pass(mb, b, Phase::recompute);
             }
             p.bwd[mb][b.index] = g.add_kernels(rank, Phase::bwd, b.index, mb, recipes[b.index].bwd, dtype);

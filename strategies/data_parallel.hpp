@@ -109,6 +109,14 @@ std::vector<std::int32_t> intern_accumulation_recipes(OpGraph& g, const std::vec
 /// bucket's gather finishes, param_and_grad_buffer.py:337-343): one byte read, one written.
 std::vector<std::int32_t> intern_fp8_weight_recipes(OpGraph& g, const std::vector<Block>& blocks, DType dtype,
                                                     bool fp8_params = false);
+/// Where a step's FP8 weights come from (add_passes): cast from the 16-bit weights when the step's
+/// first micro-batch reaches them, the copies held for the step (copies); FP8 tensors already
+/// (--fp8-param-gather), gathered once a step with their transposes built at the first micro-batch
+/// (gathered_per_step: the distributed optimizer), or gathered before every forward and backward
+/// with the transposes built before each backward and dropped after it (gathered_per_pass:
+/// Megatron-FSDP, megatron_fsdp.py:494-498 creates them for backward alone, :617-633 discards them
+/// on release).
+enum class Fp8Weights : std::uint8_t { copies, gathered_per_step, gathered_per_pass };
 /// The FP8 weight copies of blocks [first, last): 2 bytes per FP8 parameter (row-wise and
 /// transposed), held for the whole step. Under --fp8-param-gather there are none: the FP8 weight
 /// and its transpose take the 16-bit weight's two bytes.
@@ -160,6 +168,9 @@ int optimizer_bytes_per_param(const Layout& layout);
 /// The forward and backward compute ops of one replica, per micro-batch and block.
 struct Passes {
     std::vector<std::vector<OpId>> fwd, bwd;   // [micro-batch][block index]
+    /// The first op of each block's forward: its FP8 weights' cast or transposes where they run
+    /// there, else its forward. What a parameter gather before forward must precede.
+    std::vector<std::vector<OpId>> fwd_first;
     /// The first op of each block's backward: its recompute when it has one, else its backward.
     /// What a parameter gather before backward must precede.
     std::vector<std::vector<OpId>> bwd_first;
@@ -182,7 +193,8 @@ Passes add_passes(OpGraph& g, int rank, const std::vector<Block>& blocks, int mi
                   const std::function<void(int, const Block&, OpId)>& after_bwd = {},
                   const std::vector<BlockKernels>* trained = nullptr, bool activations_to_host = false,
                   std::optional<GradAccumulation> accumulation = std::nullopt,
-                  const std::function<void(int, const Block&, Phase)>& after_pass = {}, bool fp8_params = false);
+                  const std::function<void(int, const Block&, Phase)>& after_pass = {},
+                  Fp8Weights fp8_weights = Fp8Weights::copies);
 
 /// How a ZeRO stage's gradient reductions are timed (DeepSpeed's overlap_comm; Megatron's
 /// distributed optimizer): on the comm stream as backward fills each bucket, on the compute

@@ -423,7 +423,9 @@ void resolve_fp8_bf16_layers(const Model& model, const Plan& plan, Layout& l) {
 /// --fp8-param-gather as Megatron core allows it (NVIDIA/Megatron-LM d98e8a6
 /// megatron/training/arguments.py:1095-1097: the distributed optimizer, torch FSDP2 or Megatron-FSDP;
 /// :1889-1892: with --optimizer-cpu-offload only under delayed scaling), of what is modelled here:
-/// zero1 under FP8, dense layers, the optimizer on the device.
+/// zero1 or Megatron-FSDP (--fp8 runs on Megatron core alone, so fsdp here is Megatron's; its
+/// pipeline stages are refused by check_megatron_fsdp) without --cp, dense layers, the optimizer
+/// on the device.
 void resolve_fp8_param_gather(const Model& model, const Plan& plan, Layout& l) {
     if (!plan.fp8_param_gather) return;
     const ErrorContext at{"", "", "--fp8-param-gather"};
@@ -431,14 +433,14 @@ void resolve_fp8_param_gather(const Model& model, const Plan& plan, Layout& l) {
         fail_input("has no effect without --fp8: it keeps the FP8 layers' weights in FP8 and gathers them so", at);
     if (!l.framework.fp8_param_gather)
         fail_input(describe(l.framework) + " has no --fp8-param-gather (Megatron core 0.9 and later)", at);
-    if (plan.strategy == DataParallel::fsdp)
-        fail_input("with Megatron-FSDP (--strategy fsdp) is not modelled yet: its units would gather FP8 weights and "
-                   "build their transposes after every gather; use --strategy zero1 (the distributed optimizer)",
+    if (plan.strategy == DataParallel::fsdp && l.cp > 1)
+        fail_input("with Megatron-FSDP under context parallelism (--cp) is not modelled yet; use --strategy zero1 (the "
+                   "distributed optimizer) there",
                    at);
-    if (plan.strategy != DataParallel::zero1)
+    if (plan.strategy != DataParallel::zero1 && plan.strategy != DataParallel::fsdp)
         fail_input(std::string("Megatron asserts \"--fp8-param-gather only supported with distributed optimizer, torch "
                                "fsdp2, megatron fsdp, or inference mode\" (megatron/training/arguments.py); give --strategy "
-                               "zero1, not ") +
+                               "zero1 or fsdp (Megatron-FSDP), not ") +
                        to_string(plan.strategy),
                    at);
     if (model.is_transformer() && model.shape().is_moe())

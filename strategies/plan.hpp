@@ -216,7 +216,8 @@ struct Plan {
     /// num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16 transformer layers (1 each
     /// unless given) stay in the 16-bit dtype.
     bool first_last_layers_bf16 = false;
-    /// Megatron core's --fp8-param-gather (core 0.9 on), with the distributed optimizer (zero1):
+    /// Megatron core's --fp8-param-gather (core 0.9 on), with the distributed optimizer (zero1) or
+    /// Megatron-FSDP:
     /// the FP8 linear layers' weights are kept in FP8 (no 16-bit copy), the optimizer step casts its
     /// fp32 shard to FP8, and the all-gather moves one byte per FP8 weight.
     bool fp8_param_gather = false;

@@ -306,7 +306,8 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, after_bwd, &training.kernels,
                                     layout.activation_offload,
                                     stage == 1 ? std::optional(layout.framework.grad_accumulation) : std::nullopt,
-                                    tp_collectives.hook(static_cast<int>(d)), layout.fp8_param_gather));
+                                    tp_collectives.hook(static_cast<int>(d)),
+                                    layout.fp8_param_gather ? Fp8Weights::gathered_per_step : Fp8Weights::copies));
     }
 
     for (std::size_t k = 0; k < forward_gathers.size(); ++k) {
@@ -316,7 +317,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
             if (gather == OpGraph::kNoOp) continue;
             const auto& fwd = passes[d].fwd[0];
             if (dispatched_at > 0) g.depend(fwd[static_cast<std::size_t>(dispatched_at - 1)], gather);
-            g.depend(gather, fwd[static_cast<std::size_t>(buckets[k].ready_after_block)]);
+            g.depend(gather, passes[d].fwd_first[0][static_cast<std::size_t>(buckets[k].ready_after_block)]);
         }
     }
     if (n > 1 && timing != ReduceTiming::blocking)
@@ -493,6 +494,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     std::vector<std::vector<std::vector<std::int32_t>>> grad_buf(
         static_cast<std::size_t>(ns), std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(mbs), std::vector<std::int32_t>(blocks.size(), -1)));
     ReplicaTensorCollectives tp_collectives(g, plan, ts);
+    const std::int64_t mine_fp8 = shard(fp8_weight_bytes(blocks, 0, nb).count() / 2, group);
     for (int d = 0; d < emit; ++d) {
         const int r = slots[static_cast<std::size_t>(d)];
         const std::int64_t mine = shard(params, group);
@@ -505,7 +507,10 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             if (training.frozen.count() > 0)
                 alloc_state(g, r, Bytes(shard(training.frozen.count(), group)), BufferLabel::parameters, Tier::host);
         } else {
-            alloc_model_states(g, r, Bytes(mine * sb.params) + Bytes(shard(training.frozen.count(), group)), Bytes(mine * sb.grads),
+            // --fp8-param-gather (Megatron-FSDP): the FP8 weights' shards are FP8 (uint8 buffers,
+            // megatron_fsdp param_and_grad_buffer.py reset_context_args init_param_with_fp8).
+            const std::int64_t kept = mine * sb.params - (layout.fp8_param_gather ? mine_fp8 * (sb.params - 1) : 0);
+            alloc_model_states(g, r, Bytes(kept) + Bytes(shard(training.frozen.count(), group)), Bytes(mine * sb.grads),
                                optimizer_state_bytes(layout, mine));
         }
         std::function<void(int, const Block&)> before_bwd;
@@ -521,7 +526,8 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         // (AccumulateGrad, as DDP's accumulation).
         passes.push_back(add_passes(g, r, blocks, mbs, layout.dtype, before_bwd, {}, &training.kernels, false,
                                     no_sync ? std::optional(layout.framework.grad_accumulation) : std::nullopt,
-                                    tp_collectives.hook(d)));
+                                    tp_collectives.hook(d),
+                                    layout.fp8_param_gather ? Fp8Weights::gathered_per_pass : Fp8Weights::copies));
     }
 
     // Comm-stream programs, step by step for every rank at once (all ranks run the same program,
@@ -537,7 +543,12 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     };
     std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(ns), std::vector<std::int32_t>(blocks.size(), -1));
     // A unit's gathered parameters: its trainable ones in the parameter dtype and its frozen weights.
+    // Under --fp8-param-gather its FP8 weights are gathered at a byte each into a buffer that holds
+    // their transposes too (the 16-bit size).
     auto unit_bytes = [&](const Block& b) { return Bytes(b.params * sb.params) + frozen(b); };
+    auto gather_bytes = [&](const Block& b) {
+        return unit_bytes(b) - (layout.fp8_param_gather ? Bytes(b.fp8_params * (sb.params - 1)) : Bytes(0));
+    };
     // `issue_after`, when given, per slot and block: the op whose end the gather waits for (the
     // hook that issues it), beyond the comm stream's order.
     auto gather = [&](const Block& b, int mb, Phase phase, const std::vector<std::vector<OpId>>& consumers,
@@ -576,7 +587,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
                 g.depend(ready[static_cast<std::size_t>(d)], consumers[static_cast<std::size_t>(d)][static_cast<std::size_t>(b.index)]);
             return;
         }
-        const auto ops = collective(CollectiveKind::all_gather, shard_groups, unit_bytes(b), phase, b.index, mb);
+        const auto ops = collective(CollectiveKind::all_gather, shard_groups, gather_bytes(b), phase, b.index, mb);
         for (int d = 0; d < emit; ++d) {
             // Offloaded: the gather sends what came from the host (a cast before it is on the
             // comm stream already; a frozen unit's copy is not).
@@ -636,10 +647,11 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
         return detail::fsdp_reshards_after_forward(blocks[static_cast<std::size_t>(i)], options.reshard_after_forward);
     };
     std::vector<std::vector<OpId>> fwd(static_cast<std::size_t>(ns)), bwd(static_cast<std::size_t>(ns)),
-        bwd_first(static_cast<std::size_t>(ns));
+        bwd_first(static_cast<std::size_t>(ns)), fwd_first(static_cast<std::size_t>(ns));
     for (int mb = 0; mb < mbs; ++mb) {
         for (int d = 0; d < emit; ++d) {
             fwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].fwd[static_cast<std::size_t>(mb)];
+            fwd_first[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].fwd_first[static_cast<std::size_t>(mb)];
             bwd[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd[static_cast<std::size_t>(mb)];
             bwd_first[static_cast<std::size_t>(d)] = passes[static_cast<std::size_t>(d)].bwd_first[static_cast<std::size_t>(mb)];
         }
@@ -650,7 +662,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
             const detail::FsdpHooks hooks{
                 nb, resharded,
                 [&](int i, Phase phase, int after) {
-                    if (phase == Phase::fwd) return gather(block(i), mb, phase, fwd);
+                    if (phase == Phase::fwd) return gather(block(i), mb, phase, fwd_first);
                     gather(block(i), mb, phase, bwd_first, after >= 0 ? &bwd : nullptr, after);
                 },
                 [&](int i, Phase phase) { release(block(i), mb, phase == Phase::fwd ? fwd : bwd); },
@@ -664,7 +676,24 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     const StepRunner runner = offload ? StepRunner::torch_cpu : StepRunner::device;
     const std::vector<OpId>& after = offload ? last_out : last_comm;
     // Every tensor rank steps its own shard (no LAMB with tensor parallelism: resolve refuses it).
-    add_optimizer_steps(g, layout, runner, slots, shard(params, group), layer_params(blocks, group), group > 1 && tp == 1, after);
+    const std::vector<OpId> stepped =
+        add_optimizer_steps(g, layout, runner, slots, shard(params, group), layer_params(blocks, group), group > 1 && tp == 1, after);
+    // --fp8-param-gather: the shard's FP8 weights cast from the fp32 ones (megatron_fsdp
+    // mixed_precision.py quantize_param_shard, as under the distributed optimizer), then their
+    // amaxes all-reduced over the shard group, one fp32 per weight tensor.
+    if (layout.fp8_param_gather) {
+        const std::int32_t recipe = g.intern_recipe(fp8_master_cast_kernels(mine_fp8, layout.dtype, layout.fp8));
+        std::vector<OpId> cast(static_cast<std::size_t>(ns), OpGraph::kNoOp);
+        for (int d = 0; d < emit; ++d) {
+            cast[static_cast<std::size_t>(d)] = g.add_kernels(slots[static_cast<std::size_t>(d)], Phase::opt, -1, -1, recipe, layout.dtype);
+            g.depend(stepped[static_cast<std::size_t>(d)], cast[static_cast<std::size_t>(d)]);
+        }
+        if (group > 1) {
+            const auto amax = collective(CollectiveKind::all_reduce, shard_groups, Bytes(fp8_weight_tensors(blocks, 0, nb) * 4),
+                                         Phase::opt, -1, -1);
+            for (int d = 0; d < emit; ++d) g.depend(cast[static_cast<std::size_t>(d)], amax[static_cast<std::size_t>(d)]);
+        }
+    }
     fold_replicas(g, layout);
     return g;
 }

@@ -802,9 +802,9 @@ Command add_sweep(CLI::App& parent) {
                   "Transformer Engine's userbuffers (Megatron's --tp-comm-overlap); other plans run as they do (each "
                   "plan's tp_comm_overlap in --csv and --json)");
     app->add_flag("--fp8-param-gather", f->fp8_param_gather,
-                  "with --fp8, every zero1 plan on Megatron core keeps its FP8 weights in FP8 and all-gathers them so "
-                  "(Megatron's --fp8-param-gather); other plans run as they do (each plan's fp8_param_gather in --csv and "
-                  "--json)");
+                  "with --fp8, every zero1 plan on Megatron core and every Megatron-FSDP plan keeps its FP8 weights in FP8 "
+                  "and all-gathers them so (Megatron's --fp8-param-gather); other plans run as they do (each plan's "
+                  "fp8_param_gather in --csv and --json)");
     app->add_option("--make-vocab-size-divisible-by", f->vocab_multiple,
                     "every plan on Megatron or Megatron-DeepSpeed pads the vocabulary to a multiple of N × tp (default: "
                     "128, Megatron's); plans on PyTorch and DeepSpeed train the model's vocabulary");

@@ -205,8 +205,9 @@ void add_plan_flags(CLI::App& app, PlanFlags& f) {
                  "Megatron core's (0.12 on): with --fp8 tensorwise, keep the first and the last transformer layers in "
                  "the 16-bit dtype (--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16: 1 each by default)");
     app.add_flag("--fp8-param-gather", f.fp8_param_gather,
-                 "Megatron core's (0.9 on): with --fp8 and --strategy zero1, keep the FP8 layers' weights in FP8 (no "
-                 "16-bit copy), cast the optimizer's fp32 shard to FP8 after the step and all-gather one byte per weight");
+                 "Megatron core's (0.9 on): with --fp8 and --strategy zero1 or fsdp (Megatron-FSDP), keep the FP8 layers' "
+                 "weights in FP8 (no 16-bit copy), cast the optimizer's fp32 shard to FP8 after the step and all-gather "
+                 "one byte per weight");
     app.add_option("--num-layers-at-start-in-bf16", f.num_layers_at_start_in_bf16,
                    "with --first-last-layers-bf16: how many first layers stay in 16 bits (default 1)");
     app.add_option("--num-layers-at-end-in-bf16", f.num_layers_at_end_in_bf16,

@@ -414,12 +414,77 @@ TEST_CASE("FP8 parameters (--fp8-param-gather) say why where Megatron refuses th
         p.strategy = DataParallel::ddp;
         CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("only supported with distributed optimizer") && Catch::Contains("not ddp"));
     }
-    SECTION("Megatron-FSDP, not modelled yet") {
+    SECTION("Megatron-FSDP: accepted, but not yet with context parallelism") {
         p.strategy = DataParallel::fsdp;
-        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("Megatron-FSDP") && Catch::Contains("not modelled yet"));
+        CHECK(resolve(m, c, p).fp8_param_gather);
+        p.cp = 2;
+        CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("Megatron-FSDP under context parallelism") &&
+                                                Catch::Contains("not modelled yet"));
     }
     SECTION("the optimizer on the host") {
         p.offload = Offload::cpu;
         CHECK_THROWS_WITH(resolve(m, c, p), Catch::Contains("optimizer on the host is not modelled"));
     }
+}
+
+TEST_CASE("FP8 parameters (--fp8-param-gather) under Megatron-FSDP: every gather at a byte and a transpose before each backward",
+          "[strategies][fp8]") {
+    const Model gpt = model_preset("gpt2-medium");
+    const std::int64_t fp8_weights = 24 * 12 * std::int64_t{1024} * 1024;   // QKV, projection, MLP: 12h² a layer
+    const topo::Cluster c = topo::cluster_preset("dgx-h100").first_devices(2);
+    Plan p = fp8_plan();
+    p.strategy = DataParallel::fsdp;
+    p.global_batch = 8;
+    Plan kept = p;
+    p.fp8_param_gather = true;
+    const Built b = build(gpt, c, p), plain = build(gpt, c, kept);
+    const std::int64_t mbs = b.layout.microbatches;
+    REQUIRE(mbs > 1);
+    auto totals = [](const Built& x, CollectiveKind kind) {
+        std::int64_t n = 0;
+        for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
+        return n;
+    };
+    // Each layer is gathered before its forward and again before its backward, every micro-batch:
+    // a byte saved per FP8 weight each time. The gradients are reduce-scattered as before.
+    CHECK(totals(plain, CollectiveKind::all_gather) - totals(b, CollectiveKind::all_gather) == fp8_weights * 2 * mbs);
+    CHECK(totals(plain, CollectiveKind::reduce_scatter) == totals(b, CollectiveKind::reduce_scatter));
+    // Rank 0 holds its shard of the FP8 weights at a byte, and no FP8 copies of the whole model.
+    auto parameter_bytes = [](const Built& x) {
+        std::int64_t n = 0;
+        for (const Buffer& buf : x.graph.buffers())
+            if (buf.rank == 0 && buf.label == static_cast<std::int32_t>(BufferLabel::parameters)) n += buf.bytes;
+        return n;
+    };
+    const std::int64_t shard = (fp8_weights + 1) / 2;
+    CHECK(parameter_bytes(plain) - parameter_bytes(b) == 2 * fp8_weights + shard);
+    // Megatron-FSDP builds the transposes before each layer's backward alone, a byte read and one
+    // written per FP8 weight; nothing is cast in the forward. After the step the shard is cast
+    // (fp32 → 16 bits → FP8: 6 + 3 bytes) and one amax per weight tensor all-reduced.
+    std::int64_t fwd_casts = 0, transposes = 0, transposed = 0, cast = 0, quantized = 0, amax = 0;
+    for (OpId id = 0; id < b.graph.size(); ++id) {
+        const Op& op = b.graph.op(id);
+        if (op.rank != 0) continue;
+        if (op.kind == OpKind::collective && op.phase == Phase::opt) {
+            const Collective& col = b.graph.collectives()[static_cast<std::size_t>(op.ref)];
+            if (col.kind == CollectiveKind::all_reduce) amax += col.bytes;
+        }
+        if (op.kind != OpKind::compute) continue;
+        if (weight_cast(b, id) && op.phase == Phase::fwd) ++fwd_casts;
+        if (weight_cast(b, id) && op.phase == Phase::bwd) {
+            ++transposes;
+            for (const Kernel& k : b.graph.kernels_of(id)) transposed += k.bytes;
+        }
+        if (op.phase == Phase::opt)
+            for (const Kernel& k : b.graph.kernels_of(id)) {
+                if (k.name == KernelName::cast) cast += k.bytes;
+                if (k.name == KernelName::quantize) quantized += k.bytes;
+            }
+    }
+    CHECK(fwd_casts == 0);
+    CHECK(transposes == 24 * mbs);
+    CHECK(transposed == 2 * fp8_weights * mbs);
+    CHECK(cast == 6 * shard);
+    CHECK(quantized == 3 * shard);
+    CHECK(amax == 4 * 4 * 24);
 }

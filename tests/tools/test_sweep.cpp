@@ -1206,8 +1206,9 @@ TEST_CASE("sweep --fp8-param-gather: Megatron's zero1 FP8 plans keep their weigh
     const SweepResult r = sweep(m, c, o);
     int kept = 0;
     for (const PlanResult* p : simulated_as_simulate(m, c, r)) {
-        // The distributed optimizer alone (Megatron's assert); Megatron-FSDP's is not modelled.
-        CHECK(p->plan.fp8_param_gather == (p->plan.strategy == strategies::DataParallel::zero1));
+        // The distributed optimizer and Megatron-FSDP (Megatron's assert), nothing else.
+        CHECK(p->plan.fp8_param_gather == (p->plan.strategy == strategies::DataParallel::zero1 ||
+                                           p->plan.strategy == strategies::DataParallel::fsdp));
         CHECK(p->layout.fp8_param_gather == p->plan.fp8_param_gather);
         kept += p->plan.fp8_param_gather;
     }
@@ -1219,7 +1220,10 @@ TEST_CASE("sweep --fp8-param-gather: Megatron's zero1 FP8 plans keep their weigh
                                    "fp8-params");
     CHECK_THAT(csv.out, Catch::Contains("fp8-param-gather"));
     CHECK(csv.header.back() == "fp8_param_gather");
-    for (const auto& row : csv.rows) CHECK(row.at("fp8_param_gather") == (row.at("strategy") == "zero1" ? "true" : "false"));
+    for (const auto& row : csv.rows) {
+        const bool sharded = row.at("strategy") == "zero1" || row.at("strategy") == "fsdp";
+        CHECK(row.at("fp8_param_gather") == (sharded ? "true" : "false"));
+    }
     CHECK(!csv.rows.empty());
     const Result plain = cli({"sweep", "--model", "gpt2-small", "--cluster", "dgx-h100", "--global-batch", "16", "--framework",
                               "megatron", "--fp8-param-gather"});
