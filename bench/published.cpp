@@ -798,7 +798,8 @@ const char* const kMegatronBridgeNote =
 /// runs as granularity full, method block: utils/helpers.py:175-178), BASE_LLAMA3_8B_CONFIG's global
 /// batch 128 at micro-batch 1, the row's FSDP = 1 as set_megatron_fsdp_overrides sets it
 /// (helpers.py:116-125: optim_grads_params), and get_precision_config("fp8_cs") (helpers.py:35-41):
-/// bf16_with_fp8_current_scaling_mixed with its first and last layers' BF16 turned off.
+/// bf16_with_fp8_current_scaling_mixed with its first and last layers' BF16 turned off and its
+/// fp8_param_gather on (src/megatron/bridge/training/mixed_precision.py at v0.2.0).
 Mapping map_megatron_bridge_llama3_8b_fsdp(const Row& row, const std::string& model_dir, Mapping m) {
     if (!m.gaps.empty()) return finish(std::move(m));
     const Json& d = row.data;
@@ -825,15 +826,15 @@ Mapping map_megatron_bridge_llama3_8b_fsdp(const Row& row, const std::string& mo
                "the recipe's recompute_num_layers 5: the first 5 layers recomputed in full (--recompute full "
                "--recompute-method block --recompute-num-layers 5)",
                "FP8 current scaling: --fp8 tensorwise, every layer in FP8 (the scripts turn the recipe's first and last "
-               "BF16 layers off)",
-               "not modelled: the recipe's fp8_param_gather (FSDP's gathers priced at 16 bits, not FP8) and NCCL user "
-               "buffers (nccl_ub)"};
+               "BF16 layers off), with the recipe's fp8_param_gather (--fp8-param-gather: FP8 shards gathered at a byte, "
+               "the transposes built before each backward)",
+               "not modelled: NCCL user buffers (nccl_ub)"};
     m.args = {"simulate", "--model", model_path(model_dir, s), "--cluster", "dgx-h100", "--nodes", "1",
               "--strategy", "fsdp", "--recompute", "full", "--recompute-method", "block", "--recompute-num-layers", "5",
               "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());
     m.notes.push_back(kMegatronBridgeNote);
-    if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
+    if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8, "--fp8-param-gather"});
     return finish(std::move(m));
 }
 
@@ -881,8 +882,8 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
     m.notes = {"settings from Megatron-Bridge's LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V1 (no recompute, the distributed "
                "optimizer, sequence parallelism); the embedding and the loss each count as a layer of the pipeline split",
                "FP8 current scaling: --fp8 tensorwise, every layer in FP8 (the scripts' get_precision_config turns the "
-               "recipe's first and last BF16 layers off); its fp8_param_gather not modelled (the distributed optimizer's "
-               "parameter all-gathers priced at 16 bits, not FP8)",
+               "recipe's first and last BF16 layers off), with its fp8_param_gather (bf16_with_fp8_current_scaling_mixed, "
+               "src/megatron/bridge/training/mixed_precision.py at v0.2.0): --fp8-param-gather",
                "context parallelism as Megatron runs it: Transformer Engine's ring attention (p2p)",
                "the recipe's CommOverlapConfig: Transformer Engine's userbuffers (tp_comm_overlap: --tp-comm-overlap, at TE's "
                "default settings rather than userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192), the gradient "
@@ -898,7 +899,7 @@ Mapping map_megatron_bridge_dense(const Row& given, const std::string& model_dir
               "--micro-batch", std::to_string(mbs), "--global-batch", std::to_string(gbs), "--dtype", "bf16", "--json"};
     m.args.insert(m.args.end() - 1, kMegatronBridgeFramework.begin(), kMegatronBridgeFramework.end());
     m.notes.push_back(kMegatronBridgeNote);
-    if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8});
+    if (const auto fp8 = fp8_recipe(row)) m.args.insert(m.args.end() - 1, {"--fp8", *fp8, "--fp8-param-gather"});
     return finish(std::move(m));
 }
 
