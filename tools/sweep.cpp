@@ -754,12 +754,14 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
     // LoRA / QLoRA: the blocks' params become the trainable adapters; the frozen weights are held
     // whole, or sharded by FSDP.
     const strategies::Training training = strategies::apply_finetune(model, l, blocks);
-    double params = 0, activations = 0;   // per tensor rank, over one pipeline
+    double params = 0, activations = 0, fp8 = 0;   // per tensor rank, over one pipeline
     for (const Block& b : blocks) {
         params += static_cast<double>(b.params);
         activations += static_cast<double>(b.activations.count());
+        fp8 += static_cast<double>(b.fp8_params);
     }
     params /= l.pp;                       // per device, averaged over the pipeline's stages
+    fp8 /= l.pp;
     const strategies::StateBytes sb = strategies::state_bytes(l.dtype);
     const double opt = strategies::optimizer_state_per_param(l.optimizer, l.dtype);   // --optimizer's, master weights included
     const double n = l.dp_cp();           // ranks the sharded states are split over
@@ -778,6 +780,8 @@ Bytes memory_lower_bound(const Model& model, const topo::Cluster& cluster, const
             // hpZ's secondary partition: every partitioned tensor's 1/N slice (a bound: the
             // persistent tensors are not sliced).
             if (plan.zero_hpz_partition_size > 1) states += params * sb.params / plan.zero_hpz_partition_size;
+            // --fp8-param-gather: Megatron-FSDP's FP8 shards hold a byte per weight.
+            if (l.fp8_param_gather) states -= fp8 * (sb.params - 1) / n;
             break;
         case DataParallel::ps:
         case DataParallel::ps_async: break;
