@@ -43,6 +43,21 @@ bool weight_cast(const Built& b, OpId id) {
     return !kernels.empty() && std::all_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.name == KernelName::quantize; });
 }
 
+/// The bytes of rank 0's parameter buffers.
+std::int64_t parameter_bytes(const Built& x) {
+    std::int64_t n = 0;
+    for (const Buffer& buf : x.graph.buffers())
+        if (buf.rank == 0 && buf.label == static_cast<std::int32_t>(BufferLabel::parameters)) n += buf.bytes;
+    return n;
+}
+
+/// The bytes of every collective of `kind` the graph declares (each once, for all its members).
+std::int64_t collective_totals(const Built& x, CollectiveKind kind) {
+    std::int64_t n = 0;
+    for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
+    return n;
+}
+
 }  // namespace
 
 TEST_CASE("FP8 (--fp8) runs where Transformer Engine does, and says why not elsewhere", "[strategies][fp8]") {
@@ -126,12 +141,6 @@ TEST_CASE("FP8 weights: cast once per step before a block's first forward, their
         CHECK(casts == layers_run);
         CHECK(casts == static_cast<std::size_t>(24 * (b.layout.folded ? 1 : b.layout.dp)));
         // The copies: 2 bytes per FP8 parameter more in rank 0's parameter buffers.
-        auto parameter_bytes = [](const Built& x) {
-            std::int64_t n = 0;
-            for (const Buffer& buf : x.graph.buffers())
-                if (buf.rank == 0 && buf.label == static_cast<std::int32_t>(BufferLabel::parameters)) n += buf.bytes;
-            return n;
-        };
         CHECK(parameter_bytes(b) - parameter_bytes(plain) == 2 * fp8_params_rank0);
         CHECK(b.layout.estimated_ops >= static_cast<std::int64_t>(b.graph.size()));
     }
@@ -326,22 +335,11 @@ TEST_CASE("FP8 parameters (--fp8-param-gather) are gathered at a byte with no 16
         Plan sixteen = kept;
         sixteen.fp8 = Fp8Recipe::none;
         const Built bf16 = build(gpt, c, sixteen);
-        auto totals = [](const Built& x, CollectiveKind kind) {
-            std::int64_t n = 0;
-            for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
-            return n;
-        };
         // Every FP8 weight is gathered in one byte instead of two; the gradients are reduced as before.
-        CHECK(totals(plain, CollectiveKind::all_gather) - totals(b, CollectiveKind::all_gather) == fp8_weights);
-        CHECK(totals(plain, CollectiveKind::reduce_scatter) == totals(b, CollectiveKind::reduce_scatter));
+        CHECK(collective_totals(plain, CollectiveKind::all_gather) - collective_totals(b, CollectiveKind::all_gather) == fp8_weights);
+        CHECK(collective_totals(plain, CollectiveKind::reduce_scatter) == collective_totals(b, CollectiveKind::reduce_scatter));
         // The parameters take what a 16-bit run's do (the FP8 weight and its transpose in the 16-bit
         // weight's two bytes): no FP8 copies beside them.
-        auto parameter_bytes = [](const Built& x) {
-            std::int64_t n = 0;
-            for (const Buffer& buf : x.graph.buffers())
-                if (buf.rank == 0 && buf.label == static_cast<std::int32_t>(BufferLabel::parameters)) n += buf.bytes;
-            return n;
-        };
         CHECK(parameter_bytes(b) == parameter_bytes(bf16));
         CHECK(parameter_bytes(plain) > parameter_bytes(b));
         // Rank 0's forward at micro-batch 0 builds each FP8 weight's transpose (a byte read, a byte
@@ -440,22 +438,11 @@ TEST_CASE("FP8 parameters (--fp8-param-gather) under Megatron-FSDP: every gather
     const Built b = build(gpt, c, p), plain = build(gpt, c, kept);
     const std::int64_t mbs = b.layout.microbatches;
     REQUIRE(mbs > 1);
-    auto totals = [](const Built& x, CollectiveKind kind) {
-        std::int64_t n = 0;
-        for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
-        return n;
-    };
     // Each layer is gathered before its forward and again before its backward, every micro-batch:
     // a byte saved per FP8 weight each time. The gradients are reduce-scattered as before.
-    CHECK(totals(plain, CollectiveKind::all_gather) - totals(b, CollectiveKind::all_gather) == fp8_weights * 2 * mbs);
-    CHECK(totals(plain, CollectiveKind::reduce_scatter) == totals(b, CollectiveKind::reduce_scatter));
+    CHECK(collective_totals(plain, CollectiveKind::all_gather) - collective_totals(b, CollectiveKind::all_gather) == fp8_weights * 2 * mbs);
+    CHECK(collective_totals(plain, CollectiveKind::reduce_scatter) == collective_totals(b, CollectiveKind::reduce_scatter));
     // Rank 0 holds its shard of the FP8 weights at a byte, and no FP8 copies of the whole model.
-    auto parameter_bytes = [](const Built& x) {
-        std::int64_t n = 0;
-        for (const Buffer& buf : x.graph.buffers())
-            if (buf.rank == 0 && buf.label == static_cast<std::int32_t>(BufferLabel::parameters)) n += buf.bytes;
-        return n;
-    };
     const std::int64_t shard = (fp8_weights + 1) / 2;
     CHECK(parameter_bytes(plain) - parameter_bytes(b) == 2 * fp8_weights + shard);
     // Megatron-FSDP builds the transposes before each layer's backward alone, a byte read and one
