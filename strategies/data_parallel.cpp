@@ -223,10 +223,14 @@ std::vector<Kernel> fp8_master_cast_kernels(std::int64_t fp8, DType dtype, Fp8Re
     return out;
 }
 
-Bytes fp8_weight_bytes(const std::vector<Block>& blocks, int first, int last) {
+std::int64_t fp8_weight_params(const std::vector<Block>& blocks, int first, int last) {
     std::int64_t n = 0;
-    for (int i = first; i < last; ++i) n = checked_add(n, blocks[static_cast<std::size_t>(i)].fp8_params, "FP8 weight copies");
-    return Bytes(checked_mul(n, 2, "bytes of FP8 weight copies"));
+    for (int i = first; i < last; ++i) n = checked_add(n, blocks[static_cast<std::size_t>(i)].fp8_params, "FP8 weights");
+    return n;
+}
+
+Bytes fp8_weight_bytes(const std::vector<Block>& blocks, int first, int last) {
+    return Bytes(checked_mul(fp8_weight_params(blocks, first, last), 2, "bytes of FP8 weight copies"));
 }
 
 Kernel accumulation_kernel(std::int64_t params, DType dtype, bool dispatched) {

@@ -121,6 +121,8 @@ enum class Fp8Weights : std::uint8_t { copies, gathered_per_step, gathered_per_p
 /// transposed), held for the whole step. Under --fp8-param-gather there are none: the FP8 weight
 /// and its transpose take the 16-bit weight's two bytes.
 Bytes fp8_weight_bytes(const std::vector<Block>& blocks, int first, int last);
+/// The FP8 weights of blocks [first, last) (Block::fp8_params summed).
+std::int64_t fp8_weight_params(const std::vector<Block>& blocks, int first, int last);
 /// The FP8 weight tensors of blocks [first, last) (each FP8 GEMM with a weight operand): the
 /// amaxes --fp8-param-gather reduces after the optimizer step, one fp32 each.
 std::int64_t fp8_weight_tensors(const std::vector<Block>& blocks, int first, int last);

@@ -509,12 +509,11 @@ private:
     /// The FP8 weight copies of device s's chunks (detail::fp8_weight_bytes).
     Bytes device_fp8_weight_bytes(int s) const {
         Bytes b;
-        for (int c = 0; c < schedule_.chunks; ++c) b += chunk_fp8_weight_bytes(schedule_.virtual_stage(s, c));
+        for (int c = 0; c < schedule_.chunks; ++c) {
+            const Chunk& k = chunks_[static_cast<std::size_t>(schedule_.virtual_stage(s, c))];
+            b += detail::fp8_weight_bytes(blocks_, k.first, k.last);
+        }
         return b;
-    }
-    Bytes chunk_fp8_weight_bytes(int vs) const {
-        const Chunk& k = chunks_[static_cast<std::size_t>(vs)];
-        return detail::fp8_weight_bytes(blocks_, k.first, k.last);
     }
     /// The frozen weights device s holds (LoRA / QLoRA; 0 in full training), its copy of a tied
     /// table included.
@@ -1690,15 +1689,13 @@ private:
     OpId cast_fp8_params(int t, int s, const std::vector<int>& vs, OpId stepped) {
         if (!l_.fp8_param_gather || vs.empty()) return stepped;
         const int r = g_.op(stepped).rank;
-        Bytes fp8;
-        std::int64_t tensors = 0;
+        std::int64_t fp8 = 0, tensors = 0;
         for (int v : vs) {
-            fp8 += chunk_fp8_weight_bytes(v);
             const Chunk& k = chunks_[static_cast<std::size_t>(v)];
+            fp8 += detail::fp8_weight_params(blocks_, k.first, k.last);
             tensors += detail::fp8_weight_tensors(blocks_, k.first, k.last);
         }
-        const std::int32_t recipe =
-            g_.intern_recipe(detail::fp8_master_cast_kernels(zero1_shard(fp8.count() / 2, 0, l_), l_.dtype, l_.fp8));
+        const std::int32_t recipe = g_.intern_recipe(detail::fp8_master_cast_kernels(zero1_shard(fp8, 0, l_), l_.dtype, l_.fp8));
         const OpId cast = g_.add_kernels(r, Phase::opt, -1, -1, recipe, l_.dtype);
         g_.depend(stepped, cast);
         if (l_.dp_cp() == 1) return cast;

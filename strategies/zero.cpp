@@ -400,7 +400,7 @@ OpGraph build_zero(const Model& model, const Layout& layout, const Plan& plan, i
         // reduced over the group (one fp32 per weight tensor), before the gathers.
         if (layout.fp8_param_gather) {
             const int last = static_cast<int>(blocks.size());
-            const std::int64_t fp8 = shard(fp8_weight_bytes(blocks, 0, last).count() / 2, n);
+            const std::int64_t fp8 = shard(fp8_weight_params(blocks, 0, last), n);
             const std::int32_t recipe = g.intern_recipe(fp8_master_cast_kernels(fp8, layout.dtype, layout.fp8));
             for (std::size_t d = 0; d < emit; ++d) {
                 const OpId cast = g.add_kernels(replicas[d], Phase::opt, -1, -1, recipe, layout.dtype);
@@ -494,7 +494,7 @@ OpGraph build_sharded(const Model& model, const Layout& layout, const Plan& plan
     std::vector<std::vector<std::vector<std::int32_t>>> grad_buf(
         static_cast<std::size_t>(ns), std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(mbs), std::vector<std::int32_t>(blocks.size(), -1)));
     ReplicaTensorCollectives tp_collectives(g, plan, ts);
-    const std::int64_t mine_fp8 = shard(fp8_weight_bytes(blocks, 0, nb).count() / 2, group);
+    const std::int64_t mine_fp8 = shard(fp8_weight_params(blocks, 0, nb), group);
     for (int d = 0; d < emit; ++d) {
         const int r = slots[static_cast<std::size_t>(d)];
         const std::int64_t mine = shard(params, group);
