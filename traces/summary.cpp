@@ -201,6 +201,7 @@ Json to_json(const Summary& s) {
     j["attention_backend"] = s.info.attention_backend.empty() ? Json(nullptr) : Json(s.info.attention_backend);
     j["dtype"] = s.info.dtype;
     j["fp8"] = s.info.fp8 == "none" ? Json(nullptr) : Json(s.info.fp8);
+    j["fp8_param_gather"] = s.info.fp8_param_gather;
     j["cross_entropy_fusion"] = s.info.cross_entropy_fusion == "none" ? Json(nullptr) : Json(s.info.cross_entropy_fusion);
     j["padded_vocab"] = s.info.sequence ? Json(s.info.padded_vocab) : Json(nullptr);
     j["compression"] = s.info.compression;

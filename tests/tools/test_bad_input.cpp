@@ -500,6 +500,8 @@ TEST_CASE("bad input: slow devices, jitter and Hogwild!", "[tools][bad_input]") 
         REQUIRE(zero1.code == 0);
         REQUIRE(fp8_params.code == 0);
         CHECK(Json::parse(fp8_params.out)["peak_memory_bytes"] != Json::parse(zero1.out)["peak_memory_bytes"]);
+        CHECK(Json::parse(fp8_params.out)["fp8_param_gather"] == true);
+        CHECK(Json::parse(zero1.out)["fp8_param_gather"] == false);
         const Result mixed = cli(h100({"--framework", "megatron", "--fp8", "tensorwise", "--first-last-layers-bf16", "--json"}));
         REQUIRE(mixed.code == 0);
         CHECK(Json::parse(mixed.out)["iteration_time_s"] != Json::parse(ok.out)["iteration_time_s"]);
