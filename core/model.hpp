@@ -204,6 +204,9 @@ struct MoePass {
     /// Parameters of this rank's experts: its E/ep routed experts (tensor-split with tp). Their
     /// gradients are reduced over the expert-data-parallel group, the rest over data parallelism.
     std::int64_t expert_params = 0;
+    /// Of them, the weights its FP8 GEMMs read (--fp8; the experts' biases stay 16-bit): what
+    /// --fp8-param-gather keeps in FP8.
+    std::int64_t expert_fp8_params = 0;
     bool operator==(const MoePass&) const = default;
 };
 

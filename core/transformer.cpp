@@ -713,8 +713,13 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
     if (lp.cross) f += attention_core_flops(d, d.s);
     blk.fwd = f;
     blk.bwd = blk.fwd * 2.0;
-    for (const Kernel& kn : blk.fwd_kernels)
-        if (kn.fp8 != Fp8Recipe::none && kn.weight) blk.fp8_params += kn.k * kn.n * kn.batch;
+    bool fp8_experts = false;
+    for (std::size_t k = 0; k < blk.fwd_kernels.size(); ++k) {
+        const Kernel& kn = blk.fwd_kernels[k];
+        if (kn.fp8 == Fp8Recipe::none || !kn.weight) continue;
+        blk.fp8_params += kn.k * kn.n * kn.batch;
+        fp8_experts = fp8_experts || expert(k);
+    }
     const int attention_collectives = lp.cross ? 2 : 1;
     int redo_dispatch = -1, redo_combine = -1;
     switch (d.recompute) {
@@ -787,6 +792,8 @@ Block layer_block(const TransformerShape& m, const Dims& d, const Workload& w, i
         p.tp_gather_bytes = Bytes(lp.routed * d.h * d.e);
         p.attention_tp_collectives = d.t > 1 ? attention_collectives : 0;
         p.expert_params = layer_expert_params(m, i, d.t, w.ep);
+        // The routed experts' weight matrices (expert_params less GPT-OSS's biases).
+        if (fp8_experts) p.expert_fp8_params = Split{ffn_matrices(m) * d.h * m.moe.ffn_hidden, 0}.on(d.t) * (m.moe.experts / w.ep);
         blk.moe = p;
         blk.tp_collectives_fwd = 0;
     } else {

@@ -1684,18 +1684,21 @@ private:
     /// --fp8-param-gather after rank (t, ·, s)'s optimizer step `stepped` over the shard of virtual
     /// stages `vs`: its FP8 weights cast from the fp32 ones (detail::fp8_master_cast_kernels), then
     /// their amaxes all-reduced over the data-parallel group, one fp32 per weight tensor (Megatron's
-    /// _copy_main_params_to_model_params → quantize_param_shard, per chained optimizer). Returns
-    /// what the gathers follow: `stepped` without the flag.
+    /// _copy_main_params_to_model_params → quantize_param_shard, per chained optimizer; the
+    /// experts' amaxes, which Megatron reduces over their expert-data-parallel group, ride in the
+    /// same all-reduce here). Returns what the gathers follow: `stepped` without the flag.
     OpId cast_fp8_params(int t, int s, const std::vector<int>& vs, OpId stepped) {
         if (!l_.fp8_param_gather || vs.empty()) return stepped;
         const int r = g_.op(stepped).rank;
-        std::int64_t fp8 = 0, tensors = 0;
+        std::int64_t fp8 = 0, experts = 0, tensors = 0;
         for (int v : vs) {
             const Chunk& k = chunks_[static_cast<std::size_t>(v)];
             fp8 += detail::fp8_weight_params(blocks_, k.first, k.last);
+            experts += moe_.expert_params(k.first, k.last, true);
             tensors += detail::fp8_weight_tensors(blocks_, k.first, k.last);
         }
-        const std::int32_t recipe = g_.intern_recipe(detail::fp8_master_cast_kernels(zero1_shard(fp8, 0, l_), l_.dtype, l_.fp8));
+        const std::int32_t recipe =
+            g_.intern_recipe(detail::fp8_master_cast_kernels(zero1_shard(fp8, experts, l_), l_.dtype, l_.fp8));
         const OpId cast = g_.add_kernels(r, Phase::opt, -1, -1, recipe, l_.dtype);
         g_.depend(stepped, cast);
         if (l_.dp_cp() == 1) return cast;

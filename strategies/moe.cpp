@@ -267,16 +267,19 @@ std::vector<Block> ExpertParallel::dense_part(const std::vector<Block>& blocks, 
     std::vector<Block> out(blocks.begin() + first, blocks.begin() + last);
     if (l_ != nullptr && l_->ep > 1)
         for (Block& b : out)
-            if (b.moe) b.params -= b.moe->expert_params;
+            if (b.moe) {
+                b.params -= b.moe->expert_params;
+                b.fp8_params -= b.moe->expert_fp8_params;
+            }
     return out;
 }
 
-std::int64_t ExpertParallel::expert_params(int first, int last) const {
+std::int64_t ExpertParallel::expert_params(int first, int last, bool fp8) const {
     if (l_ == nullptr || l_->ep == 1) return 0;
     std::int64_t n = 0;
     for (int i = first; i < last; ++i) {
         const Block& b = (*blocks_)[static_cast<std::size_t>(i)];
-        if (b.moe) n += b.moe->expert_params;
+        if (b.moe) n += fp8 ? b.moe->expert_fp8_params : b.moe->expert_params;
     }
     return n;
 }
@@ -284,8 +287,12 @@ std::int64_t ExpertParallel::expert_params(int first, int last) const {
 std::vector<Bucket> ExpertParallel::expert_buckets(int first, int last, Bytes cap, int grad_bytes) const {
     if (l_ == nullptr || l_->ep == 1 || l_->dp_cp() / l_->ep == 1) return {};   // one rank per expert: nothing to reduce
     std::vector<Block> experts(blocks_->begin() + first, blocks_->begin() + last);
-    for (Block& b : experts) b.params = b.moe ? b.moe->expert_params : 0;
-    return make_buckets(experts, grad_bytes, cap, cap);
+    for (Block& b : experts) {
+        b.params = b.moe ? b.moe->expert_params : 0;
+        b.fp8_params = b.moe ? b.moe->expert_fp8_params : 0;
+    }
+    // Megatron's expert-parallel buffers are bucketed as the dense ones, FP8 weights apart.
+    return l_->fp8_param_gather ? make_fp8_param_buckets(experts, grad_bytes, cap) : make_buckets(experts, grad_bytes, cap, cap);
 }
 
 void ExpertParallel::grad_sync(int s, int first, int last, Bytes cap, int grad_bytes, bool zero1,
@@ -308,7 +315,7 @@ void ExpertParallel::grad_sync(int s, int first, int last, Bytes cap, int grad_b
             }
         }
     if (zero1)
-        for (const Bucket& b : buckets) gathers_[s].push_back(b.bytes);
+        for (const Bucket& b : buckets) gathers_[s].push_back(b);
 }
 
 void ExpertParallel::gather_experts(int s, int param_bytes, int grad_bytes, const std::vector<OpId>& opt) {
@@ -318,9 +325,9 @@ void ExpertParallel::gather_experts(int s, int param_bytes, int grad_bytes, cons
     for (int t = 0; t < l.tp; ++t)
         for (int e = 0; e < l.ep; ++e) {
             const std::vector<int> group = expert_data_parallel_group(l, t, e, s);
-            for (Bytes b : it->second) {
-                const auto cid = g_->declare_collective(CollectiveKind::all_gather, group,
-                                                        Bytes(b.count() / grad_bytes * param_bytes), -1, kExpertDataParallelGroup);
+            for (const Bucket& b : it->second) {
+                const auto cid = g_->declare_collective(CollectiveKind::all_gather, group, gathered_bytes(b, grad_bytes, param_bytes),
+                                                        -1, kExpertDataParallelGroup);
                 for (int d = e; d < l.dp_cp(); d += l.ep) {
                     const OpId op = g_->add_collective_op(cid, l.rank(t, d, s), Stream::comm, Phase::opt);
                     g_->depend(opt[static_cast<std::size_t>(t + l.tp * d)], op);

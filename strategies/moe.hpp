@@ -92,8 +92,9 @@ public:
     /// With ep > 1: copies of blocks [first, last) without their experts' parameters, which
     /// grad_sync reduces apart; otherwise the blocks as they are.
     std::vector<Block> dense_part(const std::vector<Block>& blocks, int first, int last) const;
-    /// Expert parameters of blocks [first, last) on one rank (0 unless ep > 1).
-    std::int64_t expert_params(int first, int last) const;
+    /// Expert parameters of blocks [first, last) on one rank (0 unless ep > 1); with `fp8`, those
+    /// of them kept in FP8 under --fp8-param-gather (MoePass::expert_fp8_params).
+    std::int64_t expert_params(int first, int last, bool fp8 = false) const;
     /// The expert gradients of blocks [first, last) in buckets of `cap` (Megatron's expert-parallel
     /// buffers, bucketed as the dense ones); none unless ep > 1 and dp · cp / ep > 1 (one rank per
     /// expert reduces nothing).
@@ -130,7 +131,7 @@ private:
     /// EP group, stage, layer, micro-batch, phase, which) → (collective, members still to add).
     std::map<std::tuple<int, int, int, int, int, int, int>, std::pair<std::int32_t, int>> pending_;
     std::vector<std::pair<OpId, OpId>> latest_;     // (last, first) per tensor rank of the latest pass
-    std::map<int, std::vector<Bytes>> gathers_;     // zero1: per stage, the expert buckets to all-gather
+    std::map<int, std::vector<Bucket>> gathers_;    // zero1: per stage, the expert buckets to all-gather
 };
 
 }  // namespace smol::strategies

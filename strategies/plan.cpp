@@ -424,9 +424,9 @@ void resolve_fp8_bf16_layers(const Model& model, const Plan& plan, Layout& l) {
 /// megatron/training/arguments.py:1095-1097: the distributed optimizer, torch FSDP2 or Megatron-FSDP;
 /// :1889-1892: with --optimizer-cpu-offload only under delayed scaling), of what is modelled here:
 /// zero1 or Megatron-FSDP (--fp8 runs on Megatron core alone, so fsdp here is Megatron's; its
-/// pipeline stages are refused by check_megatron_fsdp) without --cp, dense layers, the optimizer
-/// on the device.
-void resolve_fp8_param_gather(const Model& model, const Plan& plan, Layout& l) {
+/// pipeline stages and experts are refused by check_megatron_fsdp) without --cp, the optimizer on
+/// the device.
+void resolve_fp8_param_gather(const Plan& plan, Layout& l) {
     if (!plan.fp8_param_gather) return;
     const ErrorContext at{"", "", "--fp8-param-gather"};
     if (l.fp8 == Fp8Recipe::none)
@@ -442,10 +442,6 @@ void resolve_fp8_param_gather(const Model& model, const Plan& plan, Layout& l) {
                                "fsdp2, megatron fsdp, or inference mode\" (megatron/training/arguments.py); give --strategy "
                                "zero1 or fsdp (Megatron-FSDP), not ") +
                        to_string(plan.strategy),
-                   at);
-    if (model.is_transformer() && model.shape().is_moe())
-        fail_input("is not modelled with a mixture of experts yet (the experts' grouped weights and their own "
-                   "expert-data-parallel gathers); leave it out",
                    at);
     if (l.optimizer_offload != Offload::none)
         fail_input("with the optimizer on the host is not modelled (Megatron allows it under --fp8 delayed only, "
@@ -1558,7 +1554,7 @@ Layout resolve(const Model& model, const topo::Cluster& cluster, const Plan& pla
     resolve_cross_entropy_fusion(model, plan, l);
     resolve_vocab_multiple(model, plan, l);
     resolve_training(model, cluster, plan, l);
-    resolve_fp8_param_gather(model, plan, l);   // after the offload is known
+    resolve_fp8_param_gather(plan, l);   // after the offload is known
     resolve_zeropp(cluster, plan, l);
     resolve_mics(cluster, plan, l);
     // The blocks of one replica, once here: the model checks that tp splits its heads and widths

@@ -327,8 +327,8 @@ struct Candidate {
 /// that cannot run it (resolve refuses naming the flag) runs as its framework does, the flag
 /// cleared in `p`. --overlap-grad-reduce: a plan that overlaps already or cannot (ZeRO-3's
 /// buckets, PyTorch DDP; "no effect here"). --overlap-param-gather: a plan without Megatron's
-/// distributed optimizer, or on one data-parallel rank. --fp8-param-gather: a plan without it, with
-/// experts or its optimizer offloaded. --tp-comm-overlap: a plan off
+/// distributed optimizer, or on one data-parallel rank. --fp8-param-gather: a plan without it, or
+/// with its optimizer offloaded. --tp-comm-overlap: a plan off
 /// Megatron core, or with experts. --make-vocab-size-divisible-by: a plan off Megatron,
 /// which trains the model's vocabulary as it is. `cleared` keeps the first reason per flag.
 Layout resolve_lenient(const Context& c, Plan& p, std::map<std::string, std::string>& cleared) {

@@ -108,8 +108,8 @@ struct SweepOptions {
     /// models them (not with --cp or experts).
     bool tp_comm_overlap = false;
     /// --fp8-param-gather: with --fp8, every zero1 or Megatron-FSDP plan on Megatron core 0.9 or
-    /// later keeps its FP8 weights in FP8 and gathers them so (not with experts, context
-    /// parallelism under Megatron-FSDP, or the optimizer offloaded).
+    /// later keeps its FP8 weights in FP8 and gathers them so (not with context parallelism under
+    /// Megatron-FSDP, or the optimizer offloaded).
     bool fp8_param_gather = false;
     /// --make-vocab-size-divisible-by: every plan on Megatron or Megatron-DeepSpeed pads the
     /// vocabulary to a multiple of this × tp; plans on PyTorch and DeepSpeed train the model's

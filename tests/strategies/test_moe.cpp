@@ -799,6 +799,40 @@ TEST_CASE("HSDP with expert parallelism shards the experts within a node and all
           Approx(16.0 * (std::ceil(dense / 8) + experts / 2)).epsilon(1e-4));
 }
 
+TEST_CASE("FP8 parameters (--fp8-param-gather) with expert parallelism gather the experts' FP8 weights at a byte too",
+          "[strategies][moe][fp8]") {
+    // Megatron keeps the experts' FP8 weights in expert-parallel buffers of their own, bucketed as
+    // the dense ones (partition_buckets over expert_parallel_buffers).
+    const Model m = small_moe();
+    const topo::Cluster c = topo::cluster_preset("dgx-h100");   // 8 GPUs: dp 8, ep 2
+    Plan plan;
+    plan.framework = "megatron";
+    plan.fp8 = Fp8Recipe::delayed;
+    plan.strategy = DataParallel::zero1;
+    plan.ep = 2;
+    plan.micro_batch = 1;
+    plan.global_batch = 8;
+    plan.overlap_param_gather = GENERATE(false, true);   // after the step, or under the forward
+    CAPTURE(plan.overlap_param_gather);
+    Plan kept = plan;
+    plan.fp8_param_gather = true;
+    const Built b = build(m, c, plan), plain = build(m, c, kept);
+    // By hand (hidden 512): each layer's QKV and projection 4h², layer 0's gated MLP 3 · h · 2048;
+    // each MoE layer's 4 local experts 4 · 3 · h · 1024 (the router stays 16-bit).
+    const std::int64_t h = 512, dense = 4 * 4 * h * h + 3 * h * 2048, experts_per_layer = 4 * 3 * h * 1024;
+    for (const Block& blk : strategies::detail::replica_blocks(m, b.layout, plan))
+        if (blk.moe) CHECK(blk.moe->expert_fp8_params == experts_per_layer);
+    auto totals = [](const Built& x, CollectiveKind kind) {
+        std::int64_t n = 0;
+        for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
+        return n;
+    };
+    // A byte saved per FP8 weight gathered: the dense ones over dp, each expert group's over its
+    // own expert-data-parallel groups (one per expert set: ep of them). Gradients as before.
+    CHECK(totals(plain, CollectiveKind::all_gather) - totals(b, CollectiveKind::all_gather) == dense + 2 * 3 * experts_per_layer);
+    CHECK(totals(plain, CollectiveKind::reduce_scatter) == totals(b, CollectiveKind::reduce_scatter));
+}
+
 TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]") {
     const topo::Cluster c = topo::cluster_preset("dgx-a100");
     auto plan_with = [](auto&& set) {
