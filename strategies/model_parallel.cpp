@@ -1631,6 +1631,10 @@ private:
         for (int s = 0; s < l_.pp; ++s) {
             const std::int64_t shard = step_shard(s);
             std::vector<OpId> opt(static_cast<std::size_t>(groups()));
+            // Device s's virtual stages, its first one apart (the chained optimizer's split).
+            std::vector<int> chunks;
+            for (int c = 0; c < schedule_.chunks; ++c) chunks.push_back(schedule_.virtual_stage(s, c));
+            const std::vector<int> rest(chunks.begin() + 1, chunks.end());
             for (int d = 0; d < emit_dp_; ++d)
                 for (int t = 0; t < emit_tp_; ++t) {
                     const int r = l_.rank(t, d, s);
@@ -1648,8 +1652,6 @@ private:
                         const int first_vs = schedule_.virtual_stage(s, 0);
                         const Chunk& k = chunks_[static_cast<std::size_t>(first_vs)];
                         const std::int64_t first = zero1_shard(k.params, moe_.expert_params(k.first, k.last), l_);
-                        std::vector<int> rest;
-                        for (int c = 1; c < schedule_.chunks; ++c) rest.push_back(schedule_.virtual_stage(s, c));
                         const OpId stepped =
                             cast_fp8_params(t, s, {first_vs}, add_optimizer_steps(g_, l_, StepRunner::device, {r}, first, {}, false, {after}).front());
                         dispatch_param_gathers(param_gathers(first_vs), t, d, s, stepped, Phase::opt);
@@ -1657,8 +1659,6 @@ private:
                             t, s, rest, add_optimizer_steps(g_, l_, StepRunner::device, {r}, shard - first, {}, false, {stepped}).front());
                         continue;
                     }
-                    std::vector<int> chunks;
-                    for (int c = 0; c < schedule_.chunks; ++c) chunks.push_back(schedule_.virtual_stage(s, c));
                     opt[static_cast<std::size_t>(slot(t, d))] =
                         offload_        ? offloaded_step(r, s, shard, after)
                         : fsdp_offload_ ? add_optimizer_steps(g_, l_, StepRunner::torch_cpu, {r}, shard, {}, false,

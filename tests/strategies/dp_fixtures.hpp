@@ -23,6 +23,13 @@ inline DpRun dp_run(const Model& m, const topo::Cluster& cluster, const strategi
     return tools::simulate_plan(m, cluster, plan, opt);
 }
 
+/// The bytes of every collective of `kind` the graph declares (each once, for all its members).
+inline std::int64_t declared_collective_bytes(const OpGraph& g, CollectiveKind kind) {
+    std::int64_t n = 0;
+    for (const Collective& col : g.collectives()) n += col.kind == kind ? col.bytes : 0;
+    return n;
+}
+
 /// Bytes a rank sends in its collectives, by the ring algorithms' per-rank volumes (nccl-tests
 /// bus-bandwidth factors): all-reduce 2(n−1)/n·S, reduce-scatter and all-gather (n−1)/n·S.
 inline double collective_bytes_sent(const OpGraph& g, int rank) {

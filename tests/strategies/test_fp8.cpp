@@ -9,6 +9,7 @@
 
 #include "core/json.hpp"
 #include "core/model.hpp"
+#include "dp_fixtures.hpp"
 #include "strategies/data_parallel.hpp"
 #include "strategies/plan.hpp"
 #include "test_support.hpp"
@@ -51,12 +52,6 @@ std::int64_t parameter_bytes(const Built& x) {
     return n;
 }
 
-/// The bytes of every collective of `kind` the graph declares (each once, for all its members).
-std::int64_t collective_totals(const Built& x, CollectiveKind kind) {
-    std::int64_t n = 0;
-    for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
-    return n;
-}
 
 }  // namespace
 
@@ -336,8 +331,10 @@ TEST_CASE("FP8 parameters (--fp8-param-gather) are gathered at a byte with no 16
         sixteen.fp8 = Fp8Recipe::none;
         const Built bf16 = build(gpt, c, sixteen);
         // Every FP8 weight is gathered in one byte instead of two; the gradients are reduced as before.
-        CHECK(collective_totals(plain, CollectiveKind::all_gather) - collective_totals(b, CollectiveKind::all_gather) == fp8_weights);
-        CHECK(collective_totals(plain, CollectiveKind::reduce_scatter) == collective_totals(b, CollectiveKind::reduce_scatter));
+        CHECK(test::declared_collective_bytes(plain.graph, CollectiveKind::all_gather) -
+              test::declared_collective_bytes(b.graph, CollectiveKind::all_gather) == fp8_weights);
+        CHECK(test::declared_collective_bytes(plain.graph, CollectiveKind::reduce_scatter) ==
+              test::declared_collective_bytes(b.graph, CollectiveKind::reduce_scatter));
         // The parameters take what a 16-bit run's do (the FP8 weight and its transpose in the 16-bit
         // weight's two bytes): no FP8 copies beside them.
         CHECK(parameter_bytes(b) == parameter_bytes(bf16));
@@ -440,8 +437,10 @@ TEST_CASE("FP8 parameters (--fp8-param-gather) under Megatron-FSDP: every gather
     REQUIRE(mbs > 1);
     // Each layer is gathered before its forward and again before its backward, every micro-batch:
     // a byte saved per FP8 weight each time. The gradients are reduce-scattered as before.
-    CHECK(collective_totals(plain, CollectiveKind::all_gather) - collective_totals(b, CollectiveKind::all_gather) == fp8_weights * 2 * mbs);
-    CHECK(collective_totals(plain, CollectiveKind::reduce_scatter) == collective_totals(b, CollectiveKind::reduce_scatter));
+    CHECK(test::declared_collective_bytes(plain.graph, CollectiveKind::all_gather) -
+              test::declared_collective_bytes(b.graph, CollectiveKind::all_gather) == fp8_weights * 2 * mbs);
+    CHECK(test::declared_collective_bytes(plain.graph, CollectiveKind::reduce_scatter) ==
+              test::declared_collective_bytes(b.graph, CollectiveKind::reduce_scatter));
     // Rank 0 holds its shard of the FP8 weights at a byte, and no FP8 copies of the whole model.
     const std::int64_t shard = (fp8_weights + 1) / 2;
     CHECK(parameter_bytes(plain) - parameter_bytes(b) == 2 * fp8_weights + shard);

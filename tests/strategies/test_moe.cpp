@@ -822,15 +822,12 @@ TEST_CASE("FP8 parameters (--fp8-param-gather) with expert parallelism gather th
     const std::int64_t h = 512, dense = 4 * 4 * h * h + 3 * h * 2048, experts_per_layer = 4 * 3 * h * 1024;
     for (const Block& blk : strategies::detail::replica_blocks(m, b.layout, plan))
         if (blk.moe) CHECK(blk.moe->expert_fp8_params == experts_per_layer);
-    auto totals = [](const Built& x, CollectiveKind kind) {
-        std::int64_t n = 0;
-        for (const Collective& col : x.graph.collectives()) n += col.kind == kind ? col.bytes : 0;
-        return n;
-    };
     // A byte saved per FP8 weight gathered: the dense ones over dp, each expert group's over its
     // own expert-data-parallel groups (one per expert set: ep of them). Gradients as before.
-    CHECK(totals(plain, CollectiveKind::all_gather) - totals(b, CollectiveKind::all_gather) == dense + 2 * 3 * experts_per_layer);
-    CHECK(totals(plain, CollectiveKind::reduce_scatter) == totals(b, CollectiveKind::reduce_scatter));
+    CHECK(test::declared_collective_bytes(plain.graph, CollectiveKind::all_gather) -
+              test::declared_collective_bytes(b.graph, CollectiveKind::all_gather) == dense + 2 * 3 * experts_per_layer);
+    CHECK(test::declared_collective_bytes(plain.graph, CollectiveKind::reduce_scatter) ==
+              test::declared_collective_bytes(b.graph, CollectiveKind::reduce_scatter));
 }
 
 TEST_CASE("bad expert-parallel plans exit 2 naming the flag", "[strategies][moe]") {
